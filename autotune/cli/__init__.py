@@ -1,0 +1,1 @@
+"""The ``autotune`` command line: one module per command group, composed in ``main``."""

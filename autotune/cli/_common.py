@@ -1,0 +1,54 @@
+"""What every command shares: the error boundary, the consoles, the --debug state."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+
+from autotune.errors import AutotuneError
+
+__all__ = ["cli_command", "print_json", "state"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _State:
+    debug: bool = False
+
+
+state = _State()
+
+
+def cli_command(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn autotune's own errors into a one-paragraph message and an exit code.
+
+    A user mistake never shows a traceback unless ``autotune --debug`` asked for it.
+    Ctrl-C exits with 130 after whatever cleanup the command did on its way out.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except AutotuneError as exc:
+            if state.debug:
+                raise
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            if state.debug:
+                raise
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,50 @@
+"""The ``autotune`` Typer app. Only typer is imported here: ``--help`` stays instant."""
+
+from __future__ import annotations
+
+import typer
+
+from autotune import __version__
+from autotune.cli import bench, models, presets, probe, search, train
+from autotune.cli._common import state
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="autotune",
+    help=(
+        "Find the fastest way to train a PyTorch model on this machine, by measurement, "
+        "then train with it."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"autotune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    state.debug = debug
+
+
+app.command("probe")(probe.probe)
+app.add_typer(models.app, name="models")
+app.command("bench")(bench.bench)
+app.command("search")(search.search)
+app.add_typer(presets.app, name="presets")
+app.command("train")(train.train)
+
+
+def main() -> None:
+    app(prog_name="autotune")

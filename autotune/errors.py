@@ -1,0 +1,62 @@
+"""One exception hierarchy. The CLI turns these into a message and an exit code.
+
+``exit_code`` follows the CLI contract: 1 for a failure of the run, 2 for bad input
+(usage, a malformed preset, an impossible budget, an unknown model, a missing file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "AutotuneError",
+    "BudgetError",
+    "ConfigError",
+    "DataError",
+    "HardwareMismatchError",
+    "ModelLoadError",
+    "PresetError",
+    "UsageError",
+]
+
+
+class AutotuneError(Exception):
+    """Base class of every error autotune raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UsageError(AutotuneError):
+    """The user asked for something invalid: bad flag value, unknown name, missing file."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """One or more invalid fields; ``problems`` lists every one, each with its path."""
+
+    def __init__(self, problems: Iterable[str], *, context: str = "invalid configuration"):
+        self.problems = list(problems)
+        self.context = context
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{context}:\n{lines}" if self.problems else context)
+
+
+class PresetError(ConfigError):
+    """A preset file that cannot be read, parsed or validated."""
+
+
+class ModelLoadError(UsageError):
+    """An unknown built-in model, or a user model that cannot be imported."""
+
+
+class DataError(UsageError):
+    """Training data that is missing, empty, binary or in the wrong format."""
+
+
+class BudgetError(UsageError):
+    """A memory budget that cannot be parsed, or that no configuration fits in."""
+
+
+class HardwareMismatchError(UsageError):
+    """A preset or config that this device cannot run (e.g. bf16 on a pre-Ampere GPU)."""

@@ -1,0 +1,176 @@
+"""The models/ contract: everything the tuner and the trainer need to know about a model.
+
+A ``ModelSpec`` is a typed, immutable description of one named model size. The tuner never
+looks inside the module: it builds it, makes batches, computes the loss, and reads what
+the spec says it supports. A user's model plugs in by providing a ``ModelSpec`` (or a
+zero-argument callable returning one) through ``--model pkg.mod:attr`` or
+``--model path/to/file.py:attr``.
+
+Batches are ``dict[str, Tensor]`` whose tensors are all batch-first, so one sample is a
+dict of rows and ``torch.utils.data.default_collate`` rebuilds a batch from samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+__all__ = ["Batch", "Knob", "ModelSpec", "ParamCounts", "count_parameters"]
+
+Batch = dict[str, torch.Tensor]
+Task = Literal["lm", "seq2seq", "regression"]
+
+# build_fn(**args, activation_checkpointing=bool) -> nn.Module
+BuildFn = Callable[..., nn.Module]
+# make_batch_fn(args, batch_size, seq_len, generator) -> Batch   (on CPU, seeded)
+MakeBatchFn = Callable[[Mapping[str, Any], int, int, torch.Generator], Batch]
+# loss_fn(module, batch) -> scalar tensor
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+# flops_fn(args, seq_len) -> training FLOPs (forward + backward) for one sample
+FlopsFn = Callable[[Mapping[str, Any], int], float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """A math-preserving setting of the model's own (e.g. MU's ``block_group``)."""
+
+    name: str
+    values: tuple[Any, ...]
+    default: Any
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if self.default not in self.values:
+            raise ValueError(
+                f"knob {self.name!r}: default {self.default!r} not in values {self.values!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCounts:
+    total: int
+    non_embedding: int
+
+
+def count_parameters(module: nn.Module) -> ParamCounts:
+    """Total parameters (shared ones once) and those outside ``nn.Embedding`` layers."""
+    seen: set[int] = set()
+    total = 0
+    for p in module.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    embedding = 0
+    seen_emb: set[int] = set()
+    for m in module.modules():
+        if isinstance(m, nn.Embedding) and id(m.weight) not in seen_emb:
+            seen_emb.add(id(m.weight))
+            embedding += m.weight.numel()
+    return ParamCounts(total=total, non_embedding=total - embedding)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """One named model size, and how to build, feed and measure it."""
+
+    name: str
+    description: str
+    task: Task
+    build_fn: BuildFn
+    make_batch_fn: MakeBatchFn
+    loss_fn: LossFn
+    flops_fn: FlopsFn
+    args: Mapping[str, Any]  # constructor arguments of this size
+    seq_len: int  # default sequence length (for seq2seq: the source length)
+    max_seq_len: int  # the longest sequence the built model accepts
+    global_batch: int  # default global batch, in samples
+    supports_checkpointing: bool = False
+    knobs: tuple[Knob, ...] = ()
+    throughput_unit: Literal["tokens", "samples"] = "tokens"
+    family: str = ""
+    # How to load this spec again in another process (a trial's subprocess): a built-in
+    # name ("mu") or a user reference ("pkg.mod:attr", "path/to/file.py:attr"). Set by
+    # the loader; args that differ from the reference's are carried separately.
+    source: str = ""
+    extras: Mapping[str, Any] = field(default_factory=dict)  # task-specific hooks
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.name:
+            problems.append("name must not be empty")
+        if self.seq_len <= 0 or self.seq_len > self.max_seq_len:
+            problems.append(f"seq_len must be in [1, {self.max_seq_len}], got {self.seq_len}")
+        if self.global_batch <= 0:
+            problems.append(f"global_batch must be positive, got {self.global_batch}")
+        if problems:
+            raise ValueError(f"invalid ModelSpec {self.name!r}: " + "; ".join(problems))
+
+    # -- building ---------------------------------------------------------------------
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        known = ", ".join(k.name for k in self.knobs) or "none"
+        raise KeyError(f"model {self.name!r} has no knob {name!r} (its knobs: {known})")
+
+    def build(
+        self,
+        *,
+        activation_checkpointing: bool = False,
+        knobs: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> nn.Module:
+        """Build the module: this size's args, then ``overrides``, then ``knobs``."""
+        if activation_checkpointing and not self.supports_checkpointing:
+            raise ValueError(f"model {self.name!r} does not support activation checkpointing")
+        knob_values = {k.name: k.default for k in self.knobs}
+        for name, value in (knobs or {}).items():
+            allowed = self.knob(name).values
+            if value not in allowed:
+                raise ValueError(f"knob {name!r} of {self.name!r}: {value!r} not in {allowed}")
+            knob_values[name] = value
+        kwargs = {**self.args, **overrides, **knob_values}
+        if self.supports_checkpointing:
+            kwargs["activation_checkpointing"] = activation_checkpointing
+        return self.build_fn(**kwargs)
+
+    def with_args(self, **args: Any) -> ModelSpec:
+        """The same model with some constructor arguments changed (e.g. a tiny test size)."""
+        return dataclasses.replace(self, args={**self.args, **args})
+
+    # -- data and loss ----------------------------------------------------------------
+    def make_batch(
+        self,
+        *,
+        batch_size: int,
+        seq_len: int | None = None,
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Batch:
+        """A synthetic batch of the right shapes and value ranges, made on CPU then moved."""
+        gen = generator if generator is not None else torch.Generator().manual_seed(0)
+        batch = self.make_batch_fn(self.args, batch_size, seq_len or self.seq_len, gen)
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return self.loss_fn(model, batch)
+
+    # -- measuring --------------------------------------------------------------------
+    def flops_per_sample(self, seq_len: int | None = None) -> float:
+        """Training FLOPs (forward and backward) for one sample, for MFU."""
+        return self.flops_fn(self.args, seq_len or self.seq_len)
+
+    def tokens_per_sample(self, seq_len: int | None = None) -> int:
+        """What one sample counts in the throughput unit (1 for samples/s models)."""
+        return (seq_len or self.seq_len) if self.throughput_unit == "tokens" else 1
+
+    def param_counts(self) -> ParamCounts:
+        """Parameter counts, built on the meta device (no memory, no time)."""
+        with torch.device("meta"):
+            module = self.build()
+        return count_parameters(module)
