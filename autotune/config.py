@@ -87,7 +87,9 @@ class TrainConfig:
             for f in dataclasses.fields(cls)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
-        problems += [f"{path}.{name}: missing required field" for name in required if name not in data]
+        problems += [
+            f"{path}.{name}: missing required field" for name in required if name not in data
+        ]
         if problems:
             raise ConfigError(problems)
         try:
@@ -165,9 +167,7 @@ def check_config(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) ->
     if config.precision == "bf16" and not device.bf16:
         problems.append(f"config.precision: {device.name} cannot run bf16 (use fp32 or fp16)")
     if config.activation_checkpointing and not spec.supports_checkpointing:
-        problems.append(
-            f"config.activation_checkpointing: model {spec.name!r} does not support it"
-        )
+        problems.append(f"config.activation_checkpointing: model {spec.name!r} does not support it")
     if config.compile != "off" and not device.compile:
         problems.append(f"config.compile: torch.compile cannot run on {device.device} here")
     if config.pin_memory and device.kind != "cuda":

@@ -1,0 +1,105 @@
+"""Finding a model by name: the built-ins, or a user's ``pkg.mod:attr`` / ``file.py:attr``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.config import did_you_mean
+from autotune.errors import ModelLoadError
+
+from .spec import ModelSpec
+
+__all__ = ["builtin_names", "get_model", "list_models", "load_model", "register"]
+
+# name -> zero-argument factory; filled by the model modules at import (see _load_builtins)
+_BUILTINS: dict[str, Callable[[], ModelSpec]] = {}
+
+
+def register(name: str, factory: Callable[[], ModelSpec]) -> None:
+    _BUILTINS[name] = factory
+
+
+def _load_builtins() -> None:
+    if _BUILTINS:
+        return
+    # Importing each module registers its sizes.
+    for module in ("mu", "gpt", "pointer_gen", "text_regressor"):
+        try:
+            importlib.import_module(f"{__package__}.{module}")
+        except ModuleNotFoundError as exc:  # a module not written yet
+            if exc.name != f"{__package__}.{module}":
+                raise
+
+
+def builtin_names() -> list[str]:
+    _load_builtins()
+    return list(_BUILTINS)
+
+
+def list_models() -> list[ModelSpec]:
+    return [get_model(name) for name in builtin_names()]
+
+
+def get_model(name: str) -> ModelSpec:
+    _load_builtins()
+    if name not in _BUILTINS:
+        raise ModelLoadError(
+            f"unknown model {name!r}{did_you_mean(name, list(_BUILTINS))}; built-in models: "
+            f"{', '.join(_BUILTINS)}; or give your own as pkg.module:attr or path/to/file.py:attr"
+        )
+    return dataclasses.replace(_BUILTINS[name](), source=name)
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A built-in name, ``pkg.module:attr`` or ``path/to/file.py:attr``.
+
+    ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one.
+    """
+    if ":" not in ref:
+        return get_model(ref)
+    target, _, attr = ref.rpartition(":")
+    if not target or not attr:
+        raise ModelLoadError(f"cannot read model reference {ref!r}: expected module:attr")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"model file {str(path)!r} does not exist (from {ref!r})")
+        module_name = f"autotune_user_model_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ModelLoadError(f"cannot import {str(path)!r} as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise ModelLoadError(
+                f"importing {str(path)!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
+    if not hasattr(module, attr):
+        raise ModelLoadError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
+    obj = getattr(module, attr)
+    if callable(obj) and not isinstance(obj, ModelSpec):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ModelLoadError(
+                f"calling {ref!r} to get a model spec failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(obj, ModelSpec):
+        raise ModelLoadError(
+            f"{ref!r} is a {type(obj).__name__}, not an autotune ModelSpec (or a "
+            "zero-argument callable returning one)"
+        )
+    return dataclasses.replace(obj, source=ref)
