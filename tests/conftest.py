@@ -1,0 +1,23 @@
+"""Shared fixtures. Its presence also puts tests/ on sys.path (pytest's default "prepend"
+import mode), so test modules anywhere below can ``import fake_nvml``."""
+
+from __future__ import annotations
+
+import pytest
+from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
+
+from autotune.hardware import HardwareProfile, probe
+
+
+@pytest.fixture
+def fake_h100_profile() -> HardwareProfile:
+    """A probed profile of this machine's CPU plus one faked H100 (cuda:0) through NVML."""
+    nvml, cuda = gpu_stack([FakeGPU()])
+    return probe(nvml=nvml, cuda=cuda)
+
+
+@pytest.fixture
+def cpu_only_profile() -> HardwareProfile:
+    """A probed profile of this machine with every GPU hidden: the device is the CPU."""
+    nvml, cuda = no_gpu_stack()
+    return probe(nvml=nvml, cuda=cuda)

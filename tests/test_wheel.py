@@ -1,0 +1,145 @@
+"""The wheel, installed into a fresh virtual environment, works with no source tree around.
+
+The venv uses ``--system-site-packages`` so torch and friends need not be reinstalled; the
+wheel itself goes into the venv (``--no-deps --force-reinstall``), and the test checks that
+the venv's copy of autotune, not the editable checkout, is the one that runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# What a build needs; everything else in the checkout (runs, caches, .git) stays behind.
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "autotune", "models", "presets")
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "autotune_runs")
+
+
+def _run(args: list[str], *, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        pytest.fail(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the wheel from a copy of the checkout (an in-tree build would litter it)."""
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, symlinks=True, ignore=IGNORE)
+        elif path.exists():
+            shutil.copy2(path, src / name)
+    dist = root / "dist"
+    _run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"),
+            *("--no-index", "-w", str(dist), str(src)),
+        ],
+        cwd=root,
+    )
+    (built,) = dist.glob("autotune-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (system site-packages visible) with the wheel installed into it."""
+    path = tmp_path_factory.mktemp("venv") / "env"
+    _run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+        cwd=path.parent,
+    )
+    python = path / "bin" / "python"
+    # The system's pip, run by the venv's python, installs into the venv.
+    _run(
+        [
+            *(str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall"),
+            *("--no-index", str(wheel)),
+        ],
+        cwd=path.parent,
+    )
+    return path
+
+
+def _python(
+    venv: Path, code: str, cwd: Path, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return _run([str(venv / "bin" / "python"), "-c", code], cwd=cwd, check=check)
+
+
+def test_wheel_maps_models_and_presets_into_the_package(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+        assert zf.read(top_level).decode().split() == ["autotune"]
+    strays = sorted(n for n in names if not n.startswith(("autotune/", "autotune-")))
+    assert strays == [], "files outside the autotune package"
+    assert "autotune/py.typed" in names
+    assert "autotune/cli/probe.py" in names
+    models = sorted(
+        p.relative_to(REPO / "models").as_posix() for p in (REPO / "models").rglob("*.py")
+    )
+    missing = [m for m in models if f"autotune/models/{m}" not in names]
+    assert models and missing == [], f"models/ files missing from the wheel: {missing}"
+    presets = sorted(
+        p.relative_to(REPO / "presets").as_posix() for p in (REPO / "presets").rglob("*.yaml")
+    )
+    missing = [p for p in presets if f"autotune/presets/{p}" not in names]
+    assert missing == [], f"presets/ files missing from the wheel: {missing}"
+
+
+def test_installed_autotune_is_the_venvs_and_not_the_checkout(venv: Path, tmp_path: Path) -> None:
+    out = _python(venv, "import autotune; print(autotune.__file__)", cwd=tmp_path).stdout
+    installed = Path(out.strip()).resolve()
+    assert installed.is_relative_to(venv.resolve()), installed
+    assert not installed.is_relative_to(REPO), installed
+
+
+def test_no_top_level_models_module_is_installed(venv: Path, tmp_path: Path) -> None:
+    result = _python(venv, "import models", cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "ModuleNotFoundError" in result.stderr
+
+
+def test_models_and_presets_are_found_inside_the_installed_package(
+    venv: Path, tmp_path: Path
+) -> None:
+    code = (
+        "import importlib.resources as r, json, autotune.models, autotune.models.registry\n"
+        "presets = r.files('autotune') / 'presets'\n"
+        "print(json.dumps({'models': autotune.models.__file__,\n"
+        "                  'registry': autotune.models.registry.__file__,\n"
+        "                  'presets': str(presets), 'presets_dir': presets.is_dir()}))\n"
+    )
+    found = json.loads(_python(venv, code, cwd=tmp_path).stdout)
+    for key in ("models", "registry"):
+        path = Path(found[key]).resolve()
+        assert path.is_relative_to(venv.resolve() / "lib"), (key, path)
+    if any((REPO / "presets").rglob("*.yaml")):  # the data dir exists once presets ship
+        assert found["presets_dir"], found["presets"]
+        assert Path(found["presets"]).resolve().is_relative_to(venv.resolve())
+
+
+def test_installed_console_script_probes_from_another_directory(venv: Path, tmp_path: Path) -> None:
+    result = _run([str(venv / "bin" / "autotune"), "probe", "--json"], cwd=tmp_path)
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1
+    assert data["default_device"] in ("cpu", "cuda:0")
+    assert data["cpu"]["logical_cores"] >= 1
+    assert data["software"]["autotune_version"]
+    version = _run([str(venv / "bin" / "autotune"), "--version"], cwd=tmp_path).stdout
+    assert version.startswith("autotune ")
