@@ -1,7 +1,461 @@
-"""`autotune presets` (being built)."""
+"""`autotune presets`: list, show, diff, check (re-measure here) and export presets.
+
+Every command takes a preset by path or by name (see ``autotune.preset.resolve_preset``).
+A malformed preset is a one-paragraph ``error: ...`` and exit code 2.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
-app = typer.Typer(help="presets (being built)", no_args_is_help=True)
+from autotune.cli._common import cli_command, print_json
+from autotune.errors import AutotuneError, PresetError, UsageError
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.preset import PortabilityReport, Preset
+
+__all__ = ["app", "check", "diff", "export", "list_presets", "show"]
+
+app = typer.Typer(
+    help=(
+        "Tuned configs saved by `autotune search`: list them, show one, compare two, "
+        "re-measure one on this machine, export to JSON."
+    ),
+    no_args_is_help=True,
+)
+
+PresetArg = Annotated[
+    str,
+    typer.Argument(
+        help="A preset file, or the name of a shipped, user or working-directory preset.",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+# -- formatting helpers ------------------------------------------------------------------
+
+
+def _fmt(value: Any, key: str = "") -> str:
+    """One field's value for people: sizes in GiB, None as '-', short floats."""
+    from autotune.units import format_bytes
+
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key.endswith("_bytes") and isinstance(value, int):
+        return f"{format_bytes(value)} ({value} bytes)"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items()) or "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def _throughput(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:,.1f} {unit}"
+
+
+# Free-form mappings: compared whole (their keys differ from preset to preset).
+_WHOLE = ("model.args", "config.knobs", "baseline.config.knobs")
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"config": {"precision": "bf16"}}`` -> ``{"config.precision": "bf16"}``."""
+    if isinstance(data, dict) and prefix not in _WHOLE:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def _load(ref: str) -> tuple[Path, Preset]:
+    from autotune.preset import load_preset, resolve_preset
+
+    path = resolve_preset(ref)
+    return path, load_preset(path)
+
+
+def _text(value: str) -> Any:
+    from rich.text import Text
+
+    return Text(value)  # never parsed as rich markup: names may contain brackets
+
+
+# -- list ----------------------------------------------------------------------------------
+
+
+@app.command("list")
+@cli_command
+def list_presets(json_out: JsonOpt = False) -> None:
+    """List the presets in reach: shipped, in the working directory, and in the user folder."""
+    from autotune.preset import find_presets, load_preset, preset_ref, user_preset_dir
+
+    rows: list[dict[str, Any]] = []
+    for origin, path in find_presets():
+        row: dict[str, Any] = {"origin": origin, "ref": preset_ref(origin, path)}
+        row["path"] = str(path)
+        try:
+            preset = load_preset(path)
+        except PresetError as exc:
+            row["error"] = exc.problems[0] if exc.problems else exc.context
+            rows.append(row)
+            continue
+        headline = preset.measured.throughput
+        row.update(
+            name=preset.name,
+            model=preset.model.name,
+            device=preset.fingerprint.device_name,
+            device_kind=preset.fingerprint.device_kind,
+            throughput=None if headline is None else headline[0],
+            throughput_unit=None if headline is None else headline[1],
+            speedup=None if preset.baseline is None else preset.baseline.speedup,
+        )
+        rows.append(row)
+    if json_out:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo(
+            "no presets found: none shipped, none in the working directory, none in "
+            f"{user_preset_dir()} (write one with `autotune search`)"
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("origin", "name", "model", "device", "throughput", "speedup")
+    for row in rows:
+        if "error" in row:
+            table.add_row(
+                row["origin"], _text(row["ref"]), "", "", _text(f"invalid: {row['error']}")
+            )
+            continue
+        unit = row["throughput_unit"] or ""
+        speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        device = f"{row['device']} ({row['device_kind']})"
+        table.add_row(
+            row["origin"],
+            _text(row["ref"]),
+            _text(row["model"]),
+            _text(device),
+            _throughput(row["throughput"], unit),
+            speedup,
+        )
+    Console().print(table)
+
+
+# -- show ----------------------------------------------------------------------------------
+
+
+def render_preset(preset: Preset, path: Path | None = None) -> str:
+    """The whole preset, readable: one block per section."""
+    from autotune.preset import preset_to_dict
+    from autotune.units import format_bytes
+
+    data = preset_to_dict(preset)
+    lines = [f"preset {preset.name}" + (f"  ({path})" if path else "")]
+    lines.append(f"  created       {preset.created}")
+    args = f"  (args: {_fmt(preset.model.args)})" if preset.model.args else ""
+    lines.append(f"  model         {preset.model.name}{args}")
+    lines.append(
+        f"  task          seq_len {preset.task.seq_len}, global batch {preset.task.global_batch}"
+    )
+    budget = "none" if preset.budget_bytes is None else _fmt(preset.budget_bytes, "budget_bytes")
+    lines.append(f"  budget        {budget}")
+    headline = preset.measured.throughput
+    if headline is not None:
+        speedup = ""
+        if preset.baseline is not None and preset.baseline.speedup is not None:
+            speedup = f", {preset.baseline.speedup:.2f}x the naive config"
+        lines.append(f"  throughput    {_throughput(*headline)}{speedup}")
+    peak = preset.measured.peak_memory_bytes
+    lines.append(f"  peak memory   {format_bytes(peak)}")
+
+    def section(title: str, values: dict[str, Any] | None) -> None:
+        lines.append("")
+        lines.append(title)
+        if values is None:
+            lines.append("  (none)")
+            return
+        width = max((len(k) for k in values), default=0)
+        for key, value in values.items():
+            lines.append(f"  {key.ljust(width)}  {_fmt(value, key)}")
+
+    section("config", data["config"])
+    section(f"measured  (on {preset.fingerprint.describe()})", data["measured"])
+    baseline = data["baseline"]
+    if baseline is not None:
+        baseline = {k: v for k, v in baseline.items() if k != "config"}
+        changed = {
+            k: v for k, v in data["baseline"]["config"].items() if data["config"].get(k) != v
+        }
+        baseline["config (where it differs)"] = changed
+    section("baseline  (the naive config, same study)", baseline)
+    section("search", data["search"])
+    section("fingerprint", data["fingerprint"])
+    section("training  (defaults of `autotune train`)", data["training"])
+    if preset.notes:
+        lines += ["", "notes", *(f"  {line}" for line in preset.notes.splitlines())]
+    return "\n".join(lines)
+
+
+@app.command("show")
+@cli_command
+def show(preset: PresetArg, json_out: JsonOpt = False) -> None:
+    """Show every field of a preset."""
+    from autotune.preset import preset_to_dict
+
+    path, loaded = _load(preset)
+    if json_out:
+        print_json({"path": str(path), **preset_to_dict(loaded)})
+        return
+    typer.echo(render_preset(loaded, path))
+
+
+# -- diff ----------------------------------------------------------------------------------
+
+
+def diff_rows(a: Preset, b: Preset) -> list[dict[str, Any]]:
+    """Every field of two presets side by side (dotted paths), with ``differs`` set."""
+    from autotune.preset import preset_to_dict
+
+    left, right = _flatten(preset_to_dict(a)), _flatten(preset_to_dict(b))
+    keys = list(left) + [k for k in right if k not in left]
+    missing = object()
+    rows = []
+    for key in keys:
+        va, vb = left.get(key, missing), right.get(key, missing)
+        rows.append(
+            {
+                "field": key,
+                "a": None if va is missing else va,
+                "b": None if vb is missing else vb,
+                "differs": va != vb,
+            }
+        )
+    return rows
+
+
+@app.command("diff")
+@cli_command
+def diff(
+    a: PresetArg,
+    b: PresetArg,
+    all_fields: Annotated[
+        bool, typer.Option("--all", help="Show every field, not only those that differ.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compare two presets side by side; differing fields are marked with *."""
+    path_a, preset_a = _load(a)
+    path_b, preset_b = _load(b)
+    rows = diff_rows(preset_a, preset_b)
+    shown = rows if all_fields else [r for r in rows if r["differs"]]
+    if json_out:
+        print_json({"a": str(path_a), "b": str(path_b), "fields": shown})
+        return
+    differing = sum(r["differs"] for r in rows)
+    if not shown:
+        typer.echo(f"{path_a} and {path_b} are identical ({len(rows)} fields)")
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table("", "field", escape(f"A: {a}"), escape(f"B: {b}"))
+    for row in shown:
+        table.add_row(
+            "*" if row["differs"] else "",
+            row["field"],
+            _text(_fmt(row["a"], row["field"])),
+            _text(_fmt(row["b"], row["field"])),
+            style="bold" if row["differs"] and all_fields else None,
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"{differing} of {len(rows)} fields differ", highlight=False)
+
+
+# -- check ---------------------------------------------------------------------------------
+
+
+def render_portability(report: PortabilityReport) -> list[str]:
+    if report.same_device:
+        lines = [f"portability: same device as recorded ({report.device_name}, {report.device})"]
+    else:
+        lines = [
+            f"portability: measured elsewhere; checking on {report.device_name} ({report.device})"
+        ]
+    lines += [f"  differs  {d}" for d in report.differences]
+    lines += [f"  warning  {w}" for w in report.warnings]
+    return lines
+
+
+def compare_burst(preset: Preset, result: BurstResult) -> list[dict[str, Any]]:
+    """Recorded vs measured-here figures, with here/recorded ratios."""
+    recorded = preset.measured
+    unit = "tokens/s" if recorded.tokens_per_s is not None else "samples/s"
+    here_tp = result.tokens_per_s if unit == "tokens/s" else result.samples_per_s
+    there_tp = recorded.tokens_per_s if unit == "tokens/s" else recorded.samples_per_s
+    rows = [
+        ("throughput", unit, there_tp, here_tp),
+        ("step_time_median_s", "s", recorded.step_time_median_s, result.step_time_median_s),
+        ("step_time_p90_s", "s", recorded.step_time_p90_s, result.step_time_p90_s),
+        ("peak_memory_bytes", "bytes", recorded.peak_memory_bytes, result.peak_memory_bytes),
+        ("compile_s", "s", recorded.compile_s, result.compile_s),
+    ]
+    out = []
+    for name, unit_name, there, here in rows:
+        ratio = here / there if here is not None and there else None
+        out.append(
+            {"field": name, "unit": unit_name, "recorded": there, "here": here, "ratio": ratio}
+        )
+    return out
+
+
+@app.command("check")
+@cli_command
+def check(
+    preset: PresetArg,
+    device: Annotated[
+        str | None,
+        typer.Option(help="cpu, cuda or cuda:N (default: the kind the preset was measured on)."),
+    ] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Timed optimizer steps.")] = 10,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed warm-up steps.")] = 3,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds before the burst is killed.")] = (
+        300.0
+    ),
+    force: Annotated[
+        bool, typer.Option("--force", help="Run even if the recorded peak exceeds free memory.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Re-measure a preset here with a short burst: measured vs recorded figures."""
+    from autotune import burst, hardware
+    from autotune.models.registry import load_model
+    from autotune.preset import check_portability
+
+    path, loaded = _load(preset)
+    profile = hardware.probe()
+    report = check_portability(loaded, profile, device, force=force)
+    if not json_out:
+        typer.echo("\n".join(render_portability(report)))
+    spec = load_model(loaded.model.name)
+    if loaded.model.args:
+        spec = spec.with_args(**loaded.model.args)
+    if not json_out:
+        typer.echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
+    result = burst.run_burst(
+        spec,
+        loaded.config,
+        steps=steps,
+        warmup=warmup,
+        budget_bytes=loaded.budget_bytes,
+        timeout_s=timeout,
+        device=report.device,
+        seed=loaded.training.seed,
+    )
+    rows = compare_burst(loaded, result) if result.ok else []
+    if json_out:
+        print_json(
+            {
+                "path": str(path),
+                "portability": report.to_dict(),
+                "burst": result.to_dict(),
+                "comparison": rows,
+            }
+        )
+    if not result.ok:
+        raise AutotuneError(
+            f"the burst of {str(path)!r} did not finish on {report.device}: "
+            f"{result.status}{': ' + result.reason if result.reason else ''}"
+        )
+    if json_out:
+        return
+    typer.echo(_comparison_table(rows, elsewhere=report.measured_elsewhere))
+
+
+def _comparison_table(rows: list[dict[str, Any]], *, elsewhere: bool) -> str:
+    from autotune.units import format_bytes
+
+    def cell(value: float | None, unit: str) -> str:
+        if value is None:
+            return "-"
+        if unit == "bytes":
+            return format_bytes(value)
+        if unit == "s":
+            return f"{value:.4g} s"
+        return f"{value:,.1f} {unit}"
+
+    recorded = "recorded (elsewhere)" if elsewhere else "recorded"
+    lines = [f"{'':20}{recorded:>24}{'here':>24}{'ratio':>10}"]
+    for row in rows:
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        lines.append(
+            f"{row['field']:20}{cell(row['recorded'], row['unit']):>24}"
+            f"{cell(row['here'], row['unit']):>24}{ratio:>10}"
+        )
+    speed = rows[0]["ratio"] if rows else None
+    if speed is not None and speed < 0.8:
+        lines.append(
+            f"throughput here is {speed:.2f}x the recorded figure: this machine is slower, or "
+            "busy; `autotune search` here may find a better config"
+        )
+    return "\n".join(lines)
+
+
+# -- export --------------------------------------------------------------------------------
+
+_FORMATS = ("json", "yaml")
+
+
+@app.command("export")
+@cli_command
+def export(
+    preset: PresetArg,
+    format_: Annotated[str, typer.Option("--format", help="json or yaml.")] = "json",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --output if it exists.")
+    ] = False,
+) -> None:
+    """Export a preset (validated) as JSON or YAML."""
+    from autotune.preset import atomic_write_text, dump_preset, preset_to_dict
+
+    if format_ not in _FORMATS:
+        raise UsageError(f"--format: expected one of {', '.join(_FORMATS)}; got {format_!r}")
+    path, loaded = _load(preset)
+    if format_ == "json":
+        text = json.dumps(preset_to_dict(loaded), indent=2) + "\n"
+    else:
+        text = dump_preset(loaded)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    target = output.expanduser()
+    if target.is_dir():
+        raise UsageError(f"--output {str(target)!r} is a directory")
+    if target.exists() and not overwrite:
+        raise UsageError(f"--output {str(target)!r} already exists (add --overwrite to replace it)")
+    try:
+        atomic_write_text(target, text, overwrite=overwrite)
+    except FileExistsError:
+        raise UsageError(f"--output {str(target)!r} already exists") from None
+    except OSError as exc:
+        raise PresetError([], context=f"cannot write {str(target)!r}: {exc}") from None
+    typer.echo(f"wrote {target} ({format_}, from {path})", err=True)
