@@ -33,6 +33,9 @@ MakeBatchFn = Callable[[Mapping[str, Any], int, int, torch.Generator], Batch]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 # flops_fn(args, seq_len) -> training FLOPs (forward + backward) for one sample
 FlopsFn = Callable[[Mapping[str, Any], int], float]
+# tokens_fn(args, seq_len) -> tokens in one sample, where that is not just seq_len (seq2seq:
+# source + target tokens)
+TokensFn = Callable[[Mapping[str, Any], int], int]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +101,8 @@ class ModelSpec:
     # the loader; args that differ from the reference's are carried separately.
     source: str = ""
     extras: Mapping[str, Any] = field(default_factory=dict)  # task-specific hooks
+    # For "tokens" models whose sample is not seq_len tokens (None: seq_len tokens).
+    tokens_fn: TokensFn | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -167,7 +172,10 @@ class ModelSpec:
 
     def tokens_per_sample(self, seq_len: int | None = None) -> int:
         """What one sample counts in the throughput unit (1 for samples/s models)."""
-        return (seq_len or self.seq_len) if self.throughput_unit == "tokens" else 1
+        if self.throughput_unit != "tokens":
+            return 1
+        length = seq_len or self.seq_len
+        return self.tokens_fn(self.args, length) if self.tokens_fn is not None else length
 
     def param_counts(self) -> ParamCounts:
         """Parameter counts, built on the meta device (no memory, no time)."""

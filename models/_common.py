@@ -1,0 +1,239 @@
+"""Pieces the built-in models share: norm, MLP, checkpointed stacks, LM helpers, FLOPs.
+
+FLOPs convention (for MFU): PaLM (Chowdhery et al. 2022), appendix B. Training FLOPs for
+one sample of ``T`` tokens::
+
+    6 * N * T  +  12 * L * d_attn * T**2
+
+- ``N``: the parameters that take part in a matmul for every token: all non-embedding
+  parameters, plus the output projection when it is tied to the input embedding (the
+  embedding lookup costs nothing, the logits matmul does; nanoGPT counts it the same way).
+- ``6``: 2 FLOPs per multiply-add, times 3 for forward + backward (the backward pass
+  computes gradients of both activations and weights).
+- ``12 * L * d_attn * T**2``: the attention scores ``Q K^T`` and ``softmax(.) V`` in each
+  of ``L`` layers, where ``d_attn`` is the summed width of every head of every attention
+  in one layer; counted over the full ``T x T`` square (the causal mask's unused half is
+  not subtracted, as in PaLM).
+- Recomputation under activation checkpointing is not counted: MFU measures useful work.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .spec import Batch, ParamCounts, count_parameters
+
+__all__ = [
+    "IGNORE_INDEX",
+    "RMSNorm",
+    "SwiGLU",
+    "generate",
+    "init_weights",
+    "lm_batch",
+    "lm_loss",
+    "lm_metric",
+    "meta_param_counts",
+    "run_layers",
+    "transformer_flops",
+    "unwrap",
+]
+
+IGNORE_INDEX = -100  # label value that the loss skips (torch's cross_entropy default)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned gain (Zhang & Sennrich 2019)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x.to(dtype) * self.weight
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))`` with the gate and up projections fused."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.gate_up = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).split(self.hidden, dim=-1)  # (..., hidden) each
+        return self.down(F.silu(gate) * up)
+
+
+def swiglu_hidden(dim: int, multiple_of: int = 64) -> int:
+    """The usual SwiGLU width: 8/3 * dim rounded up, so 3 matrices cost what 2 of 4*dim do."""
+    return multiple_of * math.ceil(8 * dim / 3 / multiple_of)
+
+
+def run_layers(
+    layers: Iterable[nn.Module], x: torch.Tensor, *extra: Any, checkpointing: bool
+) -> torch.Tensor:
+    """Run ``x = layer(x, *extra)`` through a stack, checkpointing each layer if asked.
+
+    Checkpointing only applies while gradients are being recorded (not under
+    ``torch.no_grad`` / ``inference_mode``), and is non-reentrant as PyTorch recommends.
+    """
+    use_ckpt = checkpointing and torch.is_grad_enabled()
+    for layer in layers:
+        if use_ckpt:
+            x = checkpoint(layer, x, *extra, use_reentrant=False)
+        else:
+            x = layer(x, *extra)
+    return x
+
+
+def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
+    """GPT-2 style: normal(0, std) for linear and embedding weights, zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's module inside ``torch.compile`` and DistributedDataParallel wrappers."""
+    while True:
+        if isinstance(module, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            module = module.module
+        elif isinstance(getattr(module, "_orig_mod", None), nn.Module):  # torch.compile
+            module = module._orig_mod  # type: ignore[assignment]
+        else:
+            return module
+
+
+def transformer_flops(*, matmul_params: int, n_layers: int, d_attn: int, seq_len: int) -> float:
+    """Training FLOPs of one sample: ``6 N T + 12 L d_attn T^2`` (see the module docstring)."""
+    return 6.0 * matmul_params * seq_len + 12.0 * n_layers * d_attn * seq_len**2
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_counts(build_fn: Callable[..., nn.Module], frozen: tuple[Any, ...]) -> ParamCounts:
+    return _counts(build_fn, dict(frozen))
+
+
+def _counts(build_fn: Callable[..., nn.Module], args: Mapping[str, Any]) -> ParamCounts:
+    with torch.device("meta"):
+        module = build_fn(**args)
+    return count_parameters(module)
+
+
+def meta_param_counts(build_fn: Callable[..., nn.Module], args: Mapping[str, Any]) -> ParamCounts:
+    """Parameter counts of ``build_fn(**args)``, built on the meta device (and cached)."""
+    frozen = tuple(sorted(args.items()))
+    try:
+        hash(frozen)
+    except TypeError:
+        return _counts(build_fn, args)
+    return _cached_counts(build_fn, frozen)
+
+
+# -- language-model helpers (MU and GPT share them) ------------------------------------------
+
+
+def lm_batch(
+    args: Mapping[str, Any], batch_size: int, seq_len: int, generator: torch.Generator
+) -> Batch:
+    """Random tokens; ``labels`` are the next tokens (the LM batch contract)."""
+    tokens = torch.randint(
+        0, int(args["vocab_size"]), (batch_size, seq_len + 1), generator=generator
+    )  # (B, T+1)
+    return {"input_ids": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous()}
+
+
+def lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Mean next-token cross-entropy over labels that are not ``IGNORE_INDEX``."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),  # (B*T, V)
+        labels.flatten(),
+        ignore_index=IGNORE_INDEX,
+        label_smoothing=label_smoothing,
+    )
+
+
+def lm_metric(module: nn.Module, batch: Batch) -> dict[str, float]:
+    """Eval metrics of an LM on one batch: plain (unsmoothed) loss, perplexity, accuracy."""
+    model = unwrap(module)
+    with torch.no_grad():
+        logits = model(batch["input_ids"])  # (B, T, V)
+        loss = float(lm_loss(logits, batch["labels"]).item())
+        labels = batch["labels"]
+        valid = labels != IGNORE_INDEX
+        correct = (logits.argmax(-1) == labels) & valid
+        accuracy = float(correct.sum().item()) / max(int(valid.sum().item()), 1)
+    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": accuracy}
+
+
+def generate(
+    module: nn.Module,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    top_p: float = 0.9,
+    generator: torch.Generator | None = None,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Sample ``max_new_tokens`` after ``prompt`` (B, T) with nucleus (top-p) sampling.
+
+    The model sees at most its ``max_seq_len`` last tokens (the context is cropped), runs
+    under ``torch.inference_mode`` in eval mode, and is put back in its previous mode.
+    Returns the prompt followed by the new tokens: (B, T + max_new_tokens).
+    """
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p=}")
+    if temperature <= 0.0:
+        raise ValueError(f"temperature must be positive, got {temperature=}")
+    if prompt.dim() != 2 or prompt.shape[1] == 0:
+        raise ValueError(
+            f"prompt must be a non-empty (B, T) tensor, got shape {tuple(prompt.shape)}"
+        )
+    model = unwrap(module)
+    max_len = int(model.max_seq_len)  # type: ignore[arg-type]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            idx = prompt
+            for _ in range(max_new_tokens):
+                context = idx[:, -max_len:]  # (B, <= max_seq_len)
+                logits = model(context)[:, -1, :].float() / temperature  # (B, V)
+                next_ids = _sample_top_p(torch.softmax(logits, dim=-1), top_p, generator)
+                idx = torch.cat([idx, next_ids.to(idx.device)], dim=1)  # (B, T+1)
+    finally:
+        model.train(was_training)
+    return idx
+
+
+def _sample_top_p(
+    probs: torch.Tensor, top_p: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """One token per row from the smallest set of tokens whose mass reaches ``top_p``."""
+    if generator is not None and generator.device != probs.device:
+        probs = probs.to(generator.device)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)  # (B, V)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of the tokens ranked above
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the top token always stays
+    choice = torch.multinomial(sorted_probs, 1, generator=generator)  # (B, 1)
+    return order.gather(-1, choice)

@@ -1,0 +1,70 @@
+"""`autotune models list` / `show`: table, JSON, user references, unknown names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from autotune.cli.main import app
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_model.py"
+BUILTINS = {"mu", "mu-24", "gpt-small", "gpt-large", "gpt2-124m", "pointer-gen", "text-regressor"}
+runner = CliRunner()
+
+
+def test_list_json_has_every_builtin_with_its_figures() -> None:
+    result = runner.invoke(app, ["models", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == BUILTINS
+    mu = rows["mu"]
+    assert 0.85 * 6.7e6 <= mu["non_embedding_params"] <= 1.15 * 6.7e6
+    assert mu["params"] > mu["non_embedding_params"]
+    assert mu["seq_len"] == 128 and mu["knobs"] == {"block_group": [1, 2, 4, 8, 16]}
+    assert mu["flops_per_token"] == mu["flops_per_sample"] / 128
+    assert rows["pointer-gen"]["tokens_per_sample"] == 768 + 192
+    assert all(row["activation_checkpointing"] for row in rows.values())
+
+
+def test_list_table() -> None:
+    result = runner.invoke(app, ["models", "list"])
+    assert result.exit_code == 0, result.output
+    for name in BUILTINS:
+        assert name in result.stdout
+    assert "block_group=1,2,4,8,16" in result.stdout
+    assert "124.37M" in result.stdout  # gpt2-124m's parameters
+
+
+def test_show_builtin_and_json() -> None:
+    result = runner.invoke(app, ["models", "show", "pointer-gen"])
+    assert result.exit_code == 0, result.output
+    for text in (
+        "src_ext: int64 (B, 768)",
+        "tgt_out: int64 (B, 192)",
+        "chunk_len = 128",
+        "beam_search",
+    ):
+        assert text in result.stdout, text
+    data = json.loads(runner.invoke(app, ["models", "show", "mu", "--json"]).stdout)
+    assert data["args"]["n_layers"] == 6 and data["source"] == "mu"
+    assert data["knob_details"][0]["default"] == 16
+    assert data["batch"]["input_ids"] == {"shape": ["B", 128], "dtype": "int64"}
+
+
+def test_show_a_user_model() -> None:
+    result = runner.invoke(app, ["models", "show", f"{EXAMPLE}:spec"])
+    assert result.exit_code == 0, result.output
+    assert "conv-lm" in result.stdout and "checkpointing        no" in result.stdout
+
+
+def test_unknown_model_exits_2_with_a_message() -> None:
+    result = runner.invoke(app, ["models", "show", "gpt-smal"])
+    assert result.exit_code == 2
+    assert (
+        "unknown model 'gpt-smal'" in result.stderr and "did you mean 'gpt-small'" in result.stderr
+    )
+    assert "Traceback" not in result.output
+    missing = runner.invoke(app, ["models", "show", "nowhere/model.py:spec"])
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr

@@ -1,0 +1,108 @@
+"""User models: examples/my_model.py loads, trains through the one step function, and bad
+references give a clear ModelLoadError."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.config import TrainConfig
+from autotune.errors import ModelLoadError
+from autotune.models import ModelSpec, load_model
+from autotune.step import Stepper, make_optimizer, prepare_model
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_model.py"
+
+
+def test_the_readme_example_loads_from_a_file_and_trains() -> None:
+    spec = load_model(f"{EXAMPLE}:spec")
+    assert isinstance(spec, ModelSpec) and spec.name == "conv-lm"
+    assert spec.source == f"{EXAMPLE}:spec"
+    spec = spec.with_args(dim=16, layers=2)
+    config = TrainConfig(micro_batch=4, grad_accum=2, seq_len=32)
+    device = torch.device("cpu")
+    torch.manual_seed(0)
+    model = prepare_model(spec, config, device)
+    stepper = Stepper(
+        model,
+        make_optimizer(model, config, lr=1e-2),
+        config=config,
+        device=device,
+        loss_fn=spec.loss,
+    )
+    batches = [
+        spec.make_batch(batch_size=4, seq_len=32, generator=torch.Generator().manual_seed(i))
+        for i in range(2)
+    ]
+    losses = [stepper.step(batches).loss_value() for _ in range(20)]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert spec.flops_per_sample(32) > 0 and spec.tokens_per_sample(32) == 32
+
+
+def _write_package(root: Path, body: str) -> None:
+    pkg = root / "my_models_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "zoo.py").write_text(textwrap.dedent(body))
+
+
+def test_a_module_reference_and_a_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_package(
+        tmp_path,
+        f"""
+        import importlib.util
+        _s = importlib.util.spec_from_file_location("_example", {str(EXAMPLE)!r})
+        _m = importlib.util.module_from_spec(_s)
+        _s.loader.exec_module(_m)
+        spec = _m.spec
+        def factory():
+            return _m.spec.with_args(layers=1)
+        not_a_spec = 42
+        def broken():
+            raise RuntimeError("no weights here")
+        """,
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = load_model("my_models_pkg.zoo:spec")
+    assert spec.name == "conv-lm" and spec.source == "my_models_pkg.zoo:spec"
+    made = load_model("my_models_pkg.zoo:factory")
+    assert made.args["layers"] == 1
+    with pytest.raises(ModelLoadError, match=r"is a int, not an autotune ModelSpec"):
+        load_model("my_models_pkg.zoo:not_a_spec")
+    with pytest.raises(
+        ModelLoadError, match=r"calling 'my_models_pkg.zoo:broken'.*no weights here"
+    ):
+        load_model("my_models_pkg.zoo:broken")
+    with pytest.raises(ModelLoadError, match=r"has no attribute 'nope'"):
+        load_model("my_models_pkg.zoo:nope")
+    sys.modules.pop("my_models_pkg.zoo", None)
+    sys.modules.pop("my_models_pkg", None)
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("missing/model_file.py:spec", r"model file .*model_file.py.* does not exist"),
+        ("no_such_package_xyz.models:spec", r"cannot import module 'no_such_package_xyz.models'"),
+        ("not-a-model", r"unknown model 'not-a-model'.*built-in models: .*mu"),
+        ("gpt-smal", r"did you mean 'gpt-small'"),
+        (":spec", r"expected module:attr"),
+    ],
+)
+def test_bad_references_are_clear_errors(ref: str, message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(ref)
+
+
+def test_a_file_that_fails_to_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad_model.py"
+    bad.write_text("import torch\nraise ImportError('needs flash_attn')\n")
+    with pytest.raises(
+        ModelLoadError, match=r"importing .*bad_model.py.* failed: ImportError: needs"
+    ) as info:
+        load_model(f"{bad}:spec")
+    assert info.value.exit_code == 2  # a usage error, not a crash
