@@ -18,6 +18,7 @@ __all__ = ["builtin_names", "get_model", "list_models", "load_model", "register"
 
 # name -> zero-argument factory; filled by the model modules at import (see _load_builtins)
 _BUILTINS: dict[str, Callable[[], ModelSpec]] = {}
+_loaded = False
 
 
 def register(name: str, factory: Callable[[], ModelSpec]) -> None:
@@ -25,8 +26,11 @@ def register(name: str, factory: Callable[[], ModelSpec]) -> None:
 
 
 def _load_builtins() -> None:
-    if _BUILTINS:
+    # Not "if _BUILTINS": importing one model module directly registers only its sizes.
+    global _loaded
+    if _loaded:
         return
+    _loaded = True
     # Importing each module registers its sizes.
     for module in ("mu", "gpt", "pointer_gen", "text_regressor"):
         try:

@@ -1,0 +1,1290 @@
+"""The full training run: the burst's step function, for real, with data, eval, checkpoints.
+
+``Trainer`` takes a model spec, a ``TrainConfig`` (how a step runs: what the search tuned),
+the optimisation settings (``TrainingDefaults``: learning rate, schedule, intervals), the
+data and an output folder; a preset is only where the CLI gets those from. Each optimizer
+step is ``Stepper.step`` (autotune/step.py) over ``grad_accum`` micro-batches: what the
+bursts measured is what runs.
+
+The run folder holds ``ckpt-step*.pt`` (the last ``keep_last``), ``best.pt`` (lowest
+validation loss), ``tokenizer.json``, ``data.json``, ``metrics.jsonl`` (one JSON record per
+log line and per evaluation), ``summary.json`` at the end, and ``tb/`` when TensorBoard is
+installed.
+
+Determinism and resume: the data order is a function of ``(seed, epoch)`` only, the data
+position (epoch, samples into it) and every RNG state are in each checkpoint, so a resumed
+run continues the same loss curve as one never stopped (exactly, on CPU with
+``num_workers=0``).
+
+Signals: SIGINT or SIGTERM finishes the current step, saves a checkpoint and returns with
+``interrupted`` set; the CLI then exits with 128 + the signal number (130 for SIGINT, 143
+for SIGTERM), as a shell does, so a scheduler sees the run did not finish. A second SIGINT
+stops at once (KeyboardInterrupt). Out of memory: the last completed step is saved and
+``TrainingOOMError`` says what to do, or with ``on_oom="adapt"`` the micro-batch halves, the
+accumulation doubles (the global batch is unchanged) and the step is run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from autotune.checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_path,
+    clean_stale,
+    find_resumable,
+    link_best,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    restore_rng_state,
+    save_checkpoint,
+)
+from autotune.config import TrainConfig, did_you_mean
+from autotune.data import ResumableSampler, TrainData, load_data, seeded_generator
+from autotune.distributed import (
+    DistInfo,
+    all_gather_objects,
+    any_flag,
+    barrier,
+    broadcast_object,
+    destroy_distributed,
+    init_distributed,
+    per_rank_config,
+)
+from autotune.errors import AutotuneError, ConfigError, DataError, PresetError, UsageError
+from autotune.preset import TrainingDefaults
+from autotune.step import (
+    Stepper,
+    apply_backend_flags,
+    autocast_context,
+    compile_model,
+    make_optimizer,
+    prepare_model,
+    to_device,
+)
+from autotune.tokenizer import ByteTokenizer, atomic_write_text
+
+if TYPE_CHECKING:
+    from autotune.hardware import DeviceCaps
+    from autotune.models.spec import Batch, ModelSpec
+
+__all__ = [
+    "OnOOM",
+    "TrainResult",
+    "Trainer",
+    "TrainingDefaults",
+    "TrainingOOMError",
+    "apply_overrides",
+    "lr_factor",
+    "train",
+]
+
+OnOOM = Literal["fail", "adapt"]
+CHECKPOINT_FORMAT = 1
+_OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
+_SAMPLE_PROMPT_TOKENS = 32
+_SAMPLE_NEW_TOKENS = 64
+
+
+class TrainingOOMError(AutotuneError):
+    """The run ran out of memory (exit code 1); the message says what to do."""
+
+
+# -- overrides (--set) ----------------------------------------------------------------------
+
+_FLOAT_TEXT = ("e", "E", ".", "inf", "nan")
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML scalars (``4``, ``true``, ``null``, ``bf16``), ``3e-4`` a float."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and any(s in value for s in _FLOAT_TEXT):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(
+    config: TrainConfig, training: TrainingDefaults, overrides: Sequence[str]
+) -> tuple[TrainConfig, TrainingDefaults]:
+    """Apply ``section.field=value`` overrides (``config.micro_batch=4``,
+    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once."""
+    config_data = config.to_dict()
+    training_data = dataclasses.asdict(training)
+    training_names = list(training_data)
+    problems: list[str] = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. config.micro_batch=4")
+            continue
+        value = _parse_value(raw.strip())
+        section, _, name = key.partition(".")
+        if section == "config" and name:
+            if name.startswith("knobs."):
+                knob = name.removeprefix("knobs.")
+                config_data["knobs"] = {**config_data["knobs"], knob: value}
+            elif "." in name:
+                problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
+            else:
+                config_data[name] = value  # unknown names are reported by from_mapping
+        elif section == "training" and name:
+            if name not in training_names:
+                problems.append(
+                    f"--set {key}: unknown field{did_you_mean(name, training_names)} (training "
+                    f"fields: {', '.join(training_names)})"
+                )
+            else:
+                training_data[name] = value
+        else:
+            problems.append(
+                f"--set {key}: expected config.FIELD, config.knobs.NAME or training.FIELD"
+            )
+    new_config, new_training = config, training
+    try:
+        new_config = TrainConfig.from_mapping(config_data)
+    except ConfigError as exc:
+        problems += exc.problems
+    try:
+        new_training = TrainingDefaults(**training_data)
+    except PresetError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems, context="invalid --set override")
+    return new_config, new_training
+
+
+# -- schedule -----------------------------------------------------------------------------------
+
+
+def lr_factor(
+    step: int, *, warmup: int, total: int, schedule: str = "cosine", min_ratio: float = 0.1
+) -> float:
+    """The learning-rate multiplier of optimizer step ``step`` (0-based): linear warm-up
+    over ``warmup`` steps, then cosine (or linear, or constant) decay to ``min_ratio``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
+    if schedule == "linear":
+        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# -- result -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainResult:
+    out_dir: Path
+    start_step: int  # 0, or the step a resume continued from
+    steps: int  # the last completed step
+    total_steps: int
+    losses: tuple[float, ...]  # training loss of each step this process ran
+    eval: Mapping[str, Any] | None  # the last evaluation
+    best_eval_loss: float | None
+    # after the warm-up steps (compilation included), evaluation and checkpoints excluded:
+    # total samples / total step time (data waits included), and from the median step
+    steady_tokens_per_s: float | None
+    steady_samples_per_s: float | None
+    mfu: float | None
+    interrupted: str | None  # "SIGINT" / "SIGTERM" when a signal stopped the run
+    checkpoint: Path | None  # the last checkpoint written
+    config: TrainConfig  # the config the run ended with (after any OOM adaptation)
+    oom_adaptations: int = 0
+    wall_s: float = 0.0
+    median_step_s: float | None = None
+    median_tokens_per_s: float | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when finished; 128 + the signal number when a signal stopped it."""
+        if self.interrupted is None:
+            return 0
+        return 128 + int(getattr(signal, self.interrupted, signal.SIGTERM))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["out_dir"] = str(self.out_dir)
+        data["checkpoint"] = None if self.checkpoint is None else str(self.checkpoint)
+        data["config"] = self.config.to_dict()
+        data["losses"] = list(self.losses)
+        data["eval"] = None if self.eval is None else dict(self.eval)
+        return data
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Display:
+    """Console output (rank 0): a rich progress bar on a terminal, plain lines otherwise,
+    JSON records only with ``json_logs``; plus metrics.jsonl and TensorBoard."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        enabled: bool,
+        json_logs: bool,
+        progress: bool | None,
+        echo: Callable[[str], None] | None,
+        tensorboard: bool,
+    ) -> None:
+        self.enabled = enabled
+        self.json_logs = json_logs
+        self.metrics_path = out_dir / "metrics.jsonl"
+        self._echo = echo
+        self._metrics: Any = None
+        self._tb: Any = None
+        self._progress: Any = None
+        self._task: Any = None
+        self._use_progress = (
+            enabled
+            and not json_logs
+            and echo is None
+            and (progress if progress is not None else _is_tty())
+        )
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(out_dir / "tb"))
+            except Exception:  # tensorboard is optional
+                self._tb = None
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._echo is not None:
+            self._echo(text)
+        elif self.json_logs:
+            print(text, file=sys.stderr, flush=True)
+        elif self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, flush=True)
+
+    def start(self, total: int, done: int) -> None:
+        if not self._use_progress:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=done, info="")
+
+    def advance(self, step: int, info: str | None = None) -> None:
+        if self._progress is not None:
+            kwargs: dict[str, Any] = {"completed": step}
+            if info is not None:
+                kwargs["info"] = info
+            self._progress.update(self._task, **kwargs)
+
+    def open_metrics(self, *, truncate_after: int | None) -> None:
+        """Open metrics.jsonl for appending; on resume, drop records past the checkpoint."""
+        if not self.enabled:
+            return
+        if truncate_after is not None and self.metrics_path.exists():
+            kept = []
+            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line).get("step", 0) <= truncate_after:
+                        kept.append(line)
+                except ValueError:
+                    continue
+            atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
+        self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def record(self, record: Mapping[str, Any], line: str | None = None) -> None:
+        if not self.enabled:
+            return
+        text = json.dumps(record, default=str)
+        if self._metrics is not None:
+            self._metrics.write(text + "\n")
+            self._metrics.flush()
+        if self._tb is not None:
+            prefix = record.get("type", "train")
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("step", "epoch"):
+                    self._tb.add_scalar(f"{prefix}/{key}", value, record.get("step", 0))
+            if isinstance(record.get("sample"), str):
+                self._tb.add_text("sample", record["sample"], record.get("step", 0))
+        if self.json_logs:
+            print(text, flush=True)
+        elif line is not None:
+            self.message(line)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+# -- the data stream -----------------------------------------------------------------------------
+
+
+class _Stream:
+    """Training micro-batches epoch after epoch, with a resumable position (epoch, offset)."""
+
+    def __init__(
+        self,
+        data: TrainData,
+        *,
+        config: TrainConfig,
+        seed: int,
+        dist: DistInfo,
+        device: torch.device,
+        epoch: int = 0,
+        offset: int = 0,
+    ) -> None:
+        self.data = data
+        self.config = config
+        self.seed = seed
+        self.dist = dist
+        self.device = device
+        self.epoch = epoch
+        self.offset = offset  # samples of this rank's epoch already consumed
+        self.loader: DataLoader[Any] | None = None
+        self._iter: Iterator[Batch] | None = None
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """This rank's samples per epoch."""
+        return ResumableSampler(
+            self.data.train, num_replicas=self.dist.world_size, rank=self.dist.rank
+        ).num_samples
+
+    def build(self, config: TrainConfig) -> None:
+        """(Re)build the DataLoader for ``config``'s micro-batch, from the current position."""
+        self.close()
+        self.config = config
+        per_epoch = self.samples_per_epoch
+        if per_epoch < config.micro_batch:
+            n = len(self.data.train)  # type: ignore[arg-type]
+            raise DataError(
+                f"the training split has {n} samples ({per_epoch} per "
+                f"process), fewer than one micro-batch of {config.micro_batch}; give more data "
+                "or a smaller config.micro_batch"
+            )
+        sampler = ResumableSampler(
+            self.data.train,
+            num_replicas=self.dist.world_size,
+            rank=self.dist.rank,
+            shuffle=True,
+            seed=self.seed,
+            epoch=self.epoch,
+            start=self.offset,
+        )
+        kwargs: dict[str, Any] = {}
+        if config.num_workers > 0:
+            kwargs["persistent_workers"] = config.persistent_workers
+            if config.prefetch_factor is not None:
+                kwargs["prefetch_factor"] = config.prefetch_factor
+        self.loader = DataLoader(
+            self.data.train,
+            batch_size=config.micro_batch,
+            sampler=sampler,
+            drop_last=True,
+            num_workers=config.num_workers,
+            pin_memory=config.pin_memory and self.device.type == "cuda",
+            collate_fn=self.data.collate_fn,
+            generator=seeded_generator(self.seed, self.epoch),
+            **kwargs,
+        )
+        self._iter = None
+
+    def next(self) -> Batch:
+        if self.loader is None:
+            self.build(self.config)
+        loader = self.loader
+        if loader is None or not isinstance(loader.sampler, ResumableSampler):  # pragma: no cover
+            raise RuntimeError("the training DataLoader was not built")
+        for _ in range(2):
+            if self._iter is None:
+                loader.sampler.set_epoch(self.epoch)
+                loader.sampler.start = self.offset
+                loader.generator = seeded_generator(self.seed, self.epoch)
+                self._iter = iter(loader)
+            try:
+                batch: Batch = next(self._iter)
+            except StopIteration:
+                self.epoch += 1
+                self.offset = 0
+                self._iter = None
+                continue
+            self.offset += self.config.micro_batch
+            return batch
+        raise DataError("the training data yielded no batch for a whole epoch")  # unreachable
+
+    def seek(self, epoch: int, offset: int) -> None:
+        self.epoch, self.offset = epoch, offset
+        self._iter = None
+
+    def close(self) -> None:
+        self._iter = None
+        self.loader = None
+
+
+# -- the trainer --------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as weights_only-loadable plain data (unknown objects become text)."""
+    if value is None:
+        return None
+    for kind in (bool, int, float, str):  # exact types: subclasses (numpy, TorchVersion) are
+        if isinstance(value, kind):  # not weights_only-loadable
+            return kind(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x / 1e3:,.1f}k" if x >= 1e4 else f"{x:,.0f}"
+
+
+class Trainer:
+    """One training run (see the module docstring). ``run()`` returns a ``TrainResult``."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        config: TrainConfig,
+        training: TrainingDefaults,
+        data: TrainData,
+        out_dir: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        device_caps: DeviceCaps | None = None,
+        resume: str | Path | None = None,
+        on_oom: OnOOM = "fail",
+        dist: DistInfo | None = None,
+        json_logs: bool = False,
+        progress: bool | None = None,
+        echo: Callable[[str], None] | None = None,
+        tensorboard: bool = True,
+    ) -> None:
+        if on_oom not in ("fail", "adapt"):
+            raise UsageError(f"on_oom: expected 'fail' or 'adapt', got {on_oom!r}")
+        self.dist = dist or DistInfo()
+        self.global_config = config
+        self.config = per_rank_config(config, self.dist.world_size)
+        self.training = training
+        self.data = data
+        self.out_dir = Path(out_dir).expanduser()
+        self.device = torch.device(device)
+        self.caps = device_caps
+        self.on_oom = on_oom
+        self.resume = resume
+        self.display = _Display(
+            self.out_dir,
+            enabled=self.dist.is_main,
+            json_logs=json_logs,
+            progress=progress,
+            echo=echo,
+            tensorboard=tensorboard,
+        )
+        self.spec = self._spec_for_run(spec)
+        self.step = 0
+        self.best_eval_loss: float | None = None
+        self.oom_adaptations = 0
+        self._stop_signal: int | None = None
+        self._last_saved: int | None = None
+        self._last_checkpoint: Path | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self.stream = _Stream(
+            data, config=self.config, seed=training.seed, dist=self.dist, device=self.device
+        )
+        self.eval_loader = self._make_eval_loader()
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _spec_for_run(self, spec: ModelSpec) -> ModelSpec:
+        args: dict[str, Any] = dict(self.data.spec_args)
+        if "label_smoothing" in spec.args:
+            args["label_smoothing"] = self.training.label_smoothing
+        elif self.training.label_smoothing:
+            self.display.message(
+                f"warning: model {spec.name!r} has no label_smoothing argument; "
+                f"training.label_smoothing={self.training.label_smoothing} is ignored"
+            )
+        changed = {k: v for k, v in args.items() if spec.args.get(k) != v}
+        for key, value in changed.items():
+            if key != "label_smoothing":
+                self.display.message(
+                    f"note: {spec.name}.{key} set to {value} by the data (was {spec.args.get(key)})"
+                )
+        return spec.with_args(**changed) if changed else spec
+
+    def _make_eval_loader(self) -> DataLoader[Any]:
+        """The validation loader: twice the training micro-batch (no gradients to keep)."""
+        return DataLoader(
+            self.data.val,
+            batch_size=2 * self.config.micro_batch,
+            shuffle=False,
+            drop_last=False,
+            num_workers=0,
+            pin_memory=self.config.pin_memory and self.device.type == "cuda",
+            collate_fn=self.data.collate_fn,
+        )
+
+    def total_steps(self) -> int:
+        steps = [self.training.max_steps] if self.training.max_steps is not None else []
+        if self.training.epochs is not None:
+            per_step = self.config.micro_batch * self.config.grad_accum
+            steps.append(self.training.epochs * max(1, self.stream.samples_per_epoch // per_step))
+        return min(steps)
+
+    def _load_resume_state(self) -> tuple[Path, dict[str, Any]] | None:
+        if self.resume is None:
+            return None
+        where = str(self.resume)
+        if where == "auto":
+            found = find_resumable(self.out_dir, warn=self.display.message)
+            if found is None:
+                self.display.message(
+                    f"no checkpoint in {self.out_dir} to resume from: starting from step 0"
+                )
+            return found
+        path = Path(where).expanduser()
+        if path.is_dir():
+            found = find_resumable(path, warn=self.display.message)
+            if found is None:
+                raise CheckpointError(f"no loadable checkpoint (ckpt-step*.pt) in {str(path)!r}")
+            return found
+        return path, load_checkpoint(path)
+
+    def _check_fresh_out_dir(self) -> None:
+        existing = list_checkpoints(self.out_dir)
+        if existing:
+            step, path = existing[-1]
+            raise UsageError(
+                f"{self.out_dir} already holds checkpoints of a run (latest {path.name}, step "
+                f"{step}); continue it with --resume auto, or train into a new folder with --out"
+            )
+
+    def _build(self, resumed: dict[str, Any] | None) -> None:
+        seed = self.training.seed
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        if resumed is not None and resumed.get("oom_adapted"):
+            saved = TrainConfig.from_mapping(resumed["config"])
+            if saved.global_batch == self.global_config.global_batch:
+                self.global_config = self.global_config.replace(
+                    micro_batch=saved.micro_batch, grad_accum=saved.grad_accum
+                )
+                self.config = per_rank_config(self.global_config, self.dist.world_size)
+                self.display.message(
+                    f"note: the checkpoint ran with micro_batch {saved.micro_batch} x grad_accum "
+                    f"{saved.grad_accum} after running out of memory; continuing with those"
+                )
+        apply_backend_flags(self.config, self.device)
+        self.raw_model = prepare_model(self.spec, self.config, self.device)
+        model: nn.Module = self.raw_model
+        if self.dist.enabled:
+            model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.model = compile_model(model, self.config)
+        self.optimizer = make_optimizer(
+            self.raw_model,
+            self.config,
+            lr=self.training.lr,
+            weight_decay=self.training.weight_decay,
+        )
+        total = self.total_steps()
+        t = self.training
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(
+                s,
+                warmup=t.warmup_steps,
+                total=total,
+                schedule=t.schedule,
+                min_ratio=t.min_lr_ratio,
+            ),
+        )
+        self.stepper = Stepper(
+            self.model,
+            self.optimizer,
+            config=self.config,
+            device=self.device,
+            loss_fn=self.spec.loss_fn,
+            grad_clip=t.grad_clip,
+            scheduler=self.scheduler,
+        )
+        self._opt_time = 0.0
+        self._opt_start = 0.0
+
+        def pre(*_: Any) -> None:
+            self._opt_start = time.perf_counter()
+
+        def post(*_: Any) -> None:
+            self._opt_time += time.perf_counter() - self._opt_start
+
+        self.optimizer.register_step_pre_hook(pre)
+        self.optimizer.register_step_post_hook(post)
+        # Per-rank randomness (dropout) after an identical initialisation everywhere.
+        torch.manual_seed(seed + self.dist.rank)
+        if resumed is not None:
+            self._restore(resumed)
+        self.stream.config = self.config
+        self.eval_loader = self._make_eval_loader()
+
+    def _apply_schedule(self) -> None:
+        """Set the learning rate of the next step from this run's settings (after a resume,
+        the checkpoint's scheduler state holds the old run's peak rate)."""
+        lr, groups = self.training.lr, self.optimizer.param_groups
+        self.scheduler.base_lrs = [lr] * len(groups)
+        factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+        for group in groups:
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor
+        self.scheduler._last_lr = [group["lr"] for group in groups]
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        try:
+            self.raw_model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"the checkpoint does not fit model {self.spec.name!r} with these args "
+                f"(it was written for {state.get('model_name')!r} "
+                f"{state.get('model_args')}): {str(exc).splitlines()[0]}"
+            ) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._apply_schedule()  # this run's lr and steps, which --lr/--max-steps may change
+        self.stepper.load_state_dict(state["stepper"])
+        saved_tok = state.get("tokenizer")
+        tokenizer = self.data.tokenizer
+        if (
+            saved_tok is not None
+            and tokenizer is not None
+            and saved_tok != _plain(tokenizer.to_dict())
+        ):
+            raise CheckpointError(
+                "the checkpoint was trained with a different tokenizer or vocabulary than "
+                "this data gives (see tokenizer.json in the run folder); resume with the "
+                "same --data"
+            )
+        rngs = state["rng"]
+        if len(rngs) != self.dist.world_size:
+            self.display.message(
+                f"note: the checkpoint was written by {len(rngs)} process(es), this run has "
+                f"{self.dist.world_size}: random streams and data order per process differ "
+                "from the original run"
+            )
+        restore_rng_state(rngs[self.dist.rank % len(rngs)])
+        data = state["data"]
+        self.stream.seek(int(data["epoch"]), int(data["offset"]))
+        self.step = int(state["step"])
+        best = state.get("best_eval_loss")
+        self.best_eval_loss = None if best is None else float(best)
+        self.oom_adaptations = int(state.get("oom_adaptations", 0))
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _state(self, rngs: Sequence[Any]) -> dict[str, Any]:
+        tokenizer = self.data.tokenizer
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "step": self.step,
+            "model": self.raw_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "stepper": self.stepper.state_dict(),
+            "rng": list(rngs),
+            "data": {
+                "epoch": self.stream.epoch,
+                "offset": self.stream.offset,
+                "world_size": self.dist.world_size,
+                "seed": self.training.seed,
+            },
+            "config": _plain(self.global_config.to_dict()),
+            "training": _plain(dataclasses.asdict(self.training)),
+            "model_name": self.spec.name,
+            "model_source": self.spec.source,
+            "model_args": _plain(dict(self.spec.args)),
+            "best_eval_loss": self.best_eval_loss,
+            "oom_adapted": self.oom_adaptations > 0,
+            "oom_adaptations": self.oom_adaptations,
+            "tokenizer": None if tokenizer is None else _plain(tokenizer.to_dict()),
+            "torch_version": str(torch.__version__),
+        }
+
+    def save(self, *, best: bool = False) -> Path | None:
+        """Checkpoint the current step (collective under DDP: every rank must call it)."""
+        rngs = all_gather_objects(self.dist, capture_rng_state())
+        path: Path | None = None
+        barrier(self.dist)
+        if self.dist.is_main:
+            path = checkpoint_path(self.out_dir, self.step)
+            if self._last_saved != self.step or not path.exists():
+                size = save_checkpoint(self._state(rngs), path)
+                self.display.message(f"saved {path} ({size / 2**20:.1f} MiB)")
+            if best:
+                link_best(path)
+            prune_checkpoints(self.out_dir, self.training.keep_last)
+        self._last_saved = self.step
+        self._last_checkpoint = path
+        barrier(self.dist)
+        return path
+
+    # -- evaluation -------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        """Validation loss (and the model's metric) over ``eval_batches`` larger batches."""
+        metric_fn = self.spec.extras.get("metric")
+        model = self.raw_model
+        was_training = model.training
+        model.eval()
+        totals: dict[str, float] = {}
+        n = 0
+        try:
+            with torch.no_grad():
+                for i, batch in enumerate(self.eval_loader):
+                    if i >= self.training.eval_batches:
+                        break
+                    batch = to_device(batch, self.device)
+                    size = int(next(iter(batch.values())).shape[0])
+                    with autocast_context(self.config, self.device):
+                        values: dict[str, float] = {}
+                        if metric_fn is not None:
+                            values = {k: float(v) for k, v in metric_fn(model, batch).items()}
+                        if "loss" not in values:
+                            values["loss"] = float(self.spec.loss_fn(model, batch).item())
+                    for k, v in values.items():
+                        totals[k] = totals.get(k, 0.0) + v * size
+                    n += size
+        finally:
+            model.train(was_training)
+        out: dict[str, Any] = {k: v / max(n, 1) for k, v in totals.items()}
+        if self.spec.task == "lm":
+            out["perplexity"] = math.exp(min(out["loss"], 50.0))
+        out["samples"] = n
+        sample = self._sample_text()
+        if sample is not None:
+            out["prompt"], out["sample"] = sample
+        return out
+
+    def _sample_text(self) -> tuple[str, str] | None:
+        """A short continuation of the first validation chunk's start (language models)."""
+        generate = self.spec.extras.get("generate")
+        tokenizer = self.data.tokenizer
+        if self.spec.task != "lm" or generate is None or not isinstance(tokenizer, ByteTokenizer):
+            return None
+        first = self.data.val[0]
+        prompt = first["input_ids"][:_SAMPLE_PROMPT_TOKENS].unsqueeze(0).to(self.device)  # (1, P)
+        gen = torch.Generator(device=self.device).manual_seed(self.training.seed)
+        with autocast_context(self.config, self.device):
+            out = generate(self.raw_model, prompt, _SAMPLE_NEW_TOKENS, 0.9, gen)
+        prompt_text = tokenizer.decode(prompt[0].tolist())
+        new_text = tokenizer.decode(out[0, prompt.shape[1] :].tolist())
+        return prompt_text, new_text
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop_signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        self.display.message(
+            f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+            "(press Ctrl-C again to stop at once)"
+        )
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+
+    def _adapt_to_oom(self) -> bool:
+        """Halve the micro-batch and double the accumulation; False when impossible."""
+        cfg = self.config
+        if self.on_oom != "adapt" or self.dist.enabled or cfg.micro_batch < 2:
+            return False
+        new = cfg.replace(micro_batch=cfg.micro_batch // 2, grad_accum=cfg.grad_accum * 2)
+        self.display.message(
+            f"out of memory at step {self.step + 1} with micro_batch {cfg.micro_batch}: "
+            f"continuing with micro_batch {new.micro_batch} x grad_accum {new.grad_accum} "
+            f"(global batch {new.global_batch} unchanged)"
+        )
+        self.config = self.global_config = new
+        self.stepper.config = new
+        self.oom_adaptations += 1
+        epoch, offset = self.stream.epoch, self.stream.offset
+        self.stream.build(new)
+        self.stream.seek(epoch, offset)
+        self.eval_loader = self._make_eval_loader()
+        return True
+
+    def _oom_message(self, exc: BaseException, saved: Path | None) -> str:
+        cfg = self.config
+        where = f"saved the last completed step to {saved}; " if saved else ""
+        half = max(1, cfg.micro_batch // 2)
+        return (
+            f"out of memory at step {self.step + 1} (micro_batch {cfg.micro_batch}, grad_accum "
+            f"{cfg.grad_accum}, {cfg.precision}): {str(exc).splitlines()[0] if str(exc) else ''}"
+            f"; {where}rerun with --resume auto --on-oom adapt (halves the micro-batch and "
+            f"doubles accumulation, same global batch), or --set config.micro_batch={half} "
+            f"--set config.grad_accum={cfg.grad_accum * cfg.micro_batch // half}, or "
+            "--set config.activation_checkpointing=true where the model supports it"
+        )
+
+    def _free_after_oom(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def run(self) -> TrainResult:
+        t_start = time.perf_counter()
+        resumed = self._load_resume_state()
+        if self.dist.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            clean_stale(self.out_dir)
+            elsewhere = resumed is not None and (
+                resumed[0].parent.resolve() != self.out_dir.resolve()
+            )
+            if resumed is None or elsewhere:  # never mix two runs' checkpoints in one folder
+                self._check_fresh_out_dir()
+        barrier(self.dist)
+        self._build(resumed[1] if resumed else None)
+        start_step = self.step
+        total = self.total_steps()
+        if self.dist.is_main:
+            self.data.save(self.out_dir)
+        self.display.open_metrics(truncate_after=start_step)
+        self._announce(resumed[0] if resumed else None, total)
+
+        tokens_per_sample = self.spec.tokens_per_sample(self.config.seq_len)
+        losses: list[float] = []
+        pending: list[torch.Tensor] = []
+        step_times: list[float] = []
+        interval: dict[str, float] = {"time": 0.0, "data": 0.0, "opt": 0.0, "samples": 0.0}
+        last_eval: dict[str, Any] | None = None
+        grad_norm: torch.Tensor | None = None
+        self._install_signals()
+        self.display.start(total, self.step)
+        try:
+            while self.step < total:
+                if any_flag(self.dist, self._stop_signal is not None, self.device):
+                    break
+                t0 = time.perf_counter()
+                start_pos = (self.stream.epoch, self.stream.offset)
+                data_wait = 0.0
+                micro: list[Batch] = []
+                try:
+                    for _ in range(self.config.grad_accum):
+                        t = time.perf_counter()
+                        batch = self.stream.next()
+                        data_wait += time.perf_counter() - t
+                        micro.append(to_device(batch, self.device, non_blocking=True))
+                except Exception:
+                    if self._stop_signal is None:
+                        raise
+                    self.stream.seek(*start_pos)  # the workers died of the signal too
+                    break
+                self._opt_time = 0.0
+                try:
+                    out = self.stepper.step(micro)
+                except _OOM_ERRORS as exc:
+                    del micro
+                    self._free_after_oom()
+                    self.stream.seek(*start_pos)
+                    if self._adapt_to_oom():
+                        continue
+                    saved = None if self.dist.enabled else self.save()
+                    raise TrainingOOMError(self._oom_message(exc, saved)) from None
+                del micro
+                self.step += 1
+                pending.append(out.loss)
+                grad_norm = out.grad_norm
+                evaluate = self.step % self.training.eval_interval == 0 or self.step == total
+                checkpoint = self.step % self.training.checkpoint_interval == 0
+                # the loss is read (a device sync) only at log steps, and always before an
+                # evaluation or a checkpoint, so that no checkpoint holds a diverged model
+                log_now = (
+                    self.step % self.training.log_interval == 0
+                    or self.step == total
+                    or evaluate
+                    or checkpoint
+                )
+                values: list[float] = []
+                if log_now:
+                    values = torch.stack(pending).float().cpu().tolist()  # syncs the device
+                    pending.clear()
+                dt = time.perf_counter() - t0
+                step_times.append(dt)
+                samples = self.config.micro_batch * self.config.grad_accum * self.dist.world_size
+                interval["time"] += dt
+                interval["data"] += data_wait
+                interval["opt"] += self._opt_time
+                interval["samples"] += samples
+                if log_now:
+                    losses.extend(values)
+                    self._log_train(values, interval, tokens_per_sample, grad_norm, total)
+                    interval = dict.fromkeys(interval, 0.0)
+                else:
+                    self.display.advance(self.step)
+                if values and not all(math.isfinite(v) for v in values):
+                    last = (
+                        f"; the last checkpoint is step {self._last_saved}"
+                        if self._last_saved
+                        else ""
+                    )
+                    raise AutotuneError(
+                        f"the training loss is not finite at step {self.step} ({values[-1]})"
+                        f"{last}; lower training.lr (--lr), use fp32 or bf16 rather than fp16, "
+                        "or check the data"
+                    )
+                improved = False
+                if evaluate:
+                    last_eval = self._run_eval()
+                    improved = bool(last_eval.get("improved"))
+                if improved or checkpoint or self.step == total:
+                    self.save(best=improved)
+            if pending:  # steps since the last log line, when a signal stopped the loop
+                values = torch.stack(pending).float().cpu().tolist()
+                losses.extend(values)
+                self._log_train(values, interval, tokens_per_sample, grad_norm, total)
+        finally:
+            self._restore_signals()
+            self.display.advance(self.step)
+            self.display.close()
+        interrupted: str | None = None
+        if self.step < total:  # a signal stopped the loop
+            sig = self._stop_signal or signal.SIGTERM
+            interrupted = signal.Signals(sig).name
+            if self._last_saved != self.step:
+                self.save()
+            self.display.message(
+                f"{interrupted}: stopped at step {self.step} of {total}; checkpoint "
+                f"{self._last_checkpoint}; continue with --resume auto"
+            )
+        return self._finish(
+            start_step=start_step,
+            total=total,
+            losses=losses,
+            step_times=step_times,
+            last_eval=last_eval,
+            interrupted=interrupted,
+            wall_s=time.perf_counter() - t_start,
+        )
+
+    def _announce(self, resumed_from: Path | None, total: int) -> None:
+        if not self.dist.is_main:
+            return
+        counts = self.spec.param_counts()
+        cfg = self.config
+        global_batch = cfg.micro_batch * cfg.grad_accum * self.dist.world_size
+        tokens = global_batch * self.spec.tokens_per_sample(cfg.seq_len)
+        for line in self.data.summary:
+            self.display.message(line)
+        self.display.message(
+            f"model {self.spec.name}: {counts.total / 1e6:.2f}M parameters "
+            f"({counts.non_embedding / 1e6:.2f}M non-embedding) on {self.device}"
+            + (f" x {self.dist.world_size} processes" if self.dist.enabled else "")
+        )
+        self.display.message(
+            f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"
+            + (f" x world {self.dist.world_size}" if self.dist.enabled else "")
+            + f" = global batch {global_batch} ({tokens:,} {self.spec.throughput_unit}/step), "
+            f"seq_len {cfg.seq_len}, {cfg.precision}, compile {cfg.compile}, "
+            f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
+            f"{cfg.num_workers} workers; eval batch {2 * cfg.micro_batch}"
+        )
+        t = self.training
+        self.display.message(
+            f"training: {total} steps, AdamW lr {t.lr:g} ({t.schedule}, warm-up "
+            f"{t.warmup_steps}, min ratio {t.min_lr_ratio:g}), weight decay {t.weight_decay:g}, "
+            f"grad clip {t.grad_clip}, seed {t.seed}; out {self.out_dir}"
+        )
+        if resumed_from is not None:
+            self.display.message(f"resumed from {resumed_from} at step {self.step}")
+
+    def _mfu(self, samples_per_s: float) -> float | None:
+        if self.caps is None:
+            return None
+        precision = self.config.precision
+        if precision in ("bf16", "fp16"):
+            peak = self.caps.peak_flops_bf16
+        elif precision == "tf32":
+            peak = getattr(self.caps, "peak_flops_tf32", None)
+        else:
+            peak = self.caps.peak_flops_fp32
+        if not peak:
+            return None
+        per_device = samples_per_s / self.dist.world_size
+        return self.spec.flops_per_sample(self.config.seq_len) * per_device / peak
+
+    def _log_train(
+        self,
+        values: list[float],
+        interval: Mapping[str, float],
+        tokens_per_sample: int,
+        grad_norm: torch.Tensor | None,
+        total: int,
+    ) -> None:
+        elapsed = max(interval["time"], 1e-9)
+        samples_per_s = interval["samples"] / elapsed
+        tokens_per_s = samples_per_s * tokens_per_sample
+        mfu = self._mfu(samples_per_s)
+        loss = sum(values) / len(values)
+        n = len(values)
+        record: dict[str, Any] = {
+            "type": "train",
+            "step": self.step,
+            "epoch": self.stream.epoch,
+            "loss": loss,
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            "grad_norm": None if grad_norm is None else float(grad_norm.item()),
+            "tokens_per_s": tokens_per_s,
+            "samples_per_s": samples_per_s,
+            "mfu": mfu,
+            "step_time_s": elapsed / n,
+            "data_wait_s": interval["data"] / n,
+            "optimizer_s": interval["opt"] / n,
+            "compute_s": max(0.0, elapsed - interval["data"] - interval["opt"]) / n,
+        }
+        unit = "tok/s" if self.spec.throughput_unit == "tokens" else "samples/s"
+        rate = tokens_per_s if unit == "tok/s" else samples_per_s
+        mfu_text = f" | MFU {mfu:.1%}" if mfu is not None else ""
+        info = f"loss {loss:.4f} | {_fmt_rate(rate)} {unit}{mfu_text}"
+        line = (
+            f"step {self.step}/{total} | {info} | lr {record['lr']:.2e} | step "
+            f"{record['step_time_s'] * 1e3:.0f} ms (data {record['data_wait_s'] * 1e3:.1f}, "
+            f"compute {record['compute_s'] * 1e3:.0f}, optimizer "
+            f"{record['optimizer_s'] * 1e3:.1f})"
+        )
+        self.display.record(record, line)
+        self.display.advance(self.step, info)
+
+    def _run_eval(self) -> dict[str, Any]:
+        result: dict[str, Any] | None = None
+        if self.dist.is_main:
+            try:
+                result = self.evaluate()
+            except _OOM_ERRORS:
+                self._free_after_oom()
+                self.display.message(
+                    f"out of memory in evaluation with batch {self.eval_loader.batch_size}; "
+                    f"evaluating with batch {self.config.micro_batch} from now on"
+                )
+                self.eval_loader = DataLoader(
+                    self.data.val,
+                    batch_size=self.config.micro_batch,
+                    shuffle=False,
+                    collate_fn=self.data.collate_fn,
+                )
+                result = self.evaluate()
+            loss = float(result["loss"])
+            result["improved"] = self.best_eval_loss is None or loss < self.best_eval_loss
+            if result["improved"]:
+                self.best_eval_loss = loss
+        result = broadcast_object(self.dist, result)
+        if result is None:  # pragma: no cover
+            raise RuntimeError("rank 0 sent no evaluation result")
+        if not self.dist.is_main:
+            self.best_eval_loss = (
+                float(result["loss"]) if result["improved"] else self.best_eval_loss
+            )
+        record = {"type": "eval", "step": self.step, **{k: v for k, v in result.items()}}
+        parts = [f"eval step {self.step}: val loss {result['loss']:.4f}"]
+        parts += [
+            f"{k} {v:.4g}"
+            for k, v in result.items()
+            if k not in ("loss", "samples", "improved") and isinstance(v, float)
+        ]
+        line = " | ".join(parts)
+        if "sample" in result:
+            line += f"\n  prompt: {result['prompt']!r}\n  sample: {result['sample']!r}"
+        self.display.record(record, line)
+        return result
+
+    def _finish(
+        self,
+        *,
+        start_step: int,
+        total: int,
+        losses: list[float],
+        step_times: list[float],
+        last_eval: dict[str, Any] | None,
+        interrupted: str | None,
+        wall_s: float,
+    ) -> TrainResult:
+        cfg = self.config
+        samples_per_step = cfg.micro_batch * cfg.grad_accum * self.dist.world_size
+        skip = max(1, min(10, len(step_times) // 10))  # warm-up (and compilation) steps
+        steady = step_times[skip:]
+        sps = samples_per_step * len(steady) / sum(steady) if steady and sum(steady) > 0 else None
+        per_sample = self.spec.tokens_per_sample(cfg.seq_len)
+        tps = None if sps is None else sps * per_sample
+        median = statistics.median(steady) if steady else None
+        median_tps = samples_per_step * per_sample / median if median else None
+        result = TrainResult(
+            out_dir=self.out_dir,
+            start_step=start_step,
+            steps=self.step,
+            total_steps=total,
+            losses=tuple(losses),
+            eval=None if last_eval is None else {k: v for k, v in last_eval.items()},
+            best_eval_loss=self.best_eval_loss,
+            steady_tokens_per_s=tps if self.spec.throughput_unit == "tokens" else None,
+            steady_samples_per_s=sps,
+            mfu=None if sps is None else self._mfu(sps),
+            interrupted=interrupted,
+            checkpoint=self._last_checkpoint,
+            config=self.global_config,
+            oom_adaptations=self.oom_adaptations,
+            wall_s=wall_s,
+            median_step_s=median,
+            median_tokens_per_s=median_tps if self.spec.throughput_unit == "tokens" else None,
+        )
+        if self.dist.is_main:
+            atomic_write_text(
+                self.out_dir / "summary.json",
+                json.dumps(result.to_dict(), indent=2, default=str) + "\n",
+            )
+            if sps is not None:
+                unit = self.spec.throughput_unit
+                rate = tps if unit == "tokens" and tps is not None else sps
+                mfu = f", MFU {result.mfu:.1%}" if result.mfu is not None else ""
+                best = "-" if self.best_eval_loss is None else f"{self.best_eval_loss:.4f}"
+                self.display.message(
+                    f"done: step {self.step}/{total} in {wall_s:.1f} s; steady "
+                    f"{rate:,.0f} {unit}/s{mfu}; best val loss {best}; run folder {self.out_dir}"
+                )
+        return result
+
+
+# -- the Python API -----------------------------------------------------------------------------
+
+
+def train(
+    spec: ModelSpec,
+    config: TrainConfig,
+    training: TrainingDefaults | None = None,
+    *,
+    data: str | Path | TrainData | None = None,
+    out_dir: str | Path,
+    device: str = "cpu",
+    device_caps: DeviceCaps | None = None,
+    resume: str | Path | None = None,
+    on_oom: OnOOM = "fail",
+    cache_dir: str | Path | None = None,
+    text_column: str = "text",
+    target_column: str = "target",
+    json_logs: bool = False,
+    progress: bool | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train ``spec`` with ``config`` (see ``Trainer``); under torchrun, as one rank of DDP.
+
+    ``data``: a path (see autotune/data.py for the formats), prepared ``TrainData``, or
+    None for the default corpus (language models only).
+    """
+    training = training or TrainingDefaults()
+    info, device = init_distributed(device)
+    try:
+        if isinstance(data, TrainData):
+            prepared = data
+        else:
+
+            def load() -> TrainData:
+                return load_data(
+                    spec,
+                    data,
+                    seq_len=config.seq_len,
+                    cache_dir=None if cache_dir is None else Path(cache_dir),
+                    text_column=text_column,
+                    target_column=target_column,
+                    log=echo or (lambda s: print(s, file=sys.stderr, flush=True)),
+                )
+
+            if info.is_main:  # rank 0 writes the token cache, the others then read it
+                prepared = load()
+                barrier(info)
+            else:
+                barrier(info)
+                prepared = load()
+        trainer = Trainer(
+            spec,
+            config,
+            training,
+            prepared,
+            out_dir,
+            device=device,
+            device_caps=device_caps,
+            resume=resume,
+            on_oom=on_oom,
+            dist=info,
+            json_logs=json_logs,
+            progress=progress,
+            echo=echo,
+        )
+        return trainer.run()
+    finally:
+        destroy_distributed(info)

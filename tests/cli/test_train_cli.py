@@ -1,0 +1,135 @@
+"""`autotune train` through the real Typer app: presets, flags, bad input, exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from fake_lm import FAKE_LM
+from typer.testing import CliRunner, Result
+
+from autotune.cli.main import app
+from autotune.config import TrainConfig
+from autotune.hardware import probe
+from autotune.preset import (
+    Fingerprint,
+    Measured,
+    ModelRef,
+    Preset,
+    Task,
+    TrainingDefaults,
+    save_preset,
+)
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+QUICK = ["--max-steps", "2", "--eval-interval", "2", "--set", "config.seq_len=16"]
+TINY = ["--model", f"{FAKE_LM}:spec", "--set", "config.micro_batch=2"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+
+
+def invoke(*args: str) -> Result:
+    return runner.invoke(app, ["train", *args])
+
+
+def write_preset(path: Path, **changes: object) -> Path:
+    fields: dict[str, object] = {
+        "name": "tiny-test",
+        "model": ModelRef(name=f"{FAKE_LM}:spec", args={"dim": 8}),
+        "task": Task(seq_len=16, global_batch=4),
+        "config": TrainConfig(micro_batch=2, grad_accum=2, seq_len=16),
+        "fingerprint": Fingerprint.from_profile(probe(), "cpu"),
+        "measured": Measured(tokens_per_s=1000.0),
+        "training": TrainingDefaults(max_steps=2, eval_interval=2, eval_batches=1, log_interval=1),
+    }
+    fields.update(changes)
+    return save_preset(Preset(**fields), path)  # type: ignore[arg-type]
+
+
+def test_train_with_a_preset_into_the_default_folder(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path / "tiny.yaml")
+    result = invoke("--preset", str(preset))
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "autotune_runs" / "train" / "tiny-test"
+    assert (out / "ckpt-step00000002.pt").is_file() and (out / "tokenizer.json").is_file()
+    assert "micro_batch 2 x grad_accum 2 = global batch 4" in result.output
+    assert "step 2/2" in result.output and "val loss" in result.output
+    # the same command again would overwrite the run: refused, with what to do instead
+    again = invoke("--preset", str(preset))
+    assert again.exit_code == 2 and "--resume auto" in again.output
+    more = invoke("--preset", str(preset), "--resume", "auto", "--max-steps", "3")
+    assert more.exit_code == 0, more.output
+    assert "resumed from" in more.output and "step 3/3" in more.output
+
+
+def test_a_preset_this_device_cannot_run_is_refused(tmp_path: Path) -> None:
+    preset = write_preset(
+        tmp_path / "fp16.yaml", config=TrainConfig(micro_batch=2, seq_len=16, precision="fp16")
+    )
+    result = invoke("--preset", str(preset))
+    assert result.exit_code == 2
+    assert "fp16" in result.output and "Traceback" not in result.output
+
+
+def test_model_without_preset_and_json_logs(tmp_path: Path) -> None:
+    result = invoke(*TINY, *QUICK, "--out", "run", "--json-logs", "--lr", "0.01")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {r["type"] for r in records} == {"train", "eval"}
+    assert records[-1]["step"] == 2
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
+    assert "documents" in result.stderr  # people's messages go to stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--data", "missing.txt"], "does not exist"),
+        (["--data", "empty.txt"], "empty"),
+        (["--data", "binary.txt"], "looks binary"),
+        (["--data", "bad.jsonl"], "not valid JSON"),
+        (["--set", "config.micro_batc=2"], "did you mean 'micro_batch'"),
+        (["--set", "training.warmup_steps=-1"], "training.warmup_steps"),
+        (["--on-oom", "retry"], "--on-oom"),
+        (["--max-steps", "0"], "--max-steps"),
+        (["--resume", "nope.pt"], "does not exist"),
+        (["--preset", "p.yaml"], "not both"),
+    ],
+)
+def test_bad_input_is_exit_2_without_traceback(tmp_path: Path, args: list[str], match: str) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.txt").write_bytes(b"\x7fELF\x00\x00")
+    (tmp_path / "bad.jsonl").write_text('{"text": 1\n')
+    result = invoke(*TINY, *QUICK, *args)
+    assert result.exit_code == 2, result.output
+    assert match in result.output
+    assert "Traceback" not in result.output
+
+
+def test_neither_preset_nor_model() -> None:
+    result = invoke()
+    assert result.exit_code == 2 and "--preset" in result.output
+
+
+def test_pointer_gen_without_data_explains_the_format() -> None:
+    result = invoke("--model", "pointer-gen", "--max-steps", "1")
+    assert result.exit_code == 2
+    assert '{"source"' in result.output and "--data" in result.output

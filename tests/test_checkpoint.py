@@ -1,0 +1,153 @@
+"""Checkpoints: atomic writes, keep-last-K and best, weights_only loading, RNG states."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autotune.checkpoint import (
+    BEST_NAME,
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_path,
+    clean_stale,
+    find_resumable,
+    link_best,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    restore_rng_state,
+    save_checkpoint,
+)
+
+
+def state(step: int) -> dict[str, object]:
+    return {"step": step, "model": {"w": torch.full((4,), float(step))}, "config": {"a": 1}}
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    path = checkpoint_path(tmp_path, 7)
+    assert path.name == "ckpt-step00000007.pt"
+    size = save_checkpoint(state(7), path)
+    assert size == path.stat().st_size > 0
+    loaded = load_checkpoint(path)
+    assert loaded["step"] == 7 and torch.equal(loaded["model"]["w"], torch.full((4,), 7.0))
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    save_checkpoint(state(1), checkpoint_path(tmp_path, 1))
+
+    def half_then_die(obj: object, f: object) -> None:
+        f.write(b"PK\x03\x04 partial data")  # type: ignore[attr-defined]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", half_then_die)
+    with pytest.raises(OSError, match="No space"):
+        save_checkpoint(state(2), checkpoint_path(tmp_path, 2))
+    monkeypatch.undo()
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]
+    assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was removed
+    found = find_resumable(tmp_path)
+    assert found is not None and found[1]["step"] == 1
+
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, time, torch
+    from pathlib import Path
+    from autotune.checkpoint import checkpoint_path, save_checkpoint
+
+    folder = Path(sys.argv[1])
+    save_checkpoint({"step": 1, "model": {"w": torch.ones(3)}}, checkpoint_path(folder, 1))
+    real_save = torch.save
+
+    def slow_save(obj, f):
+        f.write(b"\\0" * (1 << 20))  # a megabyte of a big checkpoint, then the kill
+        f.flush()
+        (folder / "writing").touch()
+        time.sleep(60)
+
+    torch.save = slow_save
+    save_checkpoint({"step": 2, "model": {"w": torch.zeros(3)}}, checkpoint_path(folder, 2))
+    """
+)
+
+
+def test_a_process_killed_mid_write_leaves_the_previous_checkpoint_loadable(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "writing").exists():
+            assert proc.poll() is None, "the writer died before writing"
+            assert time.monotonic() < deadline, "the writer never started writing"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]  # no half step-2 file
+    stale = list(tmp_path.glob(".ckpt-step00000002.pt.*.tmp"))
+    assert len(stale) == 1 and stale[0].stat().st_size >= 1 << 20
+    found = find_resumable(tmp_path)
+    assert found is not None and found[0].name == "ckpt-step00000001.pt"
+    assert torch.equal(found[1]["model"]["w"], torch.ones(3))
+    assert clean_stale(tmp_path) == stale and not stale[0].exists()
+
+
+def test_find_resumable_skips_a_damaged_newest_file(tmp_path: Path) -> None:
+    save_checkpoint(state(1), checkpoint_path(tmp_path, 1))
+    checkpoint_path(tmp_path, 2).write_bytes(b"garbage")
+    warnings: list[str] = []
+    found = find_resumable(tmp_path, warn=warnings.append)
+    assert found is not None and found[1]["step"] == 1
+    assert warnings and "ckpt-step00000002.pt" in warnings[0]
+    with pytest.raises(CheckpointError, match="damaged or not an autotune checkpoint"):
+        load_checkpoint(checkpoint_path(tmp_path, 2))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_loading_refuses_pickled_objects(tmp_path: Path) -> None:
+    """weights_only: a checkpoint that would construct arbitrary objects is refused."""
+    path = tmp_path / "evil.pt"
+    torch.save({"step": 1, "model": {}, "obj": Path("x")}, path)
+    with pytest.raises(CheckpointError, match="cannot load"):
+        load_checkpoint(path)
+
+
+def test_keep_last_k_and_best(tmp_path: Path) -> None:
+    for step in range(1, 6):
+        save_checkpoint(state(step), checkpoint_path(tmp_path, step))
+        if step == 2:
+            link_best(checkpoint_path(tmp_path, step))
+        prune_checkpoints(tmp_path, keep_last=2)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 5]
+    best = load_checkpoint(tmp_path / BEST_NAME)  # outlives its pruned step file
+    assert best["step"] == 2
+
+
+def test_rng_states_round_trip_through_a_weights_only_file(tmp_path: Path) -> None:
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    random.gauss(0, 1)  # leaves a cached gaussian in python's state
+    save_checkpoint({"step": 0, "model": {}, "rng": capture_rng_state()}, tmp_path / "r.pt")
+    expected = (random.random(), random.gauss(0, 1), np.random.rand(), torch.rand(3))
+    restore_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
+    got = (random.random(), random.gauss(0, 1), np.random.rand(), torch.rand(3))
+    assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])

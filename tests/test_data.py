@@ -1,0 +1,287 @@
+"""Data: the default corpus, the user's formats, bad data, the token cache, datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fake_lm import make_spec
+
+from autotune.data import (
+    LMDataset,
+    ResumableSampler,
+    default_corpus,
+    load_data,
+    load_documents,
+    prepare_lm_data,
+    prepare_regression_data,
+    prepare_seq2seq_data,
+    split_validation,
+    unigram_entropy,
+)
+from autotune.errors import DataError
+from autotune.tokenizer import ByteTokenizer, WordVocab, load_tokenizer, split_words
+
+
+def lm(path: Path | None, cache: Path, seq_len: int = 8, vocab_size: int = 260) -> object:
+    return prepare_lm_data(path, seq_len=seq_len, vocab_size=vocab_size, cache_dir=cache)
+
+
+# -- the default corpus ---------------------------------------------------------------------
+
+
+def test_default_corpus_is_python_docs_split_into_sections() -> None:
+    docs = default_corpus()
+    assert len(docs) > 100  # ~79 topics, split at their section headings
+    assert all(d.text.strip() for d in docs)
+    assert any("assert" in d.text for d in docs)
+
+
+def test_validation_split_is_deterministic_and_disjoint() -> None:
+    docs = default_corpus()
+    train1, val1 = split_validation(docs)
+    _, val2 = split_validation(list(docs))
+    assert [d.source for d in val1] == [d.source for d in val2]
+    assert 0 < len(val1) < len(docs) / 4
+    assert {d.source for d in train1}.isdisjoint(d.source for d in val1)
+    assert len(train1) + len(val1) == len(docs)
+
+
+def test_default_corpus_tokenizes_with_stats(tmp_path: Path) -> None:
+    data = prepare_lm_data(None, seq_len=64, vocab_size=260, cache_dir=tmp_path)
+    stats = data.stats
+    assert stats is not None
+    assert stats.documents == stats.train_documents + stats.val_documents
+    assert stats.train_tokens > 10 * stats.val_tokens / 2 > 0
+    assert stats.min_doc_tokens <= stats.avg_doc_tokens <= stats.max_doc_tokens
+    assert stats.train_chunks == (stats.train_tokens - 1) // 64
+    assert any("documents" in line for line in data.summary)
+
+
+# -- the user's text -----------------------------------------------------------------------
+
+
+def test_text_file_folder_and_jsonl(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello world, " * 20)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "b.md").write_text("# title\nmarkdown " * 10)
+    (sub / "skip.bin").write_bytes(b"\x00\x01")  # not *.txt/*.md: ignored
+    docs = load_documents(tmp_path)
+    assert sorted(Path(d.source).name for d in docs) == ["a.txt", "b.md"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"text": "one"}) + "\n\n" + json.dumps({"text": "two"}) + "\n")
+    assert [d.text for d in load_documents(jsonl)] == ["one", "two"]
+
+
+def test_long_document_is_chunked_not_truncated(tmp_path: Path) -> None:
+    text = "".join(chr(97 + i % 26) for i in range(1000))
+    (tmp_path / "long.txt").write_text(text)
+    data = prepare_lm_data(tmp_path / "long.txt", seq_len=16, vocab_size=260, cache_dir=tmp_path)
+    assert data.stats is not None
+    # one document: the validation split is the tail of the stream; every token is kept
+    assert data.stats.train_tokens + data.stats.val_tokens == 1001  # + <eos>
+    train = data.train
+    assert isinstance(train, LMDataset)
+    assert len(train) == (data.stats.train_tokens - 1) // 16
+    first, second = train[0], train[1]
+    assert first["input_ids"].shape == (16,)
+    assert torch.equal(first["labels"][:-1], first["input_ids"][1:])  # next-token labels
+    assert first["labels"][-1] == second["input_ids"][0]  # stride seq_len: no token lost
+    decoded = ByteTokenizer().decode(torch.cat([first["input_ids"], second["input_ids"]]).tolist())
+    assert decoded == text[:32]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("empty.txt", b"", "empty"),
+        ("blank.txt", b"  \n\n ", "empty"),
+        ("binary.txt", b"abc\x00\x01\x02", "binary"),
+        ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
+        ("bad.jsonl", b'{"text": "ok"}\n{not json\n', r"bad.jsonl:2: not valid JSON"),
+        ("list.jsonl", b"[1, 2]\n", "expected a JSON object"),
+        ("notext.jsonl", b'{"body": "x"}\n', "expected a string field 'text'"),
+    ],
+)
+def test_bad_text_data_is_a_clear_data_error(
+    tmp_path: Path, name: str, content: bytes, match: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=match):
+        lm(path, tmp_path / "cache")
+
+
+def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        lm(tmp_path / "nope.txt", tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"no \.txt/\.md files"):
+        lm(tmp_path / "empty", tmp_path)
+
+
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "secret.txt"
+    path.write_text("text")
+
+    def deny(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", deny)  # root may read a chmod 000 file
+    with pytest.raises(DataError, match="permission denied"):
+        lm(path, tmp_path / "cache")
+
+
+def test_vocab_too_small_for_byte_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x" * 100)
+    with pytest.raises(DataError, match="vocab_size=100"):
+        lm(tmp_path / "a.txt", tmp_path, vocab_size=100)
+
+
+def test_too_little_text_for_seq_len(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("short")
+    with pytest.raises(DataError, match="fewer than seq_len"):
+        lm(tmp_path / "a.txt", tmp_path, seq_len=64)
+
+
+# -- the token cache -------------------------------------------------------------------------
+
+
+def test_token_cache_is_reused_without_tokenizing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"{i}.txt").write_text(f"document {i} " * 30)
+    cache = tmp_path / "cache"
+    first = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+    assert first.stats is not None and not first.stats.cached
+
+    def boom(self: ByteTokenizer, text: str) -> np.ndarray:
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(ByteTokenizer, "encode", boom)
+    second = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+    assert second.stats is not None and second.stats.cached
+    assert second.stats.train_tokens == first.stats.train_tokens
+    assert torch.equal(second.train[3]["input_ids"], first.train[3]["input_ids"])
+    # a changed source is a new cache entry: tokenized again
+    (corpus / "0.txt").write_text("changed " * 40)
+    with pytest.raises(AssertionError, match="tokenized again"):
+        prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+
+
+def test_lm_dataset_pickles_without_the_memmap(tmp_path: Path) -> None:
+    import pickle
+
+    data = prepare_lm_data(None, seq_len=32, vocab_size=260, cache_dir=tmp_path)
+    ds = data.train
+    assert isinstance(ds, LMDataset)
+    _ = ds[0]  # opens the memmap
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy._tokens is None
+    assert torch.equal(copy[5]["labels"], ds[5]["labels"])
+
+
+def test_unigram_entropy() -> None:
+    assert unigram_entropy(np.array([1, 1, 1, 1])) == pytest.approx(0.0)
+    assert unigram_entropy(np.array([0, 1, 2, 3])) == pytest.approx(np.log(4))
+
+
+# -- the sampler ------------------------------------------------------------------------------
+
+
+def test_sampler_order_depends_only_on_seed_and_epoch_and_resumes_mid_epoch() -> None:
+    data: Any = list(range(50))  # a map-style dataset
+    a = list(ResumableSampler(data, seed=3, epoch=1))
+    assert a == list(ResumableSampler(data, seed=3, epoch=1))
+    assert a != list(ResumableSampler(data, seed=3, epoch=2))
+    assert sorted(a) == data
+    assert list(ResumableSampler(data, seed=3, epoch=1, start=20)) == a[20:]
+    ranks = [list(ResumableSampler(data, num_replicas=2, rank=r, seed=3)) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 25
+    assert set(ranks[0]).isdisjoint(ranks[1])
+
+
+# -- pointer-gen and text-regressor -----------------------------------------------------------
+
+
+def test_word_vocab_and_tokenizer_files(tmp_path: Path) -> None:
+    vocab = WordVocab.build([split_words("The cat, the hat."), ["the", "hat"]], vocab_size=7)
+    assert vocab.words == ("the", "hat", ",")  # most frequent, ties alphabetical; 7 - 4 specials
+    assert vocab.to_mapping()["the"] == 4
+    vocab.save(tmp_path / "tokenizer.json")
+    assert load_tokenizer(tmp_path / "tokenizer.json") == vocab
+    ByteTokenizer().save(tmp_path / "byte.json")
+    assert load_tokenizer(tmp_path / "byte.json") == ByteTokenizer()
+
+
+def test_seq2seq_pairs(tmp_path: Path) -> None:
+    from autotune.models import builtin_names
+
+    if "pointer-gen" not in builtin_names():
+        pytest.skip("the pointer-gen model is not available")
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"source": f"the story number {i} is long", "summary": f"story {i}"} for i in range(30)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = prepare_seq2seq_data(path, vocab_size=20, max_src=12, max_tgt=5)
+    sample = data.train[0]
+    assert sample["src"].shape == (12,) and sample["tgt_out"].shape == (5,)
+    assert isinstance(data.tokenizer, WordVocab) and data.tokenizer.vocab_size <= 20
+    assert len(data.train) + len(data.val) == 30  # type: ignore[arg-type]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"source": "x"}) + "\n")
+    with pytest.raises(DataError, match="'source' and 'summary'"):
+        prepare_seq2seq_data(bad, vocab_size=20, max_src=12, max_tgt=5)
+
+
+def _csv(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_regression_csv(tmp_path: Path) -> None:
+    rows = "".join(f'"item {i}",{i},{2 * i + 1},blue,{10 + i}\n' for i in range(30))
+    path = _csv(tmp_path / "d.csv", "text,a,b,color,price\n" + rows)
+    data = prepare_regression_data(
+        path, seq_len=16, vocab_size=260, target_column="price", log_target=True
+    )
+    assert data.spec_args == {"n_numeric": 2}
+    assert data.extra["numeric_columns"] == ["a", "b"]
+    sample = data.train[0]
+    assert sample["input_ids"].shape == (16,) and sample["attention_mask"].dtype == torch.bool
+    assert sample["numeric"].shape == (2,)
+    numeric = torch.stack([data.train[i]["numeric"] for i in range(len(data.train))])  # type: ignore[arg-type]
+    assert numeric.mean(0).abs().max() < 1e-5  # standardized with the training split's stats
+    assert 2.0 < float(sample["target"]) < 4.0  # log1p(price)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("text,x\nhello,1\n", "no column 'target'"),
+        ("body,target\nhello,1\n", "no column 'text'.*--text-column"),
+        ("text,x,target\na,1,2\nb,,3\n", r"d.csv:3: column 'x' has a missing value"),
+        ("text,target\na,1\nb,cheap\n", "must hold numbers"),
+        ("", "empty"),
+        ("text,target\n", "no rows"),
+    ],
+)
+def test_bad_csv(tmp_path: Path, text: str, match: str) -> None:
+    path = _csv(tmp_path / "d.csv", text)
+    with pytest.raises(DataError, match=match):
+        prepare_regression_data(path, seq_len=8, vocab_size=260)
+
+
+def test_models_without_default_data_say_what_to_give() -> None:
+    spec = make_spec()
+    for task, word in (("seq2seq", "JSONL"), ("regression", "CSV")):
+        other = spec.__class__(**{**spec.__dict__, "task": task})
+        with pytest.raises(DataError, match=f"needs --data.*{word}"):
+            load_data(other, None, seq_len=8)
