@@ -1,22 +1,68 @@
 """The burst: one short, real, isolated training run of one config, honestly timed.
 
-(Interface fixed here; the implementation is being built.)
+``run_burst`` starts ``python -m autotune._burst_child`` as a fresh process in a session
+(and process group) of its own, and reads one JSON message per line from a pipe reserved
+for it. Why a plain subprocess rather than ``multiprocessing``'s spawn context:
+
+- ``start_new_session`` puts the trial in its own session between fork and exec, with no
+  window in which it shares the parent's group; ``os.killpg`` then ends the trial and its
+  DataLoader workers together, and Ctrl-C in the terminal reaches only the parent.
+- spawn re-imports the parent's ``__main__`` (a user script without a main guard, a
+  notebook) and pickles a target; ``python -m`` imports nothing of the caller.
+- JSON lines on a dedicated descriptor survive the child being SIGKILLed mid-message (the
+  partial line is dropped); a ``multiprocessing.Queue`` killed mid-``put`` can be left
+  broken, and its feeder thread and semaphores outlive a killed process badly. The
+  child's stdout and stderr go to a log that never feeds the classification.
+
+The outcome comes from the messages alone (see ``autotune._burst_child``): ``ok``,
+``oom``, ``nan`` and ``error`` are sent by the trial; ``timeout`` (the parent killed it at
+the deadline), ``crash`` (it died without a result) and ``pruned`` (``on_step`` said stop)
+are decided here. On CPU, a watchdog thread samples the memory of the trial's process tree
+(``autotune.memory.ProcessTreeSampler``) and kills the group with ``oom`` once it passes
+the budget, before the machine's own OOM killer acts. POSIX only (sessions, ``killpg``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import json
+import math
+import os
+import pickle
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import psutil
+
+from autotune.memory import ProcessTreeSampler
+from autotune.units import format_bytes
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
+    from autotune.hardware import DeviceCaps
     from autotune.models.spec import ModelSpec
 
 __all__ = ["BurstResult", "BurstStatus", "run_burst"]
 
 BurstStatus = Literal["ok", "oom", "timeout", "crash", "nan", "error", "pruned"]
+
+# Seconds a trial gets to end after SIGTERM before its group is SIGKILLed, and to exit on
+# its own after sending its result (DataLoader workers shutting down).
+TERM_GRACE_S = 2.0
+EXIT_GRACE_S = 3.0
+POLL_S = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,13 +73,13 @@ class BurstResult:
     config: Mapping[str, Any] = field(default_factory=dict)
     timed_steps: int = 0
     warmup_steps: int = 0
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = None  # None for a model measured in samples
     samples_per_s: float | None = None
     step_time_median_s: float | None = None
     step_time_p90_s: float | None = None
     warmup_s: float | None = None  # wall time of the warm-up steps, compilation included
     compile_s: float | None = None  # the first step's excess over the median: compilation
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = None  # as the budget counts it (see autotune.memory)
     mfu: float | None = None
     losses: tuple[float, ...] = ()
     step_times_s: tuple[float, ...] = ()
@@ -41,10 +87,20 @@ class BurstResult:
     wall_s: float | None = None
     eval_loss: float | None = None  # set by a verification burst
     checkpoint_bytes: int | None = None  # set by a verification burst
+    throughput_unit: Literal["tokens", "samples"] = "tokens"
+    memory_source: str = ""  # how peak_memory_bytes was measured
+    host_peak_bytes: int | None = None  # CPU memory of the process tree (also on CUDA)
+    peak_processes: int | None = None  # most processes seen in the tree (workers + 1)
+    cuda_context_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def throughput(self) -> float | None:
+        """The figure a search maximises: tokens/s, or samples/s for a samples model."""
+        return self.tokens_per_s if self.throughput_unit == "tokens" else self.samples_per_s
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -62,6 +118,167 @@ class BurstResult:
         return cls(**kwargs)
 
 
+# -- figures ----------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in [0, 100]) of a non-empty list."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q=}")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def step_figures(
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    step_times: list[float],
+    warmup_times: list[float],
+    caps: DeviceCaps | None,
+) -> dict[str, Any]:
+    """Throughput, step-time median/p90, warm-up, compile seconds and MFU from step times."""
+    figures: dict[str, Any] = {
+        "timed_steps": len(step_times),
+        "warmup_steps": len(warmup_times),
+        "step_times_s": tuple(step_times),
+        "warmup_s": sum(warmup_times) if warmup_times else None,
+        "throughput_unit": spec.throughput_unit,
+    }
+    if not step_times:
+        return figures
+    median = statistics.median(step_times)
+    samples_per_s = config.global_batch / median if median > 0 else None
+    figures["step_time_median_s"] = median
+    figures["step_time_p90_s"] = percentile(step_times, 90)
+    figures["samples_per_s"] = samples_per_s
+    if samples_per_s is not None and spec.throughput_unit == "tokens":
+        figures["tokens_per_s"] = samples_per_s * spec.tokens_per_sample(config.seq_len)
+    if config.compile != "off":
+        first = (warmup_times or step_times)[0]
+        figures["compile_s"] = max(0.0, first - median)
+    figures["mfu"] = _mfu(spec, config, samples_per_s, caps)
+    return figures
+
+
+def _mfu(
+    spec: ModelSpec, config: TrainConfig, samples_per_s: float | None, caps: DeviceCaps | None
+) -> float | None:
+    if samples_per_s is None or caps is None:
+        return None
+    peak = caps.peak_flops(config.precision)
+    if not peak:
+        return None
+    try:
+        flops = spec.flops_per_sample(config.seq_len)
+    except Exception:  # a user's FLOPs formula must not sink the measurement
+        return None
+    if not flops or flops <= 0:
+        return None
+    return flops * samples_per_s / peak
+
+
+@functools.lru_cache(maxsize=8)
+def _probed_caps(device: str) -> DeviceCaps | None:
+    """The device's capabilities from the hardware probe, or None if it cannot tell."""
+    try:
+        from autotune.hardware import probe
+
+        return probe().device(device)
+    except Exception:
+        return None
+
+
+# -- the trial process ------------------------------------------------------------------
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _exited(proc: psutil.Process | None) -> bool:
+    """Whether the trial's main process has ended (without reaping it: the pid, and with it
+    the process group id, stays reserved until we wait on it)."""
+    if proc is None:
+        return True
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+
+
+def _wait_exit(proc: psutil.Process | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _exited(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
+    # From a source checkout (not installed), make this autotune importable in the child.
+    # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(root) + (os.pathsep + path if path else "")
+    return env
+
+
+def _describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "did not exit"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (the OS out-of-memory killer?)" if -returncode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {returncode}"
+
+
+def _log_tail(path: Path, limit: int = 300) -> str:
+    """The last meaningful line of the trial's stderr, for context in a crash reason."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 8192))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith(("File ", "Current thread", "Thread 0x", "Extension")):
+            return text[:limit]
+    return ""
+
+
+@dataclass
+class _Progress:
+    """What the trial has reported so far."""
+
+    stage: str = "starting the process"
+    overhead_s: float | None = None
+    warmup: int = 0
+    steps: int = 0
+    warmup_times: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    cuda_peak: int | None = None
+    context_bytes: int | None = None
+    context_method: str | None = None
+    cap_fraction: float | None = None
+    result: dict[str, Any] | None = None
+
+    def next_stage(self) -> str:
+        if len(self.warmup_times) < self.warmup:
+            return f"warm-up step {len(self.warmup_times) + 1} of {self.warmup}"
+        return f"timed step {len(self.step_times) + 1} of {self.steps}"
+
+
 def run_burst(
     spec: ModelSpec,
     config: TrainConfig,
@@ -74,5 +291,349 @@ def run_burst(
     seed: int = 0,
     verify: bool = False,
     on_step: Callable[[int, float], bool] | None = None,
+    device_caps: DeviceCaps | None = None,
+    memory_interval_s: float = 0.025,
 ) -> BurstResult:
-    raise NotImplementedError
+    """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
+    fresh process, and report what happened.
+
+    ``budget_bytes`` is enforced inside the trial on CUDA (the allocator is capped) and by
+    the parent's watchdog on CPU. ``on_step(index, seconds)`` is called here, in the
+    caller's process, after each timed step (``index`` from 0); returning False stops the
+    trial at once with status ``pruned``; an exception it raises ends the trial and is
+    re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
+    checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
+    Nothing the trial started outlives this call.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps=}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup=}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s=}")
+    if budget_bytes is not None and budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes=}")
+    started = time.perf_counter()
+    on_cuda = device.startswith("cuda")
+    caps = device_caps if device_caps is not None else _probed_caps(device)
+    base: dict[str, Any] = {"device": device, "config": config.to_dict()}
+
+    def finish(status: BurstStatus, reason: str, progress: _Progress, **extra: Any) -> BurstResult:
+        figures = step_figures(
+            spec=spec,
+            config=config,
+            step_times=progress.step_times,
+            warmup_times=progress.warmup_times,
+            caps=caps,
+        )
+        return BurstResult(
+            status=status,
+            reason=reason,
+            losses=tuple(progress.losses),
+            overhead_s=progress.overhead_s,
+            cuda_context_bytes=progress.context_bytes,
+            wall_s=time.perf_counter() - started,
+            **base,
+            **figures,
+            **extra,
+        )
+
+    workdir = Path(tempfile.mkdtemp(prefix="autotune-burst-"))
+    try:
+        request: dict[str, Any] = {
+            "config": config,
+            "steps": steps,
+            "warmup": warmup,
+            "budget_bytes": budget_bytes,
+            "device": device,
+            "seed": seed,
+            "verify": verify,
+            "workdir": str(workdir),
+        }
+        try:
+            request.update(_spec_payload(spec))
+            with open(workdir / "request.pkl", "wb") as f:
+                pickle.dump(request, f)
+        except Exception as exc:
+            return finish(
+                "error",
+                f"cannot send model {spec.name!r} to the trial process: "
+                f"{type(exc).__name__}: {exc} (give it a source: a built-in name or a "
+                "pkg.mod:attr / file.py:attr reference)",
+                _Progress(),
+            )
+        return _supervise(
+            workdir=workdir,
+            progress=_Progress(warmup=warmup, steps=steps),
+            started=started,
+            timeout_s=timeout_s,
+            budget_bytes=budget_bytes,
+            on_cuda=on_cuda,
+            on_step=on_step,
+            memory_interval_s=memory_interval_s,
+            finish=finish,
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _spec_payload(spec: ModelSpec) -> dict[str, Any]:
+    """How the child gets the spec: re-loaded from its source with these args, or pickled."""
+    if spec.source:
+        args = dict(spec.args)
+        pickle.dumps(args)  # fail here, with a clear message, if the args cannot travel
+        return {"spec_source": spec.source, "spec_args": args, "spec": None}
+    pickle.dumps(spec)  # fail here, with a clear message, rather than in the child
+    return {"spec_source": None, "spec_args": None, "spec": spec}
+
+
+def _supervise(
+    *,
+    workdir: Path,
+    progress: _Progress,
+    started: float,
+    timeout_s: float,
+    budget_bytes: int | None,
+    on_cuda: bool,
+    on_step: Callable[[int, float], bool] | None,
+    memory_interval_s: float,
+    finish: Callable[..., BurstResult],
+) -> BurstResult:
+    log_path = workdir / "trial.log"
+    read_fd, write_fd = os.pipe()
+    proc: subprocess.Popen[bytes] | None = None
+    sampler: ProcessTreeSampler | None = None
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
+                [
+                    sys.executable,
+                    "-m",
+                    "autotune._burst_child",
+                    str(workdir / "request.pkl"),
+                    str(write_fd),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                env=_child_env(),
+            )
+        os.close(write_fd)
+        write_fd = -1
+        pgid = proc.pid
+        try:
+            leader: psutil.Process | None = psutil.Process(proc.pid)
+        except psutil.NoSuchProcess:
+            leader = None
+        sampler = ProcessTreeSampler(
+            proc.pid,
+            interval_s=memory_interval_s,
+            budget_bytes=None if on_cuda else budget_bytes,
+            on_over_budget=lambda _: _kill_group(pgid, signal.SIGKILL),
+        ).start()
+
+        outcome = _watch(
+            read_fd=read_fd,
+            leader=leader,
+            sampler=sampler,
+            progress=progress,
+            started=started,
+            deadline=started + timeout_s,
+            on_step=on_step,
+        )
+        if outcome == "result":
+            _wait_exit(leader, EXIT_GRACE_S)
+        elif outcome == "timeout":
+            _kill_group(pgid, signal.SIGTERM)
+            _wait_exit(leader, TERM_GRACE_S)
+        sampler.stop()  # before the reap below frees the group id for reuse
+        _kill_group(pgid, signal.SIGKILL)
+        returncode = proc.wait()
+        _reap_tree(sampler)
+
+        host_peak = sampler.peak_bytes or None
+        memory: dict[str, Any] = {
+            "host_peak_bytes": host_peak,
+            "peak_processes": sampler.peak_processes or None,
+        }
+        result = progress.result or {}
+        own_rss = result.get("own_peak_rss_bytes")
+        if own_rss and host_peak is not None:
+            memory["host_peak_bytes"] = max(host_peak, own_rss)
+        if on_cuda:
+            peak = result.get("peak_bytes") or progress.cuda_peak
+            memory["peak_memory_bytes"] = peak
+            method = progress.context_method or "unknown"
+            memory["memory_source"] = f"cuda: peak reserved + context ({method})"
+            if progress.cap_fraction is not None:
+                memory["memory_source"] += (
+                    f"; allocator capped at {progress.cap_fraction:.1%} of the card"
+                )
+        else:
+            memory["peak_memory_bytes"] = memory["host_peak_bytes"]
+            memory["memory_source"] = "cpu: process-tree memory (trial RSS + workers' USS)"
+            if not sampler.exact:
+                memory["memory_source"] = "cpu: process-tree RSS (workers' USS unavailable)"
+
+        if outcome == "budget":
+            reached = max(sampler.over_budget_bytes or 0, sampler.peak_bytes)
+            memory["peak_memory_bytes"] = reached
+            return finish(
+                "oom",
+                f"the process tree's memory reached {format_bytes(reached)}, past the budget "
+                f"of {format_bytes(budget_bytes)}, during {progress.stage}; stopped",
+                progress,
+                **memory,
+            )
+        if outcome == "timeout":
+            return finish(
+                "timeout",
+                f"no result after {timeout_s:g} s, during {progress.stage}; process group killed",
+                progress,
+                **memory,
+            )
+        if outcome == "pruned":
+            return finish(
+                "pruned",
+                f"stopped by on_step after timed step {len(progress.step_times)}",
+                progress,
+                **memory,
+            )
+        if progress.result is None:
+            tail = _log_tail(log_path)
+            return finish(
+                "crash",
+                f"the trial process {_describe_exit(returncode)} without a result, during "
+                f"{progress.stage}" + (f"; last output: {tail}" if tail else ""),
+                progress,
+                **memory,
+            )
+        extra = {
+            k: result[k] for k in ("eval_loss", "checkpoint_bytes") if result.get(k) is not None
+        }
+        status, reason = result["status"], result.get("reason", "")
+        peak = memory["peak_memory_bytes"]
+        if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:
+            # Between two samples, but the trial's own high-water mark saw it.
+            status = "oom"
+            reason = f"peak {format_bytes(peak)} passed the budget of {format_bytes(budget_bytes)}"
+        return finish(status, reason, progress, **memory, **extra)
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
+        os.close(read_fd)
+        if sampler is not None:
+            sampler.stop()
+        if proc is not None and proc.returncode is None:
+            _kill_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        if sampler is not None:
+            _reap_tree(sampler)
+
+
+def _reap_tree(sampler: ProcessTreeSampler) -> None:
+    """Make sure no process of the trial's tree is left (one that left the group too)."""
+    procs = [p for p in sampler.processes()[1:] if _alive(p)]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    if procs:
+        psutil.wait_procs(procs, timeout=5)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _watch(
+    *,
+    read_fd: int,
+    leader: psutil.Process | None,
+    sampler: ProcessTreeSampler,
+    progress: _Progress,
+    started: float,
+    deadline: float,
+    on_step: Callable[[int, float], bool] | None,
+) -> Literal["result", "exited", "timeout", "budget", "pruned"]:
+    """Read the trial's messages until it sends a result, dies, times out, passes the
+    budget or is pruned."""
+    buffer = b""
+
+    def handle(lines: list[bytes]) -> Literal["result", "pruned"] | None:
+        for raw in lines:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue  # a partial line from a killed trial
+            kind = msg.get("type")
+            if kind == "stage":
+                progress.stage = str(msg.get("name"))
+            elif kind == "context":
+                progress.context_bytes = int(msg["bytes"])
+                progress.context_method = str(msg.get("method"))
+            elif kind == "cap":
+                progress.cap_fraction = msg.get("fraction")
+            elif kind == "ready":
+                progress.overhead_s = time.perf_counter() - started
+                progress.stage = progress.next_stage()
+            elif kind in ("warmup", "step"):
+                seconds = float(msg["time_s"])
+                (progress.warmup_times if kind == "warmup" else progress.step_times).append(seconds)
+                progress.losses.append(float(msg["loss"]))
+                if msg.get("peak_bytes") is not None:
+                    progress.cuda_peak = int(msg["peak_bytes"])
+                progress.stage = progress.next_stage()
+                if (
+                    kind == "step"
+                    and on_step is not None
+                    and on_step(int(msg["index"]), seconds) is False
+                ):
+                    return "pruned"
+            elif kind == "result":
+                progress.result = msg
+                return "result"
+        return None
+
+    def read_available(block_s: float) -> bool:
+        """Read what the pipe holds; False at end of file."""
+        nonlocal buffer
+        ready, _, _ = select.select([read_fd], [], [], block_s)
+        if not ready:
+            return True
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            return False
+        buffer += chunk
+        return True
+
+    def drain_lines() -> list[bytes]:
+        nonlocal buffer
+        *lines, buffer = buffer.split(b"\n")
+        return lines
+
+    while True:
+        if sampler.over_budget_bytes is not None:
+            return "budget"
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return "timeout"
+        open_ = read_available(min(remaining, POLL_S))
+        outcome = handle(drain_lines())
+        if outcome is not None:
+            return outcome
+        if not open_ or _exited(leader):
+            # Whatever the trial wrote before it ended is in the pipe: read it all.
+            while open_ and select.select([read_fd], [], [], 0.0)[0]:
+                open_ = read_available(0.0)
+            outcome = handle(drain_lines())
+            if outcome is not None:
+                return outcome
+            if sampler.over_budget_bytes is not None:
+                return "budget"
+            return "exited"

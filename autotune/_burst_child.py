@@ -1,0 +1,445 @@
+"""The inside of a burst: the code that runs in the trial's own process.
+
+Started by ``autotune.burst.run_burst`` as ``python -m autotune._burst_child REQUEST FD``:
+``REQUEST`` is a pickle written by the parent (the spec's source or the pickled spec, the
+config, the step counts, the budget), ``FD`` a pipe on which this process writes one JSON
+object per line:
+
+    {"type": "stage", "name": "building the model"}
+    {"type": "context", "bytes": 5.2e8, "method": "nvml-process"}           (CUDA only)
+    {"type": "ready"}                                  (the first step starts now)
+    {"type": "warmup" | "step", "index": 0, "time_s": 0.12, "loss": 2.3, "peak_bytes": ...}
+    {"type": "result", "status": "ok" | "oom" | "nan" | "error", "reason": "...", ...}
+
+The parent classifies the outcome from these messages alone: a process that dies without
+a ``result`` crashed, one that is still running at the deadline timed out. Nothing here
+prints to stdout or stderr on purpose; both go to a log the parent keeps for context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import sys
+import time
+import traceback
+from collections.abc import Callable, Generator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from autotune.config import TrainConfig
+    from autotune.models.spec import Batch, ModelSpec
+
+__all__ = ["classify_exception", "main", "sync_device", "timed_step"]
+
+T = TypeVar("T")
+
+# How many micro-batches' worth of distinct synthetic samples the data set cycles over.
+POOL_MICRO_BATCHES = 4
+
+
+class Channel:
+    """JSON lines to the parent. A parent that is gone ends this process quietly."""
+
+    def __init__(self, fd: int) -> None:
+        self._out: TextIO = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+    def send(self, kind: str, **fields: Any) -> None:
+        try:
+            self._out.write(json.dumps({"type": kind, **fields}) + "\n")
+            self._out.flush()
+        except BrokenPipeError:
+            os._exit(3)
+
+
+# -- timing -----------------------------------------------------------------------------
+def sync_device(device: torch.device) -> None:
+    """Wait for the device's queued work, so a clock read after it means something."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_step(
+    run_step: Callable[[], T],
+    device: torch.device,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, T]:
+    """Seconds one whole step took: queued device work is drained before both clock reads."""
+    sync_device(device)
+    start = clock()
+    out = run_step()
+    sync_device(device)
+    return clock() - start, out
+
+
+# -- outcome ----------------------------------------------------------------------------
+_OOM_TEXT = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(status, short reason) for an exception raised inside the trial.
+
+    ``oom`` for ``torch.cuda.OutOfMemoryError``, ``MemoryError`` and the allocation
+    failures torch reports as a plain ``RuntimeError`` (cuBLAS/cuDNN handles), anywhere
+    in the exception's cause chain (torch.compile wraps the errors it meets); ``error``
+    for anything else. The reason is ``Type: first line of the message [file:line]``.
+    """
+    oom_type: type[BaseException] | None
+    try:
+        import torch
+
+        oom_type = torch.cuda.OutOfMemoryError
+    except ImportError:  # pragma: no cover - torch is always there in a trial
+        oom_type = None
+    status = "error"
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError) or (
+            oom_type is not None and isinstance(current, oom_type)
+        ):
+            status = "oom"
+            break
+        if isinstance(current, RuntimeError) and any(t in str(current) for t in _OOM_TEXT):
+            status = "oom"
+            break
+        current = current.__cause__ or current.__context__
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(message) > 240:
+        message = message[:237] + "..."
+    reason = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        reason += f" [{Path(last.filename).name}:{last.lineno} in {last.name}]"
+    return status, reason
+
+
+# -- data -------------------------------------------------------------------------------
+def make_loader(
+    spec: ModelSpec, config: TrainConfig, *, samples: int, seed: int
+) -> torch.utils.data.DataLoader[Batch]:
+    """The real DataLoader path over a pool of the spec's synthetic samples.
+
+    Sample ``i`` is row ``i mod pool`` of a few micro-batches made by ``spec.make_batch``;
+    the data set is ``samples`` long so one epoch covers the whole burst (no worker
+    restarts inside the timed steps).
+    """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    pool_size = config.micro_batch * POOL_MICRO_BATCHES
+    generator = torch.Generator().manual_seed(seed)
+    pool = spec.make_batch(batch_size=pool_size, seq_len=config.seq_len, generator=generator)
+
+    class PoolDataset(Dataset["Batch"]):
+        def __len__(self) -> int:
+            return samples
+
+        def __getitem__(self, index: int) -> Batch:
+            row = index % pool_size
+            return {k: v[row] for k, v in pool.items()}
+
+    kwargs: dict[str, Any] = {}
+    if config.num_workers > 0:
+        kwargs["persistent_workers"] = config.persistent_workers
+        if config.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = config.prefetch_factor
+    return DataLoader(
+        PoolDataset(),
+        batch_size=config.micro_batch,
+        shuffle=False,
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
+    )
+
+
+def forever(loader: torch.utils.data.DataLoader[Batch]) -> Generator[Batch, None, None]:
+    while True:
+        yield from loader
+
+
+# -- the trial --------------------------------------------------------------------------
+def _load_spec(request: Mapping[str, Any]) -> ModelSpec:
+    from autotune.models.registry import load_model
+
+    if request.get("spec") is not None:
+        spec: ModelSpec = request["spec"]
+        return spec
+    spec = load_model(request["spec_source"])
+    args = dict(request["spec_args"])
+    if dict(spec.args) != args:
+        spec = spec.with_args(**args)
+    return spec
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
+
+
+class Trial:
+    """One burst, inside the trial process."""
+
+    def __init__(self, request: Mapping[str, Any], channel: Channel) -> None:
+        self.request = request
+        self.channel = channel
+        self.stage = "starting"
+        self.context_bytes = 0
+        self.cuda = False
+        self.device: torch.device | None = None
+
+    def set_stage(self, name: str) -> None:
+        self.stage = name
+        self.channel.send("stage", name=name)
+
+    def cuda_peak(self) -> int | None:
+        if not self.cuda or self.device is None:
+            return None
+        from autotune.memory import cuda_peak_bytes
+
+        return cuda_peak_bytes(self.device, context_bytes=self.context_bytes)
+
+    def run(self) -> dict[str, Any]:
+        import torch
+
+        from autotune import memory
+        from autotune.step import (
+            Stepper,
+            apply_backend_flags,
+            autocast_context,
+            compile_model,
+            make_optimizer,
+            prepare_model,
+            to_device,
+        )
+        from autotune.units import format_bytes
+
+        req = self.request
+        config: TrainConfig = req["config"]
+        steps: int = req["steps"]
+        warmup: int = req["warmup"]
+        seed: int = req["seed"]
+        budget: int | None = req["budget_bytes"]
+        device = torch.device(req["device"])
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+        used_before = None
+        if self.cuda:
+            index = device.index if device.index is not None else 0
+            used_before = memory.nvml_device_used_bytes(index)
+
+        self.set_stage("loading the model spec")
+        spec = _load_spec(req)
+        torch.manual_seed(seed)
+
+        if self.cuda:
+            self.set_stage("starting CUDA")
+            torch.cuda.set_device(device)
+            # A first matmul creates the context and loads cuBLAS, so the context measured
+            # next is close to what the run holds outside the allocator.
+            a = torch.ones(64, 64, device=device)
+            (a @ a).sum().item()
+            del a
+            context = memory.measure_cuda_context(device, device_used_before=used_before)
+            self.context_bytes = context.bytes
+            self.channel.send("context", bytes=context.bytes, method=context.method)
+            if budget is not None:
+                fraction = memory.cap_cuda_memory(
+                    budget, device=device, context_bytes=context.bytes
+                )
+                self.channel.send("cap", fraction=fraction)
+
+        self.set_stage("building the model")
+        model = prepare_model(spec, config, device)
+        model = compile_model(model, config)
+        optimizer = make_optimizer(model, config)  # fused per config.fused_optimizer
+        apply_backend_flags(config, device)
+        stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
+
+        self.set_stage("starting the data loader")
+        micro_batches = (warmup + steps) * config.grad_accum
+        loader = make_loader(spec, config, samples=micro_batches * config.micro_batch, seed=seed)
+        batches = forever(loader)
+
+        def one_step() -> Any:
+            micro = [
+                to_device(next(batches), device, non_blocking=config.pin_memory)
+                for _ in range(config.grad_accum)
+            ]
+            return stepper.step(micro)
+
+        self.channel.send("ready")
+        for i in range(warmup + steps):
+            is_warmup = i < warmup
+            index = i if is_warmup else i - warmup
+            phase = "warm-up" if is_warmup else "timed"
+            total = warmup if is_warmup else steps
+            self.stage = f"{phase} step {index + 1} of {total}"
+            seconds, out = timed_step(one_step, device)
+            loss = out.loss_value()
+            self.channel.send(
+                "warmup" if is_warmup else "step",
+                index=index,
+                time_s=seconds,
+                loss=loss,
+                peak_bytes=self.cuda_peak(),
+            )
+            if not _finite(loss):
+                return self.result("nan", f"loss is {loss} at {self.stage}")
+
+        extra: dict[str, Any] = {}
+        if req["verify"]:
+            self.set_stage("verifying: eval step")
+            try:
+                model.eval()
+                generator = torch.Generator().manual_seed(seed + 1)
+                batch = spec.make_batch(
+                    batch_size=2 * config.micro_batch, seq_len=config.seq_len, generator=generator
+                )
+                with torch.no_grad(), autocast_context(config, device):
+                    eval_loss = float(spec.loss(model, to_device(batch, device)).float().item())
+                model.train()
+                if not _finite(eval_loss):
+                    return self.result("nan", f"eval loss is {eval_loss} on a verification batch")
+                self.set_stage("verifying: checkpoint save")
+                extra["eval_loss"] = eval_loss
+                extra["checkpoint_bytes"] = _save_checkpoint(
+                    Path(req["workdir"]) / "checkpoint.pt", model, optimizer, stepper, config
+                )
+            except Exception as exc:
+                _, reason = classify_exception(exc)
+                return self.result("error", f"verification failed ({self.stage}): {reason}")
+
+        batches.close()  # drops the loader's iterator: its DataLoader workers shut down
+        status, reason = "ok", ""
+        if self.cuda:
+            # Kernels loaded lazily during the steps grow the context: measure it again.
+            later = memory.measure_cuda_context(device, device_used_before=used_before)
+            self.context_bytes = max(self.context_bytes, later.bytes)
+            peak = self.cuda_peak()
+            if budget is not None and peak is not None and peak > budget:
+                status = "oom"
+                reason = (
+                    f"peak {format_bytes(peak)} (reserved plus a context of "
+                    f"{format_bytes(self.context_bytes)}) passed the budget of "
+                    f"{format_bytes(budget)}"
+                )
+        return self.result(status, reason, **extra)
+
+    def result(self, status: str, reason: str, **fields: Any) -> dict[str, Any]:
+        from autotune.memory import own_peak_rss_bytes
+
+        peak = None
+        if self.cuda:
+            try:
+                peak = self.cuda_peak()
+            except Exception:  # a broken CUDA state must not hide the real outcome
+                peak = None
+        return {
+            "status": status,
+            "reason": reason,
+            "stage": self.stage,
+            "peak_bytes": peak,
+            "context_bytes": self.context_bytes if self.cuda else None,
+            "own_peak_rss_bytes": own_peak_rss_bytes(),
+            **fields,
+        }
+
+
+def _save_checkpoint(
+    path: Path, model: nn.Module, optimizer: Any, stepper: Any, config: TrainConfig
+) -> int:
+    """Model and optimizer state, written atomically; returns its size in bytes."""
+    import torch
+
+    module = getattr(model, "_orig_mod", model)  # the module under torch.compile
+    state = {
+        "model": module.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "stepper": stepper.state_dict(),
+        "config": config.to_dict(),
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m autotune._burst_child REQUEST_PATH RESULT_FD", file=sys.stderr)
+        return 2
+    channel = Channel(int(args[1]))
+    _no_core_dumps()
+    _follow_parent(os.getppid())
+    channel.send("stage", name="importing")
+    trial: Trial | None = None
+    try:
+        with open(args[0], "rb") as f:
+            request = pickle.load(f)
+        trial = Trial(request, channel)
+        outcome = trial.run()
+    except BaseException as exc:  # the parent must hear about every way this can end
+        status, reason = classify_exception(exc)
+        stage = trial.stage if trial is not None else "starting"
+        reason = f"{reason} (during {stage})"
+        outcome = (
+            trial.result(status, reason)
+            if trial is not None
+            else {
+                "status": status,
+                "reason": reason,
+                "stage": stage,
+            }
+        )
+    channel.send("result", **outcome)
+    # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
+    # whatever is left of the group (DataLoader workers of an early return).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _follow_parent(ppid: int) -> None:
+    """End this trial's whole process group if the parent dies (it can no longer time us
+    out or read the result), checked twice a second on a daemon thread."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == ppid:
+            time.sleep(0.5)
+        if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def _no_core_dumps() -> None:
+    """A crashing trial must not write a core file the size of its memory."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

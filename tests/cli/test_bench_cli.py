@@ -1,0 +1,73 @@
+"""`autotune bench` through the real Typer app: one burst each for ok and not ok, and every
+refusal (exit 2) before any trial process starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_models import FAKES
+from typer.testing import CliRunner
+
+from autotune.cli.bench import parse_knobs
+from autotune.cli.main import app
+
+runner = CliRunner()
+
+BASE = ["bench", "--micro-batch", "2", "--seq-len", "16", "--steps", "2", "--warmup", "1"]
+
+
+def test_ok_burst_prints_json() -> None:
+    result = runner.invoke(app, [*BASE, "--model", f"{FAKES}:fake_spec", "--json", "--verify"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "ok" and data["model"] == "fake"
+    assert data["timed_steps"] == 2 and data["warmup_steps"] == 1
+    assert data["config"]["micro_batch"] == 2 and data["config"]["seq_len"] == 16
+    assert data["tokens_per_s"] > 0 and data["peak_memory_bytes"] > 0
+    assert data["checkpoint_bytes"] > 0
+    assert data["budget_bytes"] is None
+
+
+def test_failed_burst_prints_the_table_then_exits_1() -> None:
+    result = runner.invoke(app, [*BASE, "--model", f"{FAKES}:nan_spec", "--budget", "8GB"])
+    assert result.exit_code == 1, result.output
+    assert "status" in result.stdout and "nan" in result.stdout
+    assert "budget" in result.stdout  # the peak is shown against the budget
+    assert "error: burst nan: loss is nan" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--knob", "block_group=4"], "config.knobs.block_group"),
+        (["--knob", "block_group"], "--knob expects name=value"),
+        (["--precision", "fp16"], "config.precision: fp16 needs a CUDA device"),
+        (["--precision", "fp8"], "config.precision: expected one of"),
+        (["--workers", "0", "--prefetch-factor", "2"], "config.prefetch_factor"),
+        (["--seq-len", "1000"], "config.seq_len: model 'fake' accepts at most 64"),
+        (["--budget", "lots"], "cannot read budget 'lots'"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--steps", "0"], "--steps must be at least 1"),
+    ],
+)
+def test_refusals_exit_2_without_a_burst(args: list[str], message: str) -> None:
+    result = runner.invoke(app, [*BASE, "--model", f"{FAKES}:fake_spec", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_unknown_model_exits_2() -> None:
+    result = runner.invoke(app, [*BASE, "--model", "gtp-small"])
+    assert result.exit_code == 2
+    assert "unknown model 'gtp-small'" in result.stderr
+
+
+def test_parse_knobs_reads_yaml_scalars() -> None:
+    assert parse_knobs(["block_group=4", "tie=true", "name=abc"]) == {
+        "block_group": 4,
+        "tie": True,
+        "name": "abc",
+    }
+    assert parse_knobs([]) == {}

@@ -1,0 +1,398 @@
+"""The burst runner: each outcome from a real trial process, driven by fake models on CPU.
+
+Every burst starts a Python process that imports torch (a few seconds here), so each
+outcome is one burst, and the checks on a healthy run share one module-scoped result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from autotune import _burst_child
+from autotune.burst import BurstResult, _spec_payload, percentile, run_burst, step_figures
+from autotune.config import TrainConfig
+from autotune.hardware import DeviceCaps
+from autotune.models.registry import load_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fake_models
+from fake_models import FAKES
+
+CPU_CAPS = DeviceCaps(
+    device="cpu",
+    kind="cpu",
+    name="test CPU",
+    total_memory_bytes=16 * 2**30,
+    bf16=True,
+    bf16_native=False,
+    fp16=False,
+    tf32=False,
+    compile=True,
+    peak_flops_bf16=2e11,
+    peak_flops_fp32=1e11,
+)
+
+
+def fake(name: str, **args: object) -> fake_models.ModelSpec:
+    spec = load_model(f"{FAKES}:{name}")
+    return spec.with_args(**args) if args else spec
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def assert_no_children() -> None:
+    left = [p for p in psutil.Process().children(recursive=True) if not gone(p.pid)]
+    assert not left, f"processes left behind: {left}"
+
+
+# -- a healthy run, with DataLoader workers and verification ----------------------------
+@pytest.fixture(scope="module")
+def ok_run() -> BurstResult:
+    # The oom fake fails only above 4 samples; micro-batch 2 (eval batch 4) is fine.
+    spec = fake("oom_spec", step_sleep_s=0.05)
+    config = TrainConfig(
+        micro_batch=2, seq_len=16, num_workers=2, prefetch_factor=2, persistent_workers=True
+    )
+    result = run_burst(spec, config, steps=5, warmup=2, verify=True, device_caps=CPU_CAPS)
+    assert_no_children()
+    return result
+
+
+def test_ok_run_status_and_steps(ok_run: BurstResult) -> None:
+    assert ok_run.status == "ok", ok_run.reason
+    assert ok_run.ok and ok_run.reason == ""
+    assert ok_run.timed_steps == 5 and len(ok_run.step_times_s) == 5
+    assert ok_run.warmup_steps == 2
+    assert len(ok_run.losses) == 7 and all(math.isfinite(x) for x in ok_run.losses)
+    assert ok_run.config["num_workers"] == 2
+
+
+def test_ok_run_throughput_from_median(ok_run: BurstResult) -> None:
+    median = statistics.median(ok_run.step_times_s)
+    assert ok_run.step_time_median_s == pytest.approx(median)
+    # Each step sleeps 50 ms in forward: the whole step is inside the timed window.
+    assert median >= 0.05
+    assert ok_run.step_time_p90_s is not None and ok_run.step_time_p90_s >= median
+    assert ok_run.samples_per_s == pytest.approx(2 / median)
+    assert ok_run.tokens_per_s == pytest.approx(2 * 16 / median)
+    assert ok_run.throughput == ok_run.tokens_per_s
+    assert ok_run.compile_s is None  # compile is off
+    spec = fake("oom_spec")
+    assert ok_run.mfu == pytest.approx(spec.flops_per_sample(16) * 2 / median / 1e11)
+
+
+def test_ok_run_overhead_and_wall(ok_run: BurstResult) -> None:
+    assert ok_run.overhead_s is not None and ok_run.overhead_s > 0.5  # a torch import at least
+    assert ok_run.warmup_s is not None and ok_run.warmup_s >= 2 * 0.05
+    assert ok_run.wall_s is not None
+    assert ok_run.wall_s > ok_run.overhead_s + ok_run.warmup_s + sum(ok_run.step_times_s)
+
+
+def test_ok_run_memory_counts_the_workers(ok_run: BurstResult) -> None:
+    assert ok_run.peak_processes is not None and ok_run.peak_processes >= 3  # trial + 2 workers
+    assert ok_run.peak_memory_bytes is not None and ok_run.peak_memory_bytes > 100 * 2**20
+    assert ok_run.peak_memory_bytes == ok_run.host_peak_bytes
+    assert ok_run.memory_source.startswith("cpu")
+    assert ok_run.cuda_context_bytes is None
+
+
+def test_ok_run_verification(ok_run: BurstResult) -> None:
+    assert ok_run.eval_loss is not None and math.isfinite(ok_run.eval_loss)
+    assert ok_run.checkpoint_bytes is not None and ok_run.checkpoint_bytes > 1000
+
+
+def test_no_sampler_thread_outlives_the_burst(ok_run: BurstResult) -> None:
+    assert not [t for t in threading.enumerate() if t.name == "autotune-memory"]
+
+
+def test_result_round_trips_through_dict(ok_run: BurstResult) -> None:
+    data = json.loads(json.dumps(ok_run.to_dict()))
+    assert BurstResult.from_dict(data) == ok_run
+
+
+# -- every other outcome ----------------------------------------------------------------
+def test_oom_above_the_batch_size() -> None:
+    result = run_burst(fake("oom_spec"), TrainConfig(micro_batch=8, seq_len=16), steps=2, warmup=1)
+    assert result.status == "oom", result.reason
+    assert "OutOfMemoryError" in result.reason and "warm-up step 1" in result.reason
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
+    assert result.timed_steps == 0 and result.tokens_per_s is None
+    assert_no_children()
+
+
+def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids.json"
+    spec = fake("sleep_spec", pid_file=str(pid_file))
+    config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
+    started = time.monotonic()
+    result = run_burst(spec, config, steps=2, warmup=1, timeout_s=10)
+    elapsed = time.monotonic() - started
+    assert result.status == "timeout", result.reason
+    assert "10 s" in result.reason and "warm-up step 1" in result.reason
+    assert elapsed < 10 + 8
+    pids = json.loads(pid_file.read_text())
+    assert pids["workers"], "the fake should have seen its DataLoader worker"
+    for pid in [pids["pid"], *pids["workers"]]:
+        assert gone(pid), f"process {pid} of the timed-out trial is still running"
+    assert_no_children()
+
+
+def test_abort_is_a_crash() -> None:
+    result = run_burst(fake("abort_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=2)
+    assert result.status == "crash", result.reason
+    assert "SIGABRT" in result.reason and "without a result" in result.reason
+    assert_no_children()
+
+
+def test_nan_loss() -> None:
+    result = run_burst(fake("nan_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=2)
+    assert result.status == "nan", result.reason
+    assert "nan" in result.reason
+    assert len(result.losses) == 1 and math.isnan(result.losses[0])
+
+
+def test_other_exception_is_an_error_with_its_location() -> None:
+    result = run_burst(fake("raise_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=2)
+    assert result.status == "error"
+    assert result.reason.startswith("ValueError: fake failure in forward at call 1")
+    assert "fake_models.py:" in result.reason
+
+
+def test_warmup_is_not_in_the_timed_figure() -> None:
+    spec = fake("slow_warmup_spec")  # the first two forwards sleep 1 s each
+    result = run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=3, warmup=2)
+    assert result.status == "ok", result.reason
+    assert result.warmup_s is not None and result.warmup_s >= 2.0
+    assert result.step_time_median_s is not None and result.step_time_median_s < 0.5
+    assert max(result.step_times_s) < 0.5
+
+
+def test_cpu_budget_watchdog_stops_the_trial() -> None:
+    budget = 1_000_000_000  # the fake allocates 1.5 GB at its first step, then sleeps 30 s
+    started = time.monotonic()
+    result = run_burst(
+        fake("alloc_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=2, budget_bytes=budget
+    )
+    assert result.status == "oom", result.reason
+    assert "budget" in result.reason
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes >= budget
+    assert time.monotonic() - started < 25
+    assert_no_children()
+
+
+def test_on_step_false_prunes_and_pickled_spec_travels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No source: the spec is pickled, so its module must be importable in the trial.
+    monkeypatch.setenv("PYTHONPATH", str(Path(FAKES).parent))
+    spec = dataclasses.replace(fake_models.fake_spec, source="")
+    calls: list[tuple[int, float]] = []
+
+    def on_step(index: int, seconds: float) -> bool:
+        calls.append((index, seconds))
+        return index < 1
+
+    result = run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=50, on_step=on_step)
+    assert result.status == "pruned", result.reason
+    assert [i for i, _ in calls] == [0, 1]
+    assert list(result.step_times_s) == [s for _, s in calls]
+    assert result.step_time_median_s is not None
+    assert_no_children()
+
+
+# -- in-process units -------------------------------------------------------------------
+def test_timed_step_synchronizes_cuda_before_each_clock_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    ticks = iter([10.0, 12.5])
+
+    def clock() -> float:
+        events.append("clock")
+        return next(ticks)
+
+    def step() -> str:
+        events.append("step")
+        return "out"
+
+    seconds, out = _burst_child.timed_step(step, torch.device("cuda", 0), clock=clock)
+    assert (seconds, out) == (2.5, "out")
+    assert events == ["sync", "clock", "step", "sync", "clock"]
+
+
+def test_timed_step_on_cpu_does_not_touch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(device: object = None) -> None:
+        raise AssertionError("synchronize called on CPU")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", boom)
+    seconds, _ = _burst_child.timed_step(lambda: None, torch.device("cpu"))
+    assert seconds >= 0
+
+
+def test_classify_exception() -> None:
+    def raised(exc: BaseException) -> BaseException:
+        try:
+            raise exc
+        except BaseException as caught:
+            return caught
+
+    assert _burst_child.classify_exception(raised(torch.cuda.OutOfMemoryError("x")))[0] == "oom"
+    assert _burst_child.classify_exception(raised(MemoryError()))[0] == "oom"
+    text = RuntimeError("CUDA error: out of memory")
+    assert _burst_child.classify_exception(raised(text))[0] == "oom"
+    wrapped = RuntimeError("backend compiler failed")
+    wrapped.__cause__ = torch.cuda.OutOfMemoryError("inner")
+    assert _burst_child.classify_exception(raised(wrapped))[0] == "oom"
+    status, reason = _burst_child.classify_exception(raised(KeyError("missing")))
+    assert status == "error"
+    assert reason.startswith("KeyError: 'missing' [test_burst.py:")
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 11)]
+    assert percentile(values, 90) == 9.0
+    assert percentile(values, 50) == 5.0
+    assert percentile([3.0], 90) == 3.0
+    with pytest.raises(ValueError, match="q must be"):
+        percentile(values, 120)
+
+
+def test_step_figures_compile_and_mfu_peak_choice() -> None:
+    spec = fake_models.fake_spec
+    config = TrainConfig(micro_batch=4, grad_accum=2, seq_len=16, compile="default")
+    figures = step_figures(
+        spec=spec, config=config, step_times=[0.2, 0.1, 0.3], warmup_times=[5.0, 0.4], caps=CPU_CAPS
+    )
+    assert figures["step_time_median_s"] == 0.2
+    assert figures["samples_per_s"] == pytest.approx(8 / 0.2)  # global batch of 8
+    assert figures["compile_s"] == pytest.approx(5.0 - 0.2)
+    assert figures["warmup_s"] == pytest.approx(5.4)
+    fp32 = figures["mfu"]
+    bf16 = step_figures(
+        spec=spec,
+        config=config.replace(precision="bf16"),
+        step_times=[0.2, 0.1, 0.3],
+        warmup_times=[],
+        caps=CPU_CAPS,
+    )["mfu"]
+    assert fp32 == pytest.approx(2 * bf16)  # bf16 is measured against the 2x bf16 peak
+    no_caps = step_figures(spec=spec, config=config, step_times=[0.2], warmup_times=[], caps=None)
+    assert no_caps["mfu"] is None
+    samples = dataclasses.replace(spec, throughput_unit="samples")
+    by_samples = step_figures(
+        spec=samples, config=config, step_times=[0.2], warmup_times=[], caps=None
+    )
+    assert "tokens_per_s" not in by_samples and by_samples["samples_per_s"] == pytest.approx(40)
+
+
+def test_spec_payload_prefers_the_source() -> None:
+    spec = fake("oom_spec", width=4)
+    payload = _spec_payload(spec)
+    assert payload["spec"] is None
+    assert payload["spec_source"] == f"{FAKES}:oom_spec"
+    assert payload["spec_args"]["width"] == 4
+    pickled = _spec_payload(dataclasses.replace(spec, source=""))
+    assert pickled["spec"] is not None and pickled["spec_source"] is None
+
+
+def test_unpicklable_spec_without_source_is_an_error_without_a_process() -> None:
+    spec = dataclasses.replace(
+        fake_models.fake_spec, source="", loss_fn=lambda m, b: m(b["x"]).sum()
+    )
+    result = run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1)
+    assert result.status == "error"
+    assert "cannot send model 'fake'" in result.reason
+
+
+def test_bad_arguments_are_refused() -> None:
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    with pytest.raises(ValueError, match="steps=0"):
+        run_burst(fake_models.fake_spec, config, steps=0)
+    with pytest.raises(ValueError, match="timeout_s=0"):
+        run_burst(fake_models.fake_spec, config, timeout_s=0)
+
+
+# -- for real on a GPU ------------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_burst_counts_reserved_plus_context() -> None:
+    result = run_burst(
+        fake("oom_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=3, device="cuda:0"
+    )
+    assert result.status == "ok", result.reason
+    assert result.cuda_context_bytes is not None and result.cuda_context_bytes > 0
+    assert result.peak_memory_bytes is not None
+    assert result.peak_memory_bytes > result.cuda_context_bytes
+    assert result.memory_source.startswith("cuda")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_budget_is_enforced_inside_the_trial() -> None:
+    budget = 3 * 2**30  # the fake asks for 4 GB at once
+    spec = fake("alloc_spec", alloc_bytes=4 * 2**30, sleep_s=0.0)
+    result = run_burst(
+        spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, budget_bytes=budget, device="cuda:0"
+    )
+    assert result.status == "oom", result.reason
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes <= budget
+
+
+def test_on_step_exception_ends_the_trial_and_propagates() -> None:
+    class Stop(Exception):
+        pass
+
+    def on_step(index: int, seconds: float) -> bool:
+        raise Stop(f"stop at {index}")
+
+    with pytest.raises(Stop, match="stop at 0"):
+        run_burst(
+            fake("oom_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=50, on_step=on_step
+        )
+    assert_no_children()
+
+
+def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids.json"
+    script = (
+        "from autotune.burst import run_burst\n"
+        "from autotune.config import TrainConfig\n"
+        "from autotune.models.registry import load_model\n"
+        f"spec = load_model({FAKES!r} + ':sleep_spec').with_args(pid_file={str(pid_file)!r})\n"
+        "run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, timeout_s=120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pid_file.exists(), "the trial never reached its first step"
+        trial = json.loads(pid_file.read_text())["pid"]
+        parent.kill()  # SIGKILL: no cleanup runs in the parent
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while not gone(trial) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(trial), "the trial outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
