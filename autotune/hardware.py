@@ -636,7 +636,7 @@ def _distribution_version(name: str) -> str | None:
 
 def _dynamo_problem() -> str | None:
     try:
-        from torch._dynamo import is_dynamo_supported
+        from torch._dynamo.eval_frame import is_dynamo_supported
     except Exception as exc:
         return f"torch._dynamo cannot be imported ({_describe(exc)})"
     if not is_dynamo_supported():
