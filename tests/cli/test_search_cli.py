@@ -1,0 +1,203 @@
+"""`autotune search` through the CLI, with a fake burst function and a hand-made machine."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+from test_search import FakeBurst, cpu_profile
+from typer.testing import CliRunner
+
+import autotune.burst
+import autotune.hardware
+from autotune.cli.main import app
+
+MODEL_FILE = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    from autotune.models.spec import Knob, ModelSpec
+
+    def build(width=4, block_group=1, activation_checkpointing=False):
+        return nn.Linear(width, width)
+
+    def make_batch(args, batch_size, seq_len, generator):
+        return {"x": torch.zeros(batch_size, seq_len, args["width"])}
+
+    def loss(model, batch):
+        return model(batch["x"]).pow(2).mean()
+
+    spec = ModelSpec(name="toy", description="a toy", task="lm", build_fn=build,
+                     make_batch_fn=make_batch, loss_fn=loss, flops_fn=lambda a, s: 1.0,
+                     args={"width": 4}, seq_len=64, max_seq_len=256, global_batch=32,
+                     supports_checkpointing=True,
+                     knobs=(Knob(name="block_group", values=(1, 2, 4), default=1),))
+    """
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, FakeBurst]:
+    """A working directory with a model file; the burst and the probe faked."""
+    model = tmp_path / "toy_model.py"
+    model.write_text(MODEL_FILE)
+    monkeypatch.chdir(tmp_path)
+    burst = FakeBurst()
+    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    return f"{model}:spec", burst
+
+
+def invoke(*args: str) -> object:
+    return CliRunner().invoke(app, ["search", *args])
+
+
+def test_search_writes_a_preset_and_prints_the_summary(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    from autotune.preset import load_preset
+
+    model, burst = env
+    result = CliRunner().invoke(
+        app, ["search", "--model", model, "--budget", "1GB", "--trials", "5", "--steps", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Preset written" in result.stdout and "best.yaml" in result.stdout
+    assert "Speedup over naive" in result.stdout and "Top configs" in result.stdout
+    assert "naive" in result.stderr  # the live table: role and rows on stderr
+    preset = load_preset(tmp_path / "best.yaml")
+    assert preset.model.name == model and preset.task.global_batch == 32
+    assert len(burst.calls) == 5 and len(burst.verify_calls) == 1
+    assert list((tmp_path / "autotune_runs").glob("*/study.db"))
+
+
+def test_json_output_and_resume(env: tuple[str, FakeBurst], tmp_path: Path) -> None:
+    model, burst = env
+    base = ["search", "--model", model, "--budget", "1GB", "--steps", "3", "--json"]
+    first = CliRunner().invoke(app, [*base, "--trials", "3", "--output", "a.yaml"])
+    assert first.exit_code == 0, first.output
+    data = json.loads(first.stdout)
+    assert data["counts"]["measured"] == 3 and data["preset_path"] == "a.yaml"
+    assert data["trials"][0]["role"] == "naive" and data["best"]["status"] == "ok"
+    second = CliRunner().invoke(app, [*base, "--trials", "5", "--output", "b.yaml"])
+    assert second.exit_code == 0, second.output
+    again = json.loads(second.stdout)
+    assert again["study_name"] == data["study_name"]  # the same study, resumed
+    assert again["counts"]["measured"] == 5
+    assert len(burst.calls) == 5  # 3 + 2: nothing measured twice
+
+
+def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
+    env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model, _ = env
+    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst(base=3 * 10**9))
+    result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "2GB"])
+    assert result.exit_code == 2, result.output
+    assert "too small" in result.stderr and "smallest config" in result.stderr
+    assert "1.86 GiB" in result.stderr  # the peak it reached (2 GB) before running out
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "best.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--knob", "precison=bf16"], "unknown knob 'precison'"),
+        (["--knob", "precision=fp8"], "unknown value 'fp8'"),
+        (["--knob", "precision=fp16"], "fp16 needs a CUDA device"),
+        (["--knob", "block_group=3"], "allowed here: 1, 2, 4"),
+        (["--knob", "compile"], "NAME=VALUE"),
+        (["--budget", "lots"], "cannot read budget 'lots'"),
+        (["--budget", "12"], "has no unit"),
+        (["--timeout", "soon"], "cannot read --timeout"),
+        (["--seq-len", "64-32"], "cannot read --seq-len"),
+        (["--seq-len", "1024"], "at most 256"),
+        (["--objective", "speed"], "--objective must be one of"),
+        (["--objective", "time-to-train"], "needs --train-steps"),
+        (["--device", "cuda:0"], "no NVIDIA GPU"),
+        (["--trials", "0"], "--trials must be a positive integer"),
+    ],
+)
+def test_usage_errors_exit_2(env: tuple[str, FakeBurst], args: list[str], expected: str) -> None:
+    model, burst = env
+    base = {"--model": model, "--budget": "1GB"}
+    for i in range(0, len(args) - 1, 2):
+        base.pop(args[i], None)
+    flat = [x for kv in base.items() for x in kv]
+    result = CliRunner().invoke(app, ["search", *flat, *args])
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    assert not burst.calls
+
+
+def test_unknown_knob_lists_the_allowed_ones(env: tuple[str, FakeBurst]) -> None:
+    model, _ = env
+    result = CliRunner().invoke(
+        app, ["search", "--model", model, "--budget", "1GB", "--knob", "blockgroup=2"]
+    )
+    assert result.exit_code == 2
+    for name in ("micro_batch", "precision", "compile", "num_workers", "block_group"):
+        assert name in result.stderr
+
+
+def test_unknown_model_exits_2(env: tuple[str, FakeBurst]) -> None:
+    result = CliRunner().invoke(app, ["search", "--model", "no-such-model", "--budget", "1GB"])
+    assert result.exit_code == 2 and "unknown model" in result.stderr
+
+
+def test_fraction_budget_and_knobs_reach_the_search(env: tuple[str, FakeBurst]) -> None:
+    model, burst = env
+    result = CliRunner().invoke(
+        app,
+        [
+            "search",
+            "--model",
+            model,
+            "--budget",
+            "0.25",
+            "--trials",
+            "3",
+            "--knob",
+            "precision=bf16",
+            "--knob",
+            "compile=off",
+            "--seq-len",
+            "32-64",
+            "--json",
+            "--output",
+            "x.yaml",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["budget_bytes"] == 4 * 10**9
+    assert data["seq_len"] == [32, 64]
+    assert all(c.precision == "bf16" and c.compile == "off" for c in burst.calls)
+
+
+def test_budget_above_the_device_warns(env: tuple[str, FakeBurst]) -> None:
+    model, _ = env
+    result = CliRunner().invoke(
+        app, ["search", "--model", model, "--budget", "64GB", "--trials", "1", "-o", "y.yaml"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "above the memory" in result.stderr
+
+
+def test_ctrl_c_exits_130_and_leaves_the_study_consistent(
+    env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model, _ = env
+    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst(interrupt_at=3))
+    result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
+    assert result.exit_code == 130
+    assert "rerun" in result.stderr
+    (db,) = (tmp_path / "autotune_runs").glob("*/study.db")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert not (tmp_path / "best.yaml").exists()

@@ -1,0 +1,283 @@
+"""The search space: pruned by the device and the model, restricted by --knob."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import pytest
+import torch
+from torch import nn
+
+from autotune.config import check_config
+from autotune.errors import UsageError
+from autotune.hardware import DeviceCaps
+from autotune.models.spec import Knob, ModelSpec
+from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
+
+
+def _spec(
+    *, checkpointing: bool = True, knobs: tuple[Knob, ...] = (), global_batch: int = 32
+) -> ModelSpec:
+    def build(**kwargs: Any) -> nn.Module:
+        return nn.Linear(4, 4)
+
+    def batch(args: Mapping[str, Any], b: int, t: int, g: torch.Generator) -> dict[str, Any]:
+        return {"x": torch.zeros(b, t)}
+
+    return ModelSpec(
+        name="toy",
+        description="a toy",
+        task="lm",
+        build_fn=build,
+        make_batch_fn=batch,
+        loss_fn=lambda m, b: m(b["x"]).sum(),
+        flops_fn=lambda a, s: 1.0,
+        args={},
+        seq_len=128,
+        max_seq_len=512,
+        global_batch=global_batch,
+        supports_checkpointing=checkpointing,
+        knobs=knobs,
+    )
+
+
+BLOCK = Knob(name="block_group", values=(1, 2, 4), default=1)
+
+
+def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
+    return DeviceCaps(
+        device="cpu",
+        kind="cpu",
+        name="Test CPU",
+        total_memory_bytes=16 * 2**30,
+        bf16=True,
+        bf16_native=bf16_native,
+        fp16=False,
+        tf32=False,
+        compile=compile,
+    )
+
+
+def cuda_caps(*, ampere: bool = True) -> DeviceCaps:
+    return DeviceCaps(
+        device="cuda:0",
+        kind="cuda",
+        name="Test GPU",
+        total_memory_bytes=80 * 2**30,
+        bf16=ampere,
+        bf16_native=ampere,
+        fp16=True,
+        tf32=ampere,
+        compile=True,
+    )
+
+
+def test_cpu_space_is_pruned_by_the_device() -> None:
+    space = SearchSpace.for_model(_spec(knobs=(BLOCK,)), cpu_caps(), cpu_count=2)
+    assert space.precision == ("fp32", "bf16")  # no fp16 (CUDA only), no tf32
+    assert space.compile == ("off", "default")
+    assert space.num_workers == (0, 1, 2)
+    assert space.pin_memory == (False,) and space.prefetch_factor == (None,)
+    assert space.activation_checkpointing == (False, True)
+    assert space.knobs == {"block_group": (1, 2, 4)}
+    assert space.micro_batch == (1, 2, 4, 8, 16, 32)
+
+
+def test_cuda_space_has_every_precision_and_compile_mode() -> None:
+    space = SearchSpace.for_model(_spec(), cuda_caps(), cpu_count=16)
+    assert space.precision == ("fp32", "tf32", "bf16", "fp16")
+    assert space.compile == ("off", "default", "reduce-overhead", "max-autotune")
+    assert space.num_workers == (0, 1, 2, 3, 4)  # capped at 4
+    assert space.pin_memory == (False, True)
+    older = SearchSpace.for_model(_spec(), cuda_caps(ampere=False), cpu_count=16)
+    assert older.precision == ("fp32", "fp16")
+
+
+def test_no_compile_and_no_checkpointing_where_unavailable() -> None:
+    space = SearchSpace.for_model(_spec(checkpointing=False), cpu_caps(compile=False))
+    assert space.compile == ("off",)
+    assert space.activation_checkpointing == (False,)
+
+
+def test_micro_batches_divide_the_global_batch_which_stays_fixed() -> None:
+    space = SearchSpace.for_model(_spec(global_batch=24), cpu_caps())
+    assert space.micro_batch == (1, 2, 4, 8)
+    for config in space.grid():
+        assert config.micro_batch * config.grad_accum == 24
+
+
+@pytest.mark.parametrize("caps", [cpu_caps(), cuda_caps(), cuda_caps(ampere=False)])
+def test_every_config_of_the_grid_passes_check_config(caps: DeviceCaps) -> None:
+    spec = _spec(knobs=(BLOCK,), global_batch=8)
+    space = SearchSpace.for_model(spec, caps, seq_len=[64, 128], cpu_count=2)
+    configs = list(space.grid())
+    assert len(configs) == space.size()
+    assert len({space.key(c) for c in configs}) == len(configs)  # all distinct
+    for config in configs:
+        check_config(config, spec=spec, device=caps)
+        assert space.contains(config)
+
+
+def test_sampled_configs_are_in_the_space_and_pass_check_config() -> None:
+    spec = _spec(knobs=(BLOCK,))
+    caps = cuda_caps()
+    space = SearchSpace.for_model(spec, caps, cpu_count=8)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(40):
+        trial = study.ask()
+        config = space.suggest(trial)
+        check_config(config, spec=spec, device=caps)
+        assert space.contains(config)
+        if config.num_workers == 0:
+            assert not config.pin_memory and config.prefetch_factor is None
+        study.tell(trial, 1.0)
+
+
+def test_enqueued_params_give_back_the_same_config() -> None:
+    space = SearchSpace.for_model(_spec(knobs=(BLOCK,)), cuda_caps(), cpu_count=8)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    for config in (space.naive(), space.smallest(), *list(space.grid())[-3:]):
+        study.enqueue_trial(space.params_of(config))
+        trial = study.ask()
+        assert space.suggest(trial) == config
+        study.tell(trial, 1.0)
+
+
+def test_naive_and_smallest() -> None:
+    space = SearchSpace.for_model(_spec(knobs=(BLOCK,)), cuda_caps(), seq_len=[64, 128, 256])
+    naive = space.naive()
+    assert naive.precision == "fp32" and naive.micro_batch == 1 and naive.grad_accum == 32
+    assert naive.compile == "off" and naive.num_workers == 0
+    assert not naive.activation_checkpointing and naive.knobs == {"block_group": 1}
+    assert naive.seq_len == 128  # the model's default length
+    small = space.smallest()
+    assert small.activation_checkpointing and small.micro_batch == 1 and small.seq_len == 64
+    assert small.precision == "fp16"  # half precision saves memory on CUDA
+    cpu_small = SearchSpace.for_model(_spec(), cpu_caps()).smallest()
+    assert cpu_small.precision == "fp32"  # emulated bf16 is no memory win worth its cost
+
+
+def test_guess_is_a_hand_tuners_first_try() -> None:
+    cpu = SearchSpace.for_model(_spec(), cpu_caps(), cpu_count=2).guess()
+    assert (cpu.micro_batch, cpu.precision, cpu.num_workers) == (8, "fp32", 0)
+    native = SearchSpace.for_model(_spec(), cpu_caps(bf16_native=True), cpu_count=2).guess()
+    assert native.precision == "bf16" and not native.activation_checkpointing
+    gpu = SearchSpace.for_model(_spec(), cuda_caps(ampere=False), cpu_count=8).guess()
+    assert (gpu.precision, gpu.num_workers, gpu.pin_memory) == ("fp16", 2, True)
+    assert gpu.compile == "off"
+
+
+def test_naive_follows_restrictions() -> None:
+    space = SearchSpace.for_model(
+        _spec(), cpu_caps(), restrict={"precision": ["bf16"], "micro_batch": ["4", "8"]}
+    )
+    assert space.naive().precision == "bf16"
+    assert space.naive().micro_batch == 4
+
+
+def test_knob_restrictions_narrow_the_space() -> None:
+    spec = _spec(knobs=(BLOCK,))
+    space = SearchSpace.for_model(
+        spec,
+        cuda_caps(),
+        cpu_count=8,
+        restrict=parse_knob_args(
+            [
+                "precision=fp16,bf16",
+                "compile=off",
+                "block_group=4,2",
+                "activation_checkpointing=on",
+                "num_workers=0",
+            ]
+        ),
+    )
+    assert space.precision == ("bf16", "fp16")  # the space's own order
+    assert space.compile == ("off",)
+    assert space.knobs["block_group"] == (2, 4)
+    assert space.activation_checkpointing == (True,)
+    assert space.size() == 6 * 2 * 2
+    also = SearchSpace.for_model(spec, cuda_caps(), restrict={"knobs.block_group": ["1"]})
+    assert also.knobs["block_group"] == (1,)
+
+
+def test_unknown_knob_is_a_usage_error_listing_the_knobs() -> None:
+    with pytest.raises(UsageError) as info:
+        SearchSpace.for_model(_spec(knobs=(BLOCK,)), cpu_caps(), restrict={"precison": ["bf16"]})
+    message = str(info.value)
+    assert "unknown knob 'precison'" in message and "did you mean 'precision'" in message
+    assert "block_group" in message and "micro_batch" in message
+
+
+def test_unknown_value_is_a_usage_error_listing_the_values() -> None:
+    with pytest.raises(UsageError, match=r"unknown value 'fp8'.*fp32, bf16"):
+        SearchSpace.for_model(_spec(), cpu_caps(), restrict={"precision": ["fp8"]})
+    with pytest.raises(UsageError, match=r"micro_batch.*unknown value '3'"):
+        SearchSpace.for_model(_spec(), cpu_caps(), restrict={"micro_batch": ["3"]})
+    with pytest.raises(UsageError, match=r"block_group.*unknown value '3'.*1, 2, 4"):
+        SearchSpace.for_model(_spec(knobs=(BLOCK,)), cpu_caps(), restrict={"block_group": ["3"]})
+
+
+def test_a_value_this_device_cannot_run_says_why() -> None:
+    with pytest.raises(UsageError, match="fp16 needs a CUDA device"):
+        SearchSpace.for_model(_spec(), cpu_caps(), restrict={"precision": ["fp16"]})
+    with pytest.raises(UsageError, match="does not support activation checkpointing"):
+        SearchSpace.for_model(
+            _spec(checkpointing=False), cpu_caps(), restrict={"activation_checkpointing": ["true"]}
+        )
+    with pytest.raises(UsageError, match="grad_accum is derived"):
+        SearchSpace.for_model(_spec(), cpu_caps(), restrict={"grad_accum": ["2"]})
+
+
+@pytest.mark.parametrize("bad", ["precision", "precision=", "=bf16", "precision:bf16"])
+def test_malformed_knob_args(bad: str) -> None:
+    with pytest.raises(UsageError, match="NAME=VALUE"):
+        parse_knob_args([bad])
+
+
+def test_knob_given_twice() -> None:
+    with pytest.raises(UsageError, match="given twice"):
+        parse_knob_args(["compile=off", "compile=default"])
+
+
+def test_parse_seq_len() -> None:
+    assert parse_seq_len("128") == [128]
+    assert parse_seq_len("64-256") == [64, 128, 256]
+    assert parse_seq_len("100-300") == [128, 256]
+    assert parse_seq_len("64-1024", max_seq_len=256) == [64, 128, 256]
+    for bad in ("abc", "64-", "256-64", "0", "100-120"):
+        with pytest.raises(UsageError, match="seq-len"):
+            parse_seq_len(bad)
+    with pytest.raises(UsageError, match="at most 256"):
+        parse_seq_len("512", max_seq_len=256)
+
+
+def test_seq_len_above_the_model_limit() -> None:
+    with pytest.raises(UsageError, match="at most 512"):
+        SearchSpace.for_model(_spec(), cpu_caps(), seq_len=[1024])
+
+
+def test_neighbours_stay_in_the_space() -> None:
+    space = SearchSpace.for_model(_spec(), cpu_caps(), cpu_count=2)
+    config = space.make_config(
+        {
+            "micro_batch": 4,
+            "seq_len": 128,
+            "precision": "fp32",
+            "activation_checkpointing": False,
+            "compile": "off",
+            "num_workers": 0,
+        }
+    )
+    found = {(c.micro_batch, c.num_workers) for c in space.neighbours(config)}
+    assert found == {(8, 0), (2, 0), (4, 1)}
+
+
+def test_fingerprint_changes_with_the_space() -> None:
+    a = SearchSpace.for_model(_spec(), cpu_caps())
+    b = SearchSpace.for_model(_spec(), cpu_caps(), restrict={"compile": ["off"]})
+    assert a.fingerprint() == SearchSpace.for_model(_spec(), cpu_caps()).fingerprint()
+    assert a.fingerprint() != b.fingerprint()
