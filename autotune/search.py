@@ -9,14 +9,21 @@
 4. otherwise one burst runs it; each timed step is reported to the trial, and the
    ``SlowConfigPruner`` stops a config whose steps are clearly slower than the best so far.
 
-How outcomes are told to Optuna:
+The order of the first trials: the naive config (fp32, the smallest micro-batch, no
+compile, no workers; never pruned), so the speedup over naive is measured in the same
+study; if it does not fit, the smallest config (to tell a too-small budget, exit code 2);
+else the space's ``guess()`` (or a warm start's preset config and its neighbours). Each
+time a trial becomes the best, its micro-batch neighbours (x2, /2) are queued next.
+
+How outcomes are told to Optuna (the constraint goes through ``Trial.set_constraint`` on
+Optuna 5, ``TPESampler(constraints_func=...)`` on Optuna 4; > 0 means infeasible):
 
 * ``ok`` within budget -> COMPLETE with the objective value, constraint ``(peak - budget)
   / budget`` (<= 0: feasible);
 * ``oom``, over budget, dominated, predicted over budget -> COMPLETE with value 0.0 and a
-  constraint > 0 (infeasible): TPE's ``constraints_func`` reads it from the trial's
-  ``constraint`` user attribute, so the sampler learns where the boundary is;
-* ``pruned`` -> PRUNED (its intermediate throughputs stay on the trial);
+  constraint > 0, so the sampler learns where the boundary is;
+* ``pruned`` -> PRUNED (its intermediate throughputs stay on the trial); ``stopped`` (the
+  search's time limit cut the burst) -> PRUNED too, and the config may run again later;
 * ``timeout``, ``crash``, ``nan``, ``error`` -> COMPLETE with value 0.0 and a constraint
   > 0 too, with the status and reason stored (``failed`` in the counts). Not Optuna's
   FAIL state: TPE ignores FAIL trials entirely, so it would keep proposing a config that
@@ -25,12 +32,14 @@ How outcomes are told to Optuna:
   the memory model does not count it as an OOM. Such a config is not run again in the
   study.
 * Ctrl-C: the running trial becomes FAIL with status ``interrupted`` (Optuna's optimize
-  loop does that), so a resumed study never holds a trial RUNNING forever, and the
-  interrupted config, having no result, may be tried again.
+  loop does that; ``run_burst`` kills the trial's process group on its way out), so a
+  resumed study never holds a trial RUNNING forever, and the interrupted config, having
+  no result, may be tried again. A process killed outright leaves its trial RUNNING until
+  the storage's heartbeat (RDB storages) marks it FAIL.
 
-Every trial stores ``status``, ``reason``, ``config``, ``peak_memory_bytes`` and the
-measured figures as user attributes, so a resumed search (same storage, same study)
-rebuilds its state from the study alone.
+Every trial stores ``config`` and an ``outcome`` (status, reason, peak memory, measured
+figures, constraint) as user attributes, so a resumed search (same storage, same study)
+rebuilds its state from the study alone. ``--trials`` counts trials that ran a burst.
 
 Objectives (both maximized, so infeasible is always 0):
 
@@ -40,10 +49,10 @@ Objectives (both maximized, so infeasible is always 0):
   compile_s)``. Maximizing it minimizes the time to train that many steps; the time
   itself is stored as ``time_to_train_s``.
 
-The first trial is the naive config (fp32, the smallest micro-batch, no compile, no
-workers), so the speedup over naive is measured in the same study. The winner is verified
-by a longer burst with an eval step and a checkpoint save (the next best is tried if it
-fails) and written as a preset.
+A time limit stops the search before a burst that would not fit in the time left, and
+caps a running burst's timeout at the time left. The winner is verified by a longer burst
+with an eval step and a checkpoint save (the next best is tried if it fails) and written
+as a preset.
 """
 
 from __future__ import annotations
@@ -834,10 +843,23 @@ class _Run:
         )
         self.check_budget(study)
         self.enqueue_guess(study)
+        self.refine(study, record)
         reason = self.stop_reason()
         if reason:
             self.stopped = reason
             study.stop()
+
+    def refine(self, study: optuna.Study, record: TrialRecord) -> None:
+        """When a measured trial becomes the best, queue its micro-batch neighbours (x2,
+        /2) that have no result yet: the micro-batch matters most, and TPE, sampling
+        around its model, can take many trials to land on the one step next to the best.
+        OOM neighbours cost nothing (the memory model skips them)."""
+        best = self.best()
+        if not record.ran or record.role == "naive" or best is None or best.number != record.number:
+            return
+        for cand in self.space.neighbours(record.train_config(), workers=False):
+            if self._record_of(cand) is None and not self._waiting(cand, study):
+                study.enqueue_trial(self.space.params_of(cand), user_attrs={"role": "refine"})
 
     def enqueue_guess(self, study: optuna.Study) -> None:
         """Queue the space's guess once the naive config has run within the budget (when
@@ -1054,6 +1076,8 @@ def search(
     if trials is None and time_limit is None:
         trials, time_limit = DEFAULT_TRIALS, DEFAULT_TIME_LIMIT_S
     burst_timeout_s = parse_duration(burst_timeout, what="--burst-timeout")
+    if output is not None and Path(output).expanduser().is_dir():
+        raise UsageError(f"--output {str(output)!r} is a directory; give a file such as best.yaml")
     restrict: dict[str, Sequence[Any]] = {}
     if isinstance(knobs, Mapping):
         restrict = dict(knobs)
@@ -1213,7 +1237,10 @@ def search(
             raise BudgetError(run.budget_problem)
 
         # -- verify the winner and write the preset --------------------------------------
-        records = sorted(run.records.values(), key=lambda r: r.number)
+        # Queued trials that never started (WAITING) stay in the study for the next run.
+        records = sorted(
+            (r for r in run.records.values() if r.state != "WAITING"), key=lambda r: r.number
+        )
         naive_rec = run._record_of(space.naive())
         winner, verified, attempts = _verify(run, opt_study, verify_steps)
         speedup = None

@@ -8,6 +8,11 @@ it, compile modes only where ``torch.compile`` works, DataLoader workers up to
 ``min(4, cpu count)``, pinning and prefetch only on CUDA with workers, and the model's own
 knobs. ``--knob NAME=V1,V2`` restrictions narrow it (``parse_knob_args`` reads them).
 
+It also names the search's starting points: ``naive()`` (the untuned baseline),
+``smallest()`` (the least memory), ``guess()`` (a hand-tuner's first try) and
+``neighbours()``. Numeric knobs reach Optuna as an index into their sorted values, so
+TPE sees their order.
+
 Every config the space yields passes ``check_config`` for that model and device.
 """
 
@@ -341,6 +346,7 @@ class SearchSpace:
     def describe(self) -> dict[str, Any]:
         """Plain data naming the space (stored with the study; JSON-safe)."""
         return {
+            "encoding": 2,  # how knobs reach Optuna (numeric ones as ".idx"); bump on change
             "model": self.model,
             "device": self.device,
             "global_batch": self.global_batch,
@@ -403,17 +409,29 @@ class SearchSpace:
                 continue
             if name in ("pin_memory", "prefetch_factor") and config.num_workers == 0:
                 continue
-            params[name] = values[name]
+            if _ordinal(allowed):
+                params[f"{name}.idx"] = sorted(allowed).index(values[name])
+            else:
+                params[name] = values[name]
         return params
 
     def suggest(self, trial: optuna.Trial) -> TrainConfig:
-        """Sample a config through ``trial`` (fixed knobs are not suggested)."""
+        """Sample a config through ``trial`` (fixed knobs are not suggested).
+
+        Numeric knobs (micro-batch, length, workers, prefetch, numeric model knobs) are
+        suggested as an integer index into their sorted values (``micro_batch.idx``), so
+        TPE sees their order: after micro-batches 2 and 8 did well, it tries 4. Other
+        knobs are categorical.
+        """
         values: dict[str, Any] = {}
         for name, allowed in self.dimensions():
             if name in ("pin_memory", "prefetch_factor") and values["num_workers"] == 0:
                 continue
             if len(allowed) == 1:
                 values[name] = allowed[0]
+            elif _ordinal(allowed):
+                ordered = sorted(allowed)
+                values[name] = ordered[trial.suggest_int(f"{name}.idx", 0, len(ordered) - 1)]
             else:
                 values[name] = trial.suggest_categorical(name, list(allowed))
         return self.make_config(values)
@@ -492,17 +510,22 @@ class SearchSpace:
             }
         )
 
-    def neighbours(self, config: TrainConfig) -> list[TrainConfig]:
-        """Configs one step away (micro-batch x2 and /2, one worker more or fewer) that
-        the space holds: the warm start's second guesses."""
+    def neighbours(self, config: TrainConfig, *, workers: bool = True) -> list[TrainConfig]:
+        """Configs one step away that the space holds: micro-batch x2 and /2, and (with
+        ``workers``) one DataLoader worker more or fewer. A warm start's second guesses,
+        and the search's refinement around a new best."""
         out: list[TrainConfig] = []
         values = self.values_of(config)
-        for change in (
+        changes: list[dict[str, int]] = [
             {"micro_batch": config.micro_batch * 2},
             {"micro_batch": config.micro_batch // 2},
-            {"num_workers": config.num_workers + 1},
-            {"num_workers": config.num_workers - 1},
-        ):
+        ]
+        if workers:
+            changes += [
+                {"num_workers": config.num_workers + 1},
+                {"num_workers": config.num_workers - 1},
+            ]
+        for change in changes:
             new = {**values, **change}
             if new["micro_batch"] < 1 or new["num_workers"] < 0:
                 continue
@@ -527,6 +550,11 @@ class SearchSpace:
             default = self.knob_defaults.get(name)
             out[f"knobs.{name}"] = default if default in values else values[0]
         return out
+
+
+def _ordinal(values: Sequence[Any]) -> bool:
+    """Whether a knob's values are numbers (ordered), not categories."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def _prefer(allowed: Sequence[Any], order: Sequence[Any]) -> Any:

@@ -97,6 +97,7 @@ class FakeBurst:
     compile_speedup: float = 1.5
     compile_s: float = 0.0
     interrupt_at: int | None = None  # raise KeyboardInterrupt at this call (1-based)
+    report_peaks: bool = True  # False: ok bursts give no peak (nothing to fit)
     fail: Callable[[TrainConfig], str | None] = lambda c: None  # status for failures
     verify_fail: Callable[[TrainConfig], bool] = lambda c: False
     calls: list[TrainConfig] = field(default_factory=list)
@@ -164,7 +165,7 @@ class FakeBurst:
             samples_per_s=tokens / config.seq_len,
             step_time_median_s=step_time,
             compile_s=self.compile_s if config.compile != "off" else None,
-            peak_memory_bytes=int(peak),
+            peak_memory_bytes=int(peak) if self.report_peaks else None,
             eval_loss=1.0 if verify else None,
             checkpoint_bytes=1234 if verify else None,
         )
@@ -211,6 +212,11 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
     assert result.naive.number == 0
     # then a hand-tuner's guess: a quarter of the global batch per micro-batch
     assert result.trials[1].role == "guess" and burst.calls[1].micro_batch == 8
+    # the guess became the best: its micro-batch neighbours come next
+    guess = burst.calls[1]
+    assert {c.micro_batch for c in burst.calls[2:4]} == {4, 16}
+    assert all(c.replace(micro_batch=8, grad_accum=4) == guess for c in burst.calls[2:4])
+    assert result.trials[2].role == "refine"
     assert result.best is not None and result.verified is not None
     expected = burst.speed(result.best.train_config()) / burst.speed(first)
     assert result.speedup == pytest.approx(expected)
@@ -221,8 +227,9 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
 
 
 def test_infeasible_region_is_found_and_no_dominated_config_is_run(tmp_path: Path) -> None:
-    # fp32 only, no compile, no workers: micro_batch x seq_len x checkpointing (24 configs)
-    burst = FakeBurst(per_token=1 * MB, base=100 * MB)  # mb * seq > 900 -> over 1 GB
+    # fp32 only, no compile, no workers: micro_batch x seq_len x checkpointing (36 configs);
+    # no peaks from successful bursts, so only OOMs (dominance) can rule configs out.
+    burst = FakeBurst(per_token=1 * MB, base=100 * MB, report_peaks=False)  # mb*seq > 900
     result = run(
         tmp_path,
         burst,
@@ -258,18 +265,38 @@ def test_infeasible_region_is_found_and_no_dominated_config_is_run(tmp_path: Pat
     assert any(reason.startswith("dominated by OOM trial #") for reason in result.skipped)
 
 
+def test_the_fitted_memory_model_skips_configs_predicted_over_budget(tmp_path: Path) -> None:
+    burst = FakeBurst(per_token=1 * MB, base=100 * MB)  # linear, as the model assumes
+    result = run(
+        tmp_path,
+        burst,
+        trials=14,
+        seq_len="64-256",
+        knobs=["precision=fp32", "compile=off", "num_workers=0"],
+        n_startup_trials=4,
+    )
+    predicted = [t for t in result.trials if t.status == "predicted" and t.duplicate_of is None]
+    assert predicted
+    for t in predicted:
+        assert not t.ran and t.reason.startswith("predicted over budget")
+        assert burst.peak(t.train_config()) > GB  # really over the budget
+    # and a config predicted over budget is never handed to the burst
+    assert not any(t.train_config() in burst.calls for t in predicted)
+
+
 def test_infeasible_trials_are_complete_with_a_positive_constraint(tmp_path: Path) -> None:
     burst = FakeBurst(per_token=2 * MB)
     result = run(tmp_path, burst, trials=10, knobs=["precision=fp32", "compile=off"])
     study = study_of(result)
-    infeasible = [t for t in study.trials if t.user_attrs["outcome"]["status"] == "oom"]
+    done = [t for t in study.trials if t.state.is_finished()]
+    infeasible = [t for t in done if t.user_attrs["outcome"]["status"] == "oom"]
     assert infeasible
     for t in infeasible:
         assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 0.0
         assert t.user_attrs["outcome"]["constraint"] > 0
         assert t.constraints and max(t.constraints.values()) > 0
         assert t.user_attrs["outcome"]["peak_memory_bytes"] == GB
-    feasible = [t for t in study.trials if t.user_attrs["outcome"]["status"] == "ok"]
+    feasible = [t for t in done if t.user_attrs["outcome"]["status"] == "ok"]
     assert all(max(t.constraints.values()) <= 0 for t in feasible)
 
 
@@ -342,7 +369,9 @@ def test_failed_bursts_are_infeasible_with_a_reason_and_are_not_rerun(tmp_path: 
     assert len(result.trials) < 30
     assert result.best is not None and not result.best.config["activation_checkpointing"]
     study = study_of(result)
-    crashed = [t for t in study.trials if t.user_attrs["outcome"]["status"] == "crash"]
+    crashed = [
+        t for t in study.trials if (t.user_attrs.get("outcome") or {}).get("status") == "crash"
+    ]
     assert all(max(t.constraints.values()) > 0 for t in crashed)
 
 
