@@ -33,11 +33,14 @@ from .spec import Batch, ParamCounts, count_parameters
 
 __all__ = [
     "IGNORE_INDEX",
+    "CausalSelfAttention",
     "RMSNorm",
     "SwiGLU",
+    "TiedCausalLM",
     "generate",
     "init_weights",
     "lm_batch",
+    "lm_batch_loss",
     "lm_loss",
     "lm_metric",
     "meta_param_counts",
@@ -78,6 +81,25 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention with a fused QKV projection and SDPA kernels."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # fused Q, K, V
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B,nh,T,hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
 def swiglu_hidden(dim: int, multiple_of: int = 64) -> int:
     """The usual SwiGLU width: 8/3 * dim rounded up, so 3 matrices cost what 2 of 4*dim do."""
     return multiple_of * math.ceil(8 * dim / 3 / multiple_of)
@@ -98,6 +120,48 @@ def run_layers(
         else:
             x = layer(x, *extra)
     return x
+
+
+class TiedCausalLM(nn.Module):
+    """The frame MU and GPT share: token plus learned position embeddings, a stack of
+    pre-norm layers (``self.layers``, set by the subclass), a final RMSNorm and the output
+    projection tied to the token embedding.
+
+    ``forward(input_ids)`` -> logits (B, T, V); with ``labels`` -> the mean LM loss.
+    """
+
+    layers: nn.ModuleList
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        d_model: int,
+        max_seq_len: int,
+        label_smoothing: float,
+        activation_checkpointing: bool,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing=}")
+        self.max_seq_len = max_seq_len
+        self.label_smoothing = label_smoothing
+        self.activation_checkpointing = activation_checkpointing
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(max_seq_len, d_model)
+        self.norm_f = RMSNorm(d_model)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        seq_len = input_ids.shape[1]
+        if seq_len > self.max_seq_len:
+            raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.max_seq_len}")
+        pos = torch.arange(seq_len, device=input_ids.device)
+        x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, C)
+        x = run_layers(self.layers, x, checkpointing=self.activation_checkpointing)
+        logits = F.linear(self.norm_f(x), self.tok_emb.weight)  # (B, T, V), tied
+        if labels is None:
+            return logits
+        return lm_loss(logits, labels, label_smoothing=self.label_smoothing)
 
 
 def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
@@ -171,6 +235,12 @@ def lm_loss(
         ignore_index=IGNORE_INDEX,
         label_smoothing=label_smoothing,
     )
+
+
+def lm_batch_loss(module: nn.Module, batch: Batch) -> torch.Tensor:
+    """The LM spec's loss: ``module(input_ids, labels=labels)``."""
+    loss: torch.Tensor = module(batch["input_ids"], labels=batch["labels"])
+    return loss
 
 
 def lm_metric(module: nn.Module, batch: Batch) -> dict[str, float]:

@@ -13,43 +13,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._common import (
+    CausalSelfAttention,
     RMSNorm,
     SwiGLU,
+    TiedCausalLM,
     generate,
     init_weights,
     lm_batch,
-    lm_loss,
+    lm_batch_loss,
     lm_metric,
     meta_param_counts,
-    run_layers,
     swiglu_hidden,
     transformer_flops,
 )
 from .registry import register
-from .spec import Batch, ModelSpec
+from .spec import ModelSpec
 
 __all__ = ["GPT", "Block", "CausalSelfAttention", "gpt_spec"]
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # fused Q, K, V
-        self.proj = nn.Linear(d_model, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
-        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B,nh,T,hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
 class Block(nn.Module):
@@ -65,7 +48,7 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class GPT(nn.Module):
+class GPT(TiedCausalLM):
     """``forward(input_ids)`` -> logits (B, T, V); with ``labels`` -> the mean loss."""
 
     def __init__(
@@ -80,17 +63,15 @@ class GPT(nn.Module):
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
     ) -> None:
-        super().__init__()
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing=}")
-        self.max_seq_len = max_seq_len
-        self.label_smoothing = label_smoothing
-        self.activation_checkpointing = activation_checkpointing
+        super().__init__(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            max_seq_len=max_seq_len,
+            label_smoothing=label_smoothing,
+            activation_checkpointing=activation_checkpointing,
+        )
         hidden = mlp_hidden or swiglu_hidden(d_model)
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos_emb = nn.Embedding(max_seq_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, hidden) for _ in range(n_layers))
-        self.norm_f = RMSNorm(d_model)
+        self.layers = nn.ModuleList(Block(d_model, n_heads, hidden) for _ in range(n_layers))
         init_weights(self)
         residual_std = 0.02 / (2 * n_layers) ** 0.5  # GPT-2's scaled residual projections
         for m in self.modules():
@@ -98,22 +79,6 @@ class GPT(nn.Module):
                 nn.init.normal_(m.proj.weight, std=residual_std)
             elif isinstance(m, SwiGLU):
                 nn.init.normal_(m.down.weight, std=residual_std)
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        seq_len = input_ids.shape[1]
-        if seq_len > self.max_seq_len:
-            raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.max_seq_len}")
-        pos = torch.arange(seq_len, device=input_ids.device)
-        x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, C)
-        x = run_layers(self.blocks, x, checkpointing=self.activation_checkpointing)
-        logits = F.linear(self.norm_f(x), self.tok_emb.weight)  # (B, T, V), tied
-        if labels is None:
-            return logits
-        return lm_loss(logits, labels, label_smoothing=self.label_smoothing)
-
-
-def _loss(module: nn.Module, batch: Batch) -> torch.Tensor:
-    return module(batch["input_ids"], labels=batch["labels"])
 
 
 def _flops(args: Mapping[str, Any], seq_len: int) -> float:
@@ -144,7 +109,7 @@ def gpt_spec(
         family="gpt",
         build_fn=GPT,
         make_batch_fn=lm_batch,
-        loss_fn=_loss,
+        loss_fn=lm_batch_loss,
         flops_fn=_flops,
         args={
             "vocab_size": vocab_size,

@@ -35,19 +35,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._common import (
+    CausalSelfAttention,
     RMSNorm,
     SwiGLU,
+    TiedCausalLM,
     generate,
     init_weights,
     lm_batch,
-    lm_loss,
+    lm_batch_loss,
     lm_metric,
     meta_param_counts,
-    run_layers,
     transformer_flops,
 )
 from .registry import register
-from .spec import Batch, Knob, ModelSpec
+from .spec import Knob, ModelSpec
 
 __all__ = ["BLOCK_NAMES", "MU", "MULayer", "mu_spec", "to_grid"]
 
@@ -91,25 +92,6 @@ class BlockAttention(nn.Module):
         return torch.cat(outs, dim=2)  # (B, T, 16, bd)
 
 
-class CrossBlockAttention(nn.Module):
-    """Causal multi-head attention over the full width: how blocks exchange information."""
-
-    def __init__(self, d_model: int, n_heads: int) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
-        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B,nh,T,hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
 class MULayer(nn.Module):
     """Gates, 16 block attentions, one cross-block attention, MLP; all pre-norm residual."""
 
@@ -121,7 +103,7 @@ class MULayer(nn.Module):
         self.gate = nn.Linear(d_model, N_BLOCKS)
         self.block_attn = BlockAttention(self.block_dim, block_group)
         self.norm2 = RMSNorm(d_model)
-        self.cross_attn = CrossBlockAttention(d_model, n_heads)
+        self.cross_attn = CausalSelfAttention(d_model, n_heads)  # across all blocks
         self.norm3 = RMSNorm(d_model)
         self.mlp = SwiGLU(d_model, mlp_hidden)
 
@@ -135,7 +117,7 @@ class MULayer(nn.Module):
         return x + self.mlp(self.norm3(x))
 
 
-class MU(nn.Module):
+class MU(TiedCausalLM):
     """The MU language model. ``forward(input_ids)`` -> logits; with ``labels`` -> loss."""
 
     def __init__(
@@ -151,20 +133,19 @@ class MU(nn.Module):
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
     ) -> None:
-        super().__init__()
-        d_model = 64 * cell_dim
-        self.max_seq_len = max_seq_len
-        self.label_smoothing = label_smoothing
-        self.activation_checkpointing = activation_checkpointing
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos_emb = nn.Embedding(max_seq_len, d_model)
+        super().__init__(
+            vocab_size=vocab_size,
+            d_model=64 * cell_dim,
+            max_seq_len=max_seq_len,
+            label_smoothing=label_smoothing,
+            activation_checkpointing=activation_checkpointing,
+        )
         self.layers = nn.ModuleList(
             MULayer(
                 cell_dim=cell_dim, n_heads=n_heads, mlp_hidden=mlp_hidden, block_group=block_group
             )
             for _ in range(n_layers)
         )
-        self.norm_f = RMSNorm(d_model)
         self._init(n_layers)
 
     def _init(self, n_layers: int) -> None:
@@ -174,26 +155,10 @@ class MU(nn.Module):
             if isinstance(m, BlockAttention):
                 nn.init.normal_(m.qkv, std=0.02)
                 nn.init.normal_(m.proj, std=residual_std)
-            elif isinstance(m, CrossBlockAttention):
+            elif isinstance(m, CausalSelfAttention):
                 nn.init.normal_(m.proj.weight, std=residual_std)
             elif isinstance(m, SwiGLU):
                 nn.init.normal_(m.down.weight, std=residual_std)
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        seq_len = input_ids.shape[1]
-        if seq_len > self.max_seq_len:
-            raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.max_seq_len}")
-        pos = torch.arange(seq_len, device=input_ids.device)
-        x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, C)
-        x = run_layers(self.layers, x, checkpointing=self.activation_checkpointing)
-        logits = F.linear(self.norm_f(x), self.tok_emb.weight)  # (B, T, V), tied
-        if labels is None:
-            return logits
-        return lm_loss(logits, labels, label_smoothing=self.label_smoothing)
-
-
-def _loss(module: nn.Module, batch: Batch) -> torch.Tensor:
-    return module(batch["input_ids"], labels=batch["labels"])
 
 
 def _flops(args: Mapping[str, Any], seq_len: int) -> float:
@@ -216,7 +181,7 @@ def mu_spec(
         family="mu",
         build_fn=MU,
         make_batch_fn=lm_batch,
-        loss_fn=_loss,
+        loss_fn=lm_batch_loss,
         flops_fn=_flops,
         args={
             "vocab_size": 8192,
