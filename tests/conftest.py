@@ -3,7 +3,10 @@ import mode), so test modules anywhere below can ``import fake_nvml``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import torch
 from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 from autotune.hardware import HardwareProfile, probe
@@ -21,3 +24,14 @@ def cpu_only_profile() -> HardwareProfile:
     """A probed profile of this machine with every GPU hidden: the device is the CPU."""
     nvml, cuda = no_gpu_stack()
     return probe(nvml=nvml, cuda=cuda)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for the test: tiny models run faster on one, and much faster
+    when other jobs share this machine's two cores. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

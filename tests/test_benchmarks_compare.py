@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_caps import cpu_caps, cuda_caps
 
 from autotune.burst import BurstResult
 from autotune.config import TrainConfig, check_config
@@ -35,34 +36,6 @@ def _load(name: str) -> types.ModuleType:
 
 compare = _load("compare")
 common = _load("_common")
-
-
-def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
-    return DeviceCaps(
-        device="cpu",
-        kind="cpu",
-        name="Test CPU",
-        total_memory_bytes=16 * 2**30,
-        bf16=True,
-        bf16_native=bf16_native,
-        fp16=False,
-        tf32=False,
-        compile=compile,
-    )
-
-
-def cuda_caps() -> DeviceCaps:
-    return DeviceCaps(
-        device="cuda:0",
-        kind="cuda",
-        name="Test GPU",
-        total_memory_bytes=80 * 2**30,
-        bf16=True,
-        bf16_native=True,
-        fp16=True,
-        tf32=True,
-        compile=True,
-    )
 
 
 # -- the guides' configs ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 import pytest
 import torch
+from fake_caps import cpu_caps, cuda_caps
 from torch import nn
 
 from autotune.config import check_config
@@ -44,34 +45,6 @@ def _spec(
 
 
 BLOCK = Knob(name="block_group", values=(1, 2, 4), default=1)
-
-
-def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
-    return DeviceCaps(
-        device="cpu",
-        kind="cpu",
-        name="Test CPU",
-        total_memory_bytes=16 * 2**30,
-        bf16=True,
-        bf16_native=bf16_native,
-        fp16=False,
-        tf32=False,
-        compile=compile,
-    )
-
-
-def cuda_caps(*, ampere: bool = True) -> DeviceCaps:
-    return DeviceCaps(
-        device="cuda:0",
-        kind="cuda",
-        name="Test GPU",
-        total_memory_bytes=80 * 2**30,
-        bf16=ampere,
-        bf16_native=ampere,
-        fp16=True,
-        tf32=ampere,
-        compile=True,
-    )
 
 
 def test_cpu_space_is_pruned_by_the_device() -> None:

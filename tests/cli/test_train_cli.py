@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from fake_lm import FAKE_LM
 from typer.testing import CliRunner, Result
 
@@ -27,13 +25,7 @@ from autotune.preset import (
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 QUICK = ["--max-steps", "2", "--eval-interval", "2", "--set", "config.seq_len=16"]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 from _tiny_models import TINY, Tiny
 
 
@@ -15,9 +12,5 @@ def tiny(request: pytest.FixtureRequest) -> Tiny:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny ops run faster on one thread, and much faster when other jobs share the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _models_on_one_thread(one_thread: None) -> None:
+    """Every model test runs on one intra-op thread (the root conftest's ``one_thread``)."""

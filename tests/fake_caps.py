@@ -1,0 +1,38 @@
+"""Hand-made ``DeviceCaps`` for tests that need a device's capabilities to be exactly
+known (a probed profile depends on the machine running the tests)."""
+
+from __future__ import annotations
+
+from autotune.hardware import DeviceCaps
+
+__all__ = ["cpu_caps", "cuda_caps"]
+
+
+def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
+    """A 16 GiB CPU: bf16 (natively only if asked), no fp16 or TF32."""
+    return DeviceCaps(
+        device="cpu",
+        kind="cpu",
+        name="Test CPU",
+        total_memory_bytes=16 * 2**30,
+        bf16=True,
+        bf16_native=bf16_native,
+        fp16=False,
+        tf32=False,
+        compile=compile,
+    )
+
+
+def cuda_caps(*, ampere: bool = True) -> DeviceCaps:
+    """An 80 GiB GPU: Ampere or later has bf16 and TF32, an older one has neither."""
+    return DeviceCaps(
+        device="cuda:0",
+        kind="cuda",
+        name="Test GPU",
+        total_memory_bytes=80 * 2**30,
+        bf16=ampere,
+        bf16_native=ampere,
+        fp16=True,
+        tf32=ampere,
+        compile=True,
+    )
