@@ -129,9 +129,8 @@ def test_models_and_presets_are_found_inside_the_installed_package(
     for key in ("models", "registry"):
         path = Path(found[key]).resolve()
         assert path.is_relative_to(venv.resolve() / "lib"), (key, path)
-    if any((REPO / "presets").rglob("*.yaml")):  # the data dir exists once presets ship
-        assert found["presets_dir"], found["presets"]
-        assert Path(found["presets"]).resolve().is_relative_to(venv.resolve())
+    assert found["presets_dir"], found["presets"]
+    assert Path(found["presets"]).resolve().is_relative_to(venv.resolve())
 
 
 def test_installed_console_script_probes_from_another_directory(venv: Path, tmp_path: Path) -> None:
