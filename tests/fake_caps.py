@@ -8,8 +8,14 @@ from autotune.hardware import DeviceCaps
 __all__ = ["cpu_caps", "cuda_caps"]
 
 
-def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
-    """A 16 GiB CPU: bf16 (natively only if asked), no fp16 or TF32."""
+def cpu_caps(
+    *,
+    compile: bool = True,
+    bf16_native: bool = False,
+    peak_flops_bf16: float | None = None,
+    peak_flops_fp32: float | None = None,
+) -> DeviceCaps:
+    """A 16 GiB CPU: bf16 (natively only if asked), no fp16 or TF32; peaks for MFU if given."""
     return DeviceCaps(
         device="cpu",
         kind="cpu",
@@ -20,6 +26,8 @@ def cpu_caps(*, compile: bool = True, bf16_native: bool = False) -> DeviceCaps:
         fp16=False,
         tf32=False,
         compile=compile,
+        peak_flops_bf16=peak_flops_bf16,
+        peak_flops_fp32=peak_flops_fp32,
     )
 
 

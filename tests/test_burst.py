@@ -23,26 +23,14 @@ import torch
 from autotune import _burst_child
 from autotune.burst import BurstResult, _spec_payload, percentile, run_burst, step_figures
 from autotune.config import TrainConfig
-from autotune.hardware import DeviceCaps
 from autotune.models.registry import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_models
+from fake_caps import cpu_caps
 from fake_models import FAKES
 
-CPU_CAPS = DeviceCaps(
-    device="cpu",
-    kind="cpu",
-    name="test CPU",
-    total_memory_bytes=16 * 2**30,
-    bf16=True,
-    bf16_native=False,
-    fp16=False,
-    tf32=False,
-    compile=True,
-    peak_flops_bf16=2e11,
-    peak_flops_fp32=1e11,
-)
+CPU_CAPS = cpu_caps(peak_flops_bf16=2e11, peak_flops_fp32=1e11)
 
 
 def fake(name: str, **args: object) -> fake_models.ModelSpec:

@@ -12,15 +12,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-import torch
-from torch import nn
+from toy_spec import toy_spec as make_toy_spec
 
 from autotune.burst import BurstResult
 from autotune.config import TrainConfig
@@ -34,27 +33,7 @@ GB = 10**9
 
 
 def toy_spec(*, global_batch: int = 32, knobs: tuple[Knob, ...] = ()) -> ModelSpec:
-    def build(**kwargs: Any) -> nn.Module:
-        return nn.Linear(4, 4)
-
-    def batch(args: Mapping[str, Any], b: int, t: int, g: torch.Generator) -> dict[str, Any]:
-        return {"x": torch.zeros(b, t)}
-
-    return ModelSpec(
-        name="toy",
-        description="a toy",
-        task="lm",
-        build_fn=build,
-        make_batch_fn=batch,
-        loss_fn=lambda m, b: m(b["x"]).sum(),
-        flops_fn=lambda a, s: 1.0,
-        args={"width": 4},
-        seq_len=64,
-        max_seq_len=256,
-        global_batch=global_batch,
-        supports_checkpointing=True,
-        knobs=knobs,
-    )
+    return make_toy_spec(global_batch=global_batch, knobs=knobs, seq_len=64, max_seq_len=256)
 
 
 def cpu_profile(*, cores: int = 2, ram: int = 16 * 2**30) -> HardwareProfile:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import optuna
 import pytest
-import torch
 from fake_caps import cpu_caps, cuda_caps
-from torch import nn
+from toy_spec import toy_spec
 
 from autotune.config import check_config
 from autotune.errors import UsageError
@@ -21,27 +17,7 @@ from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
 def _spec(
     *, checkpointing: bool = True, knobs: tuple[Knob, ...] = (), global_batch: int = 32
 ) -> ModelSpec:
-    def build(**kwargs: Any) -> nn.Module:
-        return nn.Linear(4, 4)
-
-    def batch(args: Mapping[str, Any], b: int, t: int, g: torch.Generator) -> dict[str, Any]:
-        return {"x": torch.zeros(b, t)}
-
-    return ModelSpec(
-        name="toy",
-        description="a toy",
-        task="lm",
-        build_fn=build,
-        make_batch_fn=batch,
-        loss_fn=lambda m, b: m(b["x"]).sum(),
-        flops_fn=lambda a, s: 1.0,
-        args={},
-        seq_len=128,
-        max_seq_len=512,
-        global_batch=global_batch,
-        supports_checkpointing=checkpointing,
-        knobs=knobs,
-    )
+    return toy_spec(checkpointing=checkpointing, knobs=knobs, global_batch=global_batch)
 
 
 BLOCK = Knob(name="block_group", values=(1, 2, 4), default=1)
