@@ -6,13 +6,26 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from autotune.errors import AutotuneError
 
-__all__ = ["cli_command", "print_json", "state"]
+__all__ = ["DeviceOption", "ModelOption", "cli_command", "print_json", "state"]
+
+# Options that several commands take, spelled once.
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="A built-in model (autotune models list) or pkg.mod:attr / file.py:attr.",
+    ),
+]
+DeviceOption = Annotated[
+    str | None, typer.Option(help="cuda:0, cuda:1, cpu. Default: the best device here.")
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")

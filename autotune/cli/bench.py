@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autotune.cli._common import cli_command, print_json
+from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
 from autotune.errors import AutotuneError, UsageError
 
 if TYPE_CHECKING:
@@ -27,14 +27,7 @@ __all__ = ["bench", "parse_knobs", "render"]
 
 @cli_command
 def bench(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="A built-in model (autotune models list) or pkg.mod:attr / file.py:attr.",
-        ),
-    ],
+    model: ModelOption,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per forward.")] = 8,
     grad_accum: Annotated[
         int, typer.Option("--grad-accum", help="Micro-batches per optimizer step.")
@@ -74,9 +67,7 @@ def bench(
     ] = None,
     steps: Annotated[int, typer.Option(help="Timed optimizer steps.")] = 10,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up steps (compilation).")] = 3,
-    device: Annotated[
-        str | None, typer.Option(help="cuda:0, cuda:1, cpu. Default: the best device here.")
-    ] = None,
+    device: DeviceOption = None,
     budget: Annotated[
         str | None,
         typer.Option(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autotune.cli._common import cli_command, print_json
+from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,14 +24,7 @@ __all__ = ["render_result", "search"]
 
 @cli_command
 def search(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="A built-in model (autotune models list) or pkg.mod:attr / file.py:attr.",
-        ),
-    ],
+    model: ModelOption,
     budget: Annotated[
         str,
         typer.Option(
@@ -40,10 +33,7 @@ def search(
             help="Memory budget: 8GB, 8GiB, 8000MB, or a fraction of the device (0.5).",
         ),
     ],
-    device: Annotated[
-        str | None,
-        typer.Option(help="cuda:0, cuda:1, cpu. Default: the best device here."),
-    ] = None,
+    device: DeviceOption = None,
     global_batch: Annotated[
         int | None,
         typer.Option(
