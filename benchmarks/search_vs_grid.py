@@ -96,11 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         value = result.tokens_per_s if unit == "tokens/s" else result.samples_per_s
         return float(value or 0.0)
 
-    # -- the exhaustive grid ------------------------------------------------------------
-    grid: list[tuple[TrainConfig, BurstResult]] = []
-    t0 = time.monotonic()
-    for i, config in enumerate(space.grid()):
-        result = run_burst(
+    def burst(config: TrainConfig) -> BurstResult:
+        """One burst of ``config``, measured exactly as the grid and the re-measure do."""
+        return run_burst(
             spec,
             config,
             steps=args.steps,
@@ -110,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             device=caps.device,
             seed=args.seed,
         )
+
+    # -- the exhaustive grid ------------------------------------------------------------
+    grid: list[tuple[TrainConfig, BurstResult]] = []
+    t0 = time.monotonic()
+    for i, config in enumerate(space.grid()):
+        result = burst(config)
         grid.append((config, result))
         print(
             f"  grid {i + 1:>3}/{space.size()}: {result.status:<7} {throughput(result):>10,.0f} "
@@ -168,16 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     again: dict[str, list[float]] = {"grid": [], "search": []}
     for _ in range(args.remeasure):
         for name, config in (("grid", grid_cfg), ("search", search_cfg)):
-            result = run_burst(
-                spec,
-                config,
-                steps=args.steps,
-                warmup=args.warmup,
-                budget_bytes=budget,
-                timeout_s=600,
-                device=caps.device,
-                seed=args.seed,
-            )
+            result = burst(config)
             again[name].append(throughput(result))
 
     quality = search_tp / throughput(grid_best)
