@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -57,13 +58,27 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (system site-packages visible) with the wheel installed into it."""
+    """A fresh venv that sees this environment's packages, with the wheel installed into it.
+
+    ``--system-site-packages`` alone is not enough: when the tests run inside a virtual
+    environment (as CI's do), it exposes the base interpreter's site-packages, not the
+    environment's where torch and typer live. A ``.pth`` file appends this environment's
+    site-packages to the new venv's path, after its own, so the wheel's autotune wins
+    (the editable install's finder is a ``.pth`` hook there, which a plain path entry does
+    not run).
+    """
     path = tmp_path_factory.mktemp("venv") / "env"
     _run(
         [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
         cwd=path.parent,
     )
     python = path / "bin" / "python"
+    own = _run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd=path.parent,
+    ).stdout.strip()
+    here = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(own) / "_outer_environment.pth").write_text("".join(f"{p}\n" for p in here))
     # The system's pip, run by the venv's python, installs into the venv.
     _run(
         [
