@@ -32,11 +32,13 @@ from torch.utils.checkpoint import checkpoint
 from .spec import Batch, ParamCounts, count_parameters
 
 __all__ = [
+    "ATTENTION_IMPLS",
     "IGNORE_INDEX",
     "CausalSelfAttention",
     "RMSNorm",
     "SwiGLU",
     "TiedCausalLM",
+    "causal_attention",
     "generate",
     "init_weights",
     "lm_batch",
@@ -81,14 +83,47 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention with a fused QKV projection and SDPA kernels."""
+ATTENTION_IMPLS = ("sdpa", "eager")
 
-    def __init__(self, d_model: int, n_heads: int) -> None:
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, impl: str = "sdpa"
+) -> torch.Tensor:
+    """Causal ``softmax(q k^T / sqrt(hs)) v`` over (..., T, hs) tensors, by one of two kernels.
+
+    - ``sdpa``: ``F.scaled_dot_product_attention``, the fused kernels (flash or
+      memory-efficient) that never keep the (T, T) map where the device has them.
+    - ``eager``: the three steps written out, two batched matmuls around a softmax, which
+      keeps the (..., T, T) map for the backward pass.
+
+    The math is the same. Which one is faster depends on the device, the precision and the
+    head size (on a CPU, the fused kernel's bf16 backward is several times slower than two
+    bf16 matmuls for 16- to 64-wide heads), so models expose it as a knob that a search
+    measures rather than a choice made here.
+    """
+    if impl == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if impl != "eager":
+        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (..., T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    att = att.masked_fill(future, float("-inf")).softmax(dim=-1)
+    return att @ v  # (..., T, hs)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention with a fused QKV projection; ``attention`` picks the
+    kernel (``causal_attention``)."""
+
+    def __init__(self, d_model: int, n_heads: int, *, attention: str = "sdpa") -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        if attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.n_heads = n_heads
+        self.attention = attention
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # fused Q, K, V
         self.proj = nn.Linear(d_model, d_model, bias=False)
 
@@ -96,7 +131,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
         q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B,nh,T,hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        y = causal_attention(q, k, v, impl=self.attention)  # (B, nh, T, hs)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -20,9 +20,11 @@ The vector is stored block-major (block k owns features ``k*4*cell_dim`` up to
 
 That is 17 attentions per layer. The knob ``block_group`` (1, 2, 4, 8 or 16) sets how many
 block attentions run at once: the blocks of a group go through one batched
-``scaled_dot_product_attention`` call. Fewer at once keeps fewer attention maps alive (less
+attention call. Fewer at once keeps fewer attention maps alive (less
 memory where the kernel materialises them) at the cost of more, smaller kernel launches;
-the math is the same. Output projection tied to the token embedding; learned positions.
+the math is the same. The knob ``attention`` (``sdpa`` or ``eager``) picks the kernel of all
+17 (``causal_attention`` in ``_common``): same math again, and which is faster depends on the
+device and precision. Output projection tied to the token embedding; learned positions.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._common import (
+    ATTENTION_IMPLS,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
     TiedCausalLM,
+    causal_attention,
     generate,
     init_weights,
     lm_batch,
@@ -69,12 +72,15 @@ def to_grid(h: torch.Tensor, cell_dim: int) -> torch.Tensor:
 class BlockAttention(nn.Module):
     """16 causal single-head attentions, block k inside its own ``4*cell_dim`` subspace."""
 
-    def __init__(self, block_dim: int, block_group: int) -> None:
+    def __init__(self, block_dim: int, block_group: int, *, attention: str = "sdpa") -> None:
         super().__init__()
         if block_group not in BLOCK_GROUPS:
             raise ValueError(f"block_group must be one of {BLOCK_GROUPS}, got {block_group!r}")
+        if attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.block_dim = block_dim
         self.block_group = block_group
+        self.attention = attention
         self.qkv = nn.Parameter(torch.empty(N_BLOCKS, block_dim, 3 * block_dim))
         self.proj = nn.Parameter(torch.empty(N_BLOCKS, block_dim, block_dim))
 
@@ -87,7 +93,7 @@ class BlockAttention(nn.Module):
             xs = xb[:, :, start:stop]  # (B, T, g, bd)
             qkv = torch.einsum("btgi,gio->bgto", xs, self.qkv[start:stop])  # (B, g, T, 3bd)
             q, k, v = qkv.split(self.block_dim, dim=-1)  # (B, g, T, bd) each
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, g, T, bd)
+            y = causal_attention(q, k, v, impl=self.attention)  # (B, g, T, bd)
             outs.append(torch.einsum("bgti,gio->btgo", y, self.proj[start:stop]))  # (B,T,g,bd)
         return torch.cat(outs, dim=2)  # (B, T, 16, bd)
 
@@ -95,15 +101,17 @@ class BlockAttention(nn.Module):
 class MULayer(nn.Module):
     """Gates, 16 block attentions, one cross-block attention, MLP; all pre-norm residual."""
 
-    def __init__(self, *, cell_dim: int, n_heads: int, mlp_hidden: int, block_group: int) -> None:
+    def __init__(
+        self, *, cell_dim: int, n_heads: int, mlp_hidden: int, block_group: int, attention: str
+    ) -> None:
         super().__init__()
         d_model = 64 * cell_dim
         self.block_dim = CELLS_PER_BLOCK * cell_dim
         self.norm1 = RMSNorm(d_model)
         self.gate = nn.Linear(d_model, N_BLOCKS)
-        self.block_attn = BlockAttention(self.block_dim, block_group)
+        self.block_attn = BlockAttention(self.block_dim, block_group, attention=attention)
         self.norm2 = RMSNorm(d_model)
-        self.cross_attn = CausalSelfAttention(d_model, n_heads)  # across all blocks
+        self.cross_attn = CausalSelfAttention(d_model, n_heads, attention=attention)  # all blocks
         self.norm3 = RMSNorm(d_model)
         self.mlp = SwiGLU(d_model, mlp_hidden)
 
@@ -130,6 +138,7 @@ class MU(TiedCausalLM):
         mlp_hidden: int,
         max_seq_len: int,
         block_group: int = 16,
+        attention: str = "sdpa",
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
     ) -> None:
@@ -142,7 +151,11 @@ class MU(TiedCausalLM):
         )
         self.layers = nn.ModuleList(
             MULayer(
-                cell_dim=cell_dim, n_heads=n_heads, mlp_hidden=mlp_hidden, block_group=block_group
+                cell_dim=cell_dim,
+                n_heads=n_heads,
+                mlp_hidden=mlp_hidden,
+                block_group=block_group,
+                attention=attention,
             )
             for _ in range(n_layers)
         )
@@ -202,6 +215,13 @@ def mu_spec(
                 values=BLOCK_GROUPS,
                 default=16,
                 help="block attentions run at once (fewer: less memory, more kernel launches)",
+            ),
+            Knob(
+                name="attention",
+                values=ATTENTION_IMPLS,
+                default="sdpa",
+                help="attention kernel: fused SDPA, or eager matmul-softmax-matmul (same math; "
+                "eager is faster for small heads in bf16 on some CPUs, keeps the TxT map)",
             ),
         ),
         throughput_unit="tokens",

@@ -1,6 +1,9 @@
-"""MU: block grouping is math-preserving, 17 attentions per layer, the 8x8 grid layout."""
+"""MU: its knobs (block grouping, the attention kernel) are math-preserving, 17 attentions per
+layer, the 8x8 grid layout."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -19,12 +22,14 @@ def _batch(seq_len: int = 16) -> dict[str, torch.Tensor]:
     )
 
 
-def test_block_group_values_give_the_same_outputs_and_gradients() -> None:
+def test_every_knob_combination_gives_the_same_outputs_and_gradients() -> None:
     batch = _batch()
     reference = None
-    for group in SPEC.knob("block_group").values:
+    groups, kernels = SPEC.knob("block_group").values, SPEC.knob("attention").values
+    assert set(kernels) == {"sdpa", "eager"}
+    for group, kernel in itertools.product(groups, kernels):
         torch.manual_seed(0)
-        model = SPEC.build(knobs={"block_group": group})
+        model = SPEC.build(knobs={"block_group": group, "attention": kernel})
         logits = model(batch["input_ids"])
         loss = SPEC.loss(model, batch)
         loss.backward()
@@ -37,9 +42,22 @@ def test_block_group_values_give_the_same_outputs_and_gradients() -> None:
             torch.testing.assert_close(grad, reference[1][name], rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_block_group_rejects_values_outside_the_knob() -> None:
+def test_knobs_reject_values_outside_them() -> None:
     with pytest.raises(ValueError, match="block_group"):
         SPEC.build(knobs={"block_group": 3})
+    with pytest.raises(ValueError, match="attention"):
+        SPEC.build(knobs={"attention": "flash"})
+
+
+def test_eager_attention_runs_no_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> torch.Tensor:
+        raise AssertionError("the eager kernel called scaled_dot_product_attention")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", refuse)
+    model = SPEC.build(knobs={"attention": "eager"})
+    assert model(_batch()["input_ids"]).shape[-1] == SPEC.args["vocab_size"]
+    with pytest.raises(AssertionError, match="eager kernel"):
+        SPEC.build(knobs={"attention": "sdpa"})(_batch()["input_ids"])
 
 
 @pytest.mark.parametrize("group", [1, 4, 16])
@@ -75,9 +93,10 @@ def test_hidden_state_is_an_8x8_grid_of_16_named_2x2_blocks() -> None:
         assert sorted(set(cols.tolist())) == [2 * (k % 4), 2 * (k % 4) + 1], BLOCK_NAMES[k]
 
 
-def test_it_is_causal() -> None:
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
+def test_it_is_causal(kernel: str) -> None:
     torch.manual_seed(0)
-    model = SPEC.build()
+    model = SPEC.build(knobs={"attention": kernel})
     ids = _batch()["input_ids"]
     changed = ids.clone()
     changed[:, 10:] = (changed[:, 10:] + 1) % SPEC.args["vocab_size"]
