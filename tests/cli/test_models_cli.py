@@ -22,7 +22,10 @@ def test_list_json_has_every_builtin_with_its_figures() -> None:
     mu = rows["mu"]
     assert 0.85 * 6.7e6 <= mu["non_embedding_params"] <= 1.15 * 6.7e6
     assert mu["params"] > mu["non_embedding_params"]
-    assert mu["seq_len"] == 128 and mu["knobs"] == {"block_group": [1, 2, 4, 8, 16]}
+    assert mu["seq_len"] == 128 and mu["knobs"] == {
+        "block_group": [1, 2, 4, 8, 16],
+        "attention": ["sdpa", "eager"],
+    }
     assert mu["flops_per_token"] == mu["flops_per_sample"] / 128
     assert rows["pointer-gen"]["tokens_per_sample"] == 768 + 192
     assert all(row["activation_checkpointing"] for row in rows.values())
