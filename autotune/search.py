@@ -850,14 +850,17 @@ class _Run:
             study.stop()
 
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
-        """When a measured trial becomes the best, queue its micro-batch neighbours (x2,
-        /2) that have no result yet: the micro-batch matters most, and TPE, sampling
-        around its model, can take many trials to land on the one step next to the best.
-        OOM neighbours cost nothing (the memory model skips them)."""
+        """When a measured trial becomes the best, queue its neighbours that have no
+        result yet, one knob moved at a time: the micro-batch (x2, /2) first, as it
+        matters most, then compile turned on and each model knob moved (a kernel choice
+        such as MU's attention can double the speed, but only together with the right
+        precision). TPE, sampling around its model, can take many trials to land on the
+        one step next to the best, and a short search has few to spare. OOM neighbours
+        cost nothing (the memory model skips them)."""
         best = self.best()
         if not record.ran or record.role == "naive" or best is None or best.number != record.number:
             return
-        for cand in self.space.neighbours(record.train_config(), workers=False):
+        for cand in self.space.neighbours(record.train_config(), workers=False, kernels=True):
             if self._record_of(cand) is None and not self._waiting(cand, study):
                 study.enqueue_trial(self.space.params_of(cand), user_attrs={"role": "refine"})
 

@@ -510,13 +510,18 @@ class SearchSpace:
             }
         )
 
-    def neighbours(self, config: TrainConfig, *, workers: bool = True) -> list[TrainConfig]:
-        """Configs one step away that the space holds: micro-batch x2 and /2, and (with
-        ``workers``) one DataLoader worker more or fewer. A warm start's second guesses,
-        and the search's refinement around a new best."""
+    def neighbours(
+        self, config: TrainConfig, *, workers: bool = True, kernels: bool = False
+    ) -> list[TrainConfig]:
+        """Configs one step away that the space holds: micro-batch x2 and /2; with
+        ``workers``, one DataLoader worker more or fewer; with ``kernels``, the choices
+        that change which kernels run but not the batch: compile turned on (its first
+        mode) when it is off, and each model knob moved on its own (a numeric knob to the
+        next value up and down, any other to each of its other values). A warm start's
+        second guesses, and the search's refinement around a new best."""
         out: list[TrainConfig] = []
         values = self.values_of(config)
-        changes: list[dict[str, int]] = [
+        changes: list[dict[str, Any]] = [
             {"micro_batch": config.micro_batch * 2},
             {"micro_batch": config.micro_batch // 2},
         ]
@@ -525,6 +530,18 @@ class SearchSpace:
                 {"num_workers": config.num_workers + 1},
                 {"num_workers": config.num_workers - 1},
             ]
+        if kernels:
+            modes = [m for m in self.compile if m != "off"]
+            if config.compile == "off" and modes:
+                changes.append({"compile": modes[0]})
+            for name, allowed in self.knobs.items():
+                current = values[f"knobs.{name}"]
+                moves: Sequence[Any] = allowed
+                if _ordinal(allowed) and current in allowed:
+                    ordered = sorted(allowed)
+                    at = ordered.index(current)
+                    moves = ordered[max(at - 1, 0) : at + 2]
+                changes += [{f"knobs.{name}": v} for v in moves if v != current]
         for change in changes:
             new = {**values, **change}
             if new["micro_batch"] < 1 or new["num_workers"] < 0:

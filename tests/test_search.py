@@ -202,6 +202,51 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
     assert result.speedup > 1.5
 
 
+def test_refinement_moves_compile_and_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
+    # A kernel choice that doubles the speed (as MU's eager attention does in bf16 on a
+    # CPU): after the guess becomes the best, its neighbours come next, one knob moved
+    # each: micro-batch x2 and /2, compile on, the categorical knob to its other value,
+    # the numeric knob one value down (8 is its top).
+    knobs = (
+        Knob(name="kernel", values=("fused", "plain"), default="fused"),
+        Knob(name="group", values=(1, 2, 4, 8), default=8),
+    )
+
+    @dataclass
+    class KernelBurst(FakeBurst):
+        def speed(self, c: TrainConfig) -> float:
+            return super().speed(c) * (2.0 if c.knobs["kernel"] == "plain" else 1.0)
+
+    burst = KernelBurst()
+    result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10)
+    guess = burst.calls[1]
+    assert result.trials[1].role == "guess"
+    moves = burst.calls[2:7]
+    assert [t.role for t in result.trials[2:7]] == ["refine"] * 5
+    changed = []
+    for config in moves:
+        diff = {
+            name
+            for name in ("micro_batch", "compile", "precision", "activation_checkpointing")
+            if getattr(config, name) != getattr(guess, name)
+        } | {f"knobs.{k}" for k, v in config.knobs.items() if v != guess.knobs[k]}
+        changed.append((diff, config.micro_batch, config.compile, dict(config.knobs)))
+    assert [d for d, *_ in changed] == [
+        {"micro_batch"},
+        {"micro_batch"},
+        {"compile"},
+        {"knobs.kernel"},
+        {"knobs.group"},
+    ]
+    assert {mb for _, mb, *_ in changed[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
+    assert changed[2][2] == "default" and changed[3][3]["kernel"] == "plain"
+    assert changed[4][3]["group"] == 4
+    # the kernel and compile together win, within ten trials
+    assert result.best is not None
+    best = result.best.train_config()
+    assert best.knobs["kernel"] == "plain" and best.compile == "default"
+
+
 # -- infeasible region: found, and dominated configs never run ---------------------------
 
 

@@ -225,6 +225,46 @@ def test_neighbours_stay_in_the_space() -> None:
     assert found == {(8, 0), (2, 0), (4, 1)}
 
 
+def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
+    knobs = (
+        Knob(name="kernel", values=("fused", "plain", "tiled"), default="fused"),
+        Knob(name="group", values=(1, 2, 4, 8), default=8),
+    )
+    space = SearchSpace.for_model(_spec(knobs=knobs), cpu_caps(), cpu_count=2)
+    values = {
+        "micro_batch": 4,
+        "seq_len": 128,
+        "precision": "fp32",
+        "activation_checkpointing": False,
+        "compile": "off",
+        "num_workers": 0,
+        "knobs.kernel": "plain",
+        "knobs.group": 2,
+    }
+    config = space.make_config(values)
+    assert space.neighbours(config) == space.neighbours(config, kernels=False)
+    found = space.neighbours(config, workers=False, kernels=True)
+    moved = [
+        {k: v for k, v in space.values_of(c).items() if v != space.values_of(config)[k]}
+        for c in found
+    ]
+    assert moved == [
+        {"micro_batch": 8},
+        {"micro_batch": 2},
+        {"compile": "default"},
+        {"knobs.kernel": "fused"},
+        {"knobs.kernel": "tiled"},
+        {"knobs.group": 1},
+        {"knobs.group": 4},
+    ]
+    compiled = space.make_config({**values, "compile": "default"})
+    assert not any(c.compile == "off" for c in space.neighbours(compiled, kernels=True))
+    no_compile = SearchSpace.for_model(
+        _spec(knobs=knobs), cpu_caps(), restrict={"compile": ["off"]}
+    )
+    assert all(c.compile == "off" for c in no_compile.neighbours(config, kernels=True))
+
+
 def test_fingerprint_changes_with_the_space() -> None:
     a = SearchSpace.for_model(_spec(), cpu_caps())
     b = SearchSpace.for_model(_spec(), cpu_caps(), restrict={"compile": ["off"]})
