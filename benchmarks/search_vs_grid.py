@@ -31,6 +31,7 @@ DEFAULT_KNOBS = [
     "activation_checkpointing=false,true",
     "compile=off",
     "num_workers=0",
+    "attention=sdpa",
 ]
 
 

@@ -29,10 +29,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .spec import Batch, ParamCounts, count_parameters
+from .spec import Batch, Knob, ParamCounts, count_parameters
 
 __all__ = [
     "ATTENTION_IMPLS",
+    "ATTENTION_KNOB",
     "IGNORE_INDEX",
     "CausalSelfAttention",
     "RMSNorm",
@@ -84,6 +85,13 @@ class SwiGLU(nn.Module):
 
 
 ATTENTION_IMPLS = ("sdpa", "eager")
+ATTENTION_KNOB = Knob(
+    name="attention",
+    values=ATTENTION_IMPLS,
+    default="sdpa",
+    help="attention kernel: fused SDPA, or eager matmul-softmax-matmul (same math; eager "
+    "keeps the TxT map, and is faster for small heads in bf16 on some CPUs)",
+)
 
 
 def causal_attention(

@@ -37,6 +37,7 @@ from torch import nn
 
 from ._common import (
     ATTENTION_IMPLS,
+    ATTENTION_KNOB,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
@@ -216,13 +217,7 @@ def mu_spec(
                 default=16,
                 help="block attentions run at once (fewer: less memory, more kernel launches)",
             ),
-            Knob(
-                name="attention",
-                values=ATTENTION_IMPLS,
-                default="sdpa",
-                help="attention kernel: fused SDPA, or eager matmul-softmax-matmul (same math; "
-                "eager is faster for small heads in bf16 on some CPUs, keeps the TxT map)",
-            ),
+            ATTENTION_KNOB,
         ),
         throughput_unit="tokens",
         extras={"metric": lm_metric, "generate": generate},

@@ -1,4 +1,5 @@
-"""GPT: sizes, tied weights, label smoothing, top-p generation with context cropping."""
+"""GPT: sizes, tied weights, label smoothing, top-p generation with context cropping, and
+its attention kernels (the same math)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,17 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
     draws = {int(_sample_top_p(probs, 0.7, gen)) for _ in range(200)}
     assert draws == {0, 1}  # 0.5 < 0.7, 0.5 + 0.3 >= 0.7: the nucleus is {0, 1}
     assert {int(_sample_top_p(probs, 1e-6, gen)) for _ in range(20)} == {0}  # greedy
+
+
+def test_attention_kernels_give_the_same_outputs_and_gradients() -> None:
+    batch = SPEC.make_batch(batch_size=2, seq_len=16, generator=torch.Generator().manual_seed(0))
+    results = []
+    for kernel in SPEC.knob("attention").values:
+        torch.manual_seed(0)
+        model = SPEC.build(knobs={"attention": kernel})
+        SPEC.loss(model, batch).backward()
+        results.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    (fused, eager) = results
+    assert fused.keys() == eager.keys() and fused
+    for name, grad in eager.items():
+        torch.testing.assert_close(grad, fused[name], rtol=1e-5, atol=1e-6, msg=name)
