@@ -1,0 +1,149 @@
+"""Does a preset's speedup over its naive config hold? Both measured side by side, now.
+
+A search measures its naive config first and its winner minutes later, under whatever
+load the machine had at each moment. This script measures the two configs a preset
+records, its own and its baseline (the naive config of the same study), again in one run:
+``--rounds`` rounds (default 3) of one fresh burst each, the order alternating between
+rounds so a change of load falls on both alike. It prints every burst, then each
+config's median and best, and the speedup from the medians and from the bests (interference
+only ever slows a step down, so the best is the less disturbed figure), against the
+target (default 2x: issue 5's target for MU on the 2-core CPU).
+
+    python benchmarks/preset_vs_naive.py --preset best.yaml
+    python benchmarks/preset_vs_naive.py --preset presets/cpu/mu-epyc.yaml --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from _common import (
+    command_line,
+    fmt_float,
+    fmt_ratio,
+    fmt_seconds,
+    hardware_lines,
+    load_average,
+    render_table,
+    utc_now,
+)
+
+TARGET = 2.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", required=True, help="a preset file or a shipped name")
+    parser.add_argument("--device", default=None, help="default: the kind it was measured on")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per burst")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per burst")
+    parser.add_argument("--target", type=float, default=TARGET)
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
+
+    from autotune.burst import run_burst
+    from autotune.hardware import probe
+    from autotune.models.registry import load_model
+    from autotune.preset import load_preset, resolve_preset
+    from autotune.search import summarize_config
+
+    preset = load_preset(resolve_preset(args.preset))
+    if preset.baseline is None:
+        print(f"preset {args.preset!r} records no baseline config to compare with", file=sys.stderr)
+        return 2
+    spec = load_model(preset.model.name)
+    if preset.model.args:
+        spec = spec.with_args(**preset.model.args)
+    profile = probe()
+    device = args.device or ("cuda" if preset.fingerprint.device_kind == "cuda" else "cpu")
+    caps = profile.device(device)
+    configs = {"naive (baseline)": preset.baseline.config, "preset": preset.config}
+    unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
+
+    print(f"## preset_vs_naive: {preset.name} ({spec.name}) on {caps.device}")
+    print()
+    print(f"- date: {utc_now()}")
+    print(f"- command: `{command_line(argv, script=__file__)}`")
+    for line in hardware_lines(profile, caps.device):
+        print(f"- {line}")
+    print(f"- preset measured on: {preset.fingerprint.describe()}")
+    print(
+        f"- measurement: {args.rounds} rounds, each one fresh burst per config "
+        f"({args.warmup} warm-up + {args.steps} timed optimizer steps, under the preset's "
+        "budget), the order alternating between rounds"
+    )
+    print(f"- load average at start: {load_average()}")
+    print()
+
+    measured: dict[str, list[float]] = {name: [] for name in configs}
+    rows = []
+    for round_no in range(args.rounds):
+        order = list(configs) if round_no % 2 == 0 else list(reversed(configs))
+        for name in order:
+            result = run_burst(
+                spec,
+                configs[name],
+                steps=args.steps,
+                warmup=args.warmup,
+                budget_bytes=preset.budget_bytes,
+                device=caps.device,
+                device_caps=caps,
+            )
+            if not result.ok or result.throughput is None:
+                print(f"{name}: burst {result.status}: {result.reason}", file=sys.stderr)
+                return 1
+            measured[name].append(result.throughput)
+            done = f"round {round_no + 1} {name}: {result.throughput:,.0f} {unit}"
+            print(f"  {done}", file=sys.stderr)
+            rows.append(
+                [
+                    str(round_no + 1),
+                    name,
+                    fmt_float(result.throughput),
+                    fmt_seconds(result.step_time_median_s),
+                    fmt_seconds(result.compile_s),
+                    f"{(result.peak_memory_bytes or 0) / 2**20:,.0f} MiB",
+                ]
+            )
+    print(
+        render_table(
+            ["round", "config", unit, "step (median)", "compile", "peak"],
+            rows,
+            align="rlrrrr",
+        )
+    )
+    print()
+    summary = []
+    for name, config in configs.items():
+        values = measured[name]
+        summary.append(
+            [
+                name,
+                summarize_config(config.to_dict()),
+                fmt_float(statistics.median(values)),
+                fmt_float(max(values)),
+                f"{(max(values) - min(values)) / max(values):.1%}",
+            ]
+        )
+    print(render_table(["config", "settings", "median", "best", "spread"], summary, align="llrrr"))
+    naive, tuned = measured["naive (baseline)"], measured["preset"]
+    by_median = statistics.median(tuned) / statistics.median(naive)
+    by_best = max(tuned) / max(naive)
+    recorded = preset.baseline.speedup
+    print()
+    print(f"- load average at the end: {load_average()}")
+    print(
+        f"- speedup side by side: {fmt_ratio(by_median)} from the medians, {fmt_ratio(by_best)} "
+        f"from the bests (target {args.target:g}x: "
+        f"{'met' if min(by_median, by_best) >= args.target else 'MISSED'}); "
+        f"the preset recorded {fmt_ratio(recorded)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
