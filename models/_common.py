@@ -40,6 +40,7 @@ __all__ = [
     "SwiGLU",
     "TiedCausalLM",
     "causal_attention",
+    "check_attention",
     "generate",
     "init_weights",
     "lm_batch",
@@ -94,6 +95,13 @@ ATTENTION_KNOB = Knob(
 )
 
 
+def check_attention(impl: str) -> str:
+    """``impl`` if it names an attention kernel, else a ValueError naming the kernels."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    return impl
+
+
 def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, impl: str = "sdpa"
 ) -> torch.Tensor:
@@ -109,10 +117,8 @@ def causal_attention(
     bf16 matmuls for 16- to 64-wide heads), so models expose it as a knob that a search
     measures rather than a choice made here.
     """
-    if impl == "sdpa":
+    if check_attention(impl) == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    if impl != "eager":
-        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
     T = q.shape[-2]
     att = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (..., T, T)
     future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
@@ -128,10 +134,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        if attention not in ATTENTION_IMPLS:
-            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.n_heads = n_heads
-        self.attention = attention
+        self.attention = check_attention(attention)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # fused Q, K, V
         self.proj = nn.Linear(d_model, d_model, bias=False)
 

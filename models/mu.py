@@ -36,13 +36,13 @@ import torch
 from torch import nn
 
 from ._common import (
-    ATTENTION_IMPLS,
     ATTENTION_KNOB,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
     TiedCausalLM,
     causal_attention,
+    check_attention,
     generate,
     init_weights,
     lm_batch,
@@ -77,11 +77,9 @@ class BlockAttention(nn.Module):
         super().__init__()
         if block_group not in BLOCK_GROUPS:
             raise ValueError(f"block_group must be one of {BLOCK_GROUPS}, got {block_group!r}")
-        if attention not in ATTENTION_IMPLS:
-            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.block_dim = block_dim
         self.block_group = block_group
-        self.attention = attention
+        self.attention = check_attention(attention)
         self.qkv = nn.Parameter(torch.empty(N_BLOCKS, block_dim, 3 * block_dim))
         self.proj = nn.Parameter(torch.empty(N_BLOCKS, block_dim, block_dim))
 
