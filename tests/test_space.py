@@ -209,18 +209,20 @@ def test_seq_len_above_the_model_limit() -> None:
         SearchSpace.for_model(_spec(), cpu_caps(), seq_len=[1024])
 
 
+# micro-batch 4, fp32, nothing else turned on: where the neighbour tests start
+PLAIN_MB4 = {
+    "micro_batch": 4,
+    "seq_len": 128,
+    "precision": "fp32",
+    "activation_checkpointing": False,
+    "compile": "off",
+    "num_workers": 0,
+}
+
+
 def test_neighbours_stay_in_the_space() -> None:
     space = SearchSpace.for_model(_spec(), cpu_caps(), cpu_count=2)
-    config = space.make_config(
-        {
-            "micro_batch": 4,
-            "seq_len": 128,
-            "precision": "fp32",
-            "activation_checkpointing": False,
-            "compile": "off",
-            "num_workers": 0,
-        }
-    )
+    config = space.make_config(PLAIN_MB4)
     found = {(c.micro_batch, c.num_workers) for c in space.neighbours(config)}
     assert found == {(8, 0), (2, 0), (4, 1)}
 
@@ -231,16 +233,7 @@ def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
         Knob(name="group", values=(1, 2, 4, 8), default=8),
     )
     space = SearchSpace.for_model(_spec(knobs=knobs), cpu_caps(), cpu_count=2)
-    values = {
-        "micro_batch": 4,
-        "seq_len": 128,
-        "precision": "fp32",
-        "activation_checkpointing": False,
-        "compile": "off",
-        "num_workers": 0,
-        "knobs.kernel": "plain",
-        "knobs.group": 2,
-    }
+    values = {**PLAIN_MB4, "knobs.kernel": "plain", "knobs.group": 2}
     config = space.make_config(values)
     assert space.neighbours(config) == space.neighbours(config, kernels=False)
     found = space.neighbours(config, workers=False, kernels=True)
