@@ -18,6 +18,13 @@ from autotune.errors import (
     UsageError,
 )
 
+# ``autotune.search(model, budget=...)`` is the function behind ``autotune search`` (it
+# returns the SearchResult the CLI prints). Binding it here shadows the submodule of the
+# same name as an attribute of the package: ``from autotune.search import ...`` still
+# reaches the module (through sys.modules), ``import autotune.search as m`` would not.
+# The module imports neither torch nor optuna at load time, so this stays instant.
+from autotune.search import SearchResult, search
+
 __all__ = [
     "AutotuneError",
     "BudgetError",
@@ -25,6 +32,8 @@ __all__ = [
     "DataError",
     "ModelLoadError",
     "PresetError",
+    "SearchResult",
     "UsageError",
     "__version__",
+    "search",
 ]

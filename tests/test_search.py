@@ -247,6 +247,32 @@ def test_refinement_moves_compile_and_each_model_knob_one_at_a_time(tmp_path: Pa
     assert best.knobs["kernel"] == "plain" and best.compile == "default"
 
 
+def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:
+    import autotune
+
+    assert autotune.search is search and "search" in autotune.__all__
+    result = autotune.search(
+        toy_spec(),
+        budget="1GB",
+        hardware=cpu_profile(),
+        burst_fn=FakeBurst(),
+        trials=3,
+        runs_dir=tmp_path / "runs",
+        output=tmp_path / "best.yaml",
+        steps=4,
+        warmup=1,
+    )
+    assert isinstance(result, autotune.SearchResult)
+    assert result.best is not None and result.preset_path == str(tmp_path / "best.yaml")
+
+
+def test_importing_autotune_loads_neither_torch_nor_optuna() -> None:
+    # what keeps `autotune --help` instant, now that the package binds autotune.search
+    code = "import sys, autotune; print(sorted({'torch', 'optuna'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # -- infeasible region: found, and dominated configs never run ---------------------------
 
 
