@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.burst import run_burst
     from autotune.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.preset import load_preset, resolve_preset
+    from autotune.preset import default_device_for, load_preset, resolve_preset
     from autotune.search import summarize_config
 
     preset = load_preset(resolve_preset(args.preset))
@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if preset.model.args:
         spec = spec.with_args(**preset.model.args)
     profile = probe()
-    device = args.device or ("cuda" if preset.fingerprint.device_kind == "cuda" else "cpu")
-    caps = profile.device(device)
+    caps = profile.device(args.device or default_device_for(preset, profile))
     configs = {"naive (baseline)": preset.baseline.config, "preset": preset.config}
     unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
 
