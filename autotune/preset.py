@@ -38,6 +38,7 @@ from autotune.units import format_bytes, parse_budget
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
     from autotune.hardware import GPUInfo, HardwareProfile
+    from autotune.models.spec import ModelSpec
 
 __all__ = [
     "PRESET_SCHEMA_VERSION",
@@ -471,6 +472,14 @@ class ModelRef(_Section):
 
     _path: ClassVar[str] = "model"
     _rules: ClassVar[Mapping[str, Rule]] = {"name": _non_empty}
+
+    def load(self) -> ModelSpec:
+        """The spec this reference names, with its size arguments applied
+        (``ModelLoadError`` for an unknown model)."""
+        from autotune.models.registry import load_model
+
+        spec = load_model(self.name)
+        return spec.with_args(**self.args) if self.args else spec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune.burst import run_burst
     from autotune.hardware import probe
-    from autotune.models.registry import load_model
     from autotune.preset import default_device_for, load_preset, resolve_preset
     from autotune.search import summarize_config
 
@@ -55,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if preset.baseline is None:
         print(f"preset {args.preset!r} records no baseline config to compare with", file=sys.stderr)
         return 2
-    spec = load_model(preset.model.name)
-    if preset.model.args:
-        spec = spec.with_args(**preset.model.args)
+    spec = preset.model.load()
     profile = probe()
     caps = profile.device(args.device or default_device_for(preset, profile))
     configs = {"naive (baseline)": preset.baseline.config, "preset": preset.config}

@@ -345,7 +345,6 @@ def check(
 ) -> None:
     """Re-measure a preset here with a short burst: measured vs recorded figures."""
     from autotune import burst, hardware
-    from autotune.models.registry import load_model
     from autotune.preset import check_portability
 
     path, loaded = _load(preset)
@@ -353,9 +352,7 @@ def check(
     report = check_portability(loaded, profile, device, force=force)
     if not json_out:
         typer.echo("\n".join(render_portability(report)))
-    spec = load_model(loaded.model.name)
-    if loaded.model.args:
-        spec = spec.with_args(**loaded.model.args)
+    spec = loaded.model.load()
     if not json_out:
         typer.echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
     result = burst.run_burst(

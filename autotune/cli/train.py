@@ -167,9 +167,7 @@ def train(
         report = check_portability(loaded, profile, _rank_device(wanted), force=force)
         for text in report.warnings:
             _warn(text)
-        spec = load_model(loaded.model.name)
-        if loaded.model.args:
-            spec = spec.with_args(**loaded.model.args)
+        spec = loaded.model.load()
         config, training, name = loaded.config, loaded.training, loaded.name
     else:
         spec = load_model(str(model))
