@@ -1,0 +1,61 @@
+"""autotune.files: the one atomic writer every saved file goes through."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from autotune.files import atomic_write_text, atomic_writer, file_mode
+
+
+def _strays(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_writes_text_and_creates_folders(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "out.txt"
+    atomic_write_text(target, "héllo\n")
+    assert target.read_text(encoding="utf-8") == "héllo\n"
+    assert stat.S_IMODE(target.stat().st_mode) == file_mode()
+    assert _strays(target.parent) == []
+
+
+def test_binary_mode(tmp_path: Path) -> None:
+    target = tmp_path / "blob.bin"
+    with atomic_writer(target, binary=True) as handle:
+        handle.write(b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+
+
+def test_failure_mid_write_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "keep.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_writer(target) as handle:
+        handle.write("half of the new")
+        raise RuntimeError("disk full")
+    assert target.read_text() == "old"
+    assert _strays(tmp_path) == []
+
+
+def test_existing_mode_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "ro.txt"
+    target.write_text("old")
+    os.chmod(target, 0o600)
+    atomic_write_text(target, "new")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert target.read_text() == "new"
+
+
+def test_no_overwrite_refuses_an_existing_file(tmp_path: Path) -> None:
+    target = tmp_path / "exists.txt"
+    target.write_text("theirs")
+    with pytest.raises(FileExistsError):
+        atomic_write_text(target, "mine", overwrite=False)
+    assert target.read_text() == "theirs"
+    assert _strays(tmp_path) == []
+    fresh = tmp_path / "fresh.txt"
+    atomic_write_text(fresh, "mine", overwrite=False)
+    assert fresh.read_text() == "mine"
