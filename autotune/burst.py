@@ -102,6 +102,13 @@ class BurstResult:
         """The figure a search maximises: tokens/s, or samples/s for a samples model."""
         return self.tokens_per_s if self.throughput_unit == "tokens" else self.samples_per_s
 
+    @property
+    def throughput_label(self) -> str:
+        """``"tokens/s"`` or ``"samples/s"``: the unit of :attr:`throughput`."""
+        from autotune.models.spec import throughput_label
+
+        return throughput_label(self.throughput_unit)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["config"] = dict(self.config)

@@ -38,6 +38,12 @@ FlopsFn = Callable[[Mapping[str, Any], int], float]
 TokensFn = Callable[[Mapping[str, Any], int], int]
 
 
+def throughput_label(unit: str) -> str:
+    """The label of a throughput unit: ``"tokens"`` reads as tokens/s, anything else as
+    samples/s. The one place that spells it."""
+    return "tokens/s" if unit == "tokens" else "samples/s"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Knob:
     """A math-preserving setting of the model's own (e.g. MU's ``block_group``)."""
@@ -176,6 +182,17 @@ class ModelSpec:
             return 1
         length = seq_len or self.seq_len
         return self.tokens_fn(self.args, length) if self.tokens_fn is not None else length
+
+    @property
+    def throughput_label(self) -> str:
+        """How this model's throughput reads: ``"tokens/s"`` or ``"samples/s"``."""
+        return throughput_label(self.throughput_unit)
+
+    def pick_throughput(
+        self, tokens_per_s: float | None, samples_per_s: float | None
+    ) -> float | None:
+        """Of a pair of rates, the one this model is measured in."""
+        return tokens_per_s if self.throughput_unit == "tokens" else samples_per_s
 
     def param_counts(self) -> ParamCounts:
         """Parameter counts, built on the meta device (no memory, no time)."""
