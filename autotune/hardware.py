@@ -156,7 +156,7 @@ class DeviceCaps:
         if self._runs(precision):
             return None
         if self.kind != "cuda":
-            need = f"{precision} needs a CUDA device and this is the CPU ({self.name})"
+            need = f"{precision} needs a CUDA device, not the CPU"
         elif precision in ("bf16", "tf32") and self.compute_capability is not None:
             cc = "{}.{}".format(*self.compute_capability)
             need = f"{precision} needs compute capability 8.0 or newer and {self.name} is {cc}"
