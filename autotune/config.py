@@ -154,18 +154,9 @@ def check_config(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) ->
             f"config.seq_len: model {spec.name!r} accepts at most {spec.max_seq_len}, "
             f"got {config.seq_len}"
         )
-    if config.precision == "fp16" and device.kind != "cuda":
-        problems.append(
-            f"config.precision: fp16 needs a CUDA device (a GradScaler-backed fp16 step); "
-            f"{device.device} supports fp32{', bf16' if device.bf16 else ''}"
-        )
-    if config.precision == "tf32" and not device.tf32:
-        problems.append(
-            f"config.precision: tf32 needs an NVIDIA GPU of compute capability 8.0 or newer; "
-            f"{device.name} does not have it (use fp32)"
-        )
-    if config.precision == "bf16" and not device.bf16:
-        problems.append(f"config.precision: {device.name} cannot run bf16 (use fp32 or fp16)")
+    precision_problem = device.precision_problem(config.precision)
+    if precision_problem is not None:
+        problems.append(f"config.precision: {precision_problem}")
     if config.activation_checkpointing and not spec.supports_checkpointing:
         problems.append(f"config.activation_checkpointing: model {spec.name!r} does not support it")
     if config.compile != "off" and not device.compile:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from autotune.config import PRECISIONS
 from autotune.errors import ConfigError, HardwareMismatchError, UsageError
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "HardwareProfile",
     "SCHEMA_VERSION",
     "SoftwareInfo",
+    "parse_device",
     "peak_flops",
     "probe",
 ]
@@ -110,7 +112,12 @@ class SoftwareInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceCaps:
-    """What one training device (``cpu`` or ``cuda:N``) supports, for validating configs."""
+    """What one training device (``cpu`` or ``cuda:N``) supports, for validating configs.
+
+    It owns two rules every caller uses: which precisions the device runs
+    (``precisions``, ``precision_problem``, ``precision_warning``) and its dense peak
+    FLOP/s (``peak_flops``).
+    """
 
     device: str
     kind: Literal["cpu", "cuda"]
@@ -118,22 +125,106 @@ class DeviceCaps:
     total_memory_bytes: int
     bf16: bool  # runs at all (CPU: always emulated or native; see bf16_native)
     bf16_native: bool  # has hardware units for it
-    fp16: bool
+    fp16: bool  # a GradScaler-backed fp16 step; only ever on CUDA
     tf32: bool
     compile: bool
     peak_flops_bf16: float | None = None  # dense, for MFU; None where unknown
     peak_flops_fp32: float | None = None  # plain FP32 (no tensor cores)
     peak_flops_tf32: float | None = None  # dense TF32 tensor cores
+    compute_capability: tuple[int, int] | None = None  # CUDA only; None where unknown
 
     def peak_flops(self, precision: str) -> float | None:
         """Dense peak FLOP/s for a ``TrainConfig.precision`` (fp16 counts as bf16)."""
+        _check_precision(precision)
         if precision in ("bf16", "fp16"):
             return self.peak_flops_bf16
         if precision == "tf32":
             return self.peak_flops_tf32
-        if precision == "fp32":
-            return self.peak_flops_fp32
+        return self.peak_flops_fp32
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions this device runs, in ``PRECISIONS`` order (fp32 always)."""
+        return tuple(precision for precision in PRECISIONS if self._runs(precision))
+
+    def precision_problem(self, precision: str) -> str | None:
+        """Why this device cannot run ``precision`` and what to use instead; None if it can.
+
+        fp16 needs CUDA (a GradScaler-backed step); bf16 and tf32 need compute capability
+        8.0 on a GPU; a CPU runs fp32 and bf16 (see ``precision_warning``).
+        """
+        if self._runs(precision):
+            return None
+        if self.kind != "cuda":
+            need = f"{precision} needs a CUDA device, not the CPU"
+        elif precision in ("bf16", "tf32") and self.compute_capability is not None:
+            cc = "{}.{}".format(*self.compute_capability)
+            need = f"{precision} needs compute capability 8.0 or newer and {self.name} is {cc}"
+        elif precision in ("bf16", "tf32"):
+            need = f"{precision} needs compute capability 8.0 or newer, which {self.name} lacks"
+        else:
+            need = f"{self.device} ({self.name}) cannot run {precision}"
+        return f"{need}; use {self._instead(precision)}"
+
+    def precision_warning(self, precision: str) -> str | None:
+        """Why ``precision`` runs here but slowly (bf16 emulated on a CPU); None if it does not."""
+        _check_precision(precision)
+        if precision == "bf16" and self.kind == "cpu" and self.bf16 and not self.bf16_native:
+            return (
+                "this CPU has no bf16 units (no avx512_bf16/amx_bf16), so bf16 is emulated and "
+                "likely much slower than fp32"
+            )
+        return None
+
+    def fallback_precision(self, precision: str) -> str:
+        """What to run where ``precision`` cannot run: fp16 for bf16 on a GPU (the same
+        memory, with a loss scaler), else fp32; ``precision`` itself where it runs."""
+        if self._runs(precision):
+            return precision
+        if precision == "bf16" and self._runs("fp16"):
+            return "fp16"
+        return "fp32"
+
+    def _runs(self, precision: str) -> bool:
+        _check_precision(precision)
+        if precision == "fp16":
+            return self.kind == "cuda" and self.fp16
+        if precision == "bf16":
+            return self.bf16
+        if precision == "tf32":
+            return self.tf32
+        return True
+
+    def _instead(self, precision: str) -> str:
+        """The advice after a refusal: the fallback, and a faster choice where one runs."""
+        if self.fallback_precision(precision) == "fp16":
+            return "fp16 instead (same memory, with a loss scaler)"
+        if self.kind != "cuda" and self.bf16:
+            if self.bf16_native:
+                return "fp32 or bf16 (this CPU has native bf16)"
+            return "fp32 (bf16 also runs, but this CPU emulates it slowly)"
+        faster = [p for p in ("bf16", "fp16") if self._runs(p)]
+        return f"fp32 (or {faster[0]} for speed)" if faster else "fp32"
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
         raise UsageError(f"unknown precision {precision!r}; expected fp32, tf32, bf16 or fp16")
+
+
+_CUDA_NAME = re.compile(r"cuda(?::(\d+))?")
+
+
+def parse_device(name: str) -> tuple[Literal["cpu", "cuda"], int | None]:
+    """``"cpu"`` -> ("cpu", None), ``"cuda"`` -> ("cuda", None), ``" CUDA:1"`` ->
+    ("cuda", 1). Raises ``UsageError`` for a name that is not a device at all."""
+    text = name.strip().lower()
+    if text == "cpu":
+        return "cpu", None
+    match = _CUDA_NAME.fullmatch(text)
+    if match is None:
+        raise UsageError(f"unknown device {name!r}: expected cpu, cuda or cuda:N")
+    return "cuda", int(match[1]) if match[1] is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,30 +246,37 @@ class HardwareProfile:
     def device(self, name: str | None = None) -> DeviceCaps:
         """Capabilities of ``name`` (``cpu``, ``cuda``, ``cuda:N``); default: the best one.
 
+        Raises as ``resolve_device`` does.
+        """
+        _, gpu = self.resolve_device(name)
+        return self._cpu_caps() if gpu is None else self._cuda_caps(gpu)
+
+    def resolve_device(self, name: str | None = None) -> tuple[str, GPUInfo | None]:
+        """``name`` (``cpu``, ``cuda``, ``cuda:N``; default: the best device) in canonical
+        form (``cpu``, ``cuda:N``) and its GPU (None for the CPU).
+
         Raises ``HardwareMismatchError`` for a GPU this machine does not have and
         ``UsageError`` for a name that is not a device at all; both list what exists.
         """
         requested = self.default_device if name is None else name
-        text = requested.strip().lower()
-        if text == "cpu":
-            return self._cpu_caps()
-        match = re.fullmatch(r"cuda(?::(\d+))?", text)
-        if match is None:
-            raise UsageError(
-                f"unknown device {requested!r}: expected cpu, cuda or cuda:N; "
-                f"this machine has {self._describe_devices()}"
-            )
+        try:
+            kind, index = parse_device(requested)
+        except UsageError as exc:
+            raise UsageError(f"{exc}; this machine has {self._describe_devices()}") from None
+        if kind == "cpu":
+            return "cpu", None
         if not self.gpus:
             raise HardwareMismatchError(
-                f"device {requested!r} asked for, but torch sees no NVIDIA GPU here; "
-                f"the only device is cpu{self._gpu_hint()}"
+                f"device {requested!r} does not exist here: torch sees no NVIDIA GPU, so the "
+                f"only device is cpu{self._gpu_hint()}"
             )
-        index = int(match[1] or 0)
+        index = index or 0
         for gpu in self.gpus:
             if gpu.index == index:
-                return self._cuda_caps(gpu)
+                return f"cuda:{index}", gpu
         raise HardwareMismatchError(
-            f"no GPU cuda:{index} on this machine; it has {self._describe_devices()}"
+            f"device {requested!r} does not exist here: this machine has no GPU cuda:{index}, "
+            f"only {self._describe_devices()}"
         )
 
     def _describe_devices(self) -> str:
@@ -218,6 +316,7 @@ class HardwareProfile:
             peak_flops_bf16=peaks["bf16"],
             peak_flops_fp32=peaks["fp32"],
             peak_flops_tf32=peaks["tf32"],
+            compute_capability=gpu.compute_capability,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import PRECISIONS, TrainConfig, did_you_mean
+from autotune.config import COMPILE_MODES, PRECISIONS, TrainConfig, did_you_mean
 from autotune.errors import UsageError
 
 if TYPE_CHECKING:
@@ -216,87 +216,10 @@ class SearchSpace:
         ``"8"``) or as values. An unknown name or a value not allowed here is a
         ``UsageError`` naming the allowed ones.
         """
-        gb = spec.global_batch if global_batch is None else global_batch
-        if not isinstance(gb, int) or gb < 1:
-            raise UsageError(f"--global-batch must be a positive integer, got {gb!r}")
-        seqs = tuple(sorted(set(seq_len))) if seq_len else (spec.seq_len,)
-        over = [s for s in seqs if s > spec.max_seq_len]
-        if over:
-            raise UsageError(
-                f"--seq-len {over}: model {spec.name!r} accepts at most {spec.max_seq_len}"
-            )
-        cuda = device.kind == "cuda"
-        precisions = ["fp32"]
-        if device.tf32:
-            precisions.append("tf32")
-        if device.bf16:
-            precisions.append("bf16")
-        if cuda and device.fp16:
-            precisions.append("fp16")
-        if not device.compile:
-            compiles: tuple[str, ...] = ("off",)
-        elif cuda:
-            compiles = ("off", "default", "reduce-overhead", "max-autotune")
-        else:
-            compiles = ("off", "default")  # CUDA graphs and Triton autotuning are CUDA-only
-        full: dict[str, tuple[Any, ...]] = {
-            "micro_batch": tuple(m for m in _powers_of_two(1, gb) if gb % m == 0),
-            "seq_len": seqs,
-            "precision": tuple(precisions),
-            "activation_checkpointing": (False, True) if spec.supports_checkpointing else (False,),
-            "compile": compiles,
-            "num_workers": tuple(range(0, min(MAX_WORKERS, max(cpu_count, 0)) + 1)),
-            "pin_memory": (False, True) if cuda else (False,),
-            "prefetch_factor": PREFETCH_CHOICES if cuda else (None,),
-        }
+        gb = _global_batch(spec, global_batch)
+        full = _builtin_choices(spec, device, gb, _seq_lens(spec, seq_len), cpu_count)
         model_knobs = {k.name: tuple(k.values) for k in spec.knobs}
-        # Everything a user may name, with the values that exist at all (for messages).
-        domain: dict[str, tuple[Any, ...]] = {
-            "micro_batch": full["micro_batch"],
-            "seq_len": seqs,
-            "precision": PRECISIONS,
-            "activation_checkpointing": (False, True),
-            "compile": ("off", "default", "reduce-overhead", "max-autotune"),
-            "num_workers": full["num_workers"],
-            "pin_memory": (False, True),
-            "prefetch_factor": PREFETCH_CHOICES,
-        }
-        why_not = _unavailable_reasons(spec, device)
-        chosen = dict(full)
-        knobs = dict(model_knobs)
-        for raw_name, values in (restrict or {}).items():
-            name = raw_name.removeprefix("knobs.").removeprefix("model.")
-            if raw_name in _DERIVED:
-                raise UsageError(f"--knob {raw_name}: {_DERIVED[raw_name]}")
-            is_model_knob = name in model_knobs and (raw_name != name or name not in BUILTIN_KNOBS)
-            if not is_model_knob and name not in full:
-                allowed_names = [*BUILTIN_KNOBS, *model_knobs]
-                raise UsageError(
-                    f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
-                    f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
-                )
-            here = model_knobs[name] if is_model_knob else full[name]
-            exists = model_knobs[name] if is_model_knob else domain[name]
-            picked: list[Any] = []
-            for text in values:
-                ok, value = (
-                    _match_value(text, exists) if isinstance(text, str) else (text in exists, text)
-                )
-                shown = ", ".join(_format_value(v) for v in here)
-                if not ok:
-                    raise UsageError(
-                        f"--knob {raw_name}: unknown value {text!r}; allowed here: {shown}"
-                    )
-                if value not in here:
-                    reason = why_not.get((name, value), "not available here")
-                    raise UsageError(f"--knob {raw_name}={text}: {reason}; allowed here: {shown}")
-                if value not in picked:
-                    picked.append(value)
-            kept = tuple(v for v in here if v in picked)  # the space's own order
-            if is_model_knob:
-                knobs[name] = kept
-            else:
-                chosen[name] = kept
+        chosen, knobs = _restrict(full, model_knobs, restrict or {}, spec, device)
         return cls(
             model=spec.name,
             device=device.device,
@@ -313,7 +236,7 @@ class SearchSpace:
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
             default_seq_len=spec.seq_len,
-            low_precision_saves_memory=cuda or device.bf16_native,
+            low_precision_saves_memory=device.kind == "cuda" or device.bf16_native,
         )
 
     # -- the dimensions -------------------------------------------------------------------
@@ -585,19 +508,144 @@ def _jsonable(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float, str)) or value is None else str(value)
 
 
+# -- building the space (SearchSpace.for_model) -------------------------------------------
+
+
+def _global_batch(spec: ModelSpec, global_batch: int | None) -> int:
+    gb = spec.global_batch if global_batch is None else global_batch
+    if not isinstance(gb, int) or gb < 1:
+        raise UsageError(f"--global-batch must be a positive integer, got {gb!r}")
+    return gb
+
+
+def _seq_lens(spec: ModelSpec, seq_len: Sequence[int] | None) -> tuple[int, ...]:
+    """The lengths asked for (default: the model's), each within the model's limit."""
+    seqs = tuple(sorted(set(seq_len))) if seq_len else (spec.seq_len,)
+    over = [s for s in seqs if s > spec.max_seq_len]
+    if over:
+        raise UsageError(
+            f"--seq-len {over}: model {spec.name!r} accepts at most {spec.max_seq_len}"
+        )
+    return seqs
+
+
+def _micro_batches(global_batch: int) -> tuple[int, ...]:
+    """The powers of two that divide the global batch (so grad_accum is a whole number)."""
+    return tuple(m for m in _powers_of_two(1, global_batch) if global_batch % m == 0)
+
+
+def _compile_modes(device: DeviceCaps) -> tuple[str, ...]:
+    if not device.compile:
+        return ("off",)
+    if device.kind == "cuda":
+        return COMPILE_MODES
+    return ("off", "default")  # CUDA graphs and Triton autotuning are CUDA-only
+
+
+def _worker_counts(cpu_count: int) -> tuple[int, ...]:
+    return tuple(range(0, min(MAX_WORKERS, max(cpu_count, 0)) + 1))
+
+
+def _builtin_choices(
+    spec: ModelSpec, device: DeviceCaps, global_batch: int, seqs: tuple[int, ...], cpu_count: int
+) -> dict[str, tuple[Any, ...]]:
+    """Every built-in knob's values this model runs on this device, in search order."""
+    cuda = device.kind == "cuda"
+    return {
+        "micro_batch": _micro_batches(global_batch),
+        "seq_len": seqs,
+        "precision": device.precisions,
+        "activation_checkpointing": (False, True) if spec.supports_checkpointing else (False,),
+        "compile": _compile_modes(device),
+        "num_workers": _worker_counts(cpu_count),
+        "pin_memory": (False, True) if cuda else (False,),
+        "prefetch_factor": PREFETCH_CHOICES if cuda else (None,),
+    }
+
+
+def _restrict(
+    full: Mapping[str, tuple[Any, ...]],
+    model_knobs: Mapping[str, tuple[Any, ...]],
+    restrict: Mapping[str, Sequence[Any]],
+    spec: ModelSpec,
+    device: DeviceCaps,
+) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
+    """The built-in and model knob values left after ``--knob`` restrictions."""
+    # Everything a user may name, with the values that exist at all (for messages).
+    domain: dict[str, tuple[Any, ...]] = {
+        **full,
+        "precision": PRECISIONS,
+        "activation_checkpointing": (False, True),
+        "compile": COMPILE_MODES,
+        "pin_memory": (False, True),
+        "prefetch_factor": PREFETCH_CHOICES,
+    }
+    why_not = _unavailable_reasons(spec, device)
+    chosen = dict(full)
+    knobs = dict(model_knobs)
+    for raw_name, values in restrict.items():
+        name = raw_name.removeprefix("knobs.").removeprefix("model.")
+        if raw_name in _DERIVED:
+            raise UsageError(f"--knob {raw_name}: {_DERIVED[raw_name]}")
+        is_model_knob = name in model_knobs and (raw_name != name or name not in BUILTIN_KNOBS)
+        if not is_model_knob and name not in full:
+            allowed_names = [*BUILTIN_KNOBS, *model_knobs]
+            raise UsageError(
+                f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
+                f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
+            )
+        if is_model_knob:
+            here = exists = model_knobs[name]
+        else:
+            here, exists = full[name], domain[name]
+        reasons = {value: why for (knob, value), why in why_not.items() if knob == name}
+        picked = _pick_values(raw_name, values, here, exists, reasons)
+        if is_model_knob:
+            knobs[name] = picked
+        else:
+            chosen[name] = picked
+    return chosen, knobs
+
+
+def _pick_values(
+    raw_name: str,
+    values: Sequence[Any],
+    here: tuple[Any, ...],
+    exists: tuple[Any, ...],
+    why_not: Mapping[Any, str],
+) -> tuple[Any, ...]:
+    """The values of ``here`` that ``--knob raw_name=values`` names, in the space's order.
+
+    A value that does not exist at all (not in ``exists``), or that exists but not here
+    (``why_not`` may say why), is a ``UsageError`` listing what is allowed here.
+    """
+    shown = ", ".join(_format_value(v) for v in here)
+    picked: list[Any] = []
+    for text in values:
+        ok, value = _match_value(text, exists) if isinstance(text, str) else (text in exists, text)
+        if not ok:
+            raise UsageError(f"--knob {raw_name}: unknown value {text!r}; allowed here: {shown}")
+        if value not in here:
+            reason = why_not.get(value, "not available here")
+            raise UsageError(f"--knob {raw_name}={text}: {reason}; allowed here: {shown}")
+        if value not in picked:
+            picked.append(value)
+    return tuple(v for v in here if v in picked)  # the space's own order
+
+
 def _unavailable_reasons(spec: ModelSpec, device: DeviceCaps) -> dict[tuple[str, Any], str]:
     """Why a value that exists is not searched on this device or model."""
     where = f"{device.device} ({device.name})"
     reasons: dict[tuple[str, Any], str] = {
-        ("precision", "fp16"): f"fp16 needs a CUDA device; {where} cannot run it",
-        ("precision", "tf32"): f"tf32 needs an NVIDIA GPU of compute capability 8.0+; "
-        f"{where} does not have it",
-        ("precision", "bf16"): f"{where} cannot run bf16",
         ("activation_checkpointing", True): f"model {spec.name!r} does not support "
         "activation checkpointing",
         ("pin_memory", True): "pinned memory only helps a CUDA device",
     }
-    for mode in ("default", "reduce-overhead", "max-autotune"):
+    for precision in PRECISIONS:
+        problem = device.precision_problem(precision)
+        if problem is not None:
+            reasons[("precision", precision)] = problem
+    for mode in COMPILE_MODES[1:]:
         reasons[("compile", mode)] = (
             f"torch.compile cannot run on {where} here"
             if not device.compile

@@ -5,17 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 
 import psutil
 import pytest
 import torch
 import yaml
+from fake_caps import cpu_caps, cuda_caps
 from fake_nvml import FakeCuda, FakeGPU, FakeNVML, GiB, gpu_stack, no_gpu_stack
 
 from autotune import hardware
 from autotune.errors import ConfigError, HardwareMismatchError, UsageError
-from autotune.hardware import HardwareProfile, parse_cpuinfo, peak_flops, probe
+from autotune.hardware import HardwareProfile, parse_cpuinfo, parse_device, peak_flops, probe
 
 H100 = FakeGPU(processes=((4242, 3 * GiB), (4243, None)))
 A10G = FakeGPU(
@@ -267,6 +269,74 @@ def test_peak_flops_of_unknown_precision_is_a_usage_error(
 ) -> None:
     with pytest.raises(UsageError, match="'fp8'"):
         fake_h100_profile.device().peak_flops("fp8")
+
+
+def test_parse_device_reads_a_name_without_a_machine() -> None:
+    assert parse_device("cpu") == ("cpu", None)
+    assert parse_device("cuda") == ("cuda", None)
+    assert parse_device(" CUDA:1 ") == ("cuda", 1)
+    for bad in ("tpu", "cuda:", "cuda:x", "cuda1", ""):
+        with pytest.raises(UsageError, match="expected cpu, cuda or cuda:N"):
+            parse_device(bad)
+
+
+def test_resolve_device_gives_the_canonical_name_and_its_gpu() -> None:
+    nvml, cuda = gpu_stack([H100, A10G])
+    profile = probe(nvml=nvml, cuda=cuda)
+    assert profile.resolve_device("cpu") == ("cpu", None)
+    assert profile.resolve_device() == ("cuda:0", profile.gpus[0])
+    assert profile.resolve_device("cuda") == ("cuda:0", profile.gpus[0])
+    assert profile.resolve_device(" CUDA:1 ") == ("cuda:1", profile.gpus[1])
+    with pytest.raises(HardwareMismatchError, match="'cuda:2' does not exist here"):
+        profile.resolve_device("cuda:2")
+
+
+def test_device_caps_say_which_precisions_run() -> None:
+    nvml, cuda = gpu_stack([H100, V100])
+    profile = probe(nvml=nvml, cuda=cuda)
+    h100, v100 = profile.device("cuda:0"), profile.device("cuda:1")
+    assert h100.precisions == ("fp32", "tf32", "bf16", "fp16")
+    assert v100.precisions == ("fp32", "fp16")
+    assert v100.compute_capability == (7, 0)
+    assert cpu_caps().precisions == ("fp32", "bf16")
+    for caps in (h100, v100, cpu_caps()):
+        for precision in ("fp32", "tf32", "bf16", "fp16"):
+            runs = precision in caps.precisions
+            assert (caps.precision_problem(precision) is None) == runs
+            assert (caps.fallback_precision(precision) == precision) == runs
+
+
+def test_a_precision_problem_says_why_and_what_to_use_instead() -> None:
+    nvml, cuda = gpu_stack([V100])
+    v100 = probe(nvml=nvml, cuda=cuda).device("cuda:0")
+    bf16 = v100.precision_problem("bf16")
+    assert bf16 is not None and "Tesla V100-SXM2-16GB is 7.0" in bf16
+    assert "use fp16 instead" in bf16 and v100.fallback_precision("bf16") == "fp16"
+    assert re.search(
+        r"tf32 .* use fp32 \(or fp16 for speed\)", v100.precision_problem("tf32") or ""
+    )
+    assert v100.fallback_precision("tf32") == "fp32"
+    old = cuda_caps(ampere=False)  # compute capability unknown
+    assert "bf16 needs compute capability 8.0 or newer" in (old.precision_problem("bf16") or "")
+    for precision in ("fp16", "tf32"):
+        slow = cpu_caps().precision_problem(precision) or ""
+        assert f"{precision} needs a CUDA device" in slow and "use fp32 (bf16 also runs" in slow
+        native = cpu_caps(bf16_native=True).precision_problem(precision) or ""
+        assert "use fp32 or bf16 (this CPU has native bf16)" in native
+        assert cpu_caps().fallback_precision(precision) == "fp32"
+
+
+def test_bf16_on_a_cpu_without_bf16_units_runs_with_a_warning() -> None:
+    assert "emulated" in (cpu_caps().precision_warning("bf16") or "")
+    assert cpu_caps(bf16_native=True).precision_warning("bf16") is None
+    assert cpu_caps().precision_warning("fp32") is None
+    assert cuda_caps().precision_warning("bf16") is None
+
+
+@pytest.mark.parametrize("method", ["precision_problem", "precision_warning", "fallback_precision"])
+def test_an_unknown_precision_is_a_usage_error(method: str) -> None:
+    with pytest.raises(UsageError, match="unknown precision 'fp8'"):
+        getattr(cpu_caps(), method)("fp8")
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import pytest
 from fake_caps import cpu_caps, cuda_caps
 from toy_spec import toy_spec
 
-from autotune.config import check_config
-from autotune.errors import UsageError
+from autotune.config import TrainConfig, check_config
+from autotune.errors import ConfigError, UsageError
 from autotune.hardware import DeviceCaps
 from autotune.models.spec import Knob, ModelSpec
 from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
@@ -179,6 +179,25 @@ def test_a_value_this_device_cannot_run_says_why() -> None:
         )
     with pytest.raises(UsageError, match="grad_accum is derived"):
         SearchSpace.for_model(_spec(), cpu_caps(), restrict={"grad_accum": ["2"]})
+
+
+@pytest.mark.parametrize("caps", [cpu_caps(), cuda_caps(ampere=False)], ids=["cpu", "pre-ampere"])
+def test_the_space_and_check_config_use_the_devices_precision_rule(caps: DeviceCaps) -> None:
+    assert SearchSpace.for_model(_spec(), caps).precision == caps.precisions
+    for precision in ("tf32", "bf16", "fp16"):
+        problem = caps.precision_problem(precision)
+        if problem is None:
+            continue
+        with pytest.raises(UsageError) as info:
+            SearchSpace.for_model(_spec(), caps, restrict={"precision": [precision]})
+        assert problem in str(info.value)
+        with pytest.raises(ConfigError) as refused:
+            check_config(
+                TrainConfig(micro_batch=1, seq_len=8, precision=precision),
+                spec=_spec(),
+                device=caps,
+            )
+        assert f"config.precision: {problem}" in refused.value.problems
 
 
 @pytest.mark.parametrize("bad", ["precision", "precision=", "=bf16", "precision:bf16"])
