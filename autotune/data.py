@@ -50,13 +50,8 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from autotune.errors import DataError
-from autotune.tokenizer import (
-    ByteTokenizer,
-    WordVocab,
-    atomic_write_text,
-    dir_mode,
-    split_words,
-)
+from autotune.files import atomic_write_text, dir_mode
+from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
 
 if TYPE_CHECKING:
     from autotune.models.spec import Batch, ModelSpec
