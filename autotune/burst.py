@@ -406,27 +406,14 @@ def _supervise(
     memory_interval_s: float,
     finish: Callable[..., BurstResult],
 ) -> BurstResult:
+    """Start the trial process, watch it to its end, stop its whole tree and say how it
+    went."""
     log_path = workdir / "trial.log"
     read_fd, write_fd = os.pipe()
     proc: subprocess.Popen[bytes] | None = None
     sampler: ProcessTreeSampler | None = None
     try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
-                [
-                    sys.executable,
-                    "-m",
-                    "autotune._burst_child",
-                    str(workdir / "request.pkl"),
-                    str(write_fd),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-                env=_child_env(),
-            )
+        proc = _spawn_child(workdir, write_fd=write_fd, log_path=log_path)
         os.close(write_fd)
         write_fd = -1
         pgid = proc.pid
@@ -460,72 +447,20 @@ def _supervise(
         returncode = proc.wait()
         _reap_tree(sampler)
 
-        host_peak = sampler.peak_bytes or None
-        memory: dict[str, Any] = {
-            "host_peak_bytes": host_peak,
-            "peak_processes": sampler.peak_processes or None,
-        }
-        result = progress.result or {}
-        own_rss = result.get("own_peak_rss_bytes")
-        if own_rss and host_peak is not None:
-            memory["host_peak_bytes"] = max(host_peak, own_rss)
-        if on_cuda:
-            peak = result.get("peak_bytes") or progress.cuda_peak
-            memory["peak_memory_bytes"] = peak
-            method = progress.context_method or "unknown"
-            memory["memory_source"] = f"cuda: peak reserved + context ({method})"
-            if progress.cap_fraction is not None:
-                memory["memory_source"] += (
-                    f"; allocator capped at {progress.cap_fraction:.1%} of the card"
-                )
-        else:
-            memory["peak_memory_bytes"] = memory["host_peak_bytes"]
-            memory["memory_source"] = "cpu: process-tree memory (trial RSS + workers' USS)"
-            if not sampler.exact:
-                memory["memory_source"] = "cpu: process-tree RSS (workers' USS unavailable)"
-
+        memory = _memory_figures(progress, sampler, on_cuda=on_cuda)
         if outcome == "budget":
             reached = max(sampler.over_budget_bytes or 0, sampler.peak_bytes)
             memory["peak_memory_bytes"] = reached
-            return finish(
-                "oom",
-                f"the process tree's memory reached {format_bytes(reached)}, past the budget "
-                f"of {format_bytes(budget_bytes)}, during {progress.stage}; stopped",
-                progress,
-                **memory,
-            )
-        if outcome == "timeout":
-            return finish(
-                "timeout",
-                f"no result after {timeout_s:g} s, during {progress.stage}; process group killed",
-                progress,
-                **memory,
-            )
-        if outcome == "pruned":
-            return finish(
-                "pruned",
-                f"stopped by on_step after timed step {len(progress.step_times)}",
-                progress,
-                **memory,
-            )
-        if progress.result is None:
-            tail = _log_tail(log_path)
-            return finish(
-                "crash",
-                f"the trial process {_describe_exit(returncode)} without a result, during "
-                f"{progress.stage}" + (f"; last output: {tail}" if tail else ""),
-                progress,
-                **memory,
-            )
-        extra = {
-            k: result[k] for k in ("eval_loss", "checkpoint_bytes") if result.get(k) is not None
-        }
-        status, reason = result["status"], result.get("reason", "")
-        peak = memory["peak_memory_bytes"]
-        if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:
-            # Between two samples, but the trial's own high-water mark saw it.
-            status = "oom"
-            reason = f"peak {format_bytes(peak)} passed the budget of {format_bytes(budget_bytes)}"
+        status, reason, extra = _verdict(
+            outcome,
+            progress,
+            peak=memory["peak_memory_bytes"],
+            budget_bytes=budget_bytes,
+            timeout_s=timeout_s,
+            on_cuda=on_cuda,
+            log_path=log_path,
+            returncode=returncode,
+        )
         return finish(status, reason, progress, **memory, **extra)
     finally:
         if write_fd >= 0:
@@ -539,6 +474,104 @@ def _supervise(
                 proc.wait(timeout=10)
         if sampler is not None:
             _reap_tree(sampler)
+
+
+def _spawn_child(workdir: Path, *, write_fd: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """The trial process, in a session (and process group) of its own, its output in
+    ``log_path``, its messages to ``write_fd``."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
+            [
+                sys.executable,
+                "-m",
+                "autotune._burst_child",
+                str(workdir / "request.pkl"),
+                str(write_fd),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=_child_env(),
+        )
+
+
+def _memory_figures(
+    progress: _Progress, sampler: ProcessTreeSampler, *, on_cuda: bool
+) -> dict[str, Any]:
+    """The burst's memory fields: the peak that counts against the budget (the card's on
+    CUDA, the process tree's on CPU), the host's peak, and where the figure comes from."""
+    host_peak = sampler.peak_bytes or None
+    memory: dict[str, Any] = {
+        "host_peak_bytes": host_peak,
+        "peak_processes": sampler.peak_processes or None,
+    }
+    result = progress.result or {}
+    own_rss = result.get("own_peak_rss_bytes")
+    if own_rss and host_peak is not None:
+        memory["host_peak_bytes"] = max(host_peak, own_rss)
+    if on_cuda:
+        peak = result.get("peak_bytes") or progress.cuda_peak
+        memory["peak_memory_bytes"] = peak
+        method = progress.context_method or "unknown"
+        memory["memory_source"] = f"cuda: peak reserved + context ({method})"
+        if progress.cap_fraction is not None:
+            memory["memory_source"] += (
+                f"; allocator capped at {progress.cap_fraction:.1%} of the card"
+            )
+    else:
+        memory["peak_memory_bytes"] = memory["host_peak_bytes"]
+        memory["memory_source"] = "cpu: process-tree memory (trial RSS + workers' USS)"
+        if not sampler.exact:
+            memory["memory_source"] = "cpu: process-tree RSS (workers' USS unavailable)"
+    return memory
+
+
+def _verdict(
+    outcome: Literal["result", "exited", "timeout", "budget", "pruned"],
+    progress: _Progress,
+    *,
+    peak: int | None,
+    budget_bytes: int | None,
+    timeout_s: float,
+    on_cuda: bool,
+    log_path: Path,
+    returncode: int | None,
+) -> tuple[BurstStatus, str, dict[str, Any]]:
+    """The burst's status, its reason and the result's extra fields, from how the watch
+    ended and what the trial sent."""
+    if outcome == "budget":
+        return (
+            "oom",
+            f"the process tree's memory reached {format_bytes(peak)}, past the budget "
+            f"of {format_bytes(budget_bytes)}, during {progress.stage}; stopped",
+            {},
+        )
+    if outcome == "timeout":
+        return (
+            "timeout",
+            f"no result after {timeout_s:g} s, during {progress.stage}; process group killed",
+            {},
+        )
+    if outcome == "pruned":
+        return "pruned", f"stopped by on_step after timed step {len(progress.step_times)}", {}
+    result = progress.result
+    if result is None:
+        tail = _log_tail(log_path)
+        return (
+            "crash",
+            f"the trial process {_describe_exit(returncode)} without a result, during "
+            f"{progress.stage}" + (f"; last output: {tail}" if tail else ""),
+            {},
+        )
+    extra = {k: result[k] for k in ("eval_loss", "checkpoint_bytes") if result.get(k) is not None}
+    status, reason = result["status"], result.get("reason", "")
+    if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:
+        # Between two samples, but the trial's own high-water mark saw it.
+        status = "oom"
+        reason = f"peak {format_bytes(peak)} passed the budget of {format_bytes(budget_bytes)}"
+    return status, reason, extra
 
 
 def _reap_tree(sampler: ProcessTreeSampler) -> None:

@@ -6,9 +6,9 @@ tensors, the data position, the config as a dict), so ``torch.load(weights_only=
 reads it and loading one never runs code. ``best.pt`` is the checkpoint with the lowest
 validation loss (a hard link to its step file where the file system allows, else a copy).
 
-Writes go to a temporary file in the same folder, are flushed and fsynced, then renamed
-over the target with ``os.replace``: a process killed mid-write leaves a stray
-``.*.tmp`` file (removed by ``clean_stale``) and every earlier checkpoint intact.
+Writes go through :func:`autotune.files.atomic_writer` (a temporary file in the same folder,
+flushed and fsynced, then renamed over the target): a process killed mid-write leaves a
+stray ``.*.tmp`` file (removed by ``clean_stale``) and every earlier checkpoint intact.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import torch
 
 from autotune.errors import UsageError
-from autotune.tokenizer import file_mode
+from autotune.files import atomic_writer, fsync_dir
 
 __all__ = [
     "BEST_NAME",
@@ -55,33 +54,11 @@ def checkpoint_path(folder: Path, step: int) -> Path:
     return Path(folder) / f"ckpt-step{step:08d}.pt"
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform/file system allows it
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def save_checkpoint(state: Mapping[str, Any], path: Path) -> int:
     """Write ``state`` to ``path`` atomically; return its size in bytes."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        os.chmod(tmp, file_mode())
-        with os.fdopen(fd, "wb") as f:
-            torch.save(dict(state), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
+    with atomic_writer(path, binary=True) as f:
+        torch.save(dict(state), f)
     return path.stat().st_size
 
 
@@ -99,7 +76,7 @@ def link_best(path: Path) -> Path:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
     os.replace(tmp, best)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return best
 
 

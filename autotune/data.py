@@ -50,13 +50,8 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from autotune.errors import DataError
-from autotune.tokenizer import (
-    ByteTokenizer,
-    WordVocab,
-    atomic_write_text,
-    dir_mode,
-    split_words,
-)
+from autotune.files import atomic_write_text, dir_mode
+from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
 
 if TYPE_CHECKING:
     from autotune.models.spec import Batch, ModelSpec
@@ -661,52 +656,10 @@ def prepare_regression_data(
     """
     tokenizer = ByteTokenizer()
     tokenizer.check_fits(vocab_size, model=model)
-    if not data.exists():
-        raise DataError(f"data path {str(data)!r} does not exist")
-    if data.is_dir():
-        raise DataError(f"data path {str(data)!r} is a folder; text-regressor reads one CSV file")
-    rows = list(csv.reader(_read_text(data).splitlines()))
-    rows = [r for r in rows if any(cell.strip() for cell in r)]
-    if not rows:
-        raise DataError(f"data file {str(data)!r} is empty; expected a CSV with a header row")
-    header, body = [h.strip() for h in rows[0]], rows[1:]
-    for name, flag in ((text_column, "--text-column"), (target_column, "--target-column")):
-        if name not in header:
-            raise DataError(
-                f"CSV {str(data)!r} has no column {name!r} (its columns: {', '.join(header)}); "
-                f"name the right one with {flag}"
-            )
-    if not body:
-        raise DataError(f"CSV {str(data)!r} has a header but no rows")
-    for i, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise DataError(
-                f"{data}:{i}: expected {len(header)} fields like the header, got {len(row)}"
-            )
-    numeric: list[str] = []
-    ignored: list[str] = []
-    for j, name in enumerate(header):
-        if name == text_column:
-            continue
-        values = [row[j].strip() for row in body]
-        present = [v for v in values if v.lower() not in _MISSING]
-        is_numeric = bool(present) and all(_as_number(v) is not None for v in present)
-        if name == target_column and not is_numeric:
-            bad = next((v for v in present if _as_number(v) is None), "")
-            raise DataError(
-                f"CSV {str(data)!r}: target column {name!r} must hold numbers, found {bad!r}"
-            )
-        if not is_numeric:
-            ignored.append(name)
-            continue
-        for i, v in enumerate(values, start=2):
-            if v.lower() in _MISSING:
-                raise DataError(
-                    f"{data}:{i}: column {name!r} has a missing value ({v!r}); fill or drop "
-                    "missing values before training (none are imputed)"
-                )
-        if name != target_column:
-            numeric.append(name)
+    header, body = _read_csv(data, text_column=text_column, target_column=target_column)
+    numeric, ignored = _numeric_columns(
+        data, header, body, text_column=text_column, target_column=target_column
+    )
     col = {name: j for j, name in enumerate(header)}
     docs = [Document(source=str(i), text=json.dumps(row)) for i, row in enumerate(body)]
     train_docs, val_docs = split_validation(docs, val_fraction)
@@ -738,19 +691,13 @@ def prepare_regression_data(
     std = np.where(std > 0, std, 1.0)
 
     def tensors(texts: list[str], feats: np.ndarray, target: np.ndarray) -> dict[str, Any]:
-        ids = torch.zeros(len(texts), seq_len, dtype=torch.long)
-        mask = torch.zeros(len(texts), seq_len, dtype=torch.bool)
-        for i, text in enumerate(texts):
-            enc = tokenizer.encode(text)[: seq_len - 1].astype(np.int64)
-            row = torch.from_numpy(np.append(enc, tokenizer.eos_id))
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = True
-        return {
-            "input_ids": ids,  # (N, L)
-            "attention_mask": mask,  # (N, L)
-            "numeric": torch.from_numpy((feats - mean) / std).float(),  # (N, F)
-            "target": torch.from_numpy(np.log1p(target) if log_target else target).float(),
-        }
+        return _regression_tensors(
+            texts,
+            (feats - mean) / std,
+            np.log1p(target) if log_target else target,
+            tokenizer=tokenizer,
+            seq_len=seq_len,
+        )
 
     lengths = [len(t.encode("utf-8")) for t in train_cols[0] + val_cols[0]]
     summary = [
@@ -780,6 +727,98 @@ def prepare_regression_data(
             "target_transform": "log1p" if log_target else None,
         },
     )
+
+
+def _read_csv(
+    data: Path, *, text_column: str, target_column: str
+) -> tuple[list[str], list[list[str]]]:
+    """The CSV's header and its non-blank rows, each as long as the header; the text and
+    target columns must be there."""
+    if not data.exists():
+        raise DataError(f"data path {str(data)!r} does not exist")
+    if data.is_dir():
+        raise DataError(f"data path {str(data)!r} is a folder; text-regressor reads one CSV file")
+    rows = list(csv.reader(_read_text(data).splitlines()))
+    rows = [r for r in rows if any(cell.strip() for cell in r)]
+    if not rows:
+        raise DataError(f"data file {str(data)!r} is empty; expected a CSV with a header row")
+    header, body = [h.strip() for h in rows[0]], rows[1:]
+    for name, flag in ((text_column, "--text-column"), (target_column, "--target-column")):
+        if name not in header:
+            raise DataError(
+                f"CSV {str(data)!r} has no column {name!r} (its columns: {', '.join(header)}); "
+                f"name the right one with {flag}"
+            )
+    if not body:
+        raise DataError(f"CSV {str(data)!r} has a header but no rows")
+    for i, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise DataError(
+                f"{data}:{i}: expected {len(header)} fields like the header, got {len(row)}"
+            )
+    return header, body
+
+
+def _numeric_columns(
+    data: Path,
+    header: Sequence[str],
+    body: Sequence[Sequence[str]],
+    *,
+    text_column: str,
+    target_column: str,
+) -> tuple[list[str], list[str]]:
+    """The feature columns (every all-numeric one but the text and the target) and the
+    ignored ones (not all numbers). The target must be numeric; no value may be missing."""
+    numeric: list[str] = []
+    ignored: list[str] = []
+    for j, name in enumerate(header):
+        if name == text_column:
+            continue
+        values = [row[j].strip() for row in body]
+        present = [v for v in values if v.lower() not in _MISSING]
+        is_numeric = bool(present) and all(_as_number(v) is not None for v in present)
+        if name == target_column and not is_numeric:
+            bad = next((v for v in present if _as_number(v) is None), "")
+            raise DataError(
+                f"CSV {str(data)!r}: target column {name!r} must hold numbers, found {bad!r}"
+            )
+        if not is_numeric:
+            ignored.append(name)
+            continue
+        for i, v in enumerate(values, start=2):
+            if v.lower() in _MISSING:
+                raise DataError(
+                    f"{data}:{i}: column {name!r} has a missing value ({v!r}); fill or drop "
+                    "missing values before training (none are imputed)"
+                )
+        if name != target_column:
+            numeric.append(name)
+    return numeric, ignored
+
+
+def _regression_tensors(
+    texts: list[str],
+    numeric: np.ndarray,
+    target: np.ndarray,
+    *,
+    tokenizer: ByteTokenizer,
+    seq_len: int,
+) -> dict[str, Any]:
+    """A split's batch tensors: each text's bytes (cut to ``seq_len - 1``, then EOS),
+    padded with a mask, and the (already standardized) features and (transformed) target."""
+    ids = torch.zeros(len(texts), seq_len, dtype=torch.long)
+    mask = torch.zeros(len(texts), seq_len, dtype=torch.bool)
+    for i, text in enumerate(texts):
+        enc = tokenizer.encode(text)[: seq_len - 1].astype(np.int64)
+        row = torch.from_numpy(np.append(enc, tokenizer.eos_id))
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = True
+    return {
+        "input_ids": ids,  # (N, L)
+        "attention_mask": mask,  # (N, L)
+        "numeric": torch.from_numpy(numeric).float(),  # (N, F)
+        "target": torch.from_numpy(target).float(),
+    }
 
 
 def format_help(task: str) -> str:

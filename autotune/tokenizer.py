@@ -10,12 +10,9 @@ that lives next to the checkpoints, written atomically.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,51 +22,16 @@ from typing import Any
 import numpy as np
 
 from autotune.errors import DataError
+from autotune.files import atomic_write_text
 
 __all__ = [
     "ByteTokenizer",
     "WordVocab",
-    "atomic_write_text",
-    "dir_mode",
-    "file_mode",
     "load_tokenizer",
     "split_words",
 ]
 
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def file_mode() -> int:
-    """The mode a new file gets under the current umask (``mkstemp`` would give 0600)."""
-    return 0o666 & ~_umask()
-
-
-def dir_mode() -> int:
-    """The mode a new folder gets under the current umask (``mkdtemp`` would give 0700)."""
-    return 0o777 & ~_umask()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     print(f"load average after:  {_load()}")
 
-    unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
+    unit = spec.throughput_label
     values = [r.throughput for r in results if r.throughput is not None]
     median = statistics.median(values)
     print()

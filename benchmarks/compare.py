@@ -54,11 +54,9 @@ search and the grid exactly as ``autotune search --knob`` does.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -78,10 +76,12 @@ from _common import (
     utc_now,
 )
 
+from autotune.files import atomic_write_text
+
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
     from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps
+    from autotune.hardware import DeviceCaps, HardwareProfile
     from autotune.models.spec import ModelSpec
     from autotune.search import SearchResult
 
@@ -787,19 +787,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -852,28 +839,81 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None = None) -> int:
-    import torch
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """What every row is chosen for: one model on one device, under one budget, at one
+    global batch and sequence length (and the command line's other settings)."""
 
+    args: argparse.Namespace
+    spec: ModelSpec
+    profile: HardwareProfile
+    caps: DeviceCaps
+    budget: int
+    global_batch: int
+    seq_len: int
+    out: Path
+
+
+def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None = None) -> int:
     from autotune.burst import run_burst
+
+    policies = _check_args(args)
+    task = _task(args)
+    settings = _measure_settings(args, task.caps)
+    header = _header(task, settings, argv)
+    for line in header:
+        _log(line)
+
+    # Phase 1: each policy chooses its config (the finder, the search and the grid run
+    # their own bursts here). Phase 2 measures them all, interleaved.
+    _choose_configs(task, policies, rows)
+    _log(f"[measure] {settings.repeats} rounds over the rows' configs")
+    measure_rows(
+        task.spec, rows, burst_fn=run_burst, settings=settings, budget_bytes=task.budget, log=_log
+    )
+
+    header.append(f"- load average at the end: {load_average()}")
+    _write_report(task, settings, header, rows)
+    return 0
+
+
+def _task(args: argparse.Namespace) -> Task:
+    """The model, device, budget, global batch and sequence length the arguments name,
+    and the output folder (made here)."""
     from autotune.errors import UsageError
     from autotune.hardware import probe
     from autotune.models.registry import load_model
     from autotune.space import parse_seq_len
-    from autotune.units import format_bytes, parse_budget
+    from autotune.units import parse_budget
 
-    policies = _check_args(args)
     spec = load_model(args.model)
     profile = probe()
     caps = profile.device(args.device)
     budget = parse_budget(args.budget, device_memory_bytes=caps.total_memory_bytes)
-    gb = args.global_batch or spec.global_batch
     seqs = parse_seq_len(args.seq_len, max_seq_len=spec.max_seq_len) if args.seq_len else None
     if seqs is not None and len(seqs) != 1:
         raise UsageError(f"--seq-len {args.seq_len!r}: give one length (every row uses it)")
-    seq = seqs[0] if seqs else spec.seq_len
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = (
+        args.out
+        or Path("autotune_runs") / "compare" / f"{spec.name}-{caps.device.replace(':', '')}-{stamp}"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    return Task(
+        args=args,
+        spec=spec,
+        profile=profile,
+        caps=caps,
+        budget=budget,
+        global_batch=args.global_batch or spec.global_batch,
+        seq_len=seqs[0] if seqs else spec.seq_len,
+        out=out,
+    )
+
+
+def _measure_settings(args: argparse.Namespace, caps: DeviceCaps) -> MeasureSettings:
     cuda = caps.kind == "cuda"
-    settings = MeasureSettings(
+    return MeasureSettings(
         steps=args.steps or (20 if cuda else 5),
         warmup=args.warmup if args.warmup is not None else (3 if cuda else 2),
         repeats=args.repeats,
@@ -882,42 +922,44 @@ def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None
         timeout_s=args.burst_timeout,
         caps=caps,
     )
-    unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = (
-        args.out
-        or Path("autotune_runs") / "compare" / f"{spec.name}-{caps.device.replace(':', '')}-{stamp}"
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = command_line(argv, script=__file__) if argv is not None else command_line()
 
-    header = [
-        f"## compare: {spec.name} on {caps.device}, budget {args.budget} ({format_bytes(budget)})",
+
+def _header(task: Task, settings: MeasureSettings, argv: Sequence[str] | None) -> list[str]:
+    """The report's opening lines: what was run, where, and how it is measured."""
+    import torch
+
+    from autotune.units import format_bytes
+
+    spec, caps = task.spec, task.caps
+    cmd = command_line(argv, script=__file__) if argv is not None else command_line()
+    return [
+        f"## compare: {spec.name} on {caps.device}, budget {task.args.budget} "
+        f"({format_bytes(task.budget)})",
         "",
         f"- date: {utc_now()}",
         f"- command: `{cmd}`",
-        *(f"- {line}" for line in hardware_lines(profile, caps.device)),
+        *(f"- {line}" for line in hardware_lines(task.profile, caps.device)),
         f"- torch {torch.__version__}, {torch.get_num_threads()} intra-op threads",
-        f"- task: global batch {gb}, sequence length {seq}"
+        f"- task: global batch {task.global_batch}, sequence length {task.seq_len}"
         + (" (source; target 192)" if model_family(spec) == "pointer-gen" else "")
-        + f"; throughput in {unit}",
+        + f"; throughput in {spec.throughput_label}",
         f"- measurement: {settings.repeats} interleaved rounds of one burst per config "
         f"({settings.warmup} warm-up + {settings.steps} timed optimizer steps, under the "
         "budget); a row shows its better median; spread = (best - worst) / best of its bursts",
         f"- load average at start: {load_average()}",
     ]
-    for line in header:
-        _log(line)
 
-    # Phase 1: each policy chooses its config (the finder, the search and the grid run
-    # their own bursts here). Phase 2 measures them all, interleaved.
+
+def _choose_configs(task: Task, policies: Sequence[str], rows: list[Row]) -> None:
+    """Append a row per policy, each with the config its policy chose (or why none)."""
+    spec, gb, seq = task.spec, task.global_batch, task.seq_len
     if "naive" in policies:
         recipe = naive_config(spec, global_batch=gb, seq_len=seq)
         rows.append(
             Row(policy="naive", config=recipe.config, uncap_if_over=True, notes=list(recipe.notes))
         )
     if "hand-tuned" in policies:
-        recipe = hand_tuned_config(spec, caps, global_batch=gb, seq_len=seq)
+        recipe = hand_tuned_config(spec, task.caps, global_batch=gb, seq_len=seq)
         rows.append(
             Row(
                 policy="hand-tuned",
@@ -928,49 +970,45 @@ def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None
             )
         )
     if "largest-batch" in policies:
-        rows.append(_largest_batch_row(args, spec=spec, caps=caps, budget=budget, gb=gb, seq=seq))
+        rows.append(_largest_batch_row(task))
     if "autotune" in policies:
-        rows.append(
-            _autotune_row(
-                args, spec=spec, profile=profile, caps=caps, budget=budget, gb=gb, seq=seq, out=out
-            )
-        )
+        rows.append(_autotune_row(task))
     if "grid" in policies:
-        rows.append(
-            _grid_row(args, spec=spec, profile=profile, caps=caps, budget=budget, gb=gb, seq=seq)
-        )
-    _log(f"[measure] {settings.repeats} rounds over the rows' configs")
-    measure_rows(spec, rows, burst_fn=run_burst, settings=settings, budget_bytes=budget, log=_log)
+        rows.append(_grid_row(task))
 
-    header.append(f"- load average at the end: {load_average()}")
+
+def _write_report(
+    task: Task, settings: MeasureSettings, header: Sequence[str], rows: Sequence[Row]
+) -> None:
+    """Print the report and write it to the output folder, with every row as JSON."""
+    unit, budget, out = task.spec.throughput_label, task.budget, task.out
     report = "\n".join(header) + "\n\n" + render_rows(rows, unit=unit, budget_bytes=budget) + "\n"
     print(report)
-    _write_atomic(out / "compare.md", report)
+    atomic_write_text(out / "compare.md", report)
     naive_tp = naive_throughput(rows)
     data = {
-        "model": spec.name,
-        "device": caps.device,
+        "model": task.spec.name,
+        "device": task.caps.device,
         "budget_bytes": budget,
-        "global_batch": gb,
-        "seq_len": seq,
+        "global_batch": task.global_batch,
+        "seq_len": task.seq_len,
         "unit": unit,
-        "header": header,
+        "header": list(header),
         "settings": dataclasses.asdict(dataclasses.replace(settings, caps=None)),
         "rows": [row.to_dict(budget, naive_tp) for row in rows],
     }
     text = json.dumps(data, indent=2, default=str) + "\n"
-    _write_atomic(out / "compare.json", text)
-    if args.json is not None:
-        _write_atomic(args.json, text)
+    atomic_write_text(out / "compare.json", text)
+    if task.args.json is not None:
+        atomic_write_text(task.args.json, text)
     _log(f"report and rows written to {out}/compare.md and compare.json")
-    return 0
 
 
-def _largest_batch_row(
-    args: argparse.Namespace, *, spec: ModelSpec, caps: DeviceCaps, budget: int, gb: int, seq: int
-) -> Row:
+def _largest_batch_row(task: Task) -> Row:
     from autotune.burst import run_burst
 
+    args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
+    gb, seq = task.global_batch, task.seq_len
     finder, finder_notes = choose_finder(args.batch_finder)
     base = naive_config(spec, global_batch=gb, seq_len=seq).config
     assert base is not None  # naive_config always gives one
@@ -1003,20 +1041,11 @@ def _largest_batch_row(
     return row
 
 
-def _autotune_row(
-    args: argparse.Namespace,
-    *,
-    spec: ModelSpec,
-    profile: Any,
-    caps: DeviceCaps,
-    budget: int,
-    gb: int,
-    seq: int,
-    out: Path,
-) -> Row:
+def _autotune_row(task: Task) -> Row:
     from autotune.errors import AutotuneError
     from autotune.search import DEFAULT_STEPS, SearchEvent, search
 
+    args = task.args
     _log("[autotune] searching")
 
     def progress(event: SearchEvent) -> None:
@@ -1031,21 +1060,21 @@ def _autotune_row(
     with tempfile.TemporaryDirectory(prefix="compare-study-") as tmp:
         try:
             result: SearchResult = search(
-                spec,
-                budget=budget,
-                device=caps.device,
-                global_batch=gb,
-                seq_len=[seq],
+                task.spec,
+                budget=task.budget,
+                device=task.caps.device,
+                global_batch=task.global_batch,
+                seq_len=[task.seq_len],
                 trials=args.search_trials,
                 timeout=args.search_timeout,
                 steps=args.search_steps or DEFAULT_STEPS,
                 verify_steps=args.search_verify_steps,
                 storage=f"sqlite:///{Path(tmp) / 'study.db'}",
-                output=out / "preset.yaml",
+                output=task.out / "preset.yaml",
                 seed=args.seed,
                 knobs=args.knob,
                 burst_timeout=args.burst_timeout,
-                hardware=profile,
+                hardware=task.profile,
                 progress=progress,
                 runs_dir=tmp,
             )
@@ -1078,26 +1107,18 @@ def _autotune_row(
     )
 
 
-def _grid_row(
-    args: argparse.Namespace,
-    *,
-    spec: ModelSpec,
-    profile: Any,
-    caps: DeviceCaps,
-    budget: int,
-    gb: int,
-    seq: int,
-) -> Row:
+def _grid_row(task: Task) -> Row:
     from autotune.burst import run_burst
     from autotune.search import DEFAULT_STEPS
     from autotune.space import SearchSpace, parse_knob_args
 
+    args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
     space = SearchSpace.for_model(
         spec,
         caps,
-        global_batch=gb,
-        seq_len=[seq],
-        cpu_count=profile.cpu.logical_cores,
+        global_batch=task.global_batch,
+        seq_len=[task.seq_len],
+        cpu_count=task.profile.cpu.logical_cores,
         restrict=parse_knob_args(args.knob),
     )
     n = space.size()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from typing import TYPE_CHECKING
 
 from _common import (
     command_line,
@@ -29,6 +30,12 @@ from _common import (
     render_table,
     utc_now,
 )
+
+if TYPE_CHECKING:
+    from autotune.config import TrainConfig
+    from autotune.hardware import DeviceCaps, HardwareProfile
+    from autotune.models.spec import ModelSpec
+    from autotune.preset import Preset
 
 TARGET = 2.0
 
@@ -45,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
 
-    from autotune.burst import run_burst
     from autotune.hardware import probe
     from autotune.preset import default_device_for, load_preset, resolve_preset
     from autotune.search import summarize_config
@@ -58,60 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     profile = probe()
     caps = profile.device(args.device or default_device_for(preset, profile))
     configs = {"naive (baseline)": preset.baseline.config, "preset": preset.config}
-    unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
 
-    print(f"## preset_vs_naive: {preset.name} ({spec.name}) on {caps.device}")
-    print()
-    print(f"- date: {utc_now()}")
-    print(f"- command: `{command_line(argv, script=__file__)}`")
-    for line in hardware_lines(profile, caps.device):
-        print(f"- {line}")
-    print(f"- preset measured on: {preset.fingerprint.describe()}")
-    print(
-        f"- measurement: {args.rounds} rounds, each one fresh burst per config "
-        f"({args.warmup} warm-up + {args.steps} timed optimizer steps, under the preset's "
-        "budget), the order alternating between rounds"
-    )
-    print(f"- load average at start: {load_average()}")
-    print()
-
-    measured: dict[str, list[float]] = {name: [] for name in configs}
-    rows = []
-    for round_no in range(args.rounds):
-        order = list(configs) if round_no % 2 == 0 else list(reversed(configs))
-        for name in order:
-            result = run_burst(
-                spec,
-                configs[name],
-                steps=args.steps,
-                warmup=args.warmup,
-                budget_bytes=preset.budget_bytes,
-                device=caps.device,
-                device_caps=caps,
-            )
-            if not result.ok or result.throughput is None:
-                print(f"{name}: burst {result.status}: {result.reason}", file=sys.stderr)
-                return 1
-            measured[name].append(result.throughput)
-            done = f"round {round_no + 1} {name}: {result.throughput:,.0f} {unit}"
-            print(f"  {done}", file=sys.stderr)
-            rows.append(
-                [
-                    str(round_no + 1),
-                    name,
-                    fmt_float(result.throughput),
-                    fmt_seconds(result.step_time_median_s),
-                    fmt_seconds(result.compile_s),
-                    f"{(result.peak_memory_bytes or 0) / 2**20:,.0f} MiB",
-                ]
-            )
-    print(
-        render_table(
-            ["round", "config", unit, "step (median)", "compile", "peak"],
-            rows,
-            align="rlrrrr",
-        )
-    )
+    _print_header(args, argv, preset=preset, spec=spec, profile=profile, device=caps.device)
+    measured = _measure(args, spec=spec, caps=caps, configs=configs, budget=preset.budget_bytes)
+    if measured is None:
+        return 1
     print()
     summary = []
     for name, config in configs.items():
@@ -139,6 +96,84 @@ def main(argv: list[str] | None = None) -> int:
         f"the preset recorded {fmt_ratio(recorded)}"
     )
     return 0
+
+
+def _print_header(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    *,
+    preset: Preset,
+    spec: ModelSpec,
+    profile: HardwareProfile,
+    device: str,
+) -> None:
+    print(f"## preset_vs_naive: {preset.name} ({spec.name}) on {device}")
+    print()
+    print(f"- date: {utc_now()}")
+    print(f"- command: `{command_line(argv, script=__file__)}`")
+    for line in hardware_lines(profile, device):
+        print(f"- {line}")
+    print(f"- preset measured on: {preset.fingerprint.describe()}")
+    print(
+        f"- measurement: {args.rounds} rounds, each one fresh burst per config "
+        f"({args.warmup} warm-up + {args.steps} timed optimizer steps, under the preset's "
+        "budget), the order alternating between rounds"
+    )
+    print(f"- load average at start: {load_average()}")
+    print()
+
+
+def _measure(
+    args: argparse.Namespace,
+    *,
+    spec: ModelSpec,
+    caps: DeviceCaps,
+    configs: dict[str, TrainConfig],
+    budget: int,
+) -> dict[str, list[float]] | None:
+    """Every config's throughput in each round (the order alternating), with a table of
+    the bursts printed; None if a burst failed (said on stderr)."""
+    from autotune.burst import run_burst
+
+    unit = spec.throughput_label
+    measured: dict[str, list[float]] = {name: [] for name in configs}
+    rows = []
+    for round_no in range(args.rounds):
+        order = list(configs) if round_no % 2 == 0 else list(reversed(configs))
+        for name in order:
+            result = run_burst(
+                spec,
+                configs[name],
+                steps=args.steps,
+                warmup=args.warmup,
+                budget_bytes=budget,
+                device=caps.device,
+                device_caps=caps,
+            )
+            if not result.ok or result.throughput is None:
+                print(f"{name}: burst {result.status}: {result.reason}", file=sys.stderr)
+                return None
+            measured[name].append(result.throughput)
+            done = f"round {round_no + 1} {name}: {result.throughput:,.0f} {unit}"
+            print(f"  {done}", file=sys.stderr)
+            rows.append(
+                [
+                    str(round_no + 1),
+                    name,
+                    fmt_float(result.throughput),
+                    fmt_seconds(result.step_time_median_s),
+                    fmt_seconds(result.compile_s),
+                    f"{(result.peak_memory_bytes or 0) / 2**20:,.0f} MiB",
+                ]
+            )
+    print(
+        render_table(
+            ["round", "config", unit, "step (median)", "compile", "peak"],
+            rows,
+            align="rlrrrr",
+        )
+    )
+    return measured
 
 
 if __name__ == "__main__":

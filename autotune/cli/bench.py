@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from autotune.burst import BurstResult
+    from autotune.config import TrainConfig
+    from autotune.hardware import DeviceCaps
+    from autotune.models.spec import ModelSpec
 
 __all__ = ["bench", "parse_knobs", "render"]
 
@@ -85,18 +88,12 @@ def bench(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
-    from autotune.burst import run_burst
     from autotune.config import TrainConfig, check_config
     from autotune.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.units import format_bytes, parse_budget
+    from autotune.units import parse_budget
 
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {timeout}")
+    _check_counts(steps=steps, warmup=warmup, timeout=timeout)
     spec = load_model(model)
     caps = probe().device(device)
     config = TrainConfig(
@@ -118,8 +115,48 @@ def bench(
     budget_bytes = (
         parse_budget(budget, device_memory_bytes=caps.total_memory_bytes) if budget else None
     )
+    result = _run_with_progress(
+        spec,
+        config,
+        caps,
+        steps=steps,
+        warmup=warmup,
+        budget_bytes=budget_bytes,
+        timeout_s=timeout,
+        seed=seed,
+        verify=verify,
+        show_steps=not json_output,
+    )
+    _report(result, model=spec.name, budget_bytes=budget_bytes, json_output=json_output)
 
+
+def _check_counts(*, steps: int, warmup: int, timeout: float) -> None:
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout}")
+
+
+def _run_with_progress(
+    spec: ModelSpec,
+    config: TrainConfig,
+    caps: DeviceCaps,
+    *,
+    steps: int,
+    warmup: int,
+    budget_bytes: int | None,
+    timeout_s: float,
+    seed: int,
+    verify: bool,
+    show_steps: bool,
+) -> BurstResult:
+    """The burst, under a spinner on stderr (with each timed step's time if
+    ``show_steps``)."""
     from rich.console import Console
+
+    from autotune.burst import run_burst
 
     progress = Console(stderr=True, highlight=False)
     what = f"{spec.name} on {caps.device}: {warmup} warm-up + {steps} timed steps"
@@ -129,23 +166,33 @@ def bench(
             status.update(f"{what} (timed step {index + 1}/{steps}: {seconds * 1e3:.1f} ms)")
             return True
 
-        result = run_burst(
+        return run_burst(
             spec,
             config,
             steps=steps,
             warmup=warmup,
             budget_bytes=budget_bytes,
-            timeout_s=timeout,
+            timeout_s=timeout_s,
             device=caps.device,
             seed=seed,
             verify=verify,
-            on_step=None if json_output else on_step,
+            on_step=on_step if show_steps else None,
             device_caps=caps,
         )
+
+
+def _report(
+    result: BurstResult, *, model: str, budget_bytes: int | None, json_output: bool
+) -> None:
+    """Print the result (a table, or JSON); a burst that is not ok is an error (exit 1)."""
+    from rich.console import Console
+
+    from autotune.units import format_bytes
+
     if json_output:
-        print_json(_finite({"model": spec.name, "budget_bytes": budget_bytes, **result.to_dict()}))
+        print_json(_finite({"model": model, "budget_bytes": budget_bytes, **result.to_dict()}))
     else:
-        render(result, model=spec.name, budget_bytes=budget_bytes, console=Console(highlight=False))
+        render(result, model=model, budget_bytes=budget_bytes, console=Console(highlight=False))
     if not result.ok:
         where = (
             f" (peak {format_bytes(result.peak_memory_bytes)})" if result.status == "oom" else ""
