@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune import preset as preset_mod
+from autotune import files
 from autotune.burst import BurstResult
 from autotune.config import TrainConfig
 from autotune.errors import HardwareMismatchError, PresetError
@@ -33,6 +33,7 @@ from autotune.preset import (
     check_portability,
     dump_preset,
     find_presets,
+    library,
     load_preset,
     preset_from_dict,
     preset_to_dict,
@@ -633,7 +634,7 @@ def test_no_clobber_save_without_hard_links(
     def no_links(src: Any, dst: Any) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(preset_mod.os, "link", no_links)
+    monkeypatch.setattr(files.os, "link", no_links)
     path = save_preset(make_preset(), tmp_path / "p.yaml", overwrite=False)
     assert load_preset(path) == make_preset()
     with pytest.raises(PresetError, match="already exists"):
@@ -671,7 +672,7 @@ def test_a_failing_replace_leaves_the_old_file_intact_and_no_temp_file(
     def broken_replace(src: Any, dst: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(preset_mod.os, "replace", broken_replace)
+    monkeypatch.setattr(files.os, "replace", broken_replace)
     with pytest.raises(PresetError, match=r"cannot write preset .* No space left on device"):
         save_preset(make_preset(name="new"), path)
     assert path.read_bytes() == before
@@ -687,7 +688,7 @@ def test_an_interrupted_write_leaves_no_temp_file(
     def interrupted(fd: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(preset_mod.os, "fsync", interrupted)
+    monkeypatch.setattr(files.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save_preset(make_preset(name="new"), path)
     assert path.read_bytes() == before
@@ -833,7 +834,7 @@ def preset_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     places = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
     for folder in places.values():
         folder.mkdir()
-    monkeypatch.setattr(preset_mod, "builtin_preset_dir", lambda: places["builtin"])
+    monkeypatch.setattr(library, "builtin_preset_dir", lambda: places["builtin"])
     monkeypatch.chdir(places["cwd"])
     monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(places["config"]))
     places["user"] = places["config"] / "presets"
@@ -885,7 +886,7 @@ def test_an_ambiguous_short_name_is_refused(preset_places: dict[str, Path]) -> N
 
 
 def test_the_shipped_folder_is_found_in_a_source_checkout() -> None:
-    folder = preset_mod.builtin_preset_dir()
+    folder = library.builtin_preset_dir()
     assert folder is not None and folder.is_dir()
     assert folder.name == "presets"
 
@@ -893,9 +894,9 @@ def test_the_shipped_folder_is_found_in_a_source_checkout() -> None:
 def test_user_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("AUTOTUNE_CONFIG_DIR", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    assert preset_mod.user_preset_dir() == tmp_path / "autotune" / "presets"
+    assert library.user_preset_dir() == tmp_path / "autotune" / "presets"
     monkeypatch.delenv("XDG_CONFIG_HOME")
-    assert preset_mod.user_preset_dir() == Path.home() / ".config" / "autotune" / "presets"
+    assert library.user_preset_dir() == Path.home() / ".config" / "autotune" / "presets"
 
 
 def test_presets_are_compared_by_value() -> None:
