@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_preset import (
+from fake_presets import (
     A100,
     GiB,
     gpu_fingerprint,
