@@ -4,17 +4,27 @@
 ``__post_init__``; ``check_config`` checks it against a model and a device (fp16 only on
 CUDA, tf32 only where the GPU has it, knobs the model really has). Both report every
 problem at once, each with its path (``config.precision: expected one of ...; got 'fp8'``).
+``TrainingDefaults`` holds the optimisation settings of a full run (a preset's ``training``
+section); ``apply_overrides`` applies ``--set section.field=value`` to both.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, PresetError
+from autotune.schema import (
+    Rule,
+    Section,
+    below_one,
+    did_you_mean,
+    fraction,
+    non_negative,
+    positive,
+)
 
 if TYPE_CHECKING:
     from autotune.hardware import DeviceCaps
@@ -24,17 +34,14 @@ __all__ = [
     "COMPILE_MODES",
     "PRECISIONS",
     "TrainConfig",
+    "TrainingDefaults",
+    "apply_overrides",
     "check_config",
     "did_you_mean",
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
-
-
-def did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +106,134 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+
+# -- the optimisation settings of a full run ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingDefaults(Section):
+    """The optimisation settings of the full run (``autotune train`` flags override them)."""
+
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    schedule: Literal["cosine", "constant", "linear"] = "cosine"
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.0
+    max_steps: int | None = 1000
+    epochs: int | None = None
+    eval_interval: int = 100
+    eval_batches: int = 10
+    log_interval: int = 10
+    checkpoint_interval: int = 200
+    keep_last: int = 3
+    seed: int = 0
+
+    _path: ClassVar[str] = "training"
+    _error: ClassVar[type[ConfigError]] = PresetError  # a preset's section, wherever it is built
+    _record: ClassVar[str] = "preset"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "lr": positive,
+        "weight_decay": non_negative,
+        "warmup_steps": non_negative,
+        "min_lr_ratio": fraction,
+        "grad_clip": positive,
+        "label_smoothing": below_one,
+        "max_steps": positive,
+        "epochs": positive,
+        "eval_interval": positive,
+        "eval_batches": positive,
+        "log_interval": positive,
+        "checkpoint_interval": positive,
+        "keep_last": positive,
+        "seed": non_negative,
+    }
+
+    @classmethod
+    def _prepare(cls, data: Mapping[Any, Any]) -> Mapping[Any, Any]:
+        # `epochs: 3` alone means three epochs, not "three epochs or 1000 steps".
+        if data.get("epochs") is not None and "max_steps" not in data:
+            return {**data, "max_steps": None}
+        return data
+
+    def _cross_problems(self) -> list[str]:
+        if self.max_steps is None and self.epochs is None:
+            return ["training: set max_steps or epochs (or both: whichever ends first)"]
+        return []
+
+
+# -- overrides (--set) ----------------------------------------------------------------------
+
+_FLOAT_TEXT = ("e", "E", ".", "inf", "nan")
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML scalars (``4``, ``true``, ``null``, ``bf16``), ``3e-4`` a float."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and any(s in value for s in _FLOAT_TEXT):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(
+    config: TrainConfig, training: TrainingDefaults, overrides: Sequence[str]
+) -> tuple[TrainConfig, TrainingDefaults]:
+    """Apply ``section.field=value`` overrides (``config.micro_batch=4``,
+    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once."""
+    config_data = config.to_dict()
+    training_data = dataclasses.asdict(training)
+    training_names = list(training_data)
+    problems: list[str] = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. config.micro_batch=4")
+            continue
+        value = _parse_value(raw.strip())
+        section, _, name = key.partition(".")
+        if section == "config" and name:
+            if name.startswith("knobs."):
+                knob = name.removeprefix("knobs.")
+                config_data["knobs"] = {**config_data["knobs"], knob: value}
+            elif "." in name:
+                problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
+            else:
+                config_data[name] = value  # unknown names are reported by from_mapping
+        elif section == "training" and name:
+            if name not in training_names:
+                problems.append(
+                    f"--set {key}: unknown field{did_you_mean(name, training_names)} (training "
+                    f"fields: {', '.join(training_names)})"
+                )
+            else:
+                training_data[name] = value
+        else:
+            problems.append(
+                f"--set {key}: expected config.FIELD, config.knobs.NAME or training.FIELD"
+            )
+    new_config, new_training = config, training
+    try:
+        new_config = TrainConfig.from_mapping(config_data)
+    except ConfigError as exc:
+        problems += exc.problems
+    try:
+        new_training = TrainingDefaults(**training_data)
+    except PresetError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems, context="invalid --set override")
+    return new_config, new_training
 
 
 def _is_int(value: Any) -> bool:

@@ -59,7 +59,7 @@ from autotune.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from autotune.config import TrainConfig, did_you_mean
+from autotune.config import TrainConfig, TrainingDefaults, apply_overrides
 from autotune.data import ResumableSampler, TrainData, load_data, seeded_generator
 from autotune.distributed import (
     DistInfo,
@@ -71,8 +71,7 @@ from autotune.distributed import (
     init_distributed,
     per_rank_config,
 )
-from autotune.errors import AutotuneError, ConfigError, DataError, PresetError, UsageError
-from autotune.preset import TrainingDefaults
+from autotune.errors import AutotuneError, DataError, UsageError
 from autotune.step import (
     Stepper,
     apply_backend_flags,
@@ -108,78 +107,6 @@ _SAMPLE_NEW_TOKENS = 64
 
 class TrainingOOMError(AutotuneError):
     """The run ran out of memory (exit code 1); the message says what to do."""
-
-
-# -- overrides (--set) ----------------------------------------------------------------------
-
-_FLOAT_TEXT = ("e", "E", ".", "inf", "nan")
-
-
-def _parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML scalars (``4``, ``true``, ``null``, ``bf16``), ``3e-4`` a float."""
-    import yaml
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str) and any(s in value for s in _FLOAT_TEXT):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def apply_overrides(
-    config: TrainConfig, training: TrainingDefaults, overrides: Sequence[str]
-) -> tuple[TrainConfig, TrainingDefaults]:
-    """Apply ``section.field=value`` overrides (``config.micro_batch=4``,
-    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once."""
-    config_data = config.to_dict()
-    training_data = dataclasses.asdict(training)
-    training_names = list(training_data)
-    problems: list[str] = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. config.micro_batch=4")
-            continue
-        value = _parse_value(raw.strip())
-        section, _, name = key.partition(".")
-        if section == "config" and name:
-            if name.startswith("knobs."):
-                knob = name.removeprefix("knobs.")
-                config_data["knobs"] = {**config_data["knobs"], knob: value}
-            elif "." in name:
-                problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
-            else:
-                config_data[name] = value  # unknown names are reported by from_mapping
-        elif section == "training" and name:
-            if name not in training_names:
-                problems.append(
-                    f"--set {key}: unknown field{did_you_mean(name, training_names)} (training "
-                    f"fields: {', '.join(training_names)})"
-                )
-            else:
-                training_data[name] = value
-        else:
-            problems.append(
-                f"--set {key}: expected config.FIELD, config.knobs.NAME or training.FIELD"
-            )
-    new_config, new_training = config, training
-    try:
-        new_config = TrainConfig.from_mapping(config_data)
-    except ConfigError as exc:
-        problems += exc.problems
-    try:
-        new_training = TrainingDefaults(**training_data)
-    except PresetError as exc:
-        problems += exc.problems
-    if problems:
-        raise ConfigError(problems, context="invalid --set override")
-    return new_config, new_training
 
 
 # -- schedule -----------------------------------------------------------------------------------

@@ -17,10 +17,9 @@ import torch.multiprocessing as mp
 from fake_lm import FAKE_LM, make_spec
 
 from autotune.checkpoint import list_checkpoints, load_checkpoint
-from autotune.config import TrainConfig
+from autotune.config import TrainConfig, TrainingDefaults
 from autotune.distributed import per_rank_config
 from autotune.errors import ConfigError
-from autotune.preset import TrainingDefaults
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

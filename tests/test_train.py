@@ -18,11 +18,10 @@ import torch
 from fake_lm import make_spec
 
 from autotune.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from autotune.config import TrainConfig
+from autotune.config import TrainConfig, TrainingDefaults
 from autotune.data import TrainData, prepare_lm_data
 from autotune.errors import AutotuneError, ConfigError, UsageError
 from autotune.models.spec import ModelSpec
-from autotune.preset import TrainingDefaults
 from autotune.train import (
     Trainer,
     TrainingOOMError,

@@ -432,7 +432,8 @@ def export(
     ] = False,
 ) -> None:
     """Export a preset (validated) as JSON or YAML."""
-    from autotune.preset import atomic_write_text, dump_preset, preset_to_dict
+    from autotune.files import atomic_write_text
+    from autotune.preset import dump_preset, preset_to_dict
 
     if format_ not in _FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(_FORMATS)}; got {format_!r}")

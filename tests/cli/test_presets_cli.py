@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_preset import (
+from fake_presets import (
     A100,
     GiB,
     gpu_fingerprint,
@@ -21,7 +21,6 @@ from test_preset import (
 from typer.testing import CliRunner, Result
 
 from autotune import burst, hardware
-from autotune import preset as preset_mod
 from autotune.burst import BurstResult
 from autotune.cli.main import app
 from autotune.preset import (
@@ -29,6 +28,7 @@ from autotune.preset import (
     ModelRef,
     Preset,
     Task,
+    library,
     load_preset,
     preset_to_dict,
     save_preset,
@@ -87,7 +87,7 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     out = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
     for folder in out.values():
         folder.mkdir()
-    monkeypatch.setattr(preset_mod, "builtin_preset_dir", lambda: out["builtin"])
+    monkeypatch.setattr(library, "builtin_preset_dir", lambda: out["builtin"])
     monkeypatch.chdir(out["cwd"])
     monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(out["config"]))
     out["user"] = out["config"] / "presets"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_presets import make_preset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_preset import make_preset
 from typer.testing import CliRunner
 
 from autotune.cli.main import app

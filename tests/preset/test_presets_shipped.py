@@ -11,7 +11,7 @@ from autotune.config import check_config
 from autotune.hardware import DeviceCaps
 from autotune.preset import Preset, find_presets, load_preset, preset_from_dict, preset_to_dict
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 # Recursive on purpose: a flat listdir once left most of torchtune's configs untested.
 SHIPPED = sorted(PRESETS_DIR.rglob("*.yaml"))
 # The floor: mu and gpt-small measured on a CPU like the development machine.

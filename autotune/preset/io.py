@@ -1,0 +1,252 @@
+"""Presets as plain data, YAML text and files.
+
+``preset_from_dict`` is the one boundary between YAML and the typed objects: it reports
+every problem at once, each with its path (``config.precision: expected one of fp32, tf32,
+bf16, fp16; got 'fp8'``), migrates older schema versions and refuses newer ones.
+``load_preset`` reads files with ``yaml.safe_load`` only (a preset is data: reading one
+never constructs a Python object); ``save_preset`` writes atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.config import TrainConfig
+from autotune.errors import PresetError
+from autotune.files import atomic_write_text
+from autotune.preset.migrate import migrate_v1, v1_path
+from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
+from autotune.schema import Section, build, plain_copy, show, type_name
+from autotune.units import format_bytes
+
+__all__ = [
+    "dump_preset",
+    "load_preset",
+    "preset_error",
+    "preset_from_dict",
+    "preset_to_dict",
+    "read_yaml",
+    "save_preset",
+]
+
+_MAX_FILE_BYTES = 10 * 2**20  # a preset is a few KB; anything this large is not one
+
+
+# -- plain data <-> Preset --------------------------------------------------------------------
+
+
+def _section_dict(section: Section) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, f.name)
+        if isinstance(value, TrainConfig):
+            value = _config_dict(value)
+        elif isinstance(value, Section):
+            value = _section_dict(value)
+        else:
+            value = plain_copy(value)
+        out[f.name] = value
+    return out
+
+
+def _config_dict(config: TrainConfig) -> dict[str, Any]:
+    return plain_copy(config.to_dict())
+
+
+def preset_to_dict(preset: Preset) -> dict[str, Any]:
+    """Plain, YAML-able data in a stable key order (the order of docs/preset-format.md)."""
+    return {
+        "schema_version": preset.schema_version,
+        "name": preset.name,
+        "created": preset.created,
+        "model": _section_dict(preset.model),
+        "task": _section_dict(preset.task),
+        "budget_bytes": preset.budget_bytes,
+        "config": _config_dict(preset.config),
+        "measured": _section_dict(preset.measured),
+        "baseline": None if preset.baseline is None else _section_dict(preset.baseline),
+        "search": None if preset.search is None else _section_dict(preset.search),
+        "fingerprint": _section_dict(preset.fingerprint),
+        "training": _section_dict(preset.training),
+        "notes": preset.notes,
+    }
+
+
+def preset_error(message: str) -> PresetError:
+    return PresetError([], context=message)
+
+
+def preset_from_dict(data: Any, *, source: str = "<preset>") -> Preset:
+    """Validate plain data (from YAML or JSON) into a ``Preset``.
+
+    Every problem is reported at once with its path; an older schema version is migrated,
+    a newer or unknown one refused. Raises ``PresetError`` (exit code 2).
+    """
+    if not isinstance(data, Mapping):
+        raise preset_error(
+            f"{source} is not an autotune preset: expected a mapping of fields at the top "
+            f"level, got {type_name(data)}"
+        )
+    if "schema_version" not in data:
+        raise PresetError(
+            [
+                f"schema_version: missing (every preset starts with schema_version: "
+                f"{PRESET_SCHEMA_VERSION})"
+            ],
+            context=f"{source} is not a valid autotune preset",
+        )
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise PresetError(
+            [f"schema_version: expected an integer; got {show(version)}"],
+            context=f"invalid preset {source}",
+        )
+    if version > PRESET_SCHEMA_VERSION:
+        raise preset_error(
+            f"{source} has preset schema version {version}, newer than this autotune reads "
+            f"(versions {OLDEST_SCHEMA_VERSION} to {PRESET_SCHEMA_VERSION}); upgrade "
+            "autotune (pip install -U autotune) to use it"
+        )
+    if version < OLDEST_SCHEMA_VERSION:
+        raise preset_error(
+            f"{source} has unknown preset schema version {version}; this autotune reads "
+            f"versions {OLDEST_SCHEMA_VERSION} to {PRESET_SCHEMA_VERSION}"
+        )
+    problems: list[str] = []
+    if version == 1:
+        migrated = migrate_v1(data, problems)
+        later: list[str] = []
+        preset = build(Preset, migrated, "", later, required=("created",))
+        problems += [v1_path(p) for p in later]  # in the names the file uses
+        if problems or not isinstance(preset, Preset):
+            unique = list(dict.fromkeys(problems))
+            raise PresetError(unique, context=f"invalid preset {source} (schema version 1)")
+        return preset
+    preset = build(Preset, data, "", problems, required=("created",))
+    if problems or not isinstance(preset, Preset):
+        raise PresetError(problems, context=f"invalid preset {source}")
+    return preset
+
+
+# -- YAML files ---------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """``text`` safe inside a YAML comment: no line breaks, no control characters."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+def dump_preset(preset: Preset) -> str:
+    """The preset as YAML text, with a header comment saying what it is."""
+    import yaml
+
+    measured = preset.measured.throughput
+    figure = f"{measured[0]:,.1f} {measured[1]}" if measured else "no throughput recorded"
+    if preset.baseline is not None and preset.baseline.speedup is not None:
+        figure += f" ({preset.baseline.speedup:.2f}x the naive config)"
+    budget = "none"
+    if preset.budget_bytes:
+        budget = f"{preset.budget_bytes / 1e9:.2f} GB ({format_bytes(preset.budget_bytes)})"
+    header = [
+        f"autotune preset, schema version {preset.schema_version} "
+        "(field reference: docs/preset-format.md)",
+        f"{preset.name}: model {preset.model.name}, budget {budget}",
+        f"measured on {preset.fingerprint.describe()}: {figure}",
+        "re-measure on this machine with: autotune presets check <this file>",
+    ]
+    body = yaml.safe_dump(
+        preset_to_dict(preset), sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+    return "".join(f"# {_one_line(line)}\n" for line in header) + body
+
+
+def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
+    """Write ``preset`` to ``path`` atomically (``autotune.files.atomic_write_text``): a
+    crash leaves the old file or the new one, never half of one."""
+    text = dump_preset(preset)  # before touching the disk: a failure here writes nothing
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise preset_error(f"cannot write preset to {str(target)!r}: it is a directory")
+    if not overwrite and target.exists():
+        raise preset_error(
+            f"preset file {str(target)!r} already exists (overwrite it, or pick a name)"
+        )
+    try:
+        atomic_write_text(target, text, overwrite=overwrite)
+    except FileExistsError:
+        raise preset_error(
+            f"preset file {str(target)!r} already exists (overwrite it, or pick a name)"
+        ) from None
+    except OSError as exc:
+        raise preset_error(
+            f"cannot write preset to {str(target)!r}: {exc.strerror or exc}"
+        ) from None
+    return target
+
+
+def read_yaml(path: Path) -> Any:
+    """Read a YAML file with ``yaml.safe_load``; every failure is a one-paragraph PresetError."""
+    import yaml
+
+    where = str(path)
+    if not path.exists():
+        raise preset_error(f"preset file {where!r} does not exist")
+    if path.is_dir():
+        raise preset_error(f"{where!r} is a directory, not a preset file")
+    try:
+        size = path.stat().st_size
+        if size > _MAX_FILE_BYTES:
+            raise preset_error(
+                f"{where!r} is {format_bytes(size)}, too large to be a preset (a preset is a "
+                "few KB of YAML)"
+            )
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise preset_error(f"cannot read preset file {where!r}: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise preset_error(f"{where!r} is a binary file, not a YAML preset")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise preset_error(
+            f"{where!r} is not UTF-8 text (byte {exc.start}), so not a YAML preset"
+        ) from None
+    if not text.strip():
+        raise preset_error(f"preset file {where!r} is empty")
+    try:
+        return yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        tag = _one_line(str(exc.problem or ""))
+        raise preset_error(
+            f"{where!r} uses a YAML tag that autotune does not load ({tag}{_mark(exc)}); "
+            "presets are plain data, and tags such as !!python/object that would construct "
+            "Python objects are refused"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise preset_error(f"{where!r} is not valid YAML: {_yaml_problem(exc)}") from None
+    except (RecursionError, ValueError, OverflowError) as exc:
+        raise preset_error(f"{where!r} cannot be read as YAML: {type(exc).__name__}") from None
+
+
+def _mark(exc: Any) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f", line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(exc: Exception) -> str:
+    problem = getattr(exc, "problem", None)
+    if problem:
+        return _one_line(str(problem)) + _mark(exc)
+    return _one_line(str(exc))
+
+
+def load_preset(path: str | Path) -> Preset:
+    """Read and validate a preset file. Any problem is a ``PresetError`` (exit code 2)."""
+    target = Path(path).expanduser()
+    data = read_yaml(target)
+    if data is None:
+        raise preset_error(f"preset file {str(target)!r} is empty (nothing but comments)")
+    return preset_from_dict(data, source=str(target))

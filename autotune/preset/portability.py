@@ -1,0 +1,168 @@
+"""Portability: how this machine compares with the one a preset was measured on.
+
+``check_portability`` compares a preset's fingerprint with a device here, warns where the
+figures were measured elsewhere, and refuses what the device cannot run (a precision it
+lacks, a recorded peak above its free memory) with what to do instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import HardwareMismatchError
+from autotune.preset.schema import Fingerprint, Preset, find_device
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.hardware import GPUInfo, HardwareProfile
+
+__all__ = ["PortabilityReport", "check_portability", "default_device_for"]
+
+
+@dataclass(kw_only=True)
+class PortabilityReport:
+    """How this device compares with the one a preset was measured on."""
+
+    same_device: bool
+    differences: list[str]
+    warnings: list[str]
+    measured_elsewhere: bool
+    device: str = ""  # the device checked here: cpu, cuda:0, ...
+    device_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def default_device_for(preset: Preset, profile: HardwareProfile) -> str:
+    """The device a preset runs on here by default: a GPU for a GPU preset where there is one."""
+    if preset.fingerprint.device_kind == "cuda" and profile.gpus:
+        return "cuda:0"
+    return "cpu" if preset.fingerprint.device_kind == "cpu" else profile.default_device
+
+
+def _same_name(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def check_portability(
+    preset: Preset, profile: HardwareProfile, device: str | None = None, *, force: bool = False
+) -> PortabilityReport:
+    """Compare ``preset``'s fingerprint with ``device`` on this machine.
+
+    Same GPU model (or CPU model and core count): fine. Different: a warning, and the
+    figures are marked as measured elsewhere. A precision this device cannot run, or a
+    recorded peak memory above this device's free memory, raises ``HardwareMismatchError``
+    with what to do instead; ``force=True`` turns the memory refusal into a warning (an
+    unrunnable precision is refused even then).
+    """
+    canonical, gpu = find_device(device or default_device_for(preset, profile), profile)
+    here = Fingerprint.from_profile(profile, canonical)
+    there = preset.fingerprint
+
+    differences = []
+    for f in dataclasses.fields(Fingerprint):
+        a, b = getattr(there, f.name), getattr(here, f.name)
+        if a != b:
+            shown_a = format_bytes(a) if f.name == "memory_bytes" else a
+            shown_b = format_bytes(b) if f.name == "memory_bytes" else b
+            differences.append(f"{f.name}: preset {shown_a!s} vs here {shown_b!s}")
+
+    if gpu is not None:
+        same = there.device_kind == "cuda" and _same_name(there.device_name, here.device_name)
+    else:
+        same = (
+            there.device_kind == "cpu"
+            and _same_name(there.cpu_model, here.cpu_model)
+            and there.cpu_cores == here.cpu_cores
+        )
+    warnings = []
+    if not same:
+        warnings.append(
+            f"this preset was measured on {there.describe()}, not on {here.describe()}: its "
+            "figures were measured elsewhere and may not hold here (re-measure with "
+            "`autotune presets check`)"
+        )
+    elif there.torch_version != here.torch_version:
+        warnings.append(
+            f"measured with torch {there.torch_version}, this is torch {here.torch_version}: "
+            "throughput may differ"
+        )
+
+    refusals = _precision_refusals(preset.config.precision, profile, gpu, warnings)
+    peak = preset.measured.peak_memory_bytes
+    if gpu is not None:
+        free = gpu.free_memory_bytes
+        where = f"{canonical} ({gpu.name})"
+        if free is None:
+            free = gpu.total_memory_bytes
+            warnings.append(f"free memory of {where} unknown; compared with its total memory")
+        what = "free GPU memory"
+    else:
+        free = profile.cpu.available_ram_bytes
+        where = "this machine"
+        what = "available RAM"
+    if peak is None:
+        warnings.append("the preset records no peak memory, so whether it fits here is unchecked")
+    elif peak > free:
+        message = (
+            f"the preset's recorded peak memory {format_bytes(peak)} exceeds the "
+            f"{format_bytes(free)} of {what} on {where}"
+        )
+        if force:
+            warnings.append(message + " (forced: it may run out of memory)")
+        else:
+            refusals.append(
+                message + "; free some memory, pick a smaller preset, or force it (--force)"
+            )
+    if refusals:
+        raise HardwareMismatchError(
+            f"preset {preset.name!r} cannot run on {canonical} ({here.device_name}): "
+            + "; and ".join(refusals)
+        )
+    return PortabilityReport(
+        same_device=same,
+        differences=differences,
+        warnings=warnings,
+        measured_elsewhere=not same,
+        device=canonical,
+        device_name=here.device_name,
+    )
+
+
+def _precision_refusals(
+    precision: str, profile: HardwareProfile, gpu: GPUInfo | None, warnings: list[str]
+) -> list[str]:
+    """Why ``precision`` cannot run on ``gpu`` (or the CPU), with the fallback to use."""
+    if gpu is not None:
+        cc = "{}.{}".format(*gpu.compute_capability)
+        if precision == "bf16" and not gpu.bf16_supported:
+            return [
+                f"config.precision bf16 needs compute capability 8.0 or newer and {gpu.name} "
+                f"is {cc}; use fp16 instead (same memory, with a loss scaler): set "
+                "config.precision: fp16, or search again on this GPU"
+            ]
+        if precision == "tf32" and not gpu.tf32_supported:
+            return [
+                f"config.precision tf32 needs compute capability 8.0 or newer and {gpu.name} "
+                f"is {cc}; use fp32 (or fp16 for speed): set config.precision: fp32"
+            ]
+        return []
+    if precision in ("fp16", "tf32"):
+        fallback = (
+            "fp32 or bf16 (this CPU has native bf16)"
+            if profile.cpu.bf16_native
+            else "fp32 (bf16 also runs, but this CPU emulates it slowly)"
+        )
+        return [
+            f"config.precision {precision} needs a CUDA GPU and this device is a CPU; use "
+            f"{fallback}: set config.precision: fp32"
+        ]
+    if precision == "bf16" and not profile.cpu.bf16_native:
+        warnings.append(
+            "config.precision bf16: this CPU has no bf16 units (no avx512_bf16/amx_bf16), so "
+            "bf16 is emulated and likely much slower than fp32"
+        )
+    return []

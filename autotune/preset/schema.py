@@ -1,0 +1,402 @@
+"""The sections of a preset, each a frozen dataclass that validates itself.
+
+A preset says what it is (``model``, ``task``, ``config``, budget), where it was measured
+(the hardware ``fingerprint``), what was measured there (``measured``, with the naive
+``baseline`` beside it), how it was found (``search``) and how to train with it
+(``training``, the ``TrainingDefaults`` of autotune/config.py). The field reference is
+docs/preset-format.md; the validation itself is autotune/schema.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from autotune.config import TrainConfig, TrainingDefaults
+from autotune.errors import ConfigError, HardwareMismatchError, PresetError
+from autotune.schema import (
+    BAD,
+    Converter,
+    Rule,
+    Section,
+    non_empty,
+    non_negative,
+    positive,
+    show,
+)
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.hardware import GPUInfo, HardwareProfile
+    from autotune.models.spec import ModelSpec
+
+__all__ = [
+    "OLDEST_SCHEMA_VERSION",
+    "PRESET_SCHEMA_VERSION",
+    "Baseline",
+    "Fingerprint",
+    "Measured",
+    "ModelRef",
+    "Preset",
+    "SearchSummary",
+    "Task",
+    "TrainingDefaults",
+    "find_device",
+    "utc_now",
+]
+
+PRESET_SCHEMA_VERSION = 2
+OLDEST_SCHEMA_VERSION = 1
+
+
+def utc_now() -> str:
+    """The current time as an ISO 8601 UTC timestamp, e.g. ``2024-05-01T12:00:00Z``."""
+    return (
+        _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
+
+
+# -- rules only a preset has ------------------------------------------------------------------
+
+_CAPABILITY = re.compile(r"^\d+\.\d+$")
+
+
+def _capability(value: str) -> str | None:
+    if _CAPABILITY.match(value):
+        return None
+    return f"expected a compute capability such as '8.0'; got {show(value)}"
+
+
+def _parse_created(value: Any) -> str | None:
+    """``value`` (a string, or the datetime YAML made of an unquoted timestamp) as canonical
+    ISO 8601 UTC text, or None where it is not a UTC timestamp."""
+    when: _dt.datetime
+    if isinstance(value, _dt.datetime):
+        when = value
+    elif isinstance(value, _dt.date):
+        when = _dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            when = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    else:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)  # YAML gives naive datetimes in UTC
+    elif when.utcoffset() != _dt.timedelta(0):
+        return None
+    text = when.astimezone(_dt.timezone.utc).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def _created(value: str) -> str | None:
+    if _parse_created(value) is not None:
+        return None
+    return f"expected an ISO 8601 UTC timestamp such as 2024-05-01T12:00:00Z; got {show(value)}"
+
+
+def _current_version(value: int) -> str | None:
+    if value == PRESET_SCHEMA_VERSION:
+        return None
+    return f"a loaded preset is always version {PRESET_SCHEMA_VERSION}; got {value!r}"
+
+
+# -- the config inside a preset ---------------------------------------------------------------
+
+
+class _Opaque:
+    """Stands in for a list or mapping where TrainConfig expects one value, so that its
+    messages (which repr the value in full) stay short."""
+
+    def __init__(self, value: Any) -> None:
+        self.text = show(value)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _convert_config(value: Any, path: str, problems: list[str]) -> Any:
+    """A ``TrainConfig`` from plain data (its own messages, under ``path``), with knobs that
+    are plain scalars; or ``BAD``."""
+    if isinstance(value, TrainConfig):
+        config = value
+    else:
+        if isinstance(value, Mapping):
+            value = {
+                k: _Opaque(v)
+                if isinstance(v, (list, tuple, set, Mapping))
+                and not (k == "knobs" and isinstance(v, Mapping))
+                else v
+                for k, v in value.items()
+            }
+        try:
+            config = TrainConfig.from_mapping(value, path=path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            return BAD
+    bad = False
+    for name, knob in config.knobs.items():
+        if not isinstance(name, str):
+            problems.append(f"{path}.knobs: keys must be strings, got {show(name)}")
+            bad = True
+        elif not (knob is None or isinstance(knob, (bool, int, str, float))) or (
+            isinstance(knob, float) and not math.isfinite(knob)
+        ):
+            problems.append(
+                f"{path}.knobs.{name}: expected a string, number, true/false or null; "
+                f"got {show(knob)}"
+            )
+            bad = True
+    return BAD if bad else config
+
+
+class _PresetSection(Section):
+    """A section of a preset: its problems are a ``PresetError`` ("invalid preset ...")."""
+
+    _converters: ClassVar[Mapping[Any, Converter]] = {TrainConfig: _convert_config}
+    _error: ClassVar[type[ConfigError]] = PresetError
+    _record: ClassVar[str] = "preset"
+
+
+def find_device(device: str, profile: HardwareProfile) -> tuple[str, GPUInfo | None]:
+    """``device`` in canonical form (``cpu``, ``cuda:N``) and its GPU (None for the CPU)."""
+    text = device.strip().lower()
+    if text == "cpu":
+        return "cpu", None
+    match = re.fullmatch(r"cuda(?::(\d+))?", text)
+    if match is None:
+        raise HardwareMismatchError(f"unknown device {device!r}: expected cpu, cuda or cuda:N")
+    index = int(match[1] or 0)
+    for gpu in profile.gpus:
+        if gpu.index == index:
+            return f"cuda:{index}", gpu
+    here = ", ".join(["cpu", *(f"cuda:{g.index} ({g.name})" for g in profile.gpus)])
+    raise HardwareMismatchError(f"device {device!r} does not exist here; this machine has {here}")
+
+
+# -- the sections -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRef(_PresetSection):
+    """Which model: a built-in name (``mu``) or a user reference (``pkg.mod:spec``,
+    ``path/to/file.py:spec``), and overrides of that spec's size arguments."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    _path: ClassVar[str] = "model"
+    _rules: ClassVar[Mapping[str, Rule]] = {"name": non_empty}
+
+    def load(self) -> ModelSpec:
+        """The spec this reference names, with its size arguments applied
+        (``ModelLoadError`` for an unknown model)."""
+        from autotune.models.registry import load_model
+
+        spec = load_model(self.name)
+        return spec.with_args(**self.args) if self.args else spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task(_PresetSection):
+    """The training task the config was tuned for."""
+
+    seq_len: int
+    global_batch: int  # samples per optimizer step (kept fixed by the search)
+
+    _path: ClassVar[str] = "task"
+    _rules: ClassVar[Mapping[str, Rule]] = {"seq_len": positive, "global_batch": positive}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fingerprint(_PresetSection):
+    """The hardware and software the figures in ``measured`` were measured on."""
+
+    device_kind: Literal["cpu", "cuda"]
+    device_name: str  # the GPU's name, or the CPU model for a CPU preset
+    memory_bytes: int  # the GPU's total memory, or the machine's RAM for a CPU preset
+    compute_capability: str | None = None  # "8.0"; CUDA only
+    driver_version: str | None = None
+    cuda_version: str | None = None  # the CUDA version torch was built with; CUDA only
+    torch_version: str
+    autotune_version: str
+    cpu_model: str
+    cpu_cores: int
+
+    _path: ClassVar[str] = "fingerprint"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "device_name": non_empty,
+        "memory_bytes": non_negative,
+        "compute_capability": _capability,
+        "cpu_cores": positive,
+    }
+
+    @classmethod
+    def from_profile(cls, profile: HardwareProfile, device: str) -> Fingerprint:
+        """The fingerprint of ``device`` (``cpu``, ``cuda``, ``cuda:N``) on this machine."""
+        _, gpu = find_device(device, profile)
+        cpu, software = profile.cpu, profile.software
+        if gpu is None:
+            return cls(
+                device_kind="cpu",
+                device_name=cpu.model_name,
+                memory_bytes=cpu.total_ram_bytes,
+                torch_version=software.torch_version,
+                autotune_version=software.autotune_version,
+                cpu_model=cpu.model_name,
+                cpu_cores=cpu.physical_cores or cpu.logical_cores,
+            )
+        major, minor = gpu.compute_capability
+        return cls(
+            device_kind="cuda",
+            device_name=gpu.name,
+            memory_bytes=gpu.total_memory_bytes,
+            compute_capability=f"{major}.{minor}",
+            driver_version=gpu.driver_version,
+            cuda_version=gpu.cuda_version or software.torch_cuda_version,
+            torch_version=software.torch_version,
+            autotune_version=software.autotune_version,
+            cpu_model=cpu.model_name,
+            cpu_cores=cpu.physical_cores or cpu.logical_cores,
+        )
+
+    def describe(self) -> str:
+        """``NVIDIA A100-SXM4-80GB (cuda, 80.00 GiB)`` or ``Intel Xeon (cpu, 4 cores)``."""
+        if self.device_kind == "cuda":
+            return f"{self.device_name} (cuda, {format_bytes(self.memory_bytes)})"
+        return f"{self.device_name} (cpu, {self.cpu_cores} cores)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured(_PresetSection):
+    """What the winning config measured on the fingerprint's hardware (kept verbatim)."""
+
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    step_time_median_s: float | None = None
+    step_time_p90_s: float | None = None
+    peak_memory_bytes: int | None = None
+    mfu: float | None = None
+    compile_s: float | None = None
+
+    _path: ClassVar[str] = "measured"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "tokens_per_s": non_negative,
+        "samples_per_s": non_negative,
+        "step_time_median_s": non_negative,
+        "step_time_p90_s": non_negative,
+        "peak_memory_bytes": non_negative,
+        "mfu": non_negative,
+        "compile_s": non_negative,
+    }
+
+    @classmethod
+    def from_burst(cls, result: BurstResult) -> Measured:
+        return cls(
+            tokens_per_s=result.tokens_per_s,
+            samples_per_s=result.samples_per_s,
+            step_time_median_s=result.step_time_median_s,
+            step_time_p90_s=result.step_time_p90_s,
+            peak_memory_bytes=result.peak_memory_bytes,
+            mfu=result.mfu,
+            compile_s=result.compile_s,
+        )
+
+    @property
+    def throughput(self) -> tuple[float, str] | None:
+        """The headline figure: ``(value, "tokens/s")``, else samples/s, else None."""
+        if self.tokens_per_s is not None:
+            return self.tokens_per_s, "tokens/s"
+        if self.samples_per_s is not None:
+            return self.samples_per_s, "samples/s"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline(_PresetSection):
+    """The naive config, measured in the same study, and the preset's speedup over it."""
+
+    config: TrainConfig
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    speedup: float | None = None  # measured throughput / baseline throughput
+
+    _path: ClassVar[str] = "baseline"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "tokens_per_s": non_negative,
+        "samples_per_s": non_negative,
+        "speedup": non_negative,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSummary(_PresetSection):
+    """How the config was found."""
+
+    trials_run: int
+    infeasible: int = 0
+    pruned: int = 0
+    failed: int = 0
+    wall_s: float
+    study_name: str
+    storage: str
+    objective: str = "throughput"
+    sampler: str = "tpe"
+
+    _path: ClassVar[str] = "search"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "trials_run": non_negative,
+        "infeasible": non_negative,
+        "pruned": non_negative,
+        "failed": non_negative,
+        "wall_s": non_negative,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset(_PresetSection):
+    """A tuned config and everything needed to trust, reuse and re-check it."""
+
+    # The order of the YAML file (and of error messages).
+    schema_version: int = PRESET_SCHEMA_VERSION
+    name: str
+    created: str = field(default_factory=utc_now)  # ISO 8601 UTC
+    model: ModelRef
+    task: Task
+    budget_bytes: int | None = None  # the memory budget of the search; None = the device's
+    config: TrainConfig
+    measured: Measured
+    baseline: Baseline | None = None
+    search: SearchSummary | None = None
+    fingerprint: Fingerprint
+    training: TrainingDefaults = field(default_factory=TrainingDefaults)
+    notes: str = ""
+
+    _path: ClassVar[str] = ""
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "schema_version": _current_version,
+        "name": non_empty,
+        "budget_bytes": positive,
+        "created": _created,
+    }
+    # YAML turns an unquoted timestamp into a datetime: take it, as canonical UTC text.
+    _normalize: ClassVar[Mapping[str, Callable[[Any], Any]]] = {
+        "created": lambda value: _parse_created(value) or value
+    }
+
+    @property
+    def throughput(self) -> tuple[float, str] | None:
+        return self.measured.throughput
+
+    def replace(self, **changes: Any) -> Preset:
+        return dataclasses.replace(self, **changes)

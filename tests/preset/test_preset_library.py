@@ -1,0 +1,82 @@
+"""Finding presets: the shipped, working-directory and user folders, and short names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_presets import make_preset
+
+from autotune.errors import PresetError
+from autotune.preset import find_presets, library, resolve_preset, save_preset
+
+
+@pytest.fixture
+def preset_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Empty shipped, working and user folders, wired in."""
+    places = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
+    for folder in places.values():
+        folder.mkdir()
+    monkeypatch.setattr(library, "builtin_preset_dir", lambda: places["builtin"])
+    monkeypatch.chdir(places["cwd"])
+    monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(places["config"]))
+    places["user"] = places["config"] / "presets"
+    return places
+
+
+def test_find_presets_looks_in_all_three_places(preset_places: dict[str, Path]) -> None:
+    builtin = save_preset(make_preset(name="shipped"), preset_places["builtin"] / "cpu/mu.yaml")
+    cwd = save_preset(make_preset(name="here"), preset_places["cwd"] / "best.yaml")
+    (preset_places["cwd"] / "compose.yaml").write_text("services: {}\n")  # not a preset
+    (preset_places["cwd"] / "broken.yaml").write_text("a: [\n")
+    user = save_preset(make_preset(name="mine"), preset_places["user"] / "team/gpt.yaml")
+    assert find_presets() == [("builtin", builtin), ("cwd", cwd), ("user", user)]
+
+
+def test_resolve_preset_by_path_name_or_name_field(preset_places: dict[str, Path]) -> None:
+    shipped = save_preset(make_preset(name="Shipped MU"), preset_places["builtin"] / "cpu/mu.yaml")
+    user = save_preset(make_preset(name="mine"), preset_places["user"] / "gpt.yaml")
+    cwd = save_preset(make_preset(name="here"), preset_places["cwd"] / "best.yaml")
+    assert resolve_preset(str(shipped)) == shipped
+    assert resolve_preset("cpu/mu") == shipped
+    assert resolve_preset("mu") == shipped
+    assert resolve_preset("gpt.yaml") == user
+    assert resolve_preset("best") == cwd
+    assert resolve_preset("Shipped MU") == shipped
+    with pytest.raises(PresetError) as info:
+        resolve_preset("gtp")
+    message = str(info.value)
+    assert "no preset 'gtp' (did you mean 'gpt'?)" in message
+    assert "cpu/mu (builtin)" in message and "gpt (user)" in message
+    with pytest.raises(PresetError, match=r"no preset file 'missing/best\.yaml'"):
+        resolve_preset("missing/best.yaml")
+
+
+def test_a_working_directory_preset_wins_over_a_shipped_one(
+    preset_places: dict[str, Path],
+) -> None:
+    save_preset(make_preset(), preset_places["builtin"] / "mu.yaml")
+    mine = save_preset(make_preset(), preset_places["user"] / "mu.yaml")
+    assert resolve_preset("mu") == mine
+
+
+def test_an_ambiguous_short_name_is_refused(preset_places: dict[str, Path]) -> None:
+    save_preset(make_preset(), preset_places["builtin"] / "cpu" / "mu.yaml")
+    save_preset(make_preset(), preset_places["builtin"] / "h100" / "mu.yaml")
+    with pytest.raises(PresetError, match=r"'mu' is ambiguous: cpu/mu \(builtin\), h100/mu"):
+        resolve_preset("mu")
+    assert resolve_preset("h100/mu") == preset_places["builtin"] / "h100" / "mu.yaml"
+
+
+def test_the_shipped_folder_is_found_in_a_source_checkout() -> None:
+    folder = library.builtin_preset_dir()
+    assert folder is not None and folder.is_dir()
+    assert folder.name == "presets"
+
+
+def test_user_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("AUTOTUNE_CONFIG_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert library.user_preset_dir() == tmp_path / "autotune" / "presets"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    assert library.user_preset_dir() == Path.home() / ".config" / "autotune" / "presets"
