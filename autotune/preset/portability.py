@@ -16,7 +16,7 @@ from autotune.preset.schema import Fingerprint, Preset, find_device
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
-    from autotune.hardware import GPUInfo, HardwareProfile
+    from autotune.hardware import DeviceCaps, HardwareProfile
 
 __all__ = ["PortabilityReport", "check_portability", "default_device_for"]
 
@@ -91,7 +91,7 @@ def check_portability(
             "throughput may differ"
         )
 
-    refusals = _precision_refusals(preset.config.precision, profile, gpu, warnings)
+    refusals = _precision_refusals(preset.config.precision, profile.device(canonical), warnings)
     peak = preset.measured.peak_memory_bytes
     if gpu is not None:
         free = gpu.free_memory_bytes
@@ -132,37 +132,17 @@ def check_portability(
     )
 
 
-def _precision_refusals(
-    precision: str, profile: HardwareProfile, gpu: GPUInfo | None, warnings: list[str]
-) -> list[str]:
-    """Why ``precision`` cannot run on ``gpu`` (or the CPU), with the fallback to use."""
-    if gpu is not None:
-        cc = "{}.{}".format(*gpu.compute_capability)
-        if precision == "bf16" and not gpu.bf16_supported:
-            return [
-                f"config.precision bf16 needs compute capability 8.0 or newer and {gpu.name} "
-                f"is {cc}; use fp16 instead (same memory, with a loss scaler): set "
-                "config.precision: fp16, or search again on this GPU"
-            ]
-        if precision == "tf32" and not gpu.tf32_supported:
-            return [
-                f"config.precision tf32 needs compute capability 8.0 or newer and {gpu.name} "
-                f"is {cc}; use fp32 (or fp16 for speed): set config.precision: fp32"
-            ]
-        return []
-    if precision in ("fp16", "tf32"):
-        fallback = (
-            "fp32 or bf16 (this CPU has native bf16)"
-            if profile.cpu.bf16_native
-            else "fp32 (bf16 also runs, but this CPU emulates it slowly)"
-        )
+def _precision_refusals(precision: str, caps: DeviceCaps, warnings: list[str]) -> list[str]:
+    """Why ``precision`` cannot run on ``caps`` (the device's own rule), with the fallback
+    to set; a precision that runs but slowly adds a warning."""
+    problem = caps.precision_problem(precision)
+    if problem is not None:
+        fallback = caps.fallback_precision(precision)
         return [
-            f"config.precision {precision} needs a CUDA GPU and this device is a CPU; use "
-            f"{fallback}: set config.precision: fp32"
+            f"config.precision {problem}: set config.precision: {fallback}, "
+            f"or search again on {caps.device}"
         ]
-    if precision == "bf16" and not profile.cpu.bf16_native:
-        warnings.append(
-            "config.precision bf16: this CPU has no bf16 units (no avx512_bf16/amx_bf16), so "
-            "bf16 is emulated and likely much slower than fp32"
-        )
+    slow = caps.precision_warning(precision)
+    if slow is not None:
+        warnings.append(f"config.precision {precision}: {slow}")
     return []

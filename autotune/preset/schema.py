@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.config import TrainConfig, TrainingDefaults
-from autotune.errors import ConfigError, HardwareMismatchError, PresetError
+from autotune.errors import ConfigError, HardwareMismatchError, PresetError, UsageError
 from autotune.schema import (
     BAD,
     Converter,
@@ -169,19 +169,16 @@ class _PresetSection(Section):
 
 
 def find_device(device: str, profile: HardwareProfile) -> tuple[str, GPUInfo | None]:
-    """``device`` in canonical form (``cpu``, ``cuda:N``) and its GPU (None for the CPU)."""
-    text = device.strip().lower()
-    if text == "cpu":
-        return "cpu", None
-    match = re.fullmatch(r"cuda(?::(\d+))?", text)
-    if match is None:
-        raise HardwareMismatchError(f"unknown device {device!r}: expected cpu, cuda or cuda:N")
-    index = int(match[1] or 0)
-    for gpu in profile.gpus:
-        if gpu.index == index:
-            return f"cuda:{index}", gpu
-    here = ", ".join(["cpu", *(f"cuda:{g.index} ({g.name})" for g in profile.gpus)])
-    raise HardwareMismatchError(f"device {device!r} does not exist here; this machine has {here}")
+    """``device`` in canonical form (``cpu``, ``cuda:N``) and its GPU (None for the CPU).
+
+    The hardware profile parses device names; for a preset, a name that is no device at
+    all is a mismatch too."""
+    try:
+        return profile.resolve_device(device)
+    except HardwareMismatchError:
+        raise
+    except UsageError as exc:
+        raise HardwareMismatchError(str(exc)) from None
 
 
 # -- the sections -----------------------------------------------------------------------------
