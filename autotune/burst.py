@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psutil
 
 from autotune.memory import ProcessTreeSampler
-from autotune.units import format_bytes
+from autotune.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
@@ -105,8 +105,6 @@ class BurstResult:
     @property
     def throughput_label(self) -> str:
         """``"tokens/s"`` or ``"samples/s"``: the unit of :attr:`throughput`."""
-        from autotune.models.spec import throughput_label
-
         return throughput_label(self.throughput_unit)
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import re
 
 from autotune.errors import BudgetError
 
-__all__ = ["format_bytes", "parse_budget"]
+__all__ = ["format_bytes", "parse_budget", "throughput_label"]
 
 _UNITS = {
     "": 1,
@@ -72,3 +72,9 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
+
+
+def throughput_label(unit: str) -> str:
+    """The label of a throughput unit: ``"tokens"`` reads as tokens/s, anything else as
+    samples/s. The one place that spells it (torch-free, so presets and the CLI can use it)."""
+    return "tokens/s" if unit == "tokens" else "samples/s"

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from autotune.units import throughput_label
+
 __all__ = ["Batch", "Knob", "ModelSpec", "ParamCounts", "count_parameters"]
 
 Batch = dict[str, torch.Tensor]
@@ -36,12 +38,6 @@ FlopsFn = Callable[[Mapping[str, Any], int], float]
 # tokens_fn(args, seq_len) -> tokens in one sample, where that is not just seq_len (seq2seq:
 # source + target tokens)
 TokensFn = Callable[[Mapping[str, Any], int], int]
-
-
-def throughput_label(unit: str) -> str:
-    """The label of a throughput unit: ``"tokens"`` reads as tokens/s, anything else as
-    samples/s. The one place that spells it."""
-    return "tokens/s" if unit == "tokens" else "samples/s"
 
 
 @dataclass(frozen=True, kw_only=True)

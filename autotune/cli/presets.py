@@ -306,9 +306,8 @@ def render_portability(report: PortabilityReport) -> list[str]:
 def compare_burst(preset: Preset, result: BurstResult) -> list[dict[str, Any]]:
     """Recorded vs measured-here figures, with here/recorded ratios."""
     recorded = preset.measured
-    unit = "tokens/s" if recorded.tokens_per_s is not None else "samples/s"
+    there_tp, unit = recorded.throughput or (None, result.throughput_label)
     here_tp = result.tokens_per_s if unit == "tokens/s" else result.samples_per_s
-    there_tp = recorded.tokens_per_s if unit == "tokens/s" else recorded.samples_per_s
     rows = [
         ("throughput", unit, there_tp, here_tp),
         ("step_time_median_s", "s", recorded.step_time_median_s, result.step_time_median_s),

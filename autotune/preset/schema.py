@@ -29,7 +29,7 @@ from autotune.schema import (
     positive,
     show,
 )
-from autotune.units import format_bytes
+from autotune.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
@@ -313,9 +313,9 @@ class Measured(_PresetSection):
     def throughput(self) -> tuple[float, str] | None:
         """The headline figure: ``(value, "tokens/s")``, else samples/s, else None."""
         if self.tokens_per_s is not None:
-            return self.tokens_per_s, "tokens/s"
+            return self.tokens_per_s, throughput_label("tokens")
         if self.samples_per_s is not None:
-            return self.samples_per_s, "samples/s"
+            return self.samples_per_s, throughput_label("samples")
         return None
 
 
