@@ -22,6 +22,7 @@ from autotune.schema import (
     below_one,
     did_you_mean,
     fraction,
+    key_problems,
     non_negative,
     positive,
 )
@@ -83,24 +84,11 @@ class TrainConfig:
         """Build from plain data (YAML/JSON), reporting every bad field with its path."""
         if not isinstance(data, Mapping):
             raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
-        names = [f.name for f in dataclasses.fields(cls)]
-        problems = [
-            f"{path}.{key}: unknown field{did_you_mean(str(key), names)}"
-            for key in data
-            if key not in names
-        ]
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        problems += [
-            f"{path}.{name}: missing required field" for name in required if name not in data
-        ]
+        problems = key_problems(cls, data, path)
         if problems:
             raise ConfigError(problems)
         try:
-            return cls(**{k: v for k, v in data.items() if k in names})
+            return cls(**data)
         except ConfigError as exc:
             raise ConfigError([p.replace("config", path, 1) for p in exc.problems]) from None
 

@@ -22,14 +22,14 @@ import re
 import shutil
 import sys
 import sysconfig
-import types
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, cast
 
 from autotune.config import PRECISIONS
 from autotune.errors import ConfigError, HardwareMismatchError, UsageError
+from autotune.schema import BAD, build
 
 __all__ = [
     "CPUInfo",
@@ -365,10 +365,10 @@ class HardwareProfile:
         still loads; a missing or mistyped field raises ``ConfigError`` naming its path.
         """
         problems: list[str] = []
-        profile = _from_mapping(cls, data, path, problems)
-        if problems or profile is None:
+        profile = build(cls, data, path, problems, ignore_unknown=True)
+        if problems or profile is BAD:
             raise ConfigError(problems, context="invalid hardware profile")
-        return profile
+        return cast(HardwareProfile, profile)
 
 
 # Dense (no sparsity) peak FLOP/s from the vendors' datasheets: NVIDIA H100 (SXM5 and
@@ -811,54 +811,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-def _from_mapping(cls: type[T], data: Any, path: str, problems: list[str]) -> T | None:
-    if not isinstance(data, Mapping):
-        problems.append(f"{path}: expected a mapping, got {type(data).__name__}")
-        return None
-    hints = get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    before = len(problems)
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = _convert(data[f.name], hints[f.name], f"{path}.{f.name}", problems)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            problems.append(f"{path}.{f.name}: missing required field")
-    if len(problems) > before:
-        return None
-    return cls(**kwargs)
-
-
-def _convert(value: Any, hint: Any, path: str, problems: list[str]) -> Any:
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]  # only ``X | None`` is used
-        return _convert(value, inner, path, problems)
-    if origin is Literal:
-        if value in args:
-            return value
-        problems.append(f"{path}: expected one of {', '.join(map(repr, args))}; got {value!r}")
-        return None
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            problems.append(f"{path}: expected a list, got {value!r}")
-            return None
-        if len(args) == 2 and args[1] is Ellipsis:
-            items = [(v, args[0]) for v in value]
-        elif len(value) == len(args):
-            items = list(zip(value, args, strict=True))
-        else:
-            problems.append(f"{path}: expected {len(args)} items, got {value!r}")
-            return None
-        return tuple(_convert(v, h, f"{path}[{i}]", problems) for i, (v, h) in enumerate(items))
-    if dataclasses.is_dataclass(hint):
-        return _from_mapping(hint, value, path, problems)  # type: ignore[arg-type]
-    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if hint in (int, str, bool) and type(value) is hint:
-        return value
-    problems.append(f"{path}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
-    return None

@@ -42,6 +42,7 @@ __all__ = [
     "field_hints",
     "fraction",
     "join",
+    "key_problems",
     "key_text",
     "non_empty",
     "non_negative",
@@ -300,6 +301,31 @@ def field_hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def key_problems(
+    cls: type[Any],
+    data: Mapping[Any, Any],
+    path: str,
+    *,
+    required: tuple[str, ...] = (),
+    ignore_unknown: bool = False,
+) -> list[str]:
+    """What is wrong with the keys of ``data`` as fields of the dataclass ``cls``: unknown
+    keys (with a did-you-mean, unless ``ignore_unknown``) and missing required fields."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    problems: list[str] = []
+    for key in data:
+        if not ignore_unknown and (not isinstance(key, str) or key not in fields):
+            where = join(path, key_text(key))
+            problems.append(f"{where}: unknown field{did_you_mean(key_text(key), list(fields))}")
+    for name, f in fields.items():
+        optional = f.default is not dataclasses.MISSING or (
+            f.default_factory is not dataclasses.MISSING
+        )
+        if name not in data and (not optional or name in required):
+            problems.append(f"{join(path, name)}: missing required field")
+    return problems
+
+
 def build(
     cls: type[Any],
     data: Any,
@@ -325,17 +351,7 @@ def build(
         data = cls._prepare(data)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = field_hints(cls)
-    local: list[str] = []
-    for key in data:
-        if not ignore_unknown and (not isinstance(key, str) or key not in fields):
-            where = join(path, key_text(key))
-            local.append(f"{where}: unknown field{did_you_mean(key_text(key), list(fields))}")
-    for name, f in fields.items():
-        optional = f.default is not dataclasses.MISSING or (
-            f.default_factory is not dataclasses.MISSING
-        )
-        if name not in data and (not optional or name in required):
-            local.append(f"{join(path, name)}: missing required field")
+    local = key_problems(cls, data, path, required=required, ignore_unknown=ignore_unknown)
     kwargs: dict[str, Any] = {}
     for name in fields:
         if name in data:

@@ -424,9 +424,9 @@ def test_from_dict_reports_every_bad_field_with_its_path(
         HardwareProfile.from_dict(data)
     problems = "\n".join(info.value.problems)
     assert "hardware.cpu.model_name: missing required field" in problems
-    assert "hardware.gpus[0].compute_capability: expected 2 items, got [9]" in problems
-    assert "hardware.gpus[0].source: expected one of 'nvml', 'torch'; got 'opencl'" in problems
-    assert "hardware.software.torch_version: expected str, got 2.4" in problems
+    assert "hardware.gpus[0].compute_capability: expected 2 items; got [9]" in problems
+    assert "hardware.gpus[0].source: expected one of nvml, torch; got 'opencl'" in problems
+    assert "hardware.software.torch_version: expected a string; got 2.4" in problems
     with pytest.raises(ConfigError, match="expected a mapping"):
         HardwareProfile.from_dict([1, 2])
 
