@@ -1,4 +1,5 @@
-"""Peak-memory accounting for a trial, the way the budget counts it (DESIGN principle 3).
+"""Peak-memory accounting for a trial, the way the budget counts it (docs/design.md,
+principle 3).
 
 CPU: the memory held by the trial's whole process tree, sampled from the parent by
 ``ProcessTreeSampler``. The trial process counts with its resident set (RSS); each

@@ -1,4 +1,4 @@
-"""Presets: the versioned, validated, portable YAML record of a tuned config (DESIGN
+"""Presets: the versioned, validated, portable YAML record of a tuned config (docs/design.md,
 principle 6).
 
 - ``schema``: the sections of a preset (``Preset``, ``ModelRef``, ``Task``,
