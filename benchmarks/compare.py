@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from autotune.config import TrainConfig
     from autotune.hardware import DeviceCaps
     from autotune.models.spec import ModelSpec
-    from autotune.search import SearchResult
+    from autotune.study import SearchResult
 
 POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
@@ -672,7 +672,7 @@ class Row:
 def _summary(config: TrainConfig | None) -> str:
     if config is None:
         return "-"
-    from autotune.search import summarize_config
+    from autotune.study import summarize_config
 
     return summarize_config(config.to_dict())
 
@@ -1015,7 +1015,7 @@ def _autotune_row(
     out: Path,
 ) -> Row:
     from autotune.errors import AutotuneError
-    from autotune.search import DEFAULT_STEPS, SearchEvent, search
+    from autotune.study import DEFAULT_STEPS, SearchEvent, search
 
     _log("[autotune] searching")
 
@@ -1089,8 +1089,8 @@ def _grid_row(
     seq: int,
 ) -> Row:
     from autotune.burst import run_burst
-    from autotune.search import DEFAULT_STEPS
     from autotune.space import SearchSpace, parse_knob_args
+    from autotune.study import DEFAULT_STEPS
 
     space = SearchSpace.for_model(
         spec,

@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.config import TrainConfig
     from autotune.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.search import search, summarize_config
     from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
+    from autotune.study import search, summarize_config
     from autotune.units import parse_budget
 
     knobs = args.knob or DEFAULT_KNOBS

@@ -1,6 +1,6 @@
 """`autotune search`: find the fastest config of a model within a memory budget.
 
-A thin layer over ``autotune.search.search``: it reads the options, shows live progress
+A thin layer over ``autotune.study.search``: it reads the options, shows live progress
 on stderr (one row per trial, the best so far, what is left), then the summary on stdout
 (or the ``SearchResult`` as JSON with ``--json``). optuna, torch and rich are imported
 inside the command, so ``autotune --help`` stays instant.
@@ -17,7 +17,7 @@ from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_j
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from autotune.search import SearchEvent, SearchResult, TrialRecord
+    from autotune.study import SearchEvent, SearchResult, TrialRecord
 
 __all__ = ["render_result", "search"]
 
@@ -120,7 +120,8 @@ def search(
     """
     from rich.console import Console
 
-    from autotune.search import search as run_search
+    from autotune.study import search as run_search
+    from autotune.units import parse_duration
 
     err = Console(stderr=True, highlight=False)
     view = _LiveView(err)
@@ -129,6 +130,8 @@ def search(
         from autotune.preset import resolve_preset
 
         warm = resolve_preset(warm_start)
+    timeout_s = None if timeout is None else parse_duration(timeout, what="--timeout")
+    burst_timeout_s = parse_duration(burst_timeout, what="--burst-timeout")
     try:
         result = run_search(
             model,
@@ -137,7 +140,7 @@ def search(
             global_batch=global_batch,
             seq_len=seq_len,
             trials=trials,
-            timeout=timeout,
+            timeout=timeout_s,
             steps=steps,
             warmup=warmup,
             storage=storage,
@@ -148,7 +151,7 @@ def search(
             objective=objective,
             train_steps=train_steps,
             warm_start=warm,
-            burst_timeout=burst_timeout,
+            burst_timeout=burst_timeout_s,
             progress=view,
         )
     except KeyboardInterrupt:
