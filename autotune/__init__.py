@@ -6,6 +6,8 @@ functions that need them, so ``import autotune`` and ``autotune --help`` stay in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 from autotune.errors import (
@@ -18,12 +20,8 @@ from autotune.errors import (
     UsageError,
 )
 
-# ``autotune.search(model, budget=...)`` is the function behind ``autotune search`` (it
-# returns the SearchResult the CLI prints). Binding it here shadows the submodule of the
-# same name as an attribute of the package: ``from autotune.search import ...`` still
-# reaches the module (through sys.modules), ``import autotune.search as m`` would not.
-# The module imports neither torch nor optuna at load time, so this stays instant.
-from autotune.search import SearchResult, search
+if TYPE_CHECKING:
+    from autotune.study import SearchResult, search
 
 __all__ = [
     "AutotuneError",
@@ -37,3 +35,18 @@ __all__ = [
     "__version__",
     "search",
 ]
+
+# ``autotune.search(model, budget=...)`` is the function behind ``autotune search`` (it
+# returns the SearchResult the CLI prints); it lives in ``autotune.study``. That package
+# imports optuna, so it is loaded on first use of these names, not by ``import autotune``.
+_FROM_STUDY = ("SearchResult", "search")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_STUDY:
+        import autotune.study
+
+        value = getattr(autotune.study, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,14 @@
-"""Parsing and printing of memory sizes ("8GB", "8GiB", "8000MB", or a fraction "0.5")."""
+"""Parsing and printing of units: memory sizes ("8GB", "8GiB", "8000MB", or a fraction
+"0.5") and durations ("600", "600s", "10m", "1.5h")."""
 
 from __future__ import annotations
 
+import math
 import re
 
-from autotune.errors import BudgetError
+from autotune.errors import BudgetError, UsageError
 
-__all__ = ["format_bytes", "parse_budget", "throughput_label"]
+__all__ = ["format_bytes", "parse_budget", "parse_duration", "throughput_label"]
 
 _UNITS = {
     "": 1,
@@ -72,6 +74,30 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
+
+
+_DURATION = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|m|min|h|hr)?\s*$", re.I)
+_DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
+
+
+def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
+    """Seconds from ``"600"``, ``"600s"``, ``"10m"``, ``"1.5h"`` (or a number).
+
+    ``what`` names the value in the error: the parameter (``timeout``) from the Python
+    API, the flag (``--timeout``) from the CLI.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if match is None:
+            raise UsageError(
+                f"cannot read {what} {text!r}: expected a duration such as 600, 600s, 10m or 1.5h"
+            )
+        seconds = float(match["num"]) * _DURATION_UNITS[(match["unit"] or "").lower()]
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise UsageError(f"{what} must be a positive duration, got {text!r}")
+    return seconds
 
 
 def throughput_label(unit: str) -> str:

@@ -17,7 +17,7 @@ the training config:
    otherwise the policy is reimplemented here (Lightning's tuner needs its own Trainer and
    LightningModule, so it is always reimplemented). Each probe is a 3-step burst (Lightning's
    ``steps_per_trial``) under the budget; its time is the row's search time.
-4. **autotune**: ``autotune.search.search`` with the same budget (a fresh SQLite study in a
+4. **autotune**: ``autotune.study.search`` with the same budget (a fresh SQLite study in a
    temporary folder; the preset goes to ``--out``); its wall time is the search time.
 5. **grid best**: every config of the same ``SearchSpace`` the search explores, one burst
    each with the search's burst settings, when it holds at most ``--grid-max`` configs.
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from autotune.config import TrainConfig
     from autotune.hardware import DeviceCaps, HardwareProfile
     from autotune.models.spec import ModelSpec
-    from autotune.search import SearchResult
+    from autotune.study import SearchResult
 
 POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
@@ -672,7 +672,7 @@ class Row:
 def _summary(config: TrainConfig | None) -> str:
     if config is None:
         return "-"
-    from autotune.search import summarize_config
+    from autotune.study import summarize_config
 
     return summarize_config(config.to_dict())
 
@@ -1043,7 +1043,7 @@ def _largest_batch_row(task: Task) -> Row:
 
 def _autotune_row(task: Task) -> Row:
     from autotune.errors import AutotuneError
-    from autotune.search import DEFAULT_STEPS, SearchEvent, search
+    from autotune.study import DEFAULT_STEPS, SearchEvent, search
 
     args = task.args
     _log("[autotune] searching")
@@ -1109,8 +1109,8 @@ def _autotune_row(task: Task) -> Row:
 
 def _grid_row(task: Task) -> Row:
     from autotune.burst import run_burst
-    from autotune.search import DEFAULT_STEPS
     from autotune.space import SearchSpace, parse_knob_args
+    from autotune.study import DEFAULT_STEPS
 
     args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
     space = SearchSpace.for_model(

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune.hardware import probe
     from autotune.preset import default_device_for, load_preset, resolve_preset
-    from autotune.search import summarize_config
+    from autotune.study import summarize_config
 
     preset = load_preset(resolve_preset(args.preset))
     if preset.baseline is None:

@@ -23,6 +23,16 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.config import TrainConfig
+    from autotune.hardware import DeviceCaps, HardwareProfile
+    from autotune.models.spec import ModelSpec
+    from autotune.space import SearchSpace
+    from autotune.study import SearchEvent, SearchResult, TrialRecord
 
 QUALITY_TARGET = 0.95
 TIME_TARGET = 0.30
@@ -42,7 +52,56 @@ def _load() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class _Bench:
+    """The space both sides search, and how every burst here is run."""
+
+    args: argparse.Namespace
+    knobs: list[str]
+    spec: ModelSpec
+    profile: HardwareProfile
+    caps: DeviceCaps
+    budget: int
+    space: SearchSpace
+
+    @property
+    def unit(self) -> str:
+        return self.spec.throughput_label
+
+    def throughput(self, result: BurstResult) -> float:
+        return float(self.spec.pick_throughput(result.tokens_per_s, result.samples_per_s) or 0.0)
+
+    def burst(self, config: TrainConfig) -> BurstResult:
+        """One burst of ``config``, measured exactly as the grid and the re-measure do."""
+        from autotune.burst import run_burst
+
+        return run_burst(
+            self.spec,
+            config,
+            steps=self.args.steps,
+            warmup=self.args.warmup,
+            budget_bytes=self.budget,
+            timeout_s=600,
+            device=self.caps.device,
+            seed=self.args.seed,
+        )
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Every config's burst, the fastest that ran, and the wall time of it all."""
+
+    runs: list[tuple[TrainConfig, BurstResult]]
+    best: tuple[TrainConfig, BurstResult] | None
+    wall_s: float
+
+    @property
+    def trial_s(self) -> float:
+        """The summed wall time of the bursts (process start included)."""
+        return sum(r.wall_s or 0.0 for _, r in self.runs)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt-small")
     parser.add_argument("--device", default="cpu")
@@ -56,15 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=TIME_TARGET)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--remeasure", type=int, default=2)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    import torch
 
-    from autotune.burst import BurstResult, run_burst
-    from autotune.config import TrainConfig
+def _set_up(args: argparse.Namespace) -> _Bench:
     from autotune.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.search import search, summarize_config
     from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
     from autotune.units import parse_budget
 
@@ -80,112 +136,121 @@ def main(argv: list[str] | None = None) -> int:
         cpu_count=profile.cpu.logical_cores,
         restrict=parse_knob_args(knobs),
     )
-    unit = "tokens/s" if spec.throughput_unit == "tokens" else "samples/s"
+    return _Bench(args, knobs, spec, profile, caps, budget, space)
+
+
+def _print_header(bench: _Bench) -> None:
+    import torch
+
+    caps, cpu, space, args = bench.caps, bench.profile.cpu, bench.space, bench.args
     print(
-        f"hardware: {caps.name} ({caps.device}); CPU {profile.cpu.model_name}, "
-        f"{profile.cpu.logical_cores} logical cores (shared with other work: see the load); "
+        f"hardware: {caps.name} ({caps.device}); CPU {cpu.model_name}, "
+        f"{cpu.logical_cores} logical cores (shared with other work: see the load); "
         f"torch {torch.__version__}, Python {platform.python_version()}"
     )
     print(
-        f"space: {spec.name}, global batch {space.global_batch}, seq {list(space.seq_len)}, "
-        f"{space.size()} configs ({', '.join(knobs)}); {args.warmup} warm-up + {args.steps} "
+        f"space: {bench.spec.name}, global batch {space.global_batch}, seq {list(space.seq_len)}, "
+        f"{space.size()} configs ({', '.join(bench.knobs)}); {args.warmup} warm-up + {args.steps} "
         f"timed steps per burst; budget {args.budget}"
     )
     print(f"load average before: {_load()}")
 
-    def throughput(result: BurstResult) -> float:
-        value = result.tokens_per_s if unit == "tokens/s" else result.samples_per_s
-        return float(value or 0.0)
 
-    def burst(config: TrainConfig) -> BurstResult:
-        """One burst of ``config``, measured exactly as the grid and the re-measure do."""
-        return run_burst(
-            spec,
-            config,
-            steps=args.steps,
-            warmup=args.warmup,
-            budget_bytes=budget,
-            timeout_s=600,
-            device=caps.device,
-            seed=args.seed,
-        )
+def _run_grid(bench: _Bench) -> _Grid:
+    """Every config of the space, one burst each."""
+    from autotune.study import summarize_config
 
-    # -- the exhaustive grid ------------------------------------------------------------
-    grid: list[tuple[TrainConfig, BurstResult]] = []
+    runs: list[tuple[TrainConfig, BurstResult]] = []
     t0 = time.monotonic()
-    for i, config in enumerate(space.grid()):
-        result = burst(config)
-        grid.append((config, result))
+    for i, config in enumerate(bench.space.grid()):
+        result = bench.burst(config)
+        runs.append((config, result))
         print(
-            f"  grid {i + 1:>3}/{space.size()}: {result.status:<7} {throughput(result):>10,.0f} "
-            f"{unit}  {result.wall_s or 0:6.1f} s  {summarize_config(config.to_dict())}",
+            f"  grid {i + 1:>3}/{bench.space.size()}: {result.status:<7} "
+            f"{bench.throughput(result):>10,.0f} {bench.unit}  {result.wall_s or 0:6.1f} s  "
+            f"{summarize_config(config.to_dict())}",
             flush=True,
         )
-    grid_wall = time.monotonic() - t0
-    grid_time = sum(r.wall_s or 0.0 for _, r in grid)
-    ok = [(c, r) for c, r in grid if r.ok]
-    if not ok:
-        print("no grid config ran successfully", file=sys.stderr)
-        return 1
-    grid_cfg, grid_best = max(ok, key=lambda cr: throughput(cr[1]))
+    wall_s = time.monotonic() - t0
+    ok = [(c, r) for c, r in runs if r.ok]
+    best = max(ok, key=lambda cr: bench.throughput(cr[1])) if ok else None
+    return _Grid(runs, best, wall_s)
 
-    # -- the search, with a fraction of the grid's trial time ------------------------------
-    limit = args.fraction * grid_time
+
+def _run_search(bench: _Bench, limit_s: float) -> tuple[SearchResult, float]:
+    """The search over the same space, limited to ``limit_s`` of trial time; its result and
+    its wall time."""
+    from autotune.study import search
+
+    def show(e: SearchEvent) -> None:
+        if e.kind == "trial" and e.trial is not None:
+            print(
+                f"  search #{e.trial.number:>2}: {e.trial.status:<9} "
+                f"{e.trial.throughput or 0:>10,.0f} {bench.unit}  {e.trial.wall_s or 0:6.1f} s  "
+                f"{e.trial.summary()}",
+                flush=True,
+            )
+
+    args = bench.args
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.monotonic()
         found = search(
-            spec,
-            budget=budget,
-            device=caps.device,
-            seq_len=list(space.seq_len),
-            knobs=knobs,
+            bench.spec,
+            budget=bench.budget,
+            device=bench.caps.device,
+            seq_len=list(bench.space.seq_len),
+            knobs=bench.knobs,
             trials=None,
-            timeout=limit,
+            timeout=limit_s,
             steps=args.steps,
             warmup=args.warmup,
             seed=args.seed,
-            hardware=profile,
+            hardware=bench.profile,
             storage=f"sqlite:///{tmp}/study.db",
             output=None,
-            progress=lambda e: (
-                print(
-                    f"  search #{e.trial.number:>2}: {e.trial.status:<9} "
-                    f"{e.trial.throughput or 0:>10,.0f} {unit}  {e.trial.wall_s or 0:6.1f} s  "
-                    f"{e.trial.summary()}",
-                    flush=True,
-                )
-                if e.kind == "trial" and e.trial is not None
-                else None
-            ),
+            progress=show,
         )
-        search_wall = time.monotonic() - t0
-    if found.best is None:
-        print("the search found nothing", file=sys.stderr)
-        return 1
+        return found, time.monotonic() - t0
+
+
+def _remeasure(bench: _Bench, configs: dict[str, TrainConfig]) -> dict[str, list[float]]:
+    """Each winner again, alternately, ``--remeasure`` rounds."""
+    again: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(bench.args.remeasure):
+        for name, config in configs.items():
+            again[name].append(bench.throughput(bench.burst(config)))
+    return again
+
+
+def _report(
+    bench: _Bench,
+    grid: _Grid,
+    grid_winner: tuple[TrainConfig, BurstResult],
+    found: SearchResult,
+    search_winner: TrialRecord,
+    search_wall: float,
+    again: dict[str, list[float]],
+) -> None:
+    """Both bests side by side, the ratios against their targets, and the details."""
+    from autotune.study import summarize_config
+
+    unit = bench.unit
+    grid_cfg, grid_best = grid_winner
+    search_cfg = search_winner.train_config()
+    search_tp = search_winner.throughput or 0.0
     search_time = sum(t.wall_s or 0.0 for t in found.trials if t.ran)
     verify_time = found.verified.wall_s if found.verified is not None else None
-    search_cfg = found.best.train_config()
-    search_tp = found.best.throughput or 0.0
     counts = found.counts()
-    print(f"load average after the runs: {_load()}")
-
-    # -- both winners again, side by side ---------------------------------------------------
-    again: dict[str, list[float]] = {"grid": [], "search": []}
-    for _ in range(args.remeasure):
-        for name, config in (("grid", grid_cfg), ("search", search_cfg)):
-            result = burst(config)
-            again[name].append(throughput(result))
-
-    quality = search_tp / throughput(grid_best)
+    quality = search_tp / bench.throughput(grid_best)
     # The grid measured every config under the same conditions, the searched one included:
     # its own figure for the search's choice is free of the drift between the two runs.
-    in_grid = next((throughput(r) for c, r in grid if c == search_cfg), None)
-    time_ratio = search_time / grid_time
+    in_grid = next((bench.throughput(r) for c, r in grid.runs if c == search_cfg), None)
+    time_ratio = search_time / grid.trial_s
     print()
     print(f"{'':<22}{'best ' + unit:>16}  {'trials':>7}  {'trial time':>11}  config")
     print(
-        f"{'grid (exhaustive)':<22}{throughput(grid_best):>16,.0f}  {len(grid):>7}  "
-        f"{grid_time:>10.0f}s  {summarize_config(grid_cfg.to_dict())}"
+        f"{'grid (exhaustive)':<22}{bench.throughput(grid_best):>16,.0f}  {len(grid.runs):>7}  "
+        f"{grid.trial_s:>10.0f}s  {summarize_config(grid_cfg.to_dict())}"
     )
     print(
         f"{'search (TPE)':<22}{search_tp:>16,.0f}  {counts['measured']:>7}  "
@@ -200,22 +265,40 @@ def main(argv: list[str] | None = None) -> int:
         f"{counts['infeasible']} infeasible, {counts['failed']} failed, "
         f"{counts['duplicates']} repeats not re-run); wall {search_wall:.0f}s including the "
         f"sampler and storage and a {verify_time or 0:.0f}s verification burst; grid wall "
-        f"{grid_wall:.0f}s; search stopped: {found.stopped}"
+        f"{grid.wall_s:.0f}s; search stopped: {found.stopped}"
     )
     if in_grid is not None:
         print(
             f"the grid's own measurement of the searched config: {in_grid:,.0f} {unit} -> "
-            f"{in_grid / throughput(grid_best):.1%} of the grid best (the choice, without the "
-            "drift between the runs)"
+            f"{in_grid / bench.throughput(grid_best):.1%} of the grid best (the choice, without "
+            "the drift between the runs)"
         )
-    if args.remeasure:
+    if bench.args.remeasure:
         g, s = statistics.median(again["grid"]), statistics.median(again["search"])
         same = search_cfg == grid_cfg
         print(
-            f"re-measured side by side ({args.remeasure} alternating bursts each, median): grid "
-            f"best {g:,.0f}, search best {s:,.0f} {unit} -> {s / g:.1%}"
+            f"re-measured side by side ({bench.args.remeasure} alternating bursts each, median): "
+            f"grid best {g:,.0f}, search best {s:,.0f} {unit} -> {s / g:.1%}"
             + (" (the same config)" if same else "")
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    bench = _set_up(args)
+    _print_header(bench)
+    grid = _run_grid(bench)
+    if grid.best is None:
+        print("no grid config ran successfully", file=sys.stderr)
+        return 1
+    found, search_wall = _run_search(bench, args.fraction * grid.trial_s)
+    if found.best is None:
+        print("the search found nothing", file=sys.stderr)
+        return 1
+    print(f"load average after the runs: {_load()}")
+    winners = {"grid": grid.best[0], "search": found.best.train_config()}
+    again = _remeasure(bench, winners)
+    _report(bench, grid, grid.best, found, found.best, search_wall, again)
     print(f"load average at the end: {_load()}")
     return 0
 

@@ -1,6 +1,6 @@
 """`autotune search`: find the fastest config of a model within a memory budget.
 
-A thin layer over ``autotune.search.search``: it reads the options, shows live progress
+A thin layer over ``autotune.study.search``: it reads the options, shows live progress
 on stderr (one row per trial, the best so far, what is left), then the summary on stdout
 (or the ``SearchResult`` as JSON with ``--json``). optuna, torch and rich are imported
 inside the command, so ``autotune --help`` stays instant.
@@ -15,103 +15,124 @@ import typer
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from pathlib import Path
 
-    from autotune.search import SearchEvent, SearchResult, TrialRecord
+    from rich.console import Console
+    from rich.table import Table
+
+    from autotune.study import SearchEvent, SearchResult, TrialRecord
 
 __all__ = ["render_result", "search"]
+
+
+# The options of `autotune search`, spelled once.
+BudgetOption = Annotated[
+    str,
+    typer.Option(
+        "--budget",
+        "-b",
+        help="Memory budget: 8GB, 8GiB, 8000MB, or a fraction of the device (0.5).",
+    ),
+]
+GlobalBatchOption = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch",
+        help="Samples per optimizer step, kept fixed (default: the model's).",
+    ),
+]
+SeqLenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--seq-len",
+        help="One length (128) or a range (64-256: its powers of two are searched).",
+    ),
+]
+TrialsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Measured trials (bursts) in the study, earlier runs included. "
+        "Default, with no --timeout either: 30 within 8 minutes.",
+    ),
+]
+TimeoutOption = Annotated[
+    str | None,
+    typer.Option(help="Time limit for the trials, e.g. 10m, 600s, 1h."),
+]
+StepsOption = Annotated[int, typer.Option(help="Timed optimizer steps per burst.")]
+WarmupOption = Annotated[
+    int | None,
+    typer.Option(help="Untimed warm-up steps per burst (default: 1 on CPU, 3 on CUDA)."),
+]
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Optuna storage URL (sqlite:///x.db, postgresql://..., journal:PATH). "
+        "Default: sqlite:///autotune_runs/<study>/study.db.",
+    ),
+]
+StudyOption = Annotated[
+    str | None,
+    typer.Option(help="Study name (default: from model, device, budget, batch, length)."),
+]
+OutputOption = Annotated[
+    str, typer.Option("--output", "-o", help="Where to write the winning preset.")
+]
+SeedOption = Annotated[int, typer.Option(help="Seed of the sampler and of the bursts.")]
+KnobOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--knob",
+        help="Restrict or fix a knob: NAME=V1,V2 (repeatable), e.g. precision=bf16,fp32, "
+        "compile=off, micro_batch=4,8, block_group=4.",
+    ),
+]
+ObjectiveOption = Annotated[
+    str,
+    typer.Option(
+        help="throughput (steady-state tokens/s) or time-to-train (charges compile "
+        "time over --train-steps)."
+    ),
+]
+TrainStepsOption = Annotated[
+    int | None,
+    typer.Option("--train-steps", help="Length of the run, for --objective time-to-train."),
+]
+WarmStartOption = Annotated[
+    str | None,
+    typer.Option(
+        "--warm-start",
+        help="A preset whose config (and its neighbours) are tried first.",
+    ),
+]
+BurstTimeoutOption = Annotated[
+    str,
+    typer.Option("--burst-timeout", help="Time limit of one burst, e.g. 300s or 5m."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
 
 @cli_command
 def search(
     model: ModelOption,
-    budget: Annotated[
-        str,
-        typer.Option(
-            "--budget",
-            "-b",
-            help="Memory budget: 8GB, 8GiB, 8000MB, or a fraction of the device (0.5).",
-        ),
-    ],
+    budget: BudgetOption,
     device: DeviceOption = None,
-    global_batch: Annotated[
-        int | None,
-        typer.Option(
-            "--global-batch",
-            help="Samples per optimizer step, kept fixed (default: the model's).",
-        ),
-    ] = None,
-    seq_len: Annotated[
-        str | None,
-        typer.Option(
-            "--seq-len",
-            help="One length (128) or a range (64-256: its powers of two are searched).",
-        ),
-    ] = None,
-    trials: Annotated[
-        int | None,
-        typer.Option(
-            help="Measured trials (bursts) in the study, earlier runs included. "
-            "Default, with no --timeout either: 30 within 8 minutes.",
-        ),
-    ] = None,
-    timeout: Annotated[
-        str | None,
-        typer.Option(help="Time limit for the trials, e.g. 10m, 600s, 1h."),
-    ] = None,
-    steps: Annotated[int, typer.Option(help="Timed optimizer steps per burst.")] = 4,
-    warmup: Annotated[
-        int | None,
-        typer.Option(help="Untimed warm-up steps per burst (default: 1 on CPU, 3 on CUDA)."),
-    ] = None,
-    storage: Annotated[
-        str | None,
-        typer.Option(
-            help="Optuna storage URL (sqlite:///x.db, postgresql://..., journal:PATH). "
-            "Default: sqlite:///autotune_runs/<study>/study.db.",
-        ),
-    ] = None,
-    study: Annotated[
-        str | None,
-        typer.Option(help="Study name (default: from model, device, budget, batch, length)."),
-    ] = None,
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="Where to write the winning preset.")
-    ] = "best.yaml",
-    seed: Annotated[int, typer.Option(help="Seed of the sampler and of the bursts.")] = 0,
-    knob: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--knob",
-            help="Restrict or fix a knob: NAME=V1,V2 (repeatable), e.g. precision=bf16,fp32, "
-            "compile=off, micro_batch=4,8, block_group=4.",
-        ),
-    ] = None,
-    objective: Annotated[
-        str,
-        typer.Option(
-            help="throughput (steady-state tokens/s) or time-to-train (charges compile "
-            "time over --train-steps)."
-        ),
-    ] = "throughput",
-    train_steps: Annotated[
-        int | None,
-        typer.Option("--train-steps", help="Length of the run, for --objective time-to-train."),
-    ] = None,
-    warm_start: Annotated[
-        str | None,
-        typer.Option(
-            "--warm-start",
-            help="A preset whose config (and its neighbours) are tried first.",
-        ),
-    ] = None,
-    burst_timeout: Annotated[
-        str,
-        typer.Option("--burst-timeout", help="Time limit of one burst, e.g. 300s or 5m."),
-    ] = "300s",
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the result as JSON on stdout.")
-    ] = False,
+    global_batch: GlobalBatchOption = None,
+    seq_len: SeqLenOption = None,
+    trials: TrialsOption = None,
+    timeout: TimeoutOption = None,
+    steps: StepsOption = 4,
+    warmup: WarmupOption = None,
+    storage: StorageOption = None,
+    study: StudyOption = None,
+    output: OutputOption = "best.yaml",
+    seed: SeedOption = 0,
+    knob: KnobOption = None,
+    objective: ObjectiveOption = "throughput",
+    train_steps: TrainStepsOption = None,
+    warm_start: WarmStartOption = None,
+    burst_timeout: BurstTimeoutOption = "300s",
+    json_output: JsonOption = False,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -120,15 +141,11 @@ def search(
     """
     from rich.console import Console
 
-    from autotune.search import search as run_search
+    from autotune.study import search as run_search
 
     err = Console(stderr=True, highlight=False)
-    view = _LiveView(err)
-    warm = None
-    if warm_start is not None:
-        from autotune.preset import resolve_preset
-
-        warm = resolve_preset(warm_start)
+    warm = _warm_start(warm_start)
+    timeout_s, burst_timeout_s = _durations(timeout, burst_timeout)
     try:
         result = run_search(
             model,
@@ -137,7 +154,7 @@ def search(
             global_batch=global_batch,
             seq_len=seq_len,
             trials=trials,
-            timeout=timeout,
+            timeout=timeout_s,
             steps=steps,
             warmup=warmup,
             storage=storage,
@@ -148,8 +165,8 @@ def search(
             objective=objective,
             train_steps=train_steps,
             warm_start=warm,
-            burst_timeout=burst_timeout,
-            progress=view,
+            burst_timeout=burst_timeout_s,
+            progress=_LiveView(err),
         )
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
@@ -158,6 +175,24 @@ def search(
         print_json(result.to_dict())
         return
     render_result(result, Console(highlight=False))
+
+
+def _durations(timeout: str | None, burst_timeout: str) -> tuple[float | None, float]:
+    """Seconds from ``--timeout`` and ``--burst-timeout``; a bad value is an error naming
+    its flag."""
+    from autotune.units import parse_duration
+
+    timeout_s = None if timeout is None else parse_duration(timeout, what="--timeout")
+    return timeout_s, parse_duration(burst_timeout, what="--burst-timeout")
+
+
+def _warm_start(reference: str | None) -> Path | None:
+    """The preset file a ``--warm-start`` reference names (a path or a preset's name)."""
+    if reference is None:
+        return None
+    from autotune.preset import resolve_preset
+
+    return resolve_preset(reference)
 
 
 def _fmt_tp(value: float | None) -> str:
@@ -194,37 +229,38 @@ class _LiveView:
     def __call__(self, event: SearchEvent) -> None:
         from rich.markup import escape
 
-        c = self.console
         if event.kind == "start":
-            c.print(f"[bold]autotune search[/]: {escape(event.message)}")
+            self.console.print(f"[bold]autotune search[/]: {escape(event.message)}")
+        elif event.kind == "note":
+            self.console.print(f"  {escape(event.message)}")
+        elif event.kind == "verify":
+            self._verified(event)
+        elif event.trial is not None:
+            self._trial(event, event.trial)
+
+    def _verified(self, event: SearchEvent) -> None:
+        from rich.markup import escape
+
+        if event.trial is None:
             return
-        if event.kind == "note":
-            c.print(f"  {escape(event.message)}")
-            return
-        if event.kind == "verify":
-            if event.trial is None:
-                return
-            if event.message:
-                c.print(
-                    f"  [red]verification of #{event.trial.number} failed[/]: "
-                    f"{escape(event.message)}"
-                )
-            elif event.verify is not None:
-                tp = (
-                    event.verify.tokens_per_s
-                    if event.unit == "tokens/s"
-                    else event.verify.samples_per_s
-                )
-                c.print(
-                    f"  [green]verified #{event.trial.number}[/]: {_fmt_tp(tp)} {event.unit}, "
-                    f"peak {_fmt_bytes(event.verify.peak_memory_bytes)}"
-                )
-            return
-        record = event.trial
-        if record is None:
-            return
+        if event.message:
+            self.console.print(
+                f"  [red]verification of #{event.trial.number} failed[/]: {escape(event.message)}"
+            )
+        elif event.verify is not None:
+            self.console.print(
+                f"  [green]verified #{event.trial.number}[/]: "
+                f"{_fmt_tp(event.verify.throughput)} {event.unit}, "
+                f"peak {_fmt_bytes(event.verify.peak_memory_bytes)}"
+            )
+
+    def _trial(self, event: SearchEvent, record: TrialRecord) -> None:
+        from rich.markup import escape
+
         if not self.header_done:
-            c.print(f"[bold]{'#':>4}  {'status':<11} {event.unit:>11} {'peak':>10}  config[/]")
+            self.console.print(
+                f"[bold]{'#':>4}  {'status':<11} {event.unit:>11} {'peak':>10}  config[/]"
+            )
             self.header_done = True
         style = _STATUS_STYLE.get(record.status, "red")
         status = record.status + ("*" if record.duplicate_of is not None else "")
@@ -238,7 +274,7 @@ class _LiveView:
         detail = f"  ({escape(record.reason)})" if record.status not in ("ok",) else ""
         if record.role:
             detail = f"  ({record.role})" + detail
-        c.print(
+        self.console.print(
             f"{record.number:>4}  [{style}]{status:<11}[/] {_fmt_tp(record.throughput):>11} "
             f"{_fmt_bytes(record.peak_memory_bytes):>10}  {escape(record.summary())}"
             f"[dim]{detail} | {best_txt}, left {' '.join(left) or '-'}[/]"
@@ -254,7 +290,6 @@ def _fmt_bytes(n: float | None) -> str:
 def render_result(result: SearchResult, console: Console) -> None:
     """The end-of-search summary: top configs, speedup, skips, where the preset went."""
     from rich.markup import escape
-    from rich.table import Table
 
     counts = result.counts()
     console.print(
@@ -263,6 +298,23 @@ def render_result(result: SearchResult, console: Console) -> None:
         f"failed, {counts['duplicates']} repeats; {_fmt_s(result.wall_s)}; study "
         f"{escape(result.study_name)!s} in {escape(result.storage)}"
     )
+    console.print(_top_table(result))
+    _print_best_and_speedup(result, console)
+    if result.skipped:
+        console.print("[bold]Skipped or not kept[/]:")
+        for reason, n in sorted(result.skipped.items(), key=lambda kv: -kv[1]):
+            console.print(f"  {n} x {escape(reason)}")
+    if result.preset_path:
+        console.print(f"[bold]Preset written[/]: {escape(result.preset_path)}")
+    for note in result.notes:
+        console.print(escape(note))
+
+
+def _top_table(result: SearchResult) -> Table:
+    """The best configs of the search, with the naive baseline below them."""
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title="Top configs", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column(result.unit, justify="right")
@@ -280,14 +332,19 @@ def render_result(result: SearchResult, console: Console) -> None:
         table.add_row(
             label, _fmt_tp(r.throughput), step, _fmt_bytes(r.peak_memory_bytes), escape(r.summary())
         )
-    console.print(table)
+    return table
+
+
+def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
+    """The verified winner, and its speedup over the naive config (or why there is none)."""
+    from rich.markup import escape
+
     if result.best is not None and result.verified is not None:
         v = result.verified
-        tp = v.tokens_per_s if result.unit == "tokens/s" else v.samples_per_s
         console.print(
             f"[bold]Best[/]: trial #{result.best.number} ({escape(result.best.summary())}); "
-            f"verified {_fmt_tp(tp)} {result.unit}, peak {_fmt_bytes(v.peak_memory_bytes)} "
-            f"of {_fmt_bytes(result.budget_bytes)}"
+            f"verified {_fmt_tp(v.throughput)} {result.unit}, "
+            f"peak {_fmt_bytes(v.peak_memory_bytes)} of {_fmt_bytes(result.budget_bytes)}"
         )
     if result.speedup is not None and result.naive is not None:
         console.print(
@@ -299,11 +356,3 @@ def render_result(result: SearchResult, console: Console) -> None:
             f"Naive config ({escape(result.naive.summary())}): {result.naive.status} "
             f"({escape(result.naive.reason)}), so no speedup figure"
         )
-    if result.skipped:
-        console.print("[bold]Skipped or not kept[/]:")
-        for reason, n in sorted(result.skipped.items(), key=lambda kv: -kv[1]):
-            console.print(f"  {n} x {escape(reason)}")
-    if result.preset_path:
-        console.print(f"[bold]Preset written[/]: {escape(result.preset_path)}")
-    for note in result.notes:
-        console.print(escape(note))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from test_search import FakeBurst, cpu_profile
+from fake_burst import FakeBurst, cpu_profile
 from typer.testing import CliRunner
 
 import autotune.burst

@@ -1,0 +1,474 @@
+"""``search(...)``: the Python API, and what ``autotune search`` calls.
+
+It checks its arguments, builds the search space, opens the Optuna study (a resumed one
+rebuilds its state from the study alone), lets the planner and the sampler choose configs
+that the objective measures (``--trials`` counts trials that ran a burst), verifies the
+winner with a longer burst and writes it as a preset.
+
+A time limit stops the search before a burst that would not fit in the time left, and
+caps a running burst's timeout at the time left. A process killed outright leaves its
+trial RUNNING until the storage's heartbeat (RDB storages) marks it FAIL; Ctrl-C leaves
+the study consistent.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from autotune.errors import BudgetError, UsageError
+from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
+from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
+from autotune.study.optuna_glue import (
+    PRUNE_MIN_STEPS,
+    SlowConfigPruner,
+    open_study,
+    quiet_optuna,
+    redact,
+)
+from autotune.study.plan import Planner
+from autotune.study.records import (
+    SearchEvent,
+    SearchResult,
+    TrialRecord,
+    distinct_best,
+    skipped_reasons,
+)
+from autotune.study.state import Limits, SearchState
+from autotune.study.verify import Verification, speedup_over, verify_best, write_preset
+from autotune.units import format_bytes, parse_budget, parse_duration
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.hardware import DeviceCaps, HardwareProfile
+    from autotune.models.spec import ModelSpec
+
+__all__ = [
+    "DEFAULT_BURST_TIMEOUT_S",
+    "DEFAULT_RUNS_DIR",
+    "DEFAULT_STEPS",
+    "DEFAULT_TIME_LIMIT_S",
+    "DEFAULT_TRIALS",
+    "DEFAULT_WARMUP",
+    "OBJECTIVES",
+    "Objective",
+    "default_study_name",
+    "search",
+]
+
+# With neither --trials nor --timeout: up to 30 measured trials within 8 minutes (the
+# winner's verification comes after), so a default search ends in about 10 minutes.
+DEFAULT_TRIALS = 30
+DEFAULT_TIME_LIMIT_S = 480.0
+DEFAULT_STEPS = 4
+DEFAULT_WARMUP = None  # 1 on a CPU; 3 on CUDA (compilation, CUDA-graph recording)
+DEFAULT_BURST_TIMEOUT_S = 300.0
+DEFAULT_RUNS_DIR = "autotune_runs"
+
+Objective = Literal["throughput", "time-to-train"]
+OBJECTIVES: tuple[str, ...] = ("throughput", "time-to-train")
+
+
+def search(
+    model: str | ModelSpec,
+    *,
+    budget: str | int,
+    device: str | None = None,
+    global_batch: int | None = None,
+    seq_len: str | int | Sequence[int] | None = None,
+    trials: int | None = None,
+    timeout: str | float | None = None,
+    steps: int = DEFAULT_STEPS,
+    warmup: int | None = DEFAULT_WARMUP,
+    storage: str | None = None,
+    study: str | None = None,
+    output: str | Path | None = "best.yaml",
+    seed: int = 0,
+    knobs: Mapping[str, Sequence[Any]] | Sequence[str] | None = None,
+    objective: str = "throughput",
+    train_steps: int | None = None,
+    warm_start: str | Path | None = None,
+    burst_timeout: str | float = DEFAULT_BURST_TIMEOUT_S,
+    verify_steps: int | None = None,
+    n_startup_trials: int | None = None,
+    hardware: HardwareProfile | None = None,
+    burst_fn: BurstFn | None = None,
+    progress: Callable[[SearchEvent], None] | None = None,
+    runs_dir: str | Path = DEFAULT_RUNS_DIR,
+) -> SearchResult:
+    """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
+
+    ``budget``: bytes, or text such as ``"8GB"``, ``"8GiB"``, ``"8000MB"`` or a fraction of
+    the device's memory (``"0.5"``). ``seq_len``: one length, or a range ``"64-256"``
+    (the powers of two within it are searched). ``trials`` counts measured trials (those
+    that ran a burst) in the study, earlier runs included; with neither ``trials`` nor
+    ``timeout``, ``DEFAULT_TRIALS``. ``knobs`` restricts the space (``{"precision":
+    ["bf16"]}`` or ``["precision=bf16", "compile=off"]``). ``storage``: any Optuna storage
+    URL (default ``sqlite:///<runs_dir>/<study>/study.db``); rerunning resumes the study.
+    ``output``: where the preset goes (None: not written). ``burst_fn``: the burst
+    function (default ``autotune.burst.run_burst``). ``progress`` receives a
+    ``SearchEvent`` per trial.
+
+    Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
+    ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
+    verified. A KeyboardInterrupt leaves the study consistent and propagates.
+    """
+    started = time.monotonic()
+    goal = _check_goal(objective, train_steps)
+    limits = _check_limits(trials=trials, timeout=timeout, steps=steps, warmup=warmup)
+    burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
+    _check_output(output)
+    restrict = _restrictions(knobs)
+
+    spec = _resolve_model(model)
+    hardware = hardware if hardware is not None else _probe()
+    caps = hardware.device(device)
+    budget_bytes = _budget_bytes(budget, caps)
+    space = _build_space(spec, hardware, caps, restrict, global_batch=global_batch, seq_len=seq_len)
+    notes = _budget_notes(budget_bytes, caps)
+    state = SearchState(
+        spec=spec, space=space, budget_bytes=budget_bytes, limits=limits, progress=progress
+    )
+    study_name = study or _default_study_name(state, goal)
+    storage = storage if storage is not None else _default_storage(runs_dir, study_name)
+    bursts = _burst_runner(
+        state, burst_fn, steps=steps, warmup=warmup, timeout_s=burst_timeout_s, seed=seed
+    )
+    for message in notes:
+        state.note(message)
+    with quiet_optuna():
+        opt_study = _open_study(
+            state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
+        )
+        planner = Planner(state=state)
+        measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
+        _optimize(opt_study, planner, measure, warm_start, storage)
+        found = verify_best(state, bursts, opt_study, verify_steps=verify_steps)
+        result = _result(
+            state, goal, found, study=opt_study, storage=storage, notes=notes, started=started
+        )
+        if output is not None:
+            path = write_preset(result, found, spec=spec, hardware=hardware, path=Path(output))
+            result = replace(result, preset_path=str(path))
+        return result
+
+
+# -- check the arguments --------------------------------------------------------------------
+
+
+def _check_goal(objective: str, train_steps: int | None) -> Goal:
+    if objective not in OBJECTIVES:
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "time-to-train" and train_steps is None:
+        raise UsageError("--objective time-to-train needs --train-steps N (the run's length)")
+    if train_steps is not None and (not isinstance(train_steps, int) or train_steps < 1):
+        raise UsageError(f"--train-steps must be a positive integer, got {train_steps!r}")
+    return Goal(objective, train_steps)
+
+
+def _check_limits(
+    *, trials: int | None, timeout: str | float | None, steps: int, warmup: int | None
+) -> Limits:
+    """The search's limits; with neither ``trials`` nor ``timeout``, the defaults."""
+    if trials is not None and (not isinstance(trials, int) or trials < 1):
+        raise UsageError(f"--trials must be a positive integer, got {trials!r}")
+    if not isinstance(steps, int) or steps < PRUNE_MIN_STEPS:
+        raise UsageError(f"--steps must be an integer >= {PRUNE_MIN_STEPS}, got {steps!r}")
+    if warmup is not None and (not isinstance(warmup, int) or warmup < 0):
+        raise UsageError(f"--warmup must be an integer >= 0, got {warmup!r}")
+    time_limit_s = None if timeout is None else parse_duration(timeout, what="timeout")
+    if trials is None and time_limit_s is None:
+        return Limits(DEFAULT_TRIALS, DEFAULT_TIME_LIMIT_S)
+    return Limits(trials, time_limit_s)
+
+
+def _check_output(output: str | Path | None) -> None:
+    if output is not None and Path(output).expanduser().is_dir():
+        raise UsageError(f"--output {str(output)!r} is a directory; give a file such as best.yaml")
+
+
+def _restrictions(
+    knobs: Mapping[str, Sequence[Any]] | Sequence[str] | None,
+) -> dict[str, Sequence[Any]]:
+    """``knobs`` as a mapping: knob name -> the values to keep."""
+    if isinstance(knobs, Mapping):
+        return dict(knobs)
+    if knobs is not None:
+        return dict(parse_knob_args(list(knobs)))
+    return {}
+
+
+# -- build the space ------------------------------------------------------------------------
+
+
+def _resolve_model(model: str | ModelSpec) -> ModelSpec:
+    if isinstance(model, str):
+        from autotune.models.registry import load_model
+
+        return load_model(model)
+    return model
+
+
+def _model_name(spec: ModelSpec) -> str:
+    """How the search names the model: the reference it was loaded from, or its name."""
+    return spec.source or spec.name
+
+
+def _probe() -> HardwareProfile:
+    from autotune.hardware import probe
+
+    return probe()
+
+
+def _budget_bytes(budget: str | int, caps: DeviceCaps) -> int:
+    budget_bytes = (
+        budget
+        if isinstance(budget, int) and not isinstance(budget, bool)
+        else parse_budget(str(budget), device_memory_bytes=caps.total_memory_bytes)
+    )
+    if budget_bytes <= 0:
+        raise BudgetError(f"budget must be positive, got {budget!r}")
+    return budget_bytes
+
+
+def _build_space(
+    spec: ModelSpec,
+    hardware: HardwareProfile,
+    caps: DeviceCaps,
+    restrict: Mapping[str, Sequence[Any]],
+    *,
+    global_batch: int | None,
+    seq_len: str | int | Sequence[int] | None,
+) -> SearchSpace:
+    seqs = None if seq_len is None else parse_seq_len(seq_len, max_seq_len=spec.max_seq_len)
+    return SearchSpace.for_model(
+        spec,
+        caps,
+        global_batch=global_batch,
+        seq_len=seqs,
+        cpu_count=hardware.cpu.logical_cores,
+        restrict=restrict,
+    )
+
+
+def _budget_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
+    if budget_bytes <= caps.total_memory_bytes:
+        return []
+    return [
+        f"warning: the budget {format_bytes(budget_bytes)} is above the memory of "
+        f"{caps.device} ({format_bytes(caps.total_memory_bytes)}); the device's memory "
+        "is the real limit"
+    ]
+
+
+def _burst_runner(
+    state: SearchState,
+    burst_fn: BurstFn | None,
+    *,
+    steps: int,
+    warmup: int | None,
+    timeout_s: float,
+    seed: int,
+) -> BurstRunner:
+    """How this search runs its bursts: ``burst_fn`` defaults to ``run_burst``; the warm-up
+    to 3 steps on CUDA (compilation, CUDA-graph recording), 1 on a CPU."""
+    if burst_fn is None:
+        from autotune.burst import run_burst
+
+        burst_fn = run_burst
+    if warmup is None:
+        warmup = 3 if state.space.device_kind == "cuda" else 1
+    return BurstRunner(
+        spec=state.spec,
+        device=state.device,
+        budget_bytes=state.budget_bytes,
+        burst_fn=burst_fn,
+        steps=steps,
+        warmup=warmup,
+        timeout_s=timeout_s,
+        seed=seed,
+    )
+
+
+# -- open the study ---------------------------------------------------------------------------
+
+
+def default_study_name(
+    *,
+    model: str,
+    device: str,
+    budget_bytes: int,
+    space: SearchSpace,
+    objective: str = "throughput",
+    train_steps: int | None = None,
+) -> str:
+    """``mu-cpu-8000MB-gb32-seq128-1a2b3c4d``: model, device, budget, global batch, sequence
+    length(s) and a hash of the search space (knob restrictions change it)."""
+    seqs = space.seq_len
+    seq = str(seqs[0]) if len(seqs) == 1 else f"{seqs[0]}-{seqs[-1]}"
+    name = (
+        f"{_slug(model)}-{device.replace(':', '')}-{round(budget_bytes / 1e6)}MB"
+        f"-gb{space.global_batch}-seq{seq}"
+    )
+    if objective == "time-to-train":
+        name += f"-ttt{train_steps}"
+    return f"{name}-{space.fingerprint()}"
+
+
+def _default_study_name(state: SearchState, goal: Goal) -> str:
+    return default_study_name(
+        model=_model_name(state.spec),
+        device=state.device,
+        budget_bytes=state.budget_bytes,
+        space=state.space,
+        objective=goal.objective,
+        train_steps=goal.train_steps,
+    )
+
+
+def _slug(text: str) -> str:
+    text = text.rsplit("/", 1)[-1].replace(".py:", "-").replace(":", "-")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
+
+
+def _default_storage(runs_dir: str | Path, study_name: str) -> str:
+    """``sqlite:///<runs_dir>/<study>/study.db`` (its folder is made)."""
+    db = Path(runs_dir) / _slug(study_name) / "study.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{db}"
+
+
+def _study_setup(state: SearchState, goal: Goal) -> dict[str, Any]:
+    """What a study is made for: resuming it with other settings is refused."""
+    spec = state.spec
+    return {
+        "model": _model_name(spec),
+        "model_args": {k: repr(v) for k, v in spec.args.items()},
+        "device": state.device,
+        "budget_bytes": state.budget_bytes,
+        "global_batch": state.space.global_batch,
+        "objective": goal.objective,
+        "train_steps": goal.train_steps,
+        "space": state.space.describe(),
+    }
+
+
+def _open_study(
+    state: SearchState,
+    goal: Goal,
+    storage: str,
+    name: str,
+    *,
+    seed: int,
+    n_startup_trials: int | None,
+) -> optuna.Study:
+    """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
+    them), and the start announced."""
+    study = open_study(
+        storage,
+        name,
+        setup=_study_setup(state, goal),
+        pruner=SlowConfigPruner(state.best_throughput),
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        space_size=state.space.size(),
+        trials=state.limits.trials,
+    )
+    for frozen in study.get_trials(deepcopy=False):
+        state.absorb(TrialRecord.from_trial(frozen))
+    resumed = sum(1 for r in state.records.values() if r.finished)
+    state.emit(
+        SearchEvent(
+            kind="start",
+            message=(
+                f"study {name!r} in {redact(storage)}; space of {state.space.size()} "
+                f"configs; budget {format_bytes(state.budget_bytes)} on {state.device}"
+                + (f"; resuming with {resumed} finished trials" if resumed else "")
+            ),
+            best=state.best(),
+            unit=state.unit,
+            trials_left=state.trials_left(),
+            time_left_s=state.time_left(),
+        )
+    )
+    return study
+
+
+# -- optimize ---------------------------------------------------------------------------------
+
+
+def _optimize(
+    study: optuna.Study,
+    planner: Planner,
+    measure: TrialObjective,
+    warm_start: str | Path | None,
+    storage: str,
+) -> None:
+    """The starts, then trials until the search has a reason to stop (``state.stopped``).
+    ``BudgetError`` when even the smallest config does not fit."""
+    state = planner.state
+    planner.enqueue_starts(study, warm_start)
+    planner.check_budget(study)
+    state.stopped = state.stop_reason()
+    if not state.stopped:
+        try:
+            study.optimize(measure, callbacks=[planner.after_trial], gc_after_trial=False)
+        except KeyboardInterrupt:
+            state.note(
+                f"interrupted: {state.measured()} measured trials are saved in study "
+                f"{study.study_name!r} ({redact(storage)}); rerun the same command to resume"
+            )
+            raise
+    if not state.stopped:
+        state.stopped = "stopped"
+    if state.budget_problem:
+        raise BudgetError(state.budget_problem)
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
+def _result(
+    state: SearchState,
+    goal: Goal,
+    found: Verification,
+    *,
+    study: optuna.Study,
+    storage: str,
+    notes: Sequence[str],
+    started: float,
+) -> SearchResult:
+    """What the search found (the preset is not written yet)."""
+    # Queued trials that never started (WAITING) stay in the study for the next run.
+    records = state.trials_in_order()
+    naive = state.record_of(state.space.naive())
+    return SearchResult(
+        model=_model_name(state.spec),
+        device=state.device,
+        budget_bytes=state.budget_bytes,
+        global_batch=state.space.global_batch,
+        seq_len=state.space.seq_len,
+        objective=goal.objective,
+        train_steps=goal.train_steps,
+        unit=state.unit,
+        study_name=study.study_name,
+        storage=redact(storage),
+        space_size=state.space.size(),
+        best=found.trial,
+        verified=found.burst,
+        naive=naive,
+        speedup=speedup_over(naive, found.burst, state.spec),
+        top=tuple(distinct_best(records)[:5]),
+        trials=tuple(records),
+        skipped=skipped_reasons(records),
+        preset_path=None,
+        wall_s=time.monotonic() - started,
+        stopped=state.stopped,
+        verify_attempts=found.attempts,
+        notes=tuple(notes),
+    )

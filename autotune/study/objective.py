@@ -1,0 +1,354 @@
+"""Running one trial: the config the sampler proposed, measured by a burst (or not), and its
+outcome told to Optuna.
+
+* a config already measured in this study is not run again: its outcome is replayed;
+* a config the planner rules out (dominated by an OOM, predicted over budget) is
+  recorded as infeasible, no burst;
+* otherwise one burst runs it; each timed step is reported to the trial, so the pruner can
+  stop a config clearly slower than the best so far.
+
+How outcomes are told to Optuna (> 0 constraint means infeasible):
+
+* ``ok`` within budget -> COMPLETE with the objective value, constraint ``(peak - budget)
+  / budget`` (<= 0: feasible);
+* ``oom``, over budget, dominated, predicted over budget -> COMPLETE with value 0.0 and a
+  constraint > 0, so the sampler learns where the boundary is;
+* ``pruned`` -> PRUNED (its intermediate throughputs stay on the trial); ``stopped`` (the
+  search's time limit cut the burst) -> PRUNED too, and the config may run again later;
+* ``timeout``, ``crash``, ``nan``, ``error`` -> COMPLETE with value 0.0 and a constraint
+  > 0 too, with the status and reason stored. Not Optuna's FAIL state: TPE ignores FAIL
+  trials entirely, so it would keep proposing a config that crashes (measured: 80 of 90
+  trials went to repeats of crashing configs). A config that crashes, diverges or hangs
+  is not one to ship, so "infeasible" is the honest signal; the memory model does not
+  count it as an OOM.
+* Ctrl-C: the running trial becomes FAIL with status ``interrupted`` (Optuna's optimize
+  loop does that; ``run_burst`` kills the trial's process group on its way out).
+
+Objectives (both maximized, so infeasible is always 0):
+
+* ``throughput``: steady-state tokens/s (samples/s for models measured in samples);
+* ``time-to-train``: the effective throughput of a run of ``train_steps`` optimizer steps
+  with compilation charged: ``train_steps * step_tokens / (train_steps * step_median +
+  compile_s)``. Maximizing it minimizes the time to train that many steps; the time
+  itself is stored as ``time_to_train_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import optuna
+
+from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
+from autotune.study.records import FAILED_STATUSES, TrialRecord
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.config import TrainConfig
+    from autotune.memory_model import Verdict
+    from autotune.models.spec import ModelSpec
+    from autotune.study.plan import Planner
+    from autotune.study.state import SearchState
+
+__all__ = ["INFEASIBLE_VALUE", "BurstFn", "BurstRunner", "Goal", "TrialObjective"]
+
+INFEASIBLE_VALUE = 0.0
+MIN_CAPPED_BURST_S = 1.0  # the least time a burst gets when the time limit caps it
+
+# A burst function has run_burst's signature (tests pass fakes).
+BurstFn = Callable[..., "BurstResult"]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a trial's value measures: ``throughput``, or ``time-to-train`` over a run of
+    ``train_steps`` optimizer steps."""
+
+    objective: str = "throughput"
+    train_steps: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BurstRunner:
+    """How this search runs a burst: the burst function and the settings every burst of the
+    search shares."""
+
+    spec: ModelSpec
+    device: str
+    budget_bytes: int
+    burst_fn: BurstFn
+    steps: int
+    warmup: int
+    timeout_s: float
+    seed: int
+
+    def run(
+        self, config: TrainConfig, *, steps: int, timeout_s: float, **options: Any
+    ) -> BurstResult:
+        """One burst of ``config``; ``options`` (``on_step=``, ``verify=``) go to the burst
+        function as they are. A burst function must not raise: an exception becomes an
+        ``error`` result. Ctrl-C propagates."""
+        try:
+            return self.burst_fn(
+                self.spec,
+                config,
+                steps=steps,
+                warmup=self.warmup,
+                budget_bytes=self.budget_bytes,
+                timeout_s=timeout_s,
+                device=self.device,
+                seed=self.seed,
+                **options,
+            )
+        except Exception as exc:
+            from autotune.burst import BurstResult
+
+            return BurstResult(
+                status="error", reason=f"the burst raised {type(exc).__name__}: {exc}"
+            )
+
+    def throughput(self, result: BurstResult) -> float:
+        """The result's throughput in the model's unit (0 when it has none)."""
+        return float(self.spec.pick_throughput(result.tokens_per_s, result.samples_per_s) or 0.0)
+
+
+@dataclass(kw_only=True)
+class TrialObjective:
+    """Optuna's objective function: one trial, measured and classified."""
+
+    state: SearchState
+    planner: Planner
+    bursts: BurstRunner
+    goal: Goal
+    cut_by_time: bool = False  # the running burst was stopped by the time limit
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        config = self.state.space.suggest(trial)
+        trial.set_user_attr("config", config.to_dict())
+        previous = self.state.record_of(config)
+        if previous is not None:
+            return self._replay(trial, previous)
+        verdict = self.planner.ruled_out(config)
+        if verdict is not None:
+            return _skip(trial, verdict)
+        return self._measure(trial, config)
+
+    # -- a burst -----------------------------------------------------------------------
+    def _measure(self, trial: optuna.Trial, config: TrainConfig) -> float:
+        exempt = trial.user_attrs.get("role") == "naive"  # the baseline is always measured
+        seen: list[float] = []  # each timed step's throughput, as reported
+        on_step = self._step_reporter(trial, config, seen, exempt=exempt)
+        t0 = time.monotonic()
+        self.cut_by_time = False
+        timeout_s, capped = self._timeout(exempt=exempt)
+        try:
+            result = self.bursts.run(
+                config, steps=self.bursts.steps, timeout_s=timeout_s, on_step=on_step
+            )
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):
+                set_outcome(
+                    trial,
+                    status="interrupted",
+                    reason="interrupted (Ctrl-C) while its burst ran",
+                    ran=True,
+                    wall_s=time.monotonic() - t0,
+                )
+            raise
+        if capped and result.status == "timeout":
+            self.cut_by_time = True
+            result = replace(result, status="pruned")
+        return self._classify(trial, config, result, wall_s=time.monotonic() - t0, seen=seen)
+
+    def _step_reporter(
+        self, trial: optuna.Trial, config: TrainConfig, seen: list[float], *, exempt: bool
+    ) -> Callable[[int, float], bool]:
+        """The burst's ``on_step``: report each timed step's throughput to the trial (for
+        the pruner) and say whether the burst goes on."""
+        tokens_per_step = self._tokens_per_step(config)
+
+        def on_step(index: int, step_time_s: float) -> bool:
+            if exempt:
+                return True
+            if self.state.time_left() == 0.0:  # the time limit passed during this burst
+                self.cut_by_time = True
+                return False
+            if step_time_s > 0:
+                seen.append(tokens_per_step / step_time_s)
+                trial.report(seen[-1], int(index))
+            return not trial.should_prune()
+
+        return on_step
+
+    def _timeout(self, *, exempt: bool) -> tuple[float, bool]:
+        """The burst's timeout, and whether the time limit capped it. A burst may not
+        outlive the search's time limit by much: past it, its timeout is the time left (a
+        compile in the warm-up can take minutes), and running out of it is "stopped", not
+        a failure of the config."""
+        timeout_s = self.bursts.timeout_s
+        time_left = self.state.time_left()
+        capped = not exempt and time_left is not None and time_left < timeout_s
+        if capped and time_left is not None:
+            timeout_s = max(time_left, MIN_CAPPED_BURST_S)
+        return timeout_s, capped
+
+    def _tokens_per_step(self, config: TrainConfig) -> int:
+        return self.state.space.global_batch * self.state.spec.tokens_per_sample(config.seq_len)
+
+    # -- its outcome -----------------------------------------------------------------------
+    def _classify(
+        self,
+        trial: optuna.Trial,
+        config: TrainConfig,
+        result: BurstResult,
+        *,
+        wall_s: float,
+        seen: Sequence[float] = (),
+    ) -> float:
+        """Store the burst's outcome on the trial; return its value (or raise TrialPruned)."""
+        throughput = self.state.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
+        peak = result.peak_memory_bytes
+        common = _figures(result, throughput, wall_s=wall_s)
+        budget = self.state.budget_bytes
+        status = result.status
+        if status == "ok" and peak is not None and peak > budget:
+            set_outcome(
+                trial,
+                **common,
+                status="over-budget",
+                reason=f"peak {format_bytes(peak)} over the budget {format_bytes(budget)}",
+                constraint=1.0 + (peak - budget) / budget,
+            )
+            return INFEASIBLE_VALUE
+        if status == "ok" and (throughput is None or throughput <= 0):
+            status, result = "error", replace(result, reason="the burst reported no throughput")
+        if status == "ok" and throughput is not None:
+            value, extra = self._value(config, result, throughput)
+            set_outcome(
+                trial,
+                **common,
+                **extra,
+                status="ok",
+                reason=result.reason,
+                constraint=(peak - budget) / budget if peak is not None else 0.0,
+            )
+            return value
+        if status == "oom":
+            over = max(0.0, (peak - budget) / budget) if peak is not None else 0.0
+            reached = f" (peak {format_bytes(peak)})" if peak is not None else ""
+            set_outcome(
+                trial,
+                **common,
+                status="oom",
+                reason=result.reason or f"out of memory{reached}",
+                constraint=1.0 + over,
+            )
+            return INFEASIBLE_VALUE
+        if status == "pruned":
+            self._prune(trial, result, common, seen)
+        set_outcome(trial, **common, status=status, reason=result.reason or status, constraint=1.0)
+        return INFEASIBLE_VALUE
+
+    def _prune(
+        self,
+        trial: optuna.Trial,
+        result: BurstResult,
+        common: dict[str, Any],
+        seen: Sequence[float],
+    ) -> NoReturn:
+        """Store why a burst was stopped early, and tell Optuna the trial was pruned."""
+        if self.cut_by_time:
+            reason = "stopped: the search's time limit passed during its burst"
+            set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
+            raise optuna.TrialPruned(reason)
+        best = self.state.best_throughput()
+        if seen and best:
+            reason = (
+                f"pruned after {len(seen)} timed steps: at most {max(seen):,.4g} "
+                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far ({best:,.4g})"
+            )
+        else:
+            reason = result.reason or "pruned"
+        set_outcome(trial, **common, status="pruned", reason=reason, constraint=0.0)
+        raise optuna.TrialPruned(reason)
+
+    def _value(
+        self, config: TrainConfig, result: BurstResult, throughput: float
+    ) -> tuple[float, dict[str, Any]]:
+        """The objective value of a successful burst, and figures to store with it."""
+        train_steps = self.goal.train_steps
+        if self.goal.objective != "time-to-train" or not train_steps:
+            return float(throughput), {}
+        per_step = self._tokens_per_step(config)
+        median = result.step_time_median_s or per_step / throughput
+        ttt = train_steps * median + (result.compile_s or 0.0)
+        # effective throughput over the whole run: maximizing it minimizes the time
+        return per_step * train_steps / ttt, {"time_to_train_s": ttt}
+
+    def _replay(self, trial: optuna.Trial, previous: TrialRecord) -> float:
+        """Tell a repeat of a known config the outcome it already had (no burst)."""
+        set_outcome(
+            trial,
+            status=previous.status,
+            reason=f"same config as trial #{previous.number}"
+            + (f": {previous.reason}" if previous.reason else ""),
+            ran=False,
+            duplicate_of=previous.number,
+            peak_memory_bytes=previous.peak_memory_bytes,
+            tokens_per_s=previous.tokens_per_s,
+            samples_per_s=previous.samples_per_s,
+            throughput=previous.throughput,
+            time_to_train_s=previous.time_to_train_s,
+            constraint=_replayed_constraint(previous, self.state.budget_bytes),
+        )
+        if previous.state == "PRUNED":
+            raise optuna.TrialPruned(f"same config as pruned trial #{previous.number}")
+        return float(previous.value if previous.value is not None else INFEASIBLE_VALUE)
+
+
+def _skip(trial: optuna.Trial, verdict: Verdict) -> float:
+    """Record a config ruled out without a burst as infeasible."""
+    set_outcome(
+        trial,
+        status=verdict.kind,
+        reason=verdict.reason,
+        constraint=1.0,
+        ran=False,
+        predicted_bytes=verdict.predicted_bytes,
+        dominated_by=verdict.trial,
+    )
+    return INFEASIBLE_VALUE
+
+
+def _figures(result: BurstResult, throughput: float | None, *, wall_s: float) -> dict[str, Any]:
+    """What every measured trial stores, whatever its status."""
+    return {
+        "ran": True,
+        "wall_s": result.wall_s if result.wall_s is not None else wall_s,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "tokens_per_s": result.tokens_per_s,
+        "samples_per_s": result.samples_per_s,
+        "throughput": throughput,
+        "step_time_median_s": result.step_time_median_s,
+        "step_time_p90_s": result.step_time_p90_s,
+        "compile_s": result.compile_s,
+        "mfu": result.mfu,
+        "timed_steps": result.timed_steps,
+    }
+
+
+def _replayed_constraint(record: TrialRecord, budget: int) -> float:
+    """The constraint a repeat of ``record`` gets: the one its outcome had."""
+    if record.status in FAILED_STATUSES:
+        return 1.0
+    if record.infeasible:
+        peak = record.peak_memory_bytes
+        return 1.0 + (max(0.0, (peak - budget) / budget) if peak is not None else 0.0)
+    if record.status == "ok" and record.peak_memory_bytes is not None:
+        return (record.peak_memory_bytes - budget) / budget
+    return 0.0

@@ -1,0 +1,256 @@
+"""The search's Optuna pieces: the storage, the sampler, the pruner, the study's set-up check,
+and how a trial's outcome and constraint are stored.
+
+The constraint (> 0 means infeasible) goes through ``Trial.set_constraint`` on Optuna 5 and
+``TPESampler(constraints_func=...)`` on Optuna 4; either way it is stored with the trial's
+``outcome`` user attribute, one storage write per trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import UsageError
+
+__all__ = [
+    "PRUNE_MIN_STEPS",
+    "PRUNE_RATIO",
+    "SlowConfigPruner",
+    "check_study_setup",
+    "constraints",
+    "has_set_constraint",
+    "make_sampler",
+    "open_study",
+    "quiet_optuna",
+    "redact",
+    "set_outcome",
+]
+
+PRUNE_MIN_STEPS = 2
+PRUNE_RATIO = 1 / 3
+
+
+# -- the pruner ------------------------------------------------------------------------
+
+
+class SlowConfigPruner(optuna.pruners.BasePruner):
+    """Stops a trial once ``min_steps`` timed steps are in and even its fastest step's
+    throughput is below ``ratio`` x the best completed trial's, or after a single step
+    below ``ratio**2`` x (1/9 by default): a config 30x slower than the best so far costs
+    its warm-up and one timed step, not a whole burst.
+
+    ``best_fn`` gives the best throughput so far (None before any trial completed).
+    """
+
+    def __init__(
+        self,
+        best_fn: Callable[[], float | None],
+        *,
+        min_steps: int = PRUNE_MIN_STEPS,
+        ratio: float = PRUNE_RATIO,
+    ) -> None:
+        if min_steps < 1 or not 0 < ratio < 1:
+            raise ValueError(f"need min_steps >= 1 and 0 < ratio < 1, got {min_steps=}, {ratio=}")
+        self.best_fn = best_fn
+        self.min_steps = min_steps
+        self.ratio = ratio
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return self.should_prune(trial.intermediate_values, self.best_fn())
+
+    def should_prune(self, steps: Mapping[int, float], best: float | None) -> bool:
+        """Whether a trial whose timed steps reached ``steps`` (step -> throughput) is
+        clearly slower than ``best``."""
+        if best is None or best <= 0 or not steps:
+            return False
+        fastest = max(steps.values())  # its fastest step so far
+        if fastest < self.ratio * self.ratio * best:  # hopeless: one step says so
+            return True
+        return len(steps) >= self.min_steps and fastest < self.ratio * best
+
+
+# -- a trial's outcome and constraint -----------------------------------------------------
+
+
+@functools.cache
+def has_set_constraint() -> bool:
+    """Optuna 5 takes a trial's constraint through ``Trial.set_constraint``."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    """TPE's constraint: > 0 means infeasible (ran out of memory or budget)."""
+    outcome = trial.user_attrs.get("outcome") or {}
+    return (float(outcome.get("constraint", 0.0)),)
+
+
+def set_outcome(trial: optuna.Trial, **attrs: Any) -> None:
+    """Store a trial's outcome as one user attribute ``outcome`` (one storage write: SQLite
+    commits are the search's main overhead) and its ``constraint`` for the sampler
+    (Optuna 5's ``Trial.set_constraint``; under Optuna 4 ``constraints`` reads it)."""
+    outcome = {name: value for name, value in attrs.items() if value is not None}
+    trial.set_user_attr("outcome", outcome)
+    if "constraint" in outcome and has_set_constraint():
+        trial.set_constraint("memory", float(outcome["constraint"]))
+
+
+# -- the study ---------------------------------------------------------------------------
+
+
+def redact(url: str) -> str:
+    """A storage URL without its password (``postgresql://user:***@host/db``)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna's own per-trial log lines would interleave with our progress display."""
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            warnings.filterwarnings("ignore", message=".*reported.*step.*")
+            yield
+    finally:
+        optuna.logging.set_verbosity(previous)
+
+
+def open_study(
+    url: str,
+    name: str,
+    *,
+    setup: Mapping[str, Any],
+    pruner: optuna.pruners.BasePruner,
+    seed: int,
+    n_startup_trials: int | None,
+    space_size: int,
+    trials: int | None,
+) -> optuna.Study:
+    """Create or load study ``name`` in the storage at ``url`` (maximized, with the TPE
+    sampler and ``pruner``) and check that it was made for the same search (``setup``)."""
+    storage = _open_storage(url)
+    existing = _existing_trial_count(storage, name)
+    sampler = make_sampler(
+        # a resumed study does not replay the same random draws
+        seed=seed + existing,
+        n_startup_trials=n_startup_trials,
+        space_size=space_size,
+        trials=trials,
+    )
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
+        )
+    except Exception as exc:
+        raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {exc}") from exc
+    check_study_setup(study, setup, name)
+    return study
+
+
+def make_sampler(
+    *, seed: int, n_startup_trials: int | None, space_size: int, trials: int | None
+) -> optuna.samplers.TPESampler:
+    """TPE with the memory constraint, multivariate and grouped.
+
+    Without ``n_startup_trials``: random trials before TPE models the results (the naive
+    config and the guess count), fewer for a short search or a small space.
+    """
+    if n_startup_trials is None:
+        n_startup_trials = max(3, min(10, space_size // 6))
+        if trials is not None:
+            n_startup_trials = min(n_startup_trials, max(3, trials // 3))
+    sampler_kwargs: dict[str, Any] = {}
+    if not has_set_constraint():  # Optuna 4: constraints come through constraints_func
+        sampler_kwargs["constraints_func"] = constraints
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        multivariate=True,
+        group=True,
+        **sampler_kwargs,
+    )
+
+
+def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) -> None:
+    """Mark a new study as this search's (``setup``); refuse a study made by something else
+    or for a different search (another model, device, budget, space...)."""
+    stored = study.user_attrs.get("autotune")
+    if stored is None:
+        if study.trials:
+            raise UsageError(
+                f"study {name!r} already exists in this storage and was not made by "
+                "autotune search; give another --study name"
+            )
+        study.set_user_attr("autotune", dict(setup))
+        return
+    diffs = [key for key in setup if stored.get(key) != setup[key]]
+    if diffs:
+        shown = "; ".join(f"{k}: study has {stored.get(k)!r}, now {setup[k]!r}" for k in diffs)
+        raise UsageError(
+            f"study {name!r} was created for a different search ({shown}); rerun with the "
+            "same settings to resume it, or give a new --study name"
+        )
+
+
+def _open_storage(url: str) -> Any:
+    """An Optuna storage for ``url``: ``journal:PATH`` is a journal file; anything else is
+    an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
+    process was killed is marked FAIL by the next run."""
+    try:
+        if url.startswith("journal:"):
+            from optuna.storages.journal import JournalFileBackend
+
+            path = url.removeprefix("journal:").removeprefix("//")
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(Path(path).expanduser())))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=30, grace_period=120)
+        if url.startswith("sqlite:"):
+            _sqlite_wal(storage.engine)
+        return storage
+    except Exception as exc:
+        raise UsageError(
+            f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: {exc}. "
+            "Give an Optuna storage URL (sqlite:///path/study.db, postgresql://..., "
+            "mysql://...) or journal:PATH for a journal file"
+        ) from exc
+
+
+def _sqlite_wal(engine: Any) -> None:
+    """Write-ahead logging with ``synchronous=NORMAL``: a commit no longer waits for an
+    fsync (which made each trial's dozen commits cost ~0.2 s on a busy disk), and the
+    file stays consistent if the process is killed (SQLite's WAL guarantee)."""
+    from sqlalchemy import event
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()  # connections made before the listener reconnect with it
+
+
+def _existing_trial_count(storage: Any, study_name: str) -> int:
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return 0
+    return len(storage.get_all_trials(study_id, deepcopy=False))

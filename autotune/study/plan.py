@@ -1,0 +1,188 @@
+"""Which config runs next: the starts, refinement around each new best, and the configs
+ruled out without a run.
+
+The order of the first trials: the naive config (fp32, the smallest micro-batch, no
+compile, no workers; never pruned), so the speedup over naive is measured in the same
+study; if it does not fit, the smallest config (to tell a too-small budget, exit code 2);
+else the space's ``guess()`` (or a warm start's preset config and its neighbours). Each
+time a trial becomes the best, its neighbours (one knob moved) are queued next. Between
+these, the sampler (TPE) proposes; a proposal that a known OOM dominates, or that the
+memory model predicts over the budget, is ruled out without a burst.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.study.records import TrialRecord, summarize_config
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.config import TrainConfig
+    from autotune.memory_model import Verdict
+    from autotune.study.state import SearchState
+
+__all__ = ["Planner"]
+
+
+@dataclass(kw_only=True)
+class Planner:
+    """Queues the configs the search runs before the sampler's own proposals, and stops
+    the search when it has reason to."""
+
+    state: SearchState
+    use_guess: bool = False  # no warm start: queue the space's guess after naive
+    guess_enqueued: bool = False
+    smallest_enqueued: bool = False
+
+    def ruled_out(self, config: TrainConfig) -> Verdict | None:
+        """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
+        the budget), or None to run it."""
+        return self.state.memory.verdict(config)
+
+    # -- the starts --------------------------------------------------------------------
+    def enqueue_starts(self, study: optuna.Study, warm_start: str | Path | None) -> None:
+        """The naive config first (once per study), then a warm start's config and its
+        neighbours; without a warm start, the space's ``guess()`` once the naive config
+        fits."""
+        self._queue(study, self.state.space.naive(), role="naive")
+        if warm_start is None:
+            self.use_guess = True
+            self.enqueue_guess(study)
+            return
+        self._enqueue_warm_start(study, warm_start)
+
+    def _enqueue_warm_start(self, study: optuna.Study, warm_start: str | Path) -> None:
+        from autotune.preset import load_preset
+
+        space = self.state.space
+        config = load_preset(warm_start).config
+        gb = space.global_batch
+        if config.micro_batch in space.micro_batch and gb % config.micro_batch == 0:
+            config = config.replace(grad_accum=gb // config.micro_batch)
+        if config.seq_len not in space.seq_len:
+            nearest = min(space.seq_len, key=lambda s: abs(s - config.seq_len))
+            config = config.replace(seq_len=nearest)
+        if not space.contains(config):
+            self.state.note(
+                f"warm start: the config of {str(warm_start)!r} "
+                f"({summarize_config(config.to_dict())}) is outside this search space "
+                "(restricted knobs, another device or model); starting without it"
+            )
+            return
+        queued = 0
+        for i, cand in enumerate([config, *space.neighbours(config)]):
+            if self._queue(study, cand, role="warm-start" if i == 0 else ""):
+                queued += 1
+        self.state.note(f"warm start from {str(warm_start)!r}: {queued} configs queued first")
+
+    def enqueue_guess(self, study: optuna.Study) -> None:
+        """Queue the space's guess once the naive config has run within the budget (when
+        it did not, the smallest config goes next instead: see ``check_budget``)."""
+        if not self.use_guess or self.guess_enqueued:
+            return
+        naive = self.state.record_of(self.state.space.naive())
+        if naive is None or not naive.feasible:
+            return
+        self._queue(study, self.state.space.guess(), role="guess")
+        self.guess_enqueued = True
+
+    # -- after each trial ----------------------------------------------------------------
+    def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        """Optuna's callback: learn from the trial, queue what follows from it, and stop
+        the study when the search is done."""
+        record = TrialRecord.from_trial(frozen)
+        self.state.record_trial(record)
+        self.check_budget(study)
+        self.enqueue_guess(study)
+        self.refine(study, record)
+        reason = self.state.stop_reason()
+        if reason:
+            self.state.stopped = reason
+            study.stop()
+
+    def refine(self, study: optuna.Study, record: TrialRecord) -> None:
+        """When a measured trial becomes the best, queue its neighbours that have no
+        result yet, one knob moved at a time: the micro-batch (x2, /2) first, as it
+        matters most, then compile turned on and each model knob moved (a kernel choice
+        such as MU's attention can double the speed, but only together with the right
+        precision). TPE, sampling around its model, can take many trials to land on the
+        one step next to the best, and a short search has few to spare. OOM neighbours
+        cost nothing (the memory model skips them)."""
+        best = self.state.best()
+        if not record.ran or record.role == "naive" or best is None or best.number != record.number:
+            return
+        space = self.state.space
+        for cand in space.neighbours(record.train_config(), workers=False, kernels=True):
+            self._queue(study, cand, role="refine")
+
+    def check_budget(self, study: optuna.Study) -> None:
+        """After the naive config (and, if it did not fit, the smallest) ran: stop when
+        even the smallest config does not fit the budget."""
+        state = self.state
+        if any(r.feasible for r in state.records.values()):
+            return
+        naive = state.space.naive()
+        smallest = state.space.smallest()
+        naive_rec = state.record_of(naive)
+        if naive_rec is None or not naive_rec.infeasible:
+            return
+        same = state.space.key(naive) == state.space.key(smallest)
+        small_rec = naive_rec if same else state.record_of(smallest)
+        if small_rec is None:
+            if not self.smallest_enqueued:
+                self.smallest_enqueued = self._queue(study, smallest, role="smallest")
+            return
+        if not small_rec.infeasible:
+            return
+        state.budget_problem = (
+            f"the budget {format_bytes(state.budget_bytes)} is too small for model "
+            f"{state.spec.name!r} on {state.device}: even the smallest config "
+            f"({summarize_config(small_rec.config)}) {self._needed(small_rec)}"
+            + (
+                ""
+                if same
+                else f", and the naive config ({naive_rec.summary()}) {self._needed(naive_rec)}"
+            )
+            + ". Give a larger --budget, or a shorter --seq-len"
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _queue(self, study: optuna.Study, config: TrainConfig, *, role: str) -> bool:
+        """Queue ``config`` unless it has a result or is queued already; whether it was."""
+        params = self.state.space.params_of(config)
+        if self.state.record_of(config) is not None or _waiting(study, params):
+            return False
+        study.enqueue_trial(params, user_attrs={"role": role})
+        return True
+
+    def _needed(self, record: TrialRecord) -> str:
+        """What an infeasible config needed, for the too-small-budget message."""
+        source = record
+        if record.status == "dominated" and record.duplicate_of is None:
+            match = re.search(r"#(\d+)", record.reason)
+            dominated_by = self.state.records.get(int(match[1])) if match else None
+            if dominated_by is not None:
+                source = dominated_by
+        peak = source.peak_memory_bytes
+        if source.status == "over-budget" and peak is not None:
+            return f"needed {format_bytes(peak)}"
+        if peak is not None:
+            return f"ran out of memory at {format_bytes(peak)} (it needs more than that)"
+        return f"ran out of memory ({source.reason or source.status})"
+
+
+def _waiting(study: optuna.Study, params: Mapping[str, Any]) -> bool:
+    """Whether the config with these ``params`` is queued in the study already (WAITING)."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if t.system_attrs.get("fixed_params") == params:
+            return True
+    return False

@@ -1,0 +1,281 @@
+"""What a search records: each trial (``TrialRecord``), its progress (``SearchEvent``) and
+what it found (``SearchResult``), with the summaries built from the records (the best
+configs, why configs were skipped).
+
+A ``TrialRecord`` is rebuilt from the study alone (the ``config`` and ``outcome`` user
+attributes each trial stores), so a resumed search knows what an earlier run measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from autotune.config import TrainConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.burst import BurstResult
+
+__all__ = [
+    "FAILED_STATUSES",
+    "INFEASIBLE_STATUSES",
+    "SearchEvent",
+    "SearchResult",
+    "TrialRecord",
+    "distinct_best",
+    "skipped_reasons",
+    "summarize_config",
+]
+
+INFEASIBLE_STATUSES = ("oom", "over-budget", "dominated", "predicted")
+FAILED_STATUSES = ("timeout", "crash", "nan", "error", "interrupted")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """One trial of the study, as the search stored it."""
+
+    number: int
+    state: str  # Optuna's: COMPLETE, PRUNED, FAIL, RUNNING, WAITING
+    status: str  # ok | oom | over-budget | dominated | predicted | pruned | timeout | ...
+    config: Mapping[str, Any] = field(default_factory=dict)
+    value: float | None = None
+    throughput: float | None = None  # tokens/s, or samples/s for samples-unit models
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    step_time_median_s: float | None = None
+    step_time_p90_s: float | None = None
+    compile_s: float | None = None
+    mfu: float | None = None
+    peak_memory_bytes: int | None = None
+    time_to_train_s: float | None = None
+    reason: str = ""
+    role: str = ""  # naive | smallest | warm-start | ""
+    ran: bool = False  # whether a burst ran for this trial
+    duplicate_of: int | None = None
+    wall_s: float | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == "COMPLETE" and self.status == "ok"
+
+    @property
+    def infeasible(self) -> bool:
+        return self.status in INFEASIBLE_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        """The burst failed (timeout, crash, nan, error) or was interrupted."""
+        return self.state == "FAIL" or self.status in FAILED_STATUSES
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("COMPLETE", "PRUNED", "FAIL")
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig.from_mapping(self.config)
+
+    def summary(self) -> str:
+        """``mb 8x4 seq 128 bf16 ckpt compile=default workers=2 block_group=4``."""
+        return summarize_config(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "status": self.status,
+            "config": dict(self.config),
+            "value": self.value,
+            "throughput": self.throughput,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "step_time_median_s": self.step_time_median_s,
+            "step_time_p90_s": self.step_time_p90_s,
+            "compile_s": self.compile_s,
+            "mfu": self.mfu,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "time_to_train_s": self.time_to_train_s,
+            "reason": self.reason,
+            "role": self.role,
+            "ran": self.ran,
+            "duplicate_of": self.duplicate_of,
+            "wall_s": self.wall_s,
+        }
+
+    @classmethod
+    def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:
+        attrs = {**trial.user_attrs, **(trial.user_attrs.get("outcome") or {})}
+        state = trial.state.name
+        status = attrs.get("status")
+        if status is None:
+            status = {"RUNNING": "running", "WAITING": "waiting", "PRUNED": "pruned"}.get(
+                state, "error" if state == "FAIL" else "unknown"
+            )
+        value = trial.value if state == "COMPLETE" else None
+        return cls(
+            number=trial.number,
+            state=state,
+            status=str(status),
+            config=dict(attrs.get("config") or {}),
+            value=value,
+            throughput=attrs.get("throughput"),
+            tokens_per_s=attrs.get("tokens_per_s"),
+            samples_per_s=attrs.get("samples_per_s"),
+            step_time_median_s=attrs.get("step_time_median_s"),
+            step_time_p90_s=attrs.get("step_time_p90_s"),
+            compile_s=attrs.get("compile_s"),
+            mfu=attrs.get("mfu"),
+            peak_memory_bytes=attrs.get("peak_memory_bytes"),
+            time_to_train_s=attrs.get("time_to_train_s"),
+            reason=str(attrs.get("reason") or ""),
+            role=str(attrs.get("role") or ""),
+            ran=bool(attrs.get("ran", False)),
+            duplicate_of=attrs.get("duplicate_of"),
+            wall_s=attrs.get("wall_s"),
+        )
+
+
+def summarize_config(config: Mapping[str, Any]) -> str:
+    """A one-line summary of a config mapping for tables."""
+    if not config:
+        return "-"
+    parts = [f"mb {config.get('micro_batch')}x{config.get('grad_accum')}"]
+    parts.append(f"seq {config.get('seq_len')}")
+    parts.append(str(config.get("precision")))
+    if config.get("activation_checkpointing"):
+        parts.append("ckpt")
+    if config.get("compile", "off") != "off":
+        parts.append(f"compile={config.get('compile')}")
+    workers = config.get("num_workers") or 0
+    if workers:
+        extra = "+pin" if config.get("pin_memory") else ""
+        prefetch = config.get("prefetch_factor")
+        extra += f" pf{prefetch}" if prefetch else ""
+        parts.append(f"workers={workers}{extra}")
+    for name, value in (config.get("knobs") or {}).items():
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchEvent:
+    """Progress of a search, for a live display (``progress=`` callback)."""
+
+    kind: Literal["start", "trial", "verify", "note"]
+    message: str = ""
+    trial: TrialRecord | None = None
+    best: TrialRecord | None = None
+    elapsed_s: float = 0.0
+    time_left_s: float | None = None
+    trials_left: int | None = None
+    verify: BurstResult | None = None
+    unit: str = "tokens/s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    """What a search found: the CLI prints it, ``--json`` dumps ``to_dict()``."""
+
+    model: str
+    device: str
+    budget_bytes: int
+    global_batch: int
+    seq_len: tuple[int, ...]
+    objective: str
+    train_steps: int | None
+    unit: str  # tokens/s or samples/s
+    study_name: str
+    storage: str
+    space_size: int
+    best: TrialRecord | None
+    verified: BurstResult | None
+    naive: TrialRecord | None
+    speedup: float | None  # verified throughput / naive throughput (same study)
+    top: tuple[TrialRecord, ...]
+    trials: tuple[TrialRecord, ...]
+    skipped: Mapping[str, int]  # why configs were not run or not kept: reason -> count
+    preset_path: str | None
+    wall_s: float
+    stopped: str  # why the search stopped
+    verify_attempts: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_config(self) -> TrainConfig | None:
+        return None if self.best is None else self.best.train_config()
+
+    def counts(self) -> dict[str, int]:
+        """trials (all finished), measured (a burst ran), infeasible, pruned, failed."""
+        done = [t for t in self.trials if t.finished]
+        return {
+            "trials": len(done),
+            "measured": sum(1 for t in done if t.ran),
+            "infeasible": sum(1 for t in done if t.infeasible),
+            "pruned": sum(1 for t in done if t.state == "PRUNED"),
+            "failed": sum(1 for t in done if t.failed),
+            "duplicates": sum(1 for t in done if t.duplicate_of is not None),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "device": self.device,
+            "budget_bytes": self.budget_bytes,
+            "global_batch": self.global_batch,
+            "seq_len": list(self.seq_len),
+            "objective": self.objective,
+            "train_steps": self.train_steps,
+            "unit": self.unit,
+            "study_name": self.study_name,
+            "storage": self.storage,
+            "space_size": self.space_size,
+            "best": None if self.best is None else self.best.to_dict(),
+            "verified": None if self.verified is None else self.verified.to_dict(),
+            "naive": None if self.naive is None else self.naive.to_dict(),
+            "speedup": self.speedup,
+            "counts": self.counts(),
+            "skipped": dict(self.skipped),
+            "top": [t.to_dict() for t in self.top],
+            "trials": [t.to_dict() for t in self.trials],
+            "preset_path": self.preset_path,
+            "wall_s": self.wall_s,
+            "stopped": self.stopped,
+            "verify_attempts": [dict(a) for a in self.verify_attempts],
+            "notes": list(self.notes),
+        }
+
+
+def distinct_best(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Feasible trials that ran, best value first, one per config."""
+    seen: set[str] = set()
+    out: list[TrialRecord] = []
+    for r in sorted(
+        (r for r in records if r.feasible and r.ran and r.value is not None),
+        key=lambda r: (-(r.value or 0.0), r.number),
+    ):
+        key = repr(sorted(r.config.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def skipped_reasons(records: Sequence[TrialRecord]) -> dict[str, int]:
+    """Why configs were not kept, grouped: 'dominated by OOM trial #3' -> 4, ..."""
+    out: dict[str, int] = {}
+    for r in records:
+        if not r.finished or r.duplicate_of is not None or r.status == "ok":
+            continue
+        if r.status == "predicted":
+            reason = "predicted over budget by the memory model"
+        elif r.status == "pruned":
+            reason = "pruned: clearly slower than the best so far"
+        elif r.status == "stopped":
+            reason = r.reason
+        else:
+            reason = r.reason if r.status == "dominated" else f"{r.status}: {r.reason}"
+        out[reason] = out.get(reason, 0) + 1
+    return out

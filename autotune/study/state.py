@@ -1,0 +1,185 @@
+"""What one search process knows so far about its study: every trial as a record, which
+configs have a result, the memory model fitted to them, and when to stop."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.memory_model import MemoryModel
+from autotune.study.records import SearchEvent, TrialRecord
+
+if TYPE_CHECKING:
+    from autotune.config import TrainConfig
+    from autotune.models.spec import ModelSpec
+    from autotune.space import SearchSpace
+
+__all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]
+
+MAX_CONSECUTIVE_SKIPS = 100  # the sampler keeps proposing known configs: it has converged
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a search stops: after ``trials`` measured trials (earlier runs' included), or
+    once ``time_limit_s`` seconds have passed (None: no such limit)."""
+
+    trials: int | None
+    time_limit_s: float | None
+
+
+@dataclass(kw_only=True)
+class SearchState:
+    """The state of one search process over its study.
+
+    ``records`` holds every trial seen (earlier runs' included); ``by_key`` maps a config
+    (its space key) to the trial whose result it has, so that a config is not run twice;
+    ``memory`` learns from each measured peak and OOM.
+    """
+
+    spec: ModelSpec
+    space: SearchSpace
+    budget_bytes: int
+    limits: Limits
+    progress: Callable[[SearchEvent], None] | None = None
+    started: float = field(default_factory=time.monotonic)
+    records: dict[int, TrialRecord] = field(default_factory=dict)
+    by_key: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    memory: MemoryModel = field(init=False)
+    consecutive_skips: int = 0
+    stopped: str = ""  # why the search stopped ("" while it runs)
+    budget_problem: str = ""  # set when even the smallest config does not fit
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryModel(
+            budget_bytes=self.budget_bytes, device_kind=self.space.device_kind
+        )
+
+    # -- what is known -----------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return self.space.device
+
+    @property
+    def unit(self) -> str:
+        return self.spec.throughput_label
+
+    def measured(self) -> int:
+        """Trials that ran a burst to its end (interrupted ones do not count)."""
+        return sum(1 for r in self.records.values() if r.ran and r.status != "interrupted")
+
+    def best(self) -> TrialRecord | None:
+        feasible = [r for r in self.records.values() if r.feasible and r.value is not None]
+        return max(feasible, key=lambda r: (r.value or 0.0, -r.number), default=None)
+
+    def best_throughput(self) -> float | None:
+        values = [
+            r.throughput for r in self.records.values() if r.feasible and r.throughput is not None
+        ]
+        return max(values, default=None)
+
+    def record_of(self, config: TrainConfig) -> TrialRecord | None:
+        """The trial whose result ``config`` has, or None."""
+        number = self.by_key.get(self.space.key(config))
+        return None if number is None else self.records.get(number)
+
+    def trials_in_order(self) -> list[TrialRecord]:
+        """Every trial but those queued and never started (WAITING), by number."""
+        return sorted(
+            (r for r in self.records.values() if r.state != "WAITING"), key=lambda r: r.number
+        )
+
+    # -- time and budget -----------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def time_left(self) -> float | None:
+        limit = self.limits.time_limit_s
+        return None if limit is None else max(0.0, limit - self.elapsed())
+
+    def trials_left(self) -> int | None:
+        trials = self.limits.trials
+        return None if trials is None else max(0, trials - self.measured())
+
+    # -- progress --------------------------------------------------------------------------
+    def emit(self, event: SearchEvent) -> None:
+        if self.progress is not None:
+            self.progress(event)
+
+    def note(self, message: str) -> None:
+        self.emit(SearchEvent(kind="note", message=message, elapsed_s=self.elapsed()))
+
+    # -- learning from trials ------------------------------------------------------------
+    def absorb(self, record: TrialRecord) -> None:
+        """Add a finished trial to the state (memory model, known configs)."""
+        self.records[record.number] = record
+        if not record.finished or not record.config:
+            return
+        try:
+            config = record.train_config()
+        except Exception:  # a trial from an older, different space: ignore it
+            return
+        # A FAIL trial was interrupted or its process killed: it has no result, so its
+        # config may run again.
+        # A config stopped by the time limit has no result either.
+        retry = record.state == "FAIL" or record.status == "stopped"
+        if not retry and self.space.contains(config):
+            self.by_key.setdefault(self.space.key(config), record.number)
+        if record.ran and record.duplicate_of is None:
+            if record.status in ("oom", "over-budget"):
+                self.memory.add(
+                    record.number, config, peak_bytes=record.peak_memory_bytes, infeasible=True
+                )
+            elif record.status == "ok":
+                self.memory.add(
+                    record.number, config, peak_bytes=record.peak_memory_bytes, infeasible=False
+                )
+
+    def record_trial(self, record: TrialRecord) -> None:
+        """A trial of this run finished: absorb it, count a run of skipped trials, and tell
+        the progress display."""
+        self.absorb(record)
+        self.consecutive_skips = 0 if record.ran else self.consecutive_skips + 1
+        self.emit(
+            SearchEvent(
+                kind="trial",
+                trial=record,
+                best=self.best(),
+                elapsed_s=self.elapsed(),
+                time_left_s=self.time_left(),
+                trials_left=self.trials_left(),
+                unit=self.unit,
+            )
+        )
+
+    # -- when to stop ----------------------------------------------------------------------
+    def stop_reason(self) -> str:
+        """Why the search should stop now, or "" to go on."""
+        if self.budget_problem:
+            return "budget too small"
+        left = self.trials_left()
+        if left is not None and left <= 0:
+            return f"reached {self.limits.trials} measured trials"
+        # The time limit ends a search only once it measured something (the naive config).
+        time_left = self.time_left() if self.measured() else None
+        if time_left is not None and time_left <= 0:
+            return f"reached the time limit ({self.limits.time_limit_s:.0f} s)"
+        if time_left is not None:
+            walls = [r.wall_s for r in self.records.values() if r.ran and r.wall_s and r.feasible]
+            typical = statistics.median(walls) if walls else 0.0
+            if time_left < typical:
+                return (
+                    f"the time limit ({self.limits.time_limit_s:.0f} s) leaves {time_left:.0f} s, "
+                    f"less than a typical burst ({typical:.0f} s)"
+                )
+        if len(self.by_key) >= self.space.size():
+            return f"every config of the space ({self.space.size()}) has a result"
+        if self.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+            return (
+                f"the sampler proposed only known or skipped configs for "
+                f"{MAX_CONSECUTIVE_SKIPS} trials in a row (converged)"
+            )
+        return ""

@@ -1,0 +1,164 @@
+"""A fake burst function and a hand-made CPU machine for the search tests (fast,
+deterministic, no subprocess).
+
+A fake burst computes throughput and peak memory from the config, runs out of memory
+above a size, and calls ``on_step`` for each timed step the way ``run_burst`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from toy_spec import toy_spec as make_toy_spec
+
+from autotune.burst import BurstResult
+from autotune.config import TrainConfig
+from autotune.hardware import CPUInfo, HardwareProfile, SoftwareInfo
+from autotune.models.spec import Knob, ModelSpec
+from autotune.study import SearchResult, search
+
+MB = 10**6
+GB = 10**9
+
+
+def toy_spec(*, global_batch: int = 32, knobs: tuple[Knob, ...] = ()) -> ModelSpec:
+    return make_toy_spec(global_batch=global_batch, knobs=knobs, seq_len=64, max_seq_len=256)
+
+
+def cpu_profile(*, cores: int = 2, ram: int = 16 * 2**30) -> HardwareProfile:
+    return HardwareProfile(
+        gpus=(),
+        cpu=CPUInfo(
+            model_name="Test CPU",
+            physical_cores=cores,
+            logical_cores=cores,
+            total_ram_bytes=ram,
+            available_ram_bytes=ram // 2,
+            isa_flags=("avx2",),
+            torch_threads=cores,
+        ),
+        software=SoftwareInfo(
+            python_version="3.11",
+            torch_version="2.13.0",
+            torch_cuda_version=None,
+            compile_available=True,
+            compile_reason="test",
+            optuna_version="5.0.0",
+            autotune_version="0.1.0",
+            compile_cpu_available=True,
+        ),
+    )
+
+
+@dataclass
+class FakeBurst:
+    """Throughput and memory as simple functions of the config.
+
+    peak = base + per_token * micro_batch * seq_len (halved by checkpointing); a peak above
+    the budget (or above ``oom_above``) is an OOM. bf16 runs ``bf16_slowdown`` times slower.
+    """
+
+    base: float = 100 * MB
+    per_token: float = 1 * MB
+    oom_above: float | None = None
+    bf16_slowdown: float = 1.0
+    compile_speedup: float = 1.5
+    compile_s: float = 0.0
+    interrupt_at: int | None = None  # raise KeyboardInterrupt at this call (1-based)
+    report_peaks: bool = True  # False: ok bursts give no peak (nothing to fit)
+    fail: Callable[[TrainConfig], str | None] = lambda c: None  # status for failures
+    verify_fail: Callable[[TrainConfig], bool] = lambda c: False
+    calls: list[TrainConfig] = field(default_factory=list)
+    verify_calls: list[TrainConfig] = field(default_factory=list)
+    steps_reported: list[int] = field(default_factory=list)
+
+    def peak(self, c: TrainConfig) -> float:
+        act = (
+            self.per_token * c.micro_batch * c.seq_len * (0.5 if c.activation_checkpointing else 1)
+        )
+        return self.base + act
+
+    def speed(self, c: TrainConfig) -> float:
+        tp = 1000.0 * (1 + c.micro_batch**0.5) * (1 + 0.1 * c.num_workers)
+        tp *= self.compile_speedup if c.compile != "off" else 1.0
+        tp /= self.bf16_slowdown if c.precision == "bf16" else 1.0
+        tp *= 0.8 if c.activation_checkpointing else 1.0
+        return tp * (1 + 0.001 * c.seq_len)
+
+    def __call__(
+        self,
+        spec: ModelSpec,
+        config: TrainConfig,
+        *,
+        steps: int,
+        warmup: int,
+        budget_bytes: int | None,
+        timeout_s: float,
+        device: str,
+        seed: int,
+        verify: bool = False,
+        on_step: Callable[[int, float], bool] | None = None,
+    ) -> BurstResult:
+        if verify:
+            self.verify_calls.append(config)
+        else:
+            self.calls.append(config)
+            if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+                raise KeyboardInterrupt
+        failure = self.fail(config)
+        if failure and not verify:
+            return BurstResult(status=failure, reason=f"fake {failure}")  # type: ignore[arg-type]
+        peak = self.peak(config)
+        limit = min(x for x in (budget_bytes, self.oom_above) if x is not None)
+        if peak > limit:
+            return BurstResult(
+                status="oom", reason="fake out of memory", peak_memory_bytes=int(limit)
+            )
+        tokens = self.speed(config)
+        step_time = config.global_batch * config.seq_len / tokens
+        reported = 0
+        for i in range(steps):
+            reported += 1
+            if on_step is not None and not on_step(i, step_time):
+                self.steps_reported.append(reported)
+                return BurstResult(status="pruned", reason="stopped by on_step", timed_steps=i + 1)
+        if not verify:
+            self.steps_reported.append(reported)
+        if verify and self.verify_fail(config):
+            return BurstResult(status="crash", reason="fake crash while saving")
+        return BurstResult(
+            status="ok",
+            timed_steps=steps,
+            tokens_per_s=tokens,
+            samples_per_s=tokens / config.seq_len,
+            step_time_median_s=step_time,
+            compile_s=self.compile_s if config.compile != "off" else None,
+            peak_memory_bytes=int(peak) if self.report_peaks else None,
+            eval_loss=1.0 if verify else None,
+            checkpoint_bytes=1234 if verify else None,
+        )
+
+
+def run(tmp_path: Path, burst: FakeBurst, **kwargs: Any) -> SearchResult:
+    spec = kwargs.pop("spec", None) or toy_spec()
+    options: dict[str, Any] = {
+        "budget": "1GB",
+        "hardware": cpu_profile(),
+        "burst_fn": burst,
+        "trials": 12,
+        "runs_dir": tmp_path / "runs",
+        "output": tmp_path / "best.yaml",
+        "steps": 4,
+        "warmup": 1,
+    }
+    options.update(kwargs)
+    return search(spec, **options)
+
+
+def study_of(result: SearchResult) -> optuna.Study:
+    url = result.storage
+    return optuna.load_study(study_name=result.study_name, storage=url)

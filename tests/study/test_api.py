@@ -1,0 +1,196 @@
+"""search(): the Python API, its arguments, and a run with the real burst runner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_burst import GB, FakeBurst, cpu_profile, run, toy_spec
+
+from autotune.config import TrainConfig
+from autotune.errors import BudgetError, UsageError
+from autotune.study import search
+from autotune.units import parse_duration
+
+
+def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:
+    import autotune
+
+    assert autotune.search is search and "search" in autotune.__all__
+    result = autotune.search(
+        toy_spec(),
+        budget="1GB",
+        hardware=cpu_profile(),
+        burst_fn=FakeBurst(),
+        trials=3,
+        runs_dir=tmp_path / "runs",
+        output=tmp_path / "best.yaml",
+        steps=4,
+        warmup=1,
+    )
+    assert isinstance(result, autotune.SearchResult)
+    assert result.best is not None and result.preset_path == str(tmp_path / "best.yaml")
+
+
+def test_importing_autotune_loads_neither_torch_nor_optuna() -> None:
+    # what keeps `autotune --help` instant, now that the package binds autotune.search
+    code = "import sys, autotune; print(sorted({'torch', 'optuna'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_autotune_search_is_a_function_not_a_module() -> None:
+    # the search lives in the package autotune.study; no module shadows the function
+    import autotune
+
+    assert not isinstance(autotune.search, types.ModuleType)
+    assert autotune.search.__module__ == "autotune.study.api"
+
+
+# -- arguments ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"timeout": "soon"}, "cannot read timeout 'soon'"),
+        ({"timeout": 0}, "timeout must be a positive duration"),
+        ({"burst_timeout": "long"}, "cannot read burst_timeout 'long'"),
+    ],
+)
+def test_a_bad_duration_names_the_parameter(
+    tmp_path: Path, kwargs: dict[str, Any], expected: str
+) -> None:
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match=expected):
+        run(tmp_path, burst, **kwargs)
+    assert not burst.calls
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("600", 600.0), ("600s", 600.0), ("10m", 600.0), ("1.5h", 5400.0)]
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    assert parse_duration(seconds) == seconds
+    with pytest.raises(UsageError, match="cannot read --timeout 'soon'"):
+        parse_duration("soon", what="--timeout")
+
+
+# -- budget strings ----------------------------------------------------------------------
+
+
+def test_budget_strings(tmp_path: Path) -> None:
+    burst = FakeBurst()
+    ram = 4 * GB
+    result = run(tmp_path, burst, budget="0.5", hardware=cpu_profile(ram=ram), trials=2)
+    assert result.budget_bytes == ram // 2
+    for text, expected in (("1GB", GB), ("1GiB", 2**30), ("1000MB", GB)):
+        r = run(tmp_path / text, FakeBurst(), budget=text, trials=1, output=None)
+        assert r.budget_bytes == expected
+    with pytest.raises(BudgetError, match="cannot read budget"):
+        run(tmp_path, burst, budget="lots")
+    notes: list[str] = []
+    r = run(
+        tmp_path / "big",
+        FakeBurst(),
+        budget="64GB",
+        trials=1,
+        output=None,
+        hardware=cpu_profile(ram=8 * GB),
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert any("above the memory" in n for n in notes) and r.notes
+
+
+# -- the real burst runner, end to end ---------------------------------------------------
+
+_TINY_MODEL = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    from autotune.models.spec import ModelSpec
+
+    class Tiny(nn.Module):
+        def __init__(self, vocab=32, dim=16):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, dim)
+            self.out = nn.Linear(dim, vocab)
+
+        def forward(self, x):  # x: (B, T)
+            return self.out(self.emb(x))  # (B, T, V)
+
+    def build(vocab=32, dim=16):
+        return Tiny(vocab, dim)
+
+    def make_batch(args, batch_size, seq_len, generator):
+        x = torch.randint(0, args["vocab"], (batch_size, seq_len + 1), generator=generator)
+        return {"input": x[:, :-1], "target": x[:, 1:]}
+
+    def loss(model, batch):
+        logits = model(batch["input"])
+        return nn.functional.cross_entropy(logits.flatten(0, 1), batch["target"].flatten())
+
+    def flops(args, seq_len):
+        return 6.0 * (args["vocab"] * args["dim"] * 2) * seq_len
+
+    spec = ModelSpec(name="tiny", description="tiny LM", task="lm", build_fn=build,
+                     make_batch_fn=make_batch, loss_fn=loss, flops_fn=flops,
+                     args={"vocab": 32, "dim": 16}, seq_len=16, max_seq_len=64,
+                     global_batch=8)
+    """
+)
+
+
+def _real_burst_available() -> bool:
+    from autotune.burst import run_burst
+
+    try:
+        run_burst(toy_spec(), toy_spec_config(), steps=1, timeout_s=1.0)
+    except NotImplementedError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def toy_spec_config() -> TrainConfig:
+    return TrainConfig(micro_batch=1, grad_accum=1, seq_len=8)
+
+
+@pytest.mark.slow
+def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
+    if not _real_burst_available():
+        pytest.skip("autotune.burst.run_burst is not implemented yet")
+    from autotune.hardware import probe
+    from autotune.models.registry import load_model
+    from autotune.preset import load_preset
+
+    model_file = tmp_path / "tiny_model.py"
+    model_file.write_text(_TINY_MODEL)
+    spec = load_model(f"{model_file}:spec")
+    result = search(
+        spec,
+        budget="4GB",
+        device="cpu",
+        hardware=probe(),
+        trials=4,
+        steps=3,
+        warmup=1,
+        knobs=["compile=off", "num_workers=0", "precision=fp32"],
+        runs_dir=tmp_path / "runs",
+        output=tmp_path / "tiny.yaml",
+        burst_timeout=120,
+    )
+    assert result.best is not None and result.verified is not None and result.verified.ok
+    assert result.verified.eval_loss is not None
+    assert result.naive is not None and result.naive.status == "ok"
+    assert result.speedup is not None and result.speedup > 0
+    preset = load_preset(tmp_path / "tiny.yaml")
+    assert preset.config == result.best.train_config()
+    assert preset.measured.peak_memory_bytes is not None

@@ -1,0 +1,168 @@
+"""One trial: infeasible, failed, repeated and time-limited bursts, and the objectives."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from fake_burst import GB, MB, FakeBurst, run, study_of
+
+from autotune.burst import BurstResult
+from autotune.config import TrainConfig
+from autotune.errors import UsageError
+from autotune.models.spec import ModelSpec
+
+
+def test_infeasible_trials_are_complete_with_a_positive_constraint(tmp_path: Path) -> None:
+    burst = FakeBurst(per_token=2 * MB)
+    result = run(tmp_path, burst, trials=10, knobs=["precision=fp32", "compile=off"])
+    study = study_of(result)
+    done = [t for t in study.trials if t.state.is_finished()]
+    infeasible = [t for t in done if t.user_attrs["outcome"]["status"] == "oom"]
+    assert infeasible
+    for t in infeasible:
+        assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 0.0
+        assert t.user_attrs["outcome"]["constraint"] > 0
+        assert t.constraints and max(t.constraints.values()) > 0
+        assert t.user_attrs["outcome"]["peak_memory_bytes"] == GB
+    feasible = [t for t in done if t.user_attrs["outcome"]["status"] == "ok"]
+    assert all(max(t.constraints.values()) <= 0 for t in feasible)
+
+
+def test_the_naive_baseline_is_never_pruned(tmp_path: Path) -> None:
+    # A study where a much faster config is already known (another worker's, or an earlier
+    # run's) when the naive config runs: the naive config must still be measured fully.
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, FakeBurst(interrupt_at=1), study="s", output=None)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/runs/s/study.db")
+    fast = TrainConfig(micro_batch=32, grad_accum=1, seq_len=64, compile="default")
+    outcome = {"status": "ok", "ran": True, "throughput": 1e9, "tokens_per_s": 1e9}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE,
+            value=1e9,
+            user_attrs={"config": fast.to_dict(), "outcome": outcome},
+        )
+    )
+    burst = FakeBurst()
+    run(tmp_path, burst, trials=3, study="s", steps=6, output=None)
+    assert burst.calls[0].micro_batch == 1 and burst.steps_reported[0] == 6  # naive, in full
+    assert any(n < 6 for n in burst.steps_reported[1:])  # while later ones are pruned
+
+
+# -- failures, duplicates ----------------------------------------------------------------
+
+
+def test_failed_bursts_are_infeasible_with_a_reason_and_are_not_rerun(tmp_path: Path) -> None:
+    burst = FakeBurst(fail=lambda c: "crash" if c.activation_checkpointing else None)
+    result = run(tmp_path, burst, trials=10, knobs=["compile=off", "num_workers=0"])
+    failed = [t for t in result.trials if t.status == "crash"]
+    assert failed and all(t.failed for t in failed)
+    for t in failed:
+        # COMPLETE with value 0 and a positive constraint, so TPE learns to avoid them
+        assert t.state == "COMPLETE" and t.value == 0.0 and "fake crash" in t.reason
+    assert result.counts()["failed"] == len(failed)
+    keys = [repr(c) for c in burst.calls]
+    assert len(keys) == len(set(keys)), "a config was burst twice"
+    # the sampler does not get stuck on the crashing half of the space
+    assert len(result.trials) < 30
+    assert result.best is not None and not result.best.config["activation_checkpointing"]
+    study = study_of(result)
+    crashed = [
+        t for t in study.trials if (t.user_attrs.get("outcome") or {}).get("status") == "crash"
+    ]
+    assert all(max(t.constraints.values()) > 0 for t in crashed)
+
+
+def test_a_repeated_config_replays_its_outcome_without_a_burst(tmp_path: Path) -> None:
+    burst = FakeBurst()
+    # 4 configs in the space, 4 measured: the sampler must repeat itself on the way
+    result = run(
+        tmp_path,
+        burst,
+        trials=6,
+        knobs=["precision=fp32", "compile=off", "num_workers=0", "micro_batch=1,2"],
+    )
+    assert len(burst.calls) == 4
+    assert len({repr(c) for c in burst.calls}) == 4
+    assert "every config of the space" in result.stopped
+    for t in result.trials:
+        if t.duplicate_of is not None:
+            assert not t.ran and "same config as trial" in t.reason
+
+
+# -- objectives --------------------------------------------------------------------------
+
+
+def test_time_to_train_charges_compile_time(tmp_path: Path) -> None:
+    knobs = ["precision=fp32", "num_workers=0", "micro_batch=8", "activation_checkpointing=false"]
+    burst = FakeBurst(compile_s=30.0)
+    short = run(
+        tmp_path / "short", burst, trials=2, knobs=knobs, objective="time-to-train", train_steps=5
+    )
+    assert short.best is not None and short.best.config["compile"] == "off"
+    assert short.best.time_to_train_s is not None
+    long = run(
+        tmp_path / "long",
+        FakeBurst(compile_s=30.0),
+        trials=2,
+        knobs=knobs,
+        objective="time-to-train",
+        train_steps=100_000,
+    )
+    assert long.best is not None and long.best.config["compile"] == "default"
+    with pytest.raises(UsageError, match="--train-steps"):
+        run(tmp_path, burst, objective="time-to-train")
+
+
+def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
+    class SlowSteps(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            on_step = kw.pop("on_step", None)
+
+            def slow(i: int, dt: float) -> bool:
+                time.sleep(0.05 * config.micro_batch)  # the naive mb 1 is quick, mb 8 is not
+                return on_step is None or bool(on_step(i, dt))
+
+            return super().__call__(spec, config, on_step=slow, **kw)
+
+    t0 = time.monotonic()
+    result = run(tmp_path, SlowSteps(), trials=None, timeout="2s", steps=8, output=None)
+    assert time.monotonic() - t0 < 6  # the guess's burst alone would take 3.2 s
+    cut = [t for t in result.trials if t.status == "stopped"]
+    assert len(cut) == 1 and cut[0].state == "PRUNED"
+    assert cut[0].reason.startswith("stopped: the search's time limit")
+    assert result.trials[0].status == "ok"  # the naive baseline is never cut
+
+
+def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
+    tmp_path: Path,
+) -> None:
+    timeouts: list[float] = []
+
+    class LongCompile(FakeBurst):
+        """A compiled config needs 1000 s of warm-up: longer than any timeout given."""
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.compile != "off" and not kw.get("verify"):
+                self.calls.append(config)
+                timeouts.append(kw["timeout_s"])
+                if kw["timeout_s"] < 10:
+                    time.sleep(kw["timeout_s"])  # as a real burst would, until its timeout
+                return BurstResult(status="timeout", reason="fake: still compiling")
+            return super().__call__(spec, config, **kw)
+
+    t0 = time.monotonic()
+    limited = run(tmp_path / "a", LongCompile(), trials=None, timeout="3s", output=None)
+    assert time.monotonic() - t0 < 8
+    compiled = [t for t in limited.trials if t.ran and t.config["compile"] != "off"]
+    assert len(compiled) == 1 and compiled[0].status == "stopped"
+    assert len(timeouts) == 1 and timeouts[0] <= 3.0  # the time left, not the 300 s default
+    timeouts.clear()
+    by_trials = run(tmp_path / "b", LongCompile(), trials=6, output=None)
+    compiled = [t for t in by_trials.trials if t.ran and t.config["compile"] != "off"]
+    assert compiled and all(t.status == "timeout" and t.failed for t in compiled)
+    assert all(t == 300.0 for t in timeouts)

@@ -1,0 +1,74 @@
+"""The Optuna pieces: the pruner, the study's set-up check, the storages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_burst import FakeBurst, run
+
+from autotune.errors import UsageError
+from autotune.study import SlowConfigPruner
+
+# -- pruning -----------------------------------------------------------------------------
+
+
+def test_the_pruner_is_an_optuna_pruner_that_compares_with_the_best_so_far() -> None:
+    best: list[float | None] = [None]
+    pruner = SlowConfigPruner(lambda: best[0])
+    assert isinstance(pruner, optuna.pruners.BasePruner)
+    assert not pruner.should_prune({0: 1.0}, None)  # nothing to compare with yet
+    assert pruner.should_prune({0: 10.0}, 100.0)  # under 1/9 of the best: one step says so
+    assert not pruner.should_prune({0: 30.0}, 100.0)  # under 1/3, but a single step
+    assert pruner.should_prune({0: 30.0, 1: 32.0}, 100.0)  # under 1/3 after two steps
+    assert not pruner.should_prune({0: 30.0, 1: 40.0}, 100.0)  # its fastest step is not
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    trial = study.ask()
+    trial.report(10.0, 0)
+    assert not trial.should_prune()
+    best[0] = 100.0
+    assert trial.should_prune()
+    with pytest.raises(ValueError, match="ratio"):
+        SlowConfigPruner(lambda: None, ratio=1.5)
+
+
+@pytest.mark.parametrize(("slowdown", "steps_run"), [(30.0, 1), (4.0, 2)])
+def test_a_slower_config_is_pruned_after_few_steps(
+    tmp_path: Path, slowdown: float, steps_run: int
+) -> None:
+    # 30x slower: under 1/9 of the best after one step; 4x: under 1/3 after two.
+    burst = FakeBurst(bf16_slowdown=slowdown)
+    result = run(
+        tmp_path,
+        burst,
+        trials=8,
+        steps=10,
+        knobs=["precision=fp32,bf16", "compile=off", "num_workers=0", "micro_batch=4,8"],
+    )
+    bf16 = [
+        (c, n)
+        for c, n in zip(burst.calls, burst.steps_reported, strict=True)
+        if c.precision == "bf16"
+    ]
+    assert bf16, "the sampler never tried bf16"
+    pruned = [t for t in result.trials if t.status == "pruned"]
+    assert pruned and all(t.state == "PRUNED" for t in pruned)
+    assert all("pruned after" in t.reason for t in pruned if t.ran)
+    # Every bf16 burst stopped after 1 or 2 of its 10 steps.
+    assert all(n == steps_run for _, n in bf16)
+    assert result.best is not None and result.best.config["precision"] == "fp32"
+
+
+def test_a_study_made_for_another_search_is_refused(tmp_path: Path) -> None:
+    run(tmp_path, FakeBurst(), trials=2, study="mine", output=None)
+    with pytest.raises(UsageError, match=r"different search.*budget_bytes"):
+        run(tmp_path, FakeBurst(), trials=2, study="mine", budget="2GB", output=None)
+
+
+def test_a_journal_storage_works(tmp_path: Path) -> None:
+    url = f"journal:{tmp_path / 'journal.log'}"
+    result = run(tmp_path, FakeBurst(), trials=3, storage=url, output=None)
+    assert result.best is not None and (tmp_path / "journal.log").stat().st_size > 0
+    again = run(tmp_path, FakeBurst(), trials=4, storage=url, output=None)
+    assert sum(1 for t in again.trials if t.ran) == 4

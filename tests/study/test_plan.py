@@ -1,0 +1,192 @@
+"""Which config runs next: the naive baseline first, the guess, refinement around the
+best, a warm start, configs ruled out by dominance or the memory model, a too-small budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fake_burst import GB, MB, FakeBurst, run, toy_spec
+
+from autotune.config import TrainConfig
+from autotune.errors import BudgetError
+from autotune.models.spec import Knob
+
+# -- the naive baseline -----------------------------------------------------------------
+
+
+def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
+    tmp_path: Path,
+) -> None:
+    burst = FakeBurst()
+    result = run(tmp_path, burst, trials=8)
+    first = burst.calls[0]
+    assert (first.precision, first.micro_batch, first.compile, first.num_workers) == (
+        "fp32",
+        1,
+        "off",
+        0,
+    )
+    assert not first.activation_checkpointing
+    assert result.trials[0].role == "naive" and result.naive is not None
+    assert result.naive.number == 0
+    # then a hand-tuner's guess: a quarter of the global batch per micro-batch
+    assert result.trials[1].role == "guess" and burst.calls[1].micro_batch == 8
+    # the guess became the best: its micro-batch neighbours come next
+    guess = burst.calls[1]
+    assert {c.micro_batch for c in burst.calls[2:4]} == {4, 16}
+    assert all(c.replace(micro_batch=8, grad_accum=4) == guess for c in burst.calls[2:4])
+    assert result.trials[2].role == "refine"
+    assert result.best is not None and result.verified is not None
+    expected = burst.speed(result.best.train_config()) / burst.speed(first)
+    assert result.speedup == pytest.approx(expected)
+    assert result.speedup > 1.5
+
+
+def test_refinement_moves_compile_and_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
+    # A kernel choice that doubles the speed (as MU's eager attention does in bf16 on a
+    # CPU): after the guess becomes the best, its neighbours come next, one knob moved
+    # each: micro-batch x2 and /2, compile on, the categorical knob to its other value,
+    # the numeric knob one value down (8 is its top).
+    knobs = (
+        Knob(name="kernel", values=("fused", "plain"), default="fused"),
+        Knob(name="group", values=(1, 2, 4, 8), default=8),
+    )
+
+    @dataclass
+    class KernelBurst(FakeBurst):
+        def speed(self, c: TrainConfig) -> float:
+            return super().speed(c) * (2.0 if c.knobs["kernel"] == "plain" else 1.0)
+
+    burst = KernelBurst()
+    result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10)
+    guess = burst.calls[1]
+    assert result.trials[1].role == "guess"
+    moves = burst.calls[2:7]
+    assert [t.role for t in result.trials[2:7]] == ["refine"] * 5
+    changed = []
+    for config in moves:
+        diff = {
+            name
+            for name in ("micro_batch", "compile", "precision", "activation_checkpointing")
+            if getattr(config, name) != getattr(guess, name)
+        } | {f"knobs.{k}" for k, v in config.knobs.items() if v != guess.knobs[k]}
+        changed.append((diff, config.micro_batch, config.compile, dict(config.knobs)))
+    assert [d for d, *_ in changed] == [
+        {"micro_batch"},
+        {"micro_batch"},
+        {"compile"},
+        {"knobs.kernel"},
+        {"knobs.group"},
+    ]
+    assert {mb for _, mb, *_ in changed[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
+    assert changed[2][2] == "default" and changed[3][3]["kernel"] == "plain"
+    assert changed[4][3]["group"] == 4
+    # the kernel and compile together win, within ten trials
+    assert result.best is not None
+    best = result.best.train_config()
+    assert best.knobs["kernel"] == "plain" and best.compile == "default"
+
+
+# -- infeasible region: found, and dominated configs never run ---------------------------
+
+
+def test_infeasible_region_is_found_and_no_dominated_config_is_run(tmp_path: Path) -> None:
+    # fp32 only, no compile, no workers: micro_batch x seq_len x checkpointing (36 configs);
+    # no peaks from successful bursts, so only OOMs (dominance) can rule configs out.
+    burst = FakeBurst(per_token=1 * MB, base=100 * MB, report_peaks=False)  # mb*seq > 900
+    result = run(
+        tmp_path,
+        burst,
+        trials=14,
+        seq_len="64-256",
+        knobs=["precision=fp32", "compile=off", "num_workers=0"],
+        n_startup_trials=4,
+    )
+    statuses = [t.status for t in result.trials]
+    assert "oom" in statuses, statuses
+    dominated = [t for t in result.trials if t.status == "dominated"]
+    assert dominated, statuses
+    by_number = {t.number: t for t in result.trials}
+    for t in dominated:
+        assert not t.ran
+        k = int(t.reason.rsplit("#", 1)[1])
+        assert t.reason == f"dominated by OOM trial #{k}"
+        assert by_number[k].status == "oom"
+    # The core property: no config handed to the burst dominates an earlier OOM.
+    ooms: list[TrainConfig] = []
+    for config in burst.calls:
+        for oom in ooms:
+            same = oom.activation_checkpointing == config.activation_checkpointing
+            assert not (
+                same and config.micro_batch >= oom.micro_batch and config.seq_len >= oom.seq_len
+            ), f"{config} was run although OOM {oom} dominates it"
+        if burst.peak(config) > GB:
+            ooms.append(config)
+    # What fits was found, and the winner fits.
+    assert result.best is not None
+    assert burst.peak(result.best.train_config()) <= GB
+    assert result.skipped  # dominated trials are reported with their reason
+    assert any(reason.startswith("dominated by OOM trial #") for reason in result.skipped)
+
+
+def test_the_fitted_memory_model_skips_configs_predicted_over_budget(tmp_path: Path) -> None:
+    burst = FakeBurst(per_token=1 * MB, base=100 * MB)  # linear, as the model assumes
+    result = run(
+        tmp_path,
+        burst,
+        trials=14,
+        seq_len="64-256",
+        knobs=["precision=fp32", "compile=off", "num_workers=0"],
+        n_startup_trials=4,
+    )
+    predicted = [t for t in result.trials if t.status == "predicted" and t.duplicate_of is None]
+    assert predicted
+    for t in predicted:
+        assert not t.ran and t.reason.startswith("predicted over budget")
+        assert burst.peak(t.train_config()) > GB  # really over the budget
+    # and a config predicted over budget is never handed to the burst
+    assert not any(t.train_config() in burst.calls for t in predicted)
+
+
+# -- too small a budget ------------------------------------------------------------------
+
+
+def test_budget_below_the_smallest_config_is_a_budget_error(tmp_path: Path) -> None:
+    burst = FakeBurst(base=2 * GB)
+    with pytest.raises(BudgetError) as info:
+        run(tmp_path, burst, budget="1GB")
+    message = str(info.value)
+    assert "too small" in message and "smallest config" in message
+    assert "953.67 MiB" in message  # the peak the smallest config reached before its OOM
+    assert info.value.exit_code == 2
+    # naive, then the smallest (checkpointing on, shortest sequences); nothing else
+    assert len(burst.calls) == 2
+    assert burst.calls[1].activation_checkpointing
+    assert not (tmp_path / "best.yaml").exists()
+
+
+def test_budget_fitting_only_with_checkpointing_goes_on(tmp_path: Path) -> None:
+    # naive (mb 1, seq 128, no ckpt) needs 100 + 128 MB; ckpt halves activations
+    burst = FakeBurst(base=100 * MB, per_token=1 * MB)
+    result = run(tmp_path, burst, budget="200MB", seq_len=128, trials=6)
+    assert result.trials[0].status == "oom"
+    assert result.trials[1].role == "smallest" and result.trials[1].status == "ok"
+    assert result.best is not None and result.speedup is None  # naive did not fit
+
+
+def test_warm_start_runs_the_preset_config_and_its_neighbours_first(tmp_path: Path) -> None:
+    first = run(tmp_path / "a", FakeBurst(), trials=8)
+    assert first.preset_path is not None and first.best is not None
+    burst = FakeBurst()
+    run(tmp_path / "b", burst, trials=5, warm_start=first.preset_path)
+    warm = first.best.train_config()
+    assert burst.calls[1] == warm  # right after the naive baseline
+    for neighbour in burst.calls[2:4]:
+        assert (neighbour.micro_batch, neighbour.num_workers) != (
+            warm.micro_batch,
+            warm.num_workers,
+        )
+        diff = {k for k, v in neighbour.to_dict().items() if warm.to_dict()[k] != v}
+        assert diff <= {"micro_batch", "grad_accum", "num_workers"}

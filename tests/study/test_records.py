@@ -1,0 +1,25 @@
+"""What the search records: progress events and the result as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fake_burst import FakeBurst, run
+
+from autotune.study import SearchEvent
+
+
+def test_progress_events_and_json(tmp_path: Path) -> None:
+
+    events: list[SearchEvent] = []
+    result = run(tmp_path, FakeBurst(), trials=4, progress=events.append)
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "start" and "verify" in kinds
+    trial_events = [e for e in events if e.kind == "trial"]
+    assert len(trial_events) == len(result.trials)
+    assert all(e.trials_left is not None for e in trial_events)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["best"]["config"] == dict(result.best.config)  # type: ignore[union-attr]
+    assert data["counts"]["measured"] == 4
+    assert data["preset_path"] == str(tmp_path / "best.yaml")
