@@ -136,10 +136,12 @@ def list_presets(json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table("origin", "name", "model", "device", "throughput", "speedup")
+    for column in table.columns[-2:]:  # figures stay whole; names wrap on a narrow terminal
+        column.no_wrap = True
     for row in rows:
         if "error" in row:
             table.add_row(
-                row["origin"], _text(row["ref"]), "", "", _text(f"invalid: {row['error']}")
+                row["origin"], _text(row["ref"]), "", _text(f"invalid: {row['error']}"), "", ""
             )
             continue
         unit = row["throughput_unit"] or ""

@@ -106,25 +106,36 @@ def preset_ref(origin: str, path: Path) -> str:
     if root is not None:
         with contextlib.suppress(ValueError):
             return path.resolve().relative_to(root.resolve()).with_suffix("").as_posix()
-    return path.with_suffix("").name
+    return f"./{path.name}"  # the working directory's presets are named by their path
 
 
-_RESOLVE_ORDER = {"cwd": 0, "user": 1, "builtin": 2}
+# A name finds the user's own presets first, then the shipped ones. The working directory
+# is not searched by name: a planted ./mu.yaml must not stand in for the shipped `mu`.
+_RESOLVE_ORDER = {"user": 0, "builtin": 1}
+
+
+def _looks_like_path(text: str) -> bool:
+    return any(sep in text for sep in "/\\") or text.endswith((".yaml", ".yml"))
 
 
 def resolve_preset(name_or_path: str) -> Path:
-    """A preset file: ``name_or_path`` itself where it is a file, else the shipped, user or
-    working-directory preset of that name (file name without ``.yaml``, or its ``name``
-    field). Unknown: a ``PresetError`` listing what exists."""
+    """A preset file: ``name_or_path`` itself where it is a path to a file, else the user's
+    or the shipped preset of that name (its path below its folder without ``.yaml``, the
+    file name alone, or its ``name`` field). A preset in the working directory is found
+    only by its path (``./best.yaml``, ``best.yaml``). Unknown: a ``PresetError`` listing
+    what exists."""
     candidate = Path(name_or_path).expanduser()
-    if candidate.is_file():
-        return candidate
     if candidate.is_dir():
         raise preset_error(f"{name_or_path!r} is a directory, not a preset file")
-    presets = sorted(find_presets(), key=lambda item: _RESOLVE_ORDER.get(item[0], 9))
+    if _looks_like_path(name_or_path) and candidate.is_file():
+        return candidate
+    presets = sorted(
+        (item for item in find_presets() if item[0] in _RESOLVE_ORDER),
+        key=lambda item: _RESOLVE_ORDER[item[0]],
+    )
     refs = [(preset_ref(origin, path), origin, path) for origin, path in presets]
     wanted = name_or_path.removesuffix(".yaml").removesuffix(".yml")
-    for ref, _, path in refs:  # the full name; the working directory first, then user, shipped
+    for ref, _, path in refs:  # the full name; the user's first, then the shipped ones
         if ref == wanted:
             return path
     short = [(ref, origin, path) for ref, origin, path in refs if Path(ref).name == wanted]
@@ -140,6 +151,13 @@ def resolve_preset(name_or_path: str) -> Path:
             if load_preset(path).name == name_or_path:
                 return path
     known = [ref for ref, _, _ in refs]
+    here = [path for origin, path in find_presets() if origin == "cwd"]
+    here = [path for path in here if path.with_suffix("").name == wanted]
+    hint = (
+        f"; the working directory's {here[0].name} is used only by its path: ./{here[0].name}"
+        if here
+        else ""
+    )
     listing = ", ".join(f"{ref} ({origin})" for ref, origin, _ in refs) or "none"
     looks_like_path = any(sep in name_or_path for sep in "/\\") or name_or_path.endswith(
         (".yaml", ".yml")
@@ -147,6 +165,6 @@ def resolve_preset(name_or_path: str) -> Path:
     what = "preset file" if looks_like_path else "preset"
     raise preset_error(
         f"no {what} {name_or_path!r}{did_you_mean(wanted, known)}: give a path to a preset "
-        f"file or the name of one; presets found: {listing} (shipped ones, *.yaml presets in "
-        f"the working directory, and {user_preset_dir()})"
+        f"file or the name of one; presets found by name: {listing} (the shipped ones and "
+        f"those in {user_preset_dir()}){hint}"
     )

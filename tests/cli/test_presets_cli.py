@@ -136,7 +136,7 @@ def test_list_shows_every_origin_and_flags_invalid_files(places: dict[str, Path]
     rows = json.loads(result.stdout)
     assert [(r["origin"], r["ref"]) for r in rows] == [
         ("builtin", "cpu/mu"),
-        ("cwd", "best"),
+        ("cwd", "./best.yaml"),  # by its path: the working directory is not searched by name
         ("user", "broken"),
     ]
     assert rows[0]["name"] == "shipped-mu" and rows[0]["model"] == "mu"
@@ -378,14 +378,14 @@ def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout) == json.loads(json.dumps(preset_to_dict(make_preset())))
     target = places["cwd"] / "out" / "best.json"
-    written = invoke("export", "best", "--format", "json", "--output", str(target))
+    written = invoke("export", "best.yaml", "--format", "json", "--output", str(target))
     assert written.exit_code == 0, written.output
     assert json.loads(target.read_text()) == json.loads(out.stdout)
-    again = invoke("export", "best", "--output", str(target))
+    again = invoke("export", "best.yaml", "--output", str(target))
     assert again.exit_code == 2 and "already exists" in again.output
-    assert invoke("export", "best", "--output", str(target), "--overwrite").exit_code == 0
-    as_yaml = invoke("export", "best", "--format", "yaml")
+    assert invoke("export", "best.yaml", "--output", str(target), "--overwrite").exit_code == 0
+    as_yaml = invoke("export", "best.yaml", "--format", "yaml")
     assert as_yaml.exit_code == 0 and as_yaml.stdout.startswith("# autotune preset")
-    bad = invoke("export", "best", "--format", "xml")
+    bad = invoke("export", "best.yaml", "--format", "xml")
     assert bad.exit_code == 2
     assert bad.output.startswith("error: --format: expected one of json, yaml; got 'xml'")

@@ -41,7 +41,8 @@ def test_resolve_preset_by_path_name_or_name_field(preset_places: dict[str, Path
     assert resolve_preset("cpu/mu") == shipped
     assert resolve_preset("mu") == shipped
     assert resolve_preset("gpt.yaml") == user
-    assert resolve_preset("best") == cwd
+    assert resolve_preset("best.yaml").resolve() == cwd.resolve()  # by its path only
+    assert resolve_preset("./best.yaml").resolve() == cwd.resolve()
     assert resolve_preset("Shipped MU") == shipped
     with pytest.raises(PresetError) as info:
         resolve_preset("gtp")
@@ -52,12 +53,23 @@ def test_resolve_preset_by_path_name_or_name_field(preset_places: dict[str, Path
         resolve_preset("missing/best.yaml")
 
 
-def test_a_working_directory_preset_wins_over_a_shipped_one(
-    preset_places: dict[str, Path],
-) -> None:
+def test_a_user_preset_wins_over_a_shipped_one(preset_places: dict[str, Path]) -> None:
     save_preset(make_preset(), preset_places["builtin"] / "mu.yaml")
     mine = save_preset(make_preset(), preset_places["user"] / "mu.yaml")
     assert resolve_preset("mu") == mine
+
+
+def test_a_planted_working_directory_file_never_stands_in_for_a_name(
+    preset_places: dict[str, Path],
+) -> None:
+    shipped = save_preset(make_preset(name="shipped"), preset_places["builtin"] / "mu.yaml")
+    save_preset(make_preset(name="planted"), preset_places["cwd"] / "mu.yaml")
+    (preset_places["cwd"] / "mu").write_text("also planted\n")
+    assert resolve_preset("mu") == shipped
+    assert resolve_preset("./mu.yaml") == Path("mu.yaml")  # named as a path: that file
+    save_preset(make_preset(name="only-here"), preset_places["cwd"] / "best.yaml")
+    with pytest.raises(PresetError, match=r"no preset 'best'.*only by its path: \./best\.yaml"):
+        resolve_preset("best")
 
 
 def test_an_ambiguous_short_name_is_refused(preset_places: dict[str, Path]) -> None:
