@@ -138,6 +138,8 @@ def make_loader(
     import torch
     from torch.utils.data import DataLoader, Dataset
 
+    from autotune.data import loader_kwargs
+
     pool_size = config.micro_batch * POOL_MICRO_BATCHES
     generator = torch.Generator().manual_seed(seed)
     pool = spec.make_batch(batch_size=pool_size, seq_len=config.seq_len, generator=generator)
@@ -150,20 +152,11 @@ def make_loader(
             row = index % pool_size
             return {k: v[row] for k, v in pool.items()}
 
-    kwargs: dict[str, Any] = {}
-    if config.num_workers > 0:
-        kwargs["persistent_workers"] = config.persistent_workers
-        if config.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = config.prefetch_factor
     return DataLoader(
         PoolDataset(),
-        batch_size=config.micro_batch,
         shuffle=False,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        drop_last=True,
         generator=torch.Generator().manual_seed(seed),
-        **kwargs,
+        **loader_kwargs(config),  # the trainer's loader arguments: what is measured is run
     )
 
 

@@ -36,7 +36,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from autotune.batches import BatchStream
 from autotune.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -60,7 +61,7 @@ from autotune.checkpoint import (
     save_checkpoint,
 )
 from autotune.config import TrainConfig, did_you_mean
-from autotune.data import ResumableSampler, TrainData, load_data, seeded_generator
+from autotune.data import TrainData, load_data, loader_kwargs
 from autotune.distributed import (
     DistInfo,
     all_gather_objects,
@@ -71,7 +72,7 @@ from autotune.distributed import (
     init_distributed,
     per_rank_config,
 )
-from autotune.errors import AutotuneError, ConfigError, DataError, PresetError, UsageError
+from autotune.errors import AutotuneError, ConfigError, PresetError, UsageError
 from autotune.files import atomic_write_text
 from autotune.preset import TrainingDefaults
 from autotune.step import (
@@ -244,111 +245,6 @@ class TrainResult:
         return data
 
 
-# -- the data stream -----------------------------------------------------------------------------
-
-
-class _Stream:
-    """Training micro-batches epoch after epoch, with a resumable position (epoch, offset)."""
-
-    def __init__(
-        self,
-        data: TrainData,
-        *,
-        config: TrainConfig,
-        seed: int,
-        dist: DistInfo,
-        device: torch.device,
-        epoch: int = 0,
-        offset: int = 0,
-    ) -> None:
-        self.data = data
-        self.config = config
-        self.seed = seed
-        self.dist = dist
-        self.device = device
-        self.epoch = epoch
-        self.offset = offset  # samples of this rank's epoch already consumed
-        self.loader: DataLoader[Any] | None = None
-        self._iter: Iterator[Batch] | None = None
-
-    @property
-    def samples_per_epoch(self) -> int:
-        """This rank's samples per epoch."""
-        return ResumableSampler(
-            self.data.train, num_replicas=self.dist.world_size, rank=self.dist.rank
-        ).num_samples
-
-    def build(self, config: TrainConfig) -> None:
-        """(Re)build the DataLoader for ``config``'s micro-batch, from the current position."""
-        self.close()
-        self.config = config
-        per_epoch = self.samples_per_epoch
-        if per_epoch < config.micro_batch:
-            n = len(self.data.train)  # type: ignore[arg-type]
-            raise DataError(
-                f"the training split has {n} samples ({per_epoch} per "
-                f"process), fewer than one micro-batch of {config.micro_batch}; give more data "
-                "or a smaller config.micro_batch"
-            )
-        sampler = ResumableSampler(
-            self.data.train,
-            num_replicas=self.dist.world_size,
-            rank=self.dist.rank,
-            shuffle=True,
-            seed=self.seed,
-            epoch=self.epoch,
-            start=self.offset,
-        )
-        kwargs: dict[str, Any] = {}
-        if config.num_workers > 0:
-            kwargs["persistent_workers"] = config.persistent_workers
-            if config.prefetch_factor is not None:
-                kwargs["prefetch_factor"] = config.prefetch_factor
-        self.loader = DataLoader(
-            self.data.train,
-            batch_size=config.micro_batch,
-            sampler=sampler,
-            drop_last=True,
-            num_workers=config.num_workers,
-            pin_memory=config.pin_memory and self.device.type == "cuda",
-            collate_fn=self.data.collate_fn,
-            generator=seeded_generator(self.seed, self.epoch),
-            **kwargs,
-        )
-        self._iter = None
-
-    def next(self) -> Batch:
-        if self.loader is None:
-            self.build(self.config)
-        loader = self.loader
-        if loader is None or not isinstance(loader.sampler, ResumableSampler):  # pragma: no cover
-            raise RuntimeError("the training DataLoader was not built")
-        for _ in range(2):
-            if self._iter is None:
-                loader.sampler.set_epoch(self.epoch)
-                loader.sampler.start = self.offset
-                loader.generator = seeded_generator(self.seed, self.epoch)
-                self._iter = iter(loader)
-            try:
-                batch: Batch = next(self._iter)
-            except StopIteration:
-                self.epoch += 1
-                self.offset = 0
-                self._iter = None
-                continue
-            self.offset += self.config.micro_batch
-            return batch
-        raise DataError("the training data yielded no batch for a whole epoch")  # unreachable
-
-    def seek(self, epoch: int, offset: int) -> None:
-        self.epoch, self.offset = epoch, offset
-        self._iter = None
-
-    def close(self) -> None:
-        self._iter = None
-        self.loader = None
-
-
 # -- the trainer --------------------------------------------------------------------------------
 
 
@@ -415,9 +311,7 @@ class Trainer:
         self._last_saved: int | None = None
         self._last_checkpoint: Path | None = None
         self._old_handlers: dict[int, Any] = {}
-        self.stream = _Stream(
-            data, config=self.config, seed=training.seed, dist=self.dist, device=self.device
-        )
+        self.stream = BatchStream(data, config=self.config, seed=training.seed, dist=self.dist)
         self.eval_loader = self._make_eval_loader()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -446,7 +340,7 @@ class Trainer:
             shuffle=False,
             drop_last=False,
             num_workers=0,
-            pin_memory=self.config.pin_memory and self.device.type == "cuda",
+            pin_memory=loader_kwargs(self.config)["pin_memory"],
             collate_fn=self.data.collate_fn,
         )
 
