@@ -826,13 +826,7 @@ class Trainer:
     def _mfu(self, samples_per_s: float) -> float | None:
         if self.caps is None:
             return None
-        precision = self.config.precision
-        if precision in ("bf16", "fp16"):
-            peak = self.caps.peak_flops_bf16
-        elif precision == "tf32":
-            peak = getattr(self.caps, "peak_flops_tf32", None)
-        else:
-            peak = self.caps.peak_flops_fp32
+        peak = self.caps.peak_flops(self.config.precision)
         if not peak:
             return None
         per_device = samples_per_s / self.dist.world_size
@@ -867,10 +861,9 @@ class Trainer:
             "optimizer_s": interval["opt"] / n,
             "compute_s": max(0.0, elapsed - interval["data"] - interval["opt"]) / n,
         }
-        unit = "tok/s" if self.spec.throughput_unit == "tokens" else "samples/s"
-        rate = tokens_per_s if unit == "tok/s" else samples_per_s
+        rate = self.spec.pick_throughput(tokens_per_s, samples_per_s)
         mfu_text = f" | MFU {mfu:.1%}" if mfu is not None else ""
-        info = f"loss {loss:.4f} | {fmt_rate(rate)} {unit}{mfu_text}"
+        info = f"loss {loss:.4f} | {fmt_rate(rate)} {self.spec.throughput_label}{mfu_text}"
         line = (
             f"step {self.step}/{total} | {info} | lr {record['lr']:.2e} | step "
             f"{record['step_time_s'] * 1e3:.0f} ms (data {record['data_wait_s'] * 1e3:.1f}, "
@@ -950,7 +943,7 @@ class Trainer:
             losses=tuple(losses),
             eval=None if last_eval is None else {k: v for k, v in last_eval.items()},
             best_eval_loss=self.best_eval_loss,
-            steady_tokens_per_s=tps if self.spec.throughput_unit == "tokens" else None,
+            steady_tokens_per_s=self.spec.pick_throughput(tps, None),  # None: a samples/s model
             steady_samples_per_s=sps,
             mfu=None if sps is None else self._mfu(sps),
             interrupted=interrupted,
@@ -959,7 +952,7 @@ class Trainer:
             oom_adaptations=self.oom_adaptations,
             wall_s=wall_s,
             median_step_s=median,
-            median_tokens_per_s=median_tps if self.spec.throughput_unit == "tokens" else None,
+            median_tokens_per_s=self.spec.pick_throughput(median_tps, None),
         )
         if self.dist.is_main:
             atomic_write_text(
@@ -967,13 +960,13 @@ class Trainer:
                 json.dumps(result.to_dict(), indent=2, default=str) + "\n",
             )
             if sps is not None:
-                unit = self.spec.throughput_unit
-                rate = tps if unit == "tokens" and tps is not None else sps
+                rate = self.spec.pick_throughput(tps, sps)
                 mfu = f", MFU {result.mfu:.1%}" if result.mfu is not None else ""
                 best = "-" if self.best_eval_loss is None else f"{self.best_eval_loss:.4f}"
                 self.display.message(
-                    f"done: step {self.step}/{total} in {wall_s:.1f} s; steady "
-                    f"{rate:,.0f} {unit}/s{mfu}; best val loss {best}; run folder {self.out_dir}"
+                    f"done: step {self.step}/{total} in {wall_s:.1f} s; steady {rate:,.0f} "
+                    f"{self.spec.throughput_label}{mfu}; best val loss {best}; run folder "
+                    f"{self.out_dir}"
                 )
         return result
 

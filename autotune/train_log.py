@@ -149,5 +149,8 @@ class Display:
             self._tb = None
 
 
-def fmt_rate(x: float) -> str:
+def fmt_rate(x: float | None) -> str:
+    """A rate for a log line: ``12,345`` reads ``12.3k``; ``-`` where there is none."""
+    if x is None:
+        return "-"
     return f"{x / 1e3:,.1f}k" if x >= 1e4 else f"{x:,.0f}"
