@@ -220,8 +220,11 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 3} if workers else {}
     cfg = TrainConfig(micro_batch=4, seq_len=8, num_workers=workers, pin_memory=True, **extra)
     measured = _burst_child.make_loader(make_spec(), cfg, samples=32, seed=0)
-    (tmp_path / "small.txt").write_text("abcdefgh" * 60)
-    data = prepare_lm_data(tmp_path / "small.txt", seq_len=8, vocab_size=260, cache_dir=tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):  # several documents: however they split, the training split has some
+        (docs / f"{i}.txt").write_text("abcdefgh" * 60)
+    data = prepare_lm_data(docs, seq_len=8, vocab_size=260, cache_dir=tmp_path / "cache")
     stream = BatchStream(data, config=cfg, seed=0, dist=DistInfo())
     stream.build(cfg)
     trained = stream.loader
