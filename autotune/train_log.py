@@ -137,6 +137,36 @@ class Display:
         elif line is not None:
             self.message(line)
 
+    def log_train(
+        self, record: Mapping[str, Any], *, total: int, rate: float | None, label: str
+    ) -> None:
+        """A train record, and its line: loss, the rate (in ``label``), MFU, where the time of
+        a step went; the progress bar shows the first three."""
+        mfu = record["mfu"]
+        mfu_text = f" | MFU {mfu:.1%}" if mfu is not None else ""
+        info = f"loss {record['loss']:.4f} | {fmt_rate(rate)} {label}{mfu_text}"
+        line = (
+            f"step {record['step']}/{total} | {info} | lr {record['lr']:.2e} | step "
+            f"{record['step_time_s'] * 1e3:.0f} ms (data {record['data_wait_s'] * 1e3:.1f}, "
+            f"compute {record['compute_s'] * 1e3:.0f}, optimizer "
+            f"{record['optimizer_s'] * 1e3:.1f})"
+        )
+        self.record(record, line)
+        self.advance(record["step"], info)
+
+    def log_eval(self, record: Mapping[str, Any]) -> None:
+        """An eval record, and its line: the validation loss, the metrics, a text sample."""
+        parts = [f"eval step {record['step']}: val loss {record['loss']:.4f}"]
+        parts += [
+            f"{k} {v:.4g}"
+            for k, v in record.items()
+            if k not in ("loss", "samples", "improved") and isinstance(v, float)
+        ]
+        line = " | ".join(parts)
+        if "sample" in record:
+            line += f"\n  prompt: {record['prompt']!r}\n  sample: {record['sample']!r}"
+        self.record(record, line)
+
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()

@@ -23,12 +23,12 @@ from autotune.data import TrainData, prepare_lm_data
 from autotune.errors import AutotuneError, ConfigError, UsageError
 from autotune.models.spec import ModelSpec
 from autotune.preset import TrainingDefaults
+from autotune.schedule import lr_factor
 from autotune.train import (
     Trainer,
     TrainingOOMError,
     TrainResult,
     apply_overrides,
-    lr_factor,
     train,
 )
 
