@@ -25,7 +25,7 @@ import pickle
 import sys
 import time
 import traceback
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from autotune.config import TrainConfig
     from autotune.models.spec import Batch, ModelSpec
+    from autotune.step import Stepper
 
 __all__ = ["classify_exception", "main", "sync_device", "timed_step"]
 
@@ -138,6 +139,8 @@ def make_loader(
     import torch
     from torch.utils.data import DataLoader, Dataset
 
+    from autotune.data import loader_kwargs
+
     pool_size = config.micro_batch * POOL_MICRO_BATCHES
     generator = torch.Generator().manual_seed(seed)
     pool = spec.make_batch(batch_size=pool_size, seq_len=config.seq_len, generator=generator)
@@ -150,20 +153,11 @@ def make_loader(
             row = index % pool_size
             return {k: v[row] for k, v in pool.items()}
 
-    kwargs: dict[str, Any] = {}
-    if config.num_workers > 0:
-        kwargs["persistent_workers"] = config.persistent_workers
-        if config.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = config.prefetch_factor
     return DataLoader(
         PoolDataset(),
-        batch_size=config.micro_batch,
         shuffle=False,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        drop_last=True,
         generator=torch.Generator().manual_seed(seed),
-        **kwargs,
+        **loader_kwargs(config),  # the trainer's loader arguments: what is measured is run
     )
 
 
@@ -213,24 +207,14 @@ class Trial:
         return cuda_peak_bytes(self.device, context_bytes=self.context_bytes)
 
     def run(self) -> dict[str, Any]:
+        """The burst: set-up, the warm-up and timed steps, the optional verification, and
+        the memory check against the budget; returns the ``result`` message's fields."""
         import torch
 
         from autotune import memory
-        from autotune.step import (
-            Stepper,
-            apply_backend_flags,
-            autocast_context,
-            compile_model,
-            make_optimizer,
-            prepare_model,
-            to_device,
-        )
-        from autotune.units import format_bytes
 
         req = self.request
         config: TrainConfig = req["config"]
-        steps: int = req["steps"]
-        warmup: int = req["warmup"]
         seed: int = req["seed"]
         budget: int | None = req["budget_bytes"]
         device = torch.device(req["device"])
@@ -245,35 +229,66 @@ class Trial:
         self.set_stage("loading the model spec")
         spec = _load_spec(req)
         torch.manual_seed(seed)
-
         if self.cuda:
-            self.set_stage("starting CUDA")
-            torch.cuda.set_device(device)
-            # A first matmul creates the context and loads cuBLAS, so the context measured
-            # next is close to what the run holds outside the allocator.
-            a = torch.ones(64, 64, device=device)
-            (a @ a).sum().item()
-            del a
-            context = memory.measure_cuda_context(device, device_used_before=used_before)
-            self.context_bytes = context.bytes
-            self.channel.send("context", bytes=context.bytes, method=context.method)
-            if budget is not None:
-                fraction = memory.cap_cuda_memory(
-                    budget, device=device, context_bytes=context.bytes
-                )
-                self.channel.send("cap", fraction=fraction)
+            self._start_cuda(device, budget, used_before)
 
         self.set_stage("building the model")
-        model = prepare_model(spec, config, device)
-        model = compile_model(model, config)
-        optimizer = make_optimizer(model, config)  # fused per config.fused_optimizer
-        apply_backend_flags(config, device)
-        stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
+        model, optimizer, stepper = _build(spec, config, device)
 
         self.set_stage("starting the data loader")
+        warmup, steps = req["warmup"], req["steps"]
         micro_batches = (warmup + steps) * config.grad_accum
         loader = make_loader(spec, config, samples=micro_batches * config.micro_batch, seed=seed)
         batches = forever(loader)
+        failed = self._timed_steps(stepper, batches, config, warmup=warmup, steps=steps)
+        if failed is not None:
+            return failed
+
+        extra: dict[str, Any] = {}
+        if req["verify"]:
+            failed, extra = self._verify(spec, model, optimizer, stepper, config)
+            if failed is not None:
+                return failed
+
+        batches.close()  # drops the loader's iterator: its DataLoader workers shut down
+        return self._check_budget(budget, used_before, **extra)
+
+    def _start_cuda(
+        self, device: torch.device, budget: int | None, used_before: int | None
+    ) -> None:
+        """Create the CUDA context, measure it, and cap the allocator at the budget."""
+        import torch
+
+        from autotune import memory
+
+        self.set_stage("starting CUDA")
+        torch.cuda.set_device(device)
+        # A first matmul creates the context and loads cuBLAS, so the context measured
+        # next is close to what the run holds outside the allocator.
+        a = torch.ones(64, 64, device=device)
+        (a @ a).sum().item()
+        del a
+        context = memory.measure_cuda_context(device, device_used_before=used_before)
+        self.context_bytes = context.bytes
+        self.channel.send("context", bytes=context.bytes, method=context.method)
+        if budget is not None:
+            fraction = memory.cap_cuda_memory(budget, device=device, context_bytes=context.bytes)
+            self.channel.send("cap", fraction=fraction)
+
+    def _timed_steps(
+        self,
+        stepper: Stepper,
+        batches: Iterator[Batch],
+        config: TrainConfig,
+        *,
+        warmup: int,
+        steps: int,
+    ) -> dict[str, Any] | None:
+        """The warm-up steps, then the timed ones, each reported on the channel; the
+        ``nan`` result at the first non-finite loss, else None."""
+        from autotune.step import to_device
+
+        device = stepper.device
 
         def one_step() -> Any:
             micro = [
@@ -300,35 +315,59 @@ class Trial:
             )
             if not _finite(loss):
                 return self.result("nan", f"loss is {loss} at {self.stage}")
+        return None
 
+    def _verify(
+        self,
+        spec: ModelSpec,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        stepper: Stepper,
+        config: TrainConfig,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """An eval step on a fresh batch and a checkpoint save: (the failed result or None,
+        the figures for the result: ``eval_loss``, ``checkpoint_bytes``)."""
+        import torch
+
+        from autotune.step import autocast_context, to_device
+
+        device = stepper.device
+        seed: int = self.request["seed"]
         extra: dict[str, Any] = {}
-        if req["verify"]:
-            self.set_stage("verifying: eval step")
-            try:
-                model.eval()
-                generator = torch.Generator().manual_seed(seed + 1)
-                batch = spec.make_batch(
-                    batch_size=2 * config.micro_batch, seq_len=config.seq_len, generator=generator
-                )
-                with torch.no_grad(), autocast_context(config, device):
-                    eval_loss = float(spec.loss(model, to_device(batch, device)).float().item())
-                model.train()
-                if not _finite(eval_loss):
-                    return self.result("nan", f"eval loss is {eval_loss} on a verification batch")
-                self.set_stage("verifying: checkpoint save")
-                extra["eval_loss"] = eval_loss
-                extra["checkpoint_bytes"] = _save_checkpoint(
-                    Path(req["workdir"]) / "checkpoint.pt", model, optimizer, stepper, config
-                )
-            except Exception as exc:
-                _, reason = classify_exception(exc)
-                return self.result("error", f"verification failed ({self.stage}): {reason}")
+        self.set_stage("verifying: eval step")
+        try:
+            model.eval()
+            generator = torch.Generator().manual_seed(seed + 1)
+            batch = spec.make_batch(
+                batch_size=2 * config.micro_batch, seq_len=config.seq_len, generator=generator
+            )
+            with torch.no_grad(), autocast_context(config, device):
+                eval_loss = float(spec.loss(model, to_device(batch, device)).float().item())
+            model.train()
+            if not _finite(eval_loss):
+                failed = self.result("nan", f"eval loss is {eval_loss} on a verification batch")
+                return failed, extra
+            self.set_stage("verifying: checkpoint save")
+            extra["eval_loss"] = eval_loss
+            extra["checkpoint_bytes"] = _save_checkpoint(
+                Path(self.request["workdir"]) / "checkpoint.pt", model, optimizer, stepper, config
+            )
+        except Exception as exc:
+            _, reason = classify_exception(exc)
+            return self.result("error", f"verification failed ({self.stage}): {reason}"), extra
+        return None, extra
 
-        batches.close()  # drops the loader's iterator: its DataLoader workers shut down
+    def _check_budget(
+        self, budget: int | None, used_before: int | None, **extra: Any
+    ) -> dict[str, Any]:
+        """The final result: ``ok``, or ``oom`` where the CUDA peak (the context measured
+        again, kernels loaded during the steps grow it) passed the budget."""
+        from autotune import memory
+        from autotune.units import format_bytes
+
         status, reason = "ok", ""
-        if self.cuda:
-            # Kernels loaded lazily during the steps grow the context: measure it again.
-            later = memory.measure_cuda_context(device, device_used_before=used_before)
+        if self.cuda and self.device is not None:
+            later = memory.measure_cuda_context(self.device, device_used_before=used_before)
             self.context_bytes = max(self.context_bytes, later.bytes)
             peak = self.cuda_peak()
             if budget is not None and peak is not None and peak > budget:
@@ -360,11 +399,33 @@ class Trial:
         }
 
 
+def _build(
+    spec: ModelSpec, config: TrainConfig, device: torch.device
+) -> tuple[nn.Module, torch.optim.Optimizer, Stepper]:
+    """The model, its optimizer and the step function, as the trainer builds them."""
+    from autotune.step import (
+        Stepper,
+        apply_backend_flags,
+        compile_model,
+        make_optimizer,
+        prepare_model,
+    )
+
+    model = prepare_model(spec, config, device)
+    model = compile_model(model, config)
+    optimizer = make_optimizer(model, config)  # fused per config.fused_optimizer
+    apply_backend_flags(config, device)
+    stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
+    return model, optimizer, stepper
+
+
 def _save_checkpoint(
     path: Path, model: nn.Module, optimizer: Any, stepper: Any, config: TrainConfig
 ) -> int:
     """Model and optimizer state, written atomically; returns its size in bytes."""
     import torch
+
+    from autotune.files import atomic_writer
 
     module = getattr(model, "_orig_mod", model)  # the module under torch.compile
     state = {
@@ -373,9 +434,8 @@ def _save_checkpoint(
         "stepper": stepper.state_dict(),
         "config": config.to_dict(),
     }
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_writer(path, binary=True) as f:
+        torch.save(state, f)
     return path.stat().st_size
 
 

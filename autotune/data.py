@@ -54,6 +54,7 @@ from autotune.files import atomic_write_text, dir_mode
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
 
 if TYPE_CHECKING:
+    from autotune.config import TrainConfig
     from autotune.models.spec import Batch, ModelSpec
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "format_help",
     "load_data",
     "load_documents",
+    "loader_kwargs",
     "seeded_generator",
     "prepare_lm_data",
     "prepare_regression_data",
@@ -894,6 +896,30 @@ def load_data(
             log=log,
         )
     raise DataError(f"model {spec.name!r} has task {spec.task!r}, which autotune cannot train")
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """The training DataLoader's arguments that ``config`` decides: micro-batch, workers,
+    pinned memory, prefetch, persistent workers.
+
+    The burst (what is measured) and the trainer (what is run) both build their loader
+    with these. ``pin_memory`` is the config's as given: ``check_config`` refuses it on a
+    device that is not CUDA, and the search never offers it there.
+    """
+    kwargs: dict[str, Any] = {
+        "batch_size": config.micro_batch,
+        "drop_last": True,
+        "num_workers": config.num_workers,
+        "pin_memory": config.pin_memory,
+    }
+    if config.num_workers > 0:
+        kwargs["persistent_workers"] = config.persistent_workers
+        if config.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = config.prefetch_factor
+    return kwargs
 
 
 # -- sampling ---------------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 the optimisation settings (``TrainingDefaults``: learning rate, schedule, intervals), the
 data and an output folder; a preset is only where the CLI gets those from. Each optimizer
 step is ``Stepper.step`` (autotune/step.py) over ``grad_accum`` micro-batches: what the
-bursts measured is what runs.
+bursts measured is what runs. Its parts live beside it: the batch stream (batches.py), the
+run folder and its checkpoints (run_folder.py), the learning-rate schedule (schedule.py),
+evaluation (evaluation.py), the console and metrics output (train_log.py).
 
 The run folder holds ``ckpt-step*.pt`` (the last ``keep_last``), ``best.pt`` (lowest
 validation loss), ``tokenizer.json``, ``data.json``, ``metrics.jsonl`` (one JSON record per
@@ -36,8 +38,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,24 +48,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from autotune.checkpoint import (
-    CheckpointError,
-    capture_rng_state,
-    checkpoint_path,
-    clean_stale,
-    find_resumable,
-    link_best,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    restore_rng_state,
-    save_checkpoint,
-)
-from autotune.config import TrainConfig, TrainingDefaults, apply_overrides
-from autotune.data import ResumableSampler, TrainData, load_data, seeded_generator
+from autotune.batches import BatchStream
+from autotune.checkpoint import CheckpointError, restore_rng_state
+from autotune.config import TrainConfig, TrainingDefaults
+from autotune.data import TrainData, load_data, loader_kwargs
 from autotune.distributed import (
     DistInfo,
-    all_gather_objects,
     any_flag,
     barrier,
     broadcast_object,
@@ -71,17 +61,20 @@ from autotune.distributed import (
     init_distributed,
     per_rank_config,
 )
-from autotune.errors import AutotuneError, DataError, UsageError
+from autotune.errors import AutotuneError, UsageError
+from autotune.evaluation import eval_metrics, sample_text
+from autotune.files import atomic_write_text
+from autotune.run_folder import RunFolder
+from autotune.schedule import make_scheduler, set_peak_lr
 from autotune.step import (
     Stepper,
     apply_backend_flags,
-    autocast_context,
     compile_model,
     make_optimizer,
     prepare_model,
     to_device,
 )
-from autotune.tokenizer import ByteTokenizer, atomic_write_text
+from autotune.train_log import Display
 
 if TYPE_CHECKING:
     from autotune.hardware import DeviceCaps
@@ -93,38 +86,16 @@ __all__ = [
     "Trainer",
     "TrainingDefaults",
     "TrainingOOMError",
-    "apply_overrides",
-    "lr_factor",
     "train",
 ]
 
 OnOOM = Literal["fail", "adapt"]
 CHECKPOINT_FORMAT = 1
 _OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
-_SAMPLE_PROMPT_TOKENS = 32
-_SAMPLE_NEW_TOKENS = 64
 
 
 class TrainingOOMError(AutotuneError):
     """The run ran out of memory (exit code 1); the message says what to do."""
-
-
-# -- schedule -----------------------------------------------------------------------------------
-
-
-def lr_factor(
-    step: int, *, warmup: int, total: int, schedule: str = "cosine", min_ratio: float = 0.1
-) -> float:
-    """The learning-rate multiplier of optimizer step ``step`` (0-based): linear warm-up
-    over ``warmup`` steps, then cosine (or linear, or constant) decay to ``min_ratio``."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
-    if schedule == "linear":
-        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 # -- result -------------------------------------------------------------------------------------
@@ -169,245 +140,6 @@ class TrainResult:
         return data
 
 
-# -- output -------------------------------------------------------------------------------------
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-class _Display:
-    """Console output (rank 0): a rich progress bar on a terminal, plain lines otherwise,
-    JSON records only with ``json_logs``; plus metrics.jsonl and TensorBoard."""
-
-    def __init__(
-        self,
-        out_dir: Path,
-        *,
-        enabled: bool,
-        json_logs: bool,
-        progress: bool | None,
-        echo: Callable[[str], None] | None,
-        tensorboard: bool,
-    ) -> None:
-        self.enabled = enabled
-        self.json_logs = json_logs
-        self.metrics_path = out_dir / "metrics.jsonl"
-        self._echo = echo
-        self._metrics: Any = None
-        self._tb: Any = None
-        self._progress: Any = None
-        self._task: Any = None
-        self._use_progress = (
-            enabled
-            and not json_logs
-            and echo is None
-            and (progress if progress is not None else _is_tty())
-        )
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(out_dir / "tb"))
-            except Exception:  # tensorboard is optional
-                self._tb = None
-
-    def message(self, text: str) -> None:
-        if not self.enabled:
-            return
-        if self._echo is not None:
-            self._echo(text)
-        elif self.json_logs:
-            print(text, file=sys.stderr, flush=True)
-        elif self._progress is not None:
-            self._progress.console.print(text, markup=False, highlight=False)
-        else:
-            print(text, flush=True)
-
-    def start(self, total: int, done: int) -> None:
-        if not self._use_progress:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-        )
-        self._progress.start()
-        self._task = self._progress.add_task("train", total=total, completed=done, info="")
-
-    def advance(self, step: int, info: str | None = None) -> None:
-        if self._progress is not None:
-            kwargs: dict[str, Any] = {"completed": step}
-            if info is not None:
-                kwargs["info"] = info
-            self._progress.update(self._task, **kwargs)
-
-    def open_metrics(self, *, truncate_after: int | None) -> None:
-        """Open metrics.jsonl for appending; on resume, drop records past the checkpoint."""
-        if not self.enabled:
-            return
-        if truncate_after is not None and self.metrics_path.exists():
-            kept = []
-            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", 0) <= truncate_after:
-                        kept.append(line)
-                except ValueError:
-                    continue
-            atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
-        self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
-
-    def record(self, record: Mapping[str, Any], line: str | None = None) -> None:
-        if not self.enabled:
-            return
-        text = json.dumps(record, default=str)
-        if self._metrics is not None:
-            self._metrics.write(text + "\n")
-            self._metrics.flush()
-        if self._tb is not None:
-            prefix = record.get("type", "train")
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("step", "epoch"):
-                    self._tb.add_scalar(f"{prefix}/{key}", value, record.get("step", 0))
-            if isinstance(record.get("sample"), str):
-                self._tb.add_text("sample", record["sample"], record.get("step", 0))
-        if self.json_logs:
-            print(text, flush=True)
-        elif line is not None:
-            self.message(line)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-
-
-# -- the data stream -----------------------------------------------------------------------------
-
-
-class _Stream:
-    """Training micro-batches epoch after epoch, with a resumable position (epoch, offset)."""
-
-    def __init__(
-        self,
-        data: TrainData,
-        *,
-        config: TrainConfig,
-        seed: int,
-        dist: DistInfo,
-        device: torch.device,
-        epoch: int = 0,
-        offset: int = 0,
-    ) -> None:
-        self.data = data
-        self.config = config
-        self.seed = seed
-        self.dist = dist
-        self.device = device
-        self.epoch = epoch
-        self.offset = offset  # samples of this rank's epoch already consumed
-        self.loader: DataLoader[Any] | None = None
-        self._iter: Iterator[Batch] | None = None
-
-    @property
-    def samples_per_epoch(self) -> int:
-        """This rank's samples per epoch."""
-        return ResumableSampler(
-            self.data.train, num_replicas=self.dist.world_size, rank=self.dist.rank
-        ).num_samples
-
-    def build(self, config: TrainConfig) -> None:
-        """(Re)build the DataLoader for ``config``'s micro-batch, from the current position."""
-        self.close()
-        self.config = config
-        per_epoch = self.samples_per_epoch
-        if per_epoch < config.micro_batch:
-            n = len(self.data.train)  # type: ignore[arg-type]
-            raise DataError(
-                f"the training split has {n} samples ({per_epoch} per "
-                f"process), fewer than one micro-batch of {config.micro_batch}; give more data "
-                "or a smaller config.micro_batch"
-            )
-        sampler = ResumableSampler(
-            self.data.train,
-            num_replicas=self.dist.world_size,
-            rank=self.dist.rank,
-            shuffle=True,
-            seed=self.seed,
-            epoch=self.epoch,
-            start=self.offset,
-        )
-        kwargs: dict[str, Any] = {}
-        if config.num_workers > 0:
-            kwargs["persistent_workers"] = config.persistent_workers
-            if config.prefetch_factor is not None:
-                kwargs["prefetch_factor"] = config.prefetch_factor
-        self.loader = DataLoader(
-            self.data.train,
-            batch_size=config.micro_batch,
-            sampler=sampler,
-            drop_last=True,
-            num_workers=config.num_workers,
-            pin_memory=config.pin_memory and self.device.type == "cuda",
-            collate_fn=self.data.collate_fn,
-            generator=seeded_generator(self.seed, self.epoch),
-            **kwargs,
-        )
-        self._iter = None
-
-    def next(self) -> Batch:
-        if self.loader is None:
-            self.build(self.config)
-        loader = self.loader
-        if loader is None or not isinstance(loader.sampler, ResumableSampler):  # pragma: no cover
-            raise RuntimeError("the training DataLoader was not built")
-        for _ in range(2):
-            if self._iter is None:
-                loader.sampler.set_epoch(self.epoch)
-                loader.sampler.start = self.offset
-                loader.generator = seeded_generator(self.seed, self.epoch)
-                self._iter = iter(loader)
-            try:
-                batch: Batch = next(self._iter)
-            except StopIteration:
-                self.epoch += 1
-                self.offset = 0
-                self._iter = None
-                continue
-            self.offset += self.config.micro_batch
-            return batch
-        raise DataError("the training data yielded no batch for a whole epoch")  # unreachable
-
-    def seek(self, epoch: int, offset: int) -> None:
-        self.epoch, self.offset = epoch, offset
-        self._iter = None
-
-    def close(self) -> None:
-        self._iter = None
-        self.loader = None
-
-
 # -- the trainer --------------------------------------------------------------------------------
 
 
@@ -425,8 +157,22 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _fmt_rate(x: float) -> str:
-    return f"{x / 1e3:,.1f}k" if x >= 1e4 else f"{x:,.0f}"
+def _new_interval() -> dict[str, float]:
+    """Sums over the steps since the last log line: seconds, data wait, optimizer, samples."""
+    return {"time": 0.0, "data": 0.0, "opt": 0.0, "samples": 0.0}
+
+
+@dataclass(kw_only=True)
+class _Progress:
+    """What the training loop carries from one step to the next."""
+
+    tokens_per_sample: int
+    losses: list[float] = field(default_factory=list)  # every step this process ran
+    pending: list[torch.Tensor] = field(default_factory=list)  # losses not yet read
+    step_times: list[float] = field(default_factory=list)
+    interval: dict[str, float] = field(default_factory=_new_interval)
+    last_eval: dict[str, Any] | None = None
+    grad_norm: torch.Tensor | None = None
 
 
 class Trainer:
@@ -462,7 +208,7 @@ class Trainer:
         self.caps = device_caps
         self.on_oom = on_oom
         self.resume = resume
-        self.display = _Display(
+        self.display = Display(
             self.out_dir,
             enabled=self.dist.is_main,
             json_logs=json_logs,
@@ -475,12 +221,11 @@ class Trainer:
         self.best_eval_loss: float | None = None
         self.oom_adaptations = 0
         self._stop_signal: int | None = None
-        self._last_saved: int | None = None
-        self._last_checkpoint: Path | None = None
         self._old_handlers: dict[int, Any] = {}
-        self.stream = _Stream(
-            data, config=self.config, seed=training.seed, dist=self.dist, device=self.device
+        self.folder = RunFolder(
+            self.out_dir, dist=self.dist, keep_last=training.keep_last, message=self.display.message
         )
+        self.stream = BatchStream(data, config=self.config, seed=training.seed, dist=self.dist)
         self.eval_loader = self._make_eval_loader()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -509,7 +254,7 @@ class Trainer:
             shuffle=False,
             drop_last=False,
             num_workers=0,
-            pin_memory=self.config.pin_memory and self.device.type == "cuda",
+            pin_memory=loader_kwargs(self.config)["pin_memory"],
             collate_fn=self.data.collate_fn,
         )
 
@@ -520,50 +265,42 @@ class Trainer:
             steps.append(self.training.epochs * max(1, self.stream.samples_per_epoch // per_step))
         return min(steps)
 
-    def _load_resume_state(self) -> tuple[Path, dict[str, Any]] | None:
-        if self.resume is None:
-            return None
-        where = str(self.resume)
-        if where == "auto":
-            found = find_resumable(self.out_dir, warn=self.display.message)
-            if found is None:
-                self.display.message(
-                    f"no checkpoint in {self.out_dir} to resume from: starting from step 0"
-                )
-            return found
-        path = Path(where).expanduser()
-        if path.is_dir():
-            found = find_resumable(path, warn=self.display.message)
-            if found is None:
-                raise CheckpointError(f"no loadable checkpoint (ckpt-step*.pt) in {str(path)!r}")
-            return found
-        return path, load_checkpoint(path)
-
-    def _check_fresh_out_dir(self) -> None:
-        existing = list_checkpoints(self.out_dir)
-        if existing:
-            step, path = existing[-1]
-            raise UsageError(
-                f"{self.out_dir} already holds checkpoints of a run (latest {path.name}, step "
-                f"{step}); continue it with --resume auto, or train into a new folder with --out"
-            )
-
     def _build(self, resumed: dict[str, Any] | None) -> None:
+        """Everything a step needs, in order: model, optimizer, schedule, step function,
+        timing hooks; then the checkpoint's state (``resumed``) and the data loaders."""
         seed = self.training.seed
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
         if resumed is not None and resumed.get("oom_adapted"):
-            saved = TrainConfig.from_mapping(resumed["config"])
-            if saved.global_batch == self.global_config.global_batch:
-                self.global_config = self.global_config.replace(
-                    micro_batch=saved.micro_batch, grad_accum=saved.grad_accum
-                )
-                self.config = per_rank_config(self.global_config, self.dist.world_size)
-                self.display.message(
-                    f"note: the checkpoint ran with micro_batch {saved.micro_batch} x grad_accum "
-                    f"{saved.grad_accum} after running out of memory; continuing with those"
-                )
+            self._setup_adapted_batch(TrainConfig.from_mapping(resumed["config"]))
+        self._setup_model()
+        self._setup_optimizer()
+        self._setup_schedule()
+        self._setup_stepper()
+        self._setup_hooks()
+        # Per-rank randomness (dropout) after an identical initialisation everywhere.
+        torch.manual_seed(seed + self.dist.rank)
+        if resumed is not None:
+            self._restore(resumed)
+        self._setup_data()
+
+    def _setup_adapted_batch(self, saved: TrainConfig) -> None:
+        """Continue with the micro-batch a checkpoint adapted to after running out of memory."""
+        if saved.global_batch != self.global_config.global_batch:
+            return
+        self.global_config = self.global_config.replace(
+            micro_batch=saved.micro_batch, grad_accum=saved.grad_accum
+        )
+        self.config = per_rank_config(self.global_config, self.dist.world_size)
+        self.display.message(
+            f"note: the checkpoint ran with micro_batch {saved.micro_batch} x grad_accum "
+            f"{saved.grad_accum} after running out of memory; continuing with those"
+        )
+
+    def _setup_model(self) -> None:
+        """``raw_model`` (its state is what a checkpoint holds) and ``model``, the module a
+        step runs: wrapped in DDP under torchrun, compiled per the config."""
         apply_backend_flags(self.config, self.device)
         self.raw_model = prepare_model(self.spec, self.config, self.device)
         model: nn.Module = self.raw_model
@@ -572,33 +309,39 @@ class Trainer:
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         self.model = compile_model(model, self.config)
+
+    def _setup_optimizer(self) -> None:
         self.optimizer = make_optimizer(
             self.raw_model,
             self.config,
             lr=self.training.lr,
             weight_decay=self.training.weight_decay,
         )
-        total = self.total_steps()
+
+    def _setup_schedule(self) -> None:
         t = self.training
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        self.scheduler = make_scheduler(
             self.optimizer,
-            lambda s: lr_factor(
-                s,
-                warmup=t.warmup_steps,
-                total=total,
-                schedule=t.schedule,
-                min_ratio=t.min_lr_ratio,
-            ),
+            warmup=t.warmup_steps,
+            total=self.total_steps(),
+            schedule=t.schedule,
+            min_ratio=t.min_lr_ratio,
         )
+
+    def _setup_stepper(self) -> None:
+        """The step the bursts measured: accumulation, autocast, scaler, clipping, schedule."""
         self.stepper = Stepper(
             self.model,
             self.optimizer,
             config=self.config,
             device=self.device,
             loss_fn=self.spec.loss_fn,
-            grad_clip=t.grad_clip,
+            grad_clip=self.training.grad_clip,
             scheduler=self.scheduler,
         )
+
+    def _setup_hooks(self) -> None:
+        """Time ``optimizer.step`` (the log line's optimizer share) into ``_opt_time``."""
         self._opt_time = 0.0
         self._opt_start = 0.0
 
@@ -610,23 +353,11 @@ class Trainer:
 
         self.optimizer.register_step_pre_hook(pre)
         self.optimizer.register_step_post_hook(post)
-        # Per-rank randomness (dropout) after an identical initialisation everywhere.
-        torch.manual_seed(seed + self.dist.rank)
-        if resumed is not None:
-            self._restore(resumed)
+
+    def _setup_data(self) -> None:
+        """The loaders for the run's config (a checkpoint may have changed the micro-batch)."""
         self.stream.config = self.config
         self.eval_loader = self._make_eval_loader()
-
-    def _apply_schedule(self) -> None:
-        """Set the learning rate of the next step from this run's settings (after a resume,
-        the checkpoint's scheduler state holds the old run's peak rate)."""
-        lr, groups = self.training.lr, self.optimizer.param_groups
-        self.scheduler.base_lrs = [lr] * len(groups)
-        factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
-        for group in groups:
-            group["initial_lr"] = lr
-            group["lr"] = lr * factor
-        self.scheduler._last_lr = [group["lr"] for group in groups]
 
     def _restore(self, state: dict[str, Any]) -> None:
         try:
@@ -639,7 +370,7 @@ class Trainer:
             ) from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self._apply_schedule()  # this run's lr and steps, which --lr/--max-steps may change
+        set_peak_lr(self.scheduler, self.training.lr)  # --lr, --max-steps may change them
         self.stepper.load_state_dict(state["stepper"])
         saved_tok = state.get("tokenizer")
         tokenizer = self.data.tokenizer
@@ -699,72 +430,32 @@ class Trainer:
 
     def save(self, *, best: bool = False) -> Path | None:
         """Checkpoint the current step (collective under DDP: every rank must call it)."""
-        rngs = all_gather_objects(self.dist, capture_rng_state())
-        path: Path | None = None
-        barrier(self.dist)
-        if self.dist.is_main:
-            path = checkpoint_path(self.out_dir, self.step)
-            if self._last_saved != self.step or not path.exists():
-                size = save_checkpoint(self._state(rngs), path)
-                self.display.message(f"saved {path} ({size / 2**20:.1f} MiB)")
-            if best:
-                link_best(path)
-            prune_checkpoints(self.out_dir, self.training.keep_last)
-        self._last_saved = self.step
-        self._last_checkpoint = path
-        barrier(self.dist)
-        return path
+        return self.folder.save(self.step, self._state, best=best)
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss (and the model's metric) over ``eval_batches`` larger batches."""
-        metric_fn = self.spec.extras.get("metric")
-        model = self.raw_model
-        was_training = model.training
-        model.eval()
-        totals: dict[str, float] = {}
-        n = 0
-        try:
-            with torch.no_grad():
-                for i, batch in enumerate(self.eval_loader):
-                    if i >= self.training.eval_batches:
-                        break
-                    batch = to_device(batch, self.device)
-                    size = int(next(iter(batch.values())).shape[0])
-                    with autocast_context(self.config, self.device):
-                        values: dict[str, float] = {}
-                        if metric_fn is not None:
-                            values = {k: float(v) for k, v in metric_fn(model, batch).items()}
-                        if "loss" not in values:
-                            values["loss"] = float(self.spec.loss_fn(model, batch).item())
-                    for k, v in values.items():
-                        totals[k] = totals.get(k, 0.0) + v * size
-                    n += size
-        finally:
-            model.train(was_training)
-        out: dict[str, Any] = {k: v / max(n, 1) for k, v in totals.items()}
-        if self.spec.task == "lm":
-            out["perplexity"] = math.exp(min(out["loss"], 50.0))
-        out["samples"] = n
-        sample = self._sample_text()
+        """Validation loss (and the model's metric) over ``eval_batches`` larger batches,
+        with a sample of text from a language model."""
+        spec, config, device = self.spec, self.config, self.device
+        out = eval_metrics(
+            self.raw_model,
+            self.eval_loader,
+            spec=spec,
+            config=config,
+            device=device,
+            max_batches=self.training.eval_batches,
+        )
+        sample = sample_text(
+            self.raw_model,
+            self.data,
+            spec=spec,
+            config=config,
+            device=device,
+            seed=self.training.seed,
+        )
         if sample is not None:
             out["prompt"], out["sample"] = sample
         return out
-
-    def _sample_text(self) -> tuple[str, str] | None:
-        """A short continuation of the first validation chunk's start (language models)."""
-        generate = self.spec.extras.get("generate")
-        tokenizer = self.data.tokenizer
-        if self.spec.task != "lm" or generate is None or not isinstance(tokenizer, ByteTokenizer):
-            return None
-        first = self.data.val[0]
-        prompt = first["input_ids"][:_SAMPLE_PROMPT_TOKENS].unsqueeze(0).to(self.device)  # (1, P)
-        gen = torch.Generator(device=self.device).manual_seed(self.training.seed)
-        with autocast_context(self.config, self.device):
-            out = generate(self.raw_model, prompt, _SAMPLE_NEW_TOKENS, 0.9, gen)
-        prompt_text = tokenizer.decode(prompt[0].tolist())
-        new_text = tokenizer.decode(out[0, prompt.shape[1] :].tolist())
-        return prompt_text, new_text
 
     # -- the loop ---------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -828,138 +519,160 @@ class Trainer:
 
     def run(self) -> TrainResult:
         t_start = time.perf_counter()
-        resumed = self._load_resume_state()
-        if self.dist.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            clean_stale(self.out_dir)
-            elsewhere = resumed is not None and (
-                resumed[0].parent.resolve() != self.out_dir.resolve()
-            )
-            if resumed is None or elsewhere:  # never mix two runs' checkpoints in one folder
-                self._check_fresh_out_dir()
-        barrier(self.dist)
-        self._build(resumed[1] if resumed else None)
-        start_step = self.step
-        total = self.total_steps()
-        if self.dist.is_main:
-            self.data.save(self.out_dir)
-        self.display.open_metrics(truncate_after=start_step)
-        self._announce(resumed[0] if resumed else None, total)
-
-        tokens_per_sample = self.spec.tokens_per_sample(self.config.seq_len)
-        losses: list[float] = []
-        pending: list[torch.Tensor] = []
-        step_times: list[float] = []
-        interval: dict[str, float] = {"time": 0.0, "data": 0.0, "opt": 0.0, "samples": 0.0}
-        last_eval: dict[str, Any] | None = None
-        grad_norm: torch.Tensor | None = None
+        start_step, total = self._start()
+        progress = _Progress(tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len))
         self._install_signals()
         self.display.start(total, self.step)
         try:
             while self.step < total:
                 if any_flag(self.dist, self._stop_signal is not None, self.device):
                     break
-                t0 = time.perf_counter()
-                start_pos = (self.stream.epoch, self.stream.offset)
-                data_wait = 0.0
-                micro: list[Batch] = []
-                try:
-                    for _ in range(self.config.grad_accum):
-                        t = time.perf_counter()
-                        batch = self.stream.next()
-                        data_wait += time.perf_counter() - t
-                        micro.append(to_device(batch, self.device, non_blocking=True))
-                except Exception:
-                    if self._stop_signal is None:
-                        raise
-                    self.stream.seek(*start_pos)  # the workers died of the signal too
+                if not self._train_step(progress, total):
                     break
-                self._opt_time = 0.0
-                try:
-                    out = self.stepper.step(micro)
-                except _OOM_ERRORS as exc:
-                    del micro
-                    self._free_after_oom()
-                    self.stream.seek(*start_pos)
-                    if self._adapt_to_oom():
-                        continue
-                    saved = None if self.dist.enabled else self.save()
-                    raise TrainingOOMError(self._oom_message(exc, saved)) from None
-                del micro
-                self.step += 1
-                pending.append(out.loss)
-                grad_norm = out.grad_norm
-                evaluate = self.step % self.training.eval_interval == 0 or self.step == total
-                checkpoint = self.step % self.training.checkpoint_interval == 0
-                # the loss is read (a device sync) only at log steps, and always before an
-                # evaluation or a checkpoint, so that no checkpoint holds a diverged model
-                log_now = (
-                    self.step % self.training.log_interval == 0
-                    or self.step == total
-                    or evaluate
-                    or checkpoint
-                )
-                values: list[float] = []
-                if log_now:
-                    values = torch.stack(pending).float().cpu().tolist()  # syncs the device
-                    pending.clear()
-                dt = time.perf_counter() - t0
-                step_times.append(dt)
-                samples = self.config.micro_batch * self.config.grad_accum * self.dist.world_size
-                interval["time"] += dt
-                interval["data"] += data_wait
-                interval["opt"] += self._opt_time
-                interval["samples"] += samples
-                if log_now:
-                    losses.extend(values)
-                    self._log_train(values, interval, tokens_per_sample, grad_norm, total)
-                    interval = dict.fromkeys(interval, 0.0)
-                else:
-                    self.display.advance(self.step)
-                if values and not all(math.isfinite(v) for v in values):
-                    last = (
-                        f"; the last checkpoint is step {self._last_saved}"
-                        if self._last_saved
-                        else ""
-                    )
-                    raise AutotuneError(
-                        f"the training loss is not finite at step {self.step} ({values[-1]})"
-                        f"{last}; lower training.lr (--lr), use fp32 or bf16 rather than fp16, "
-                        "or check the data"
-                    )
-                improved = False
-                if evaluate:
-                    last_eval = self._run_eval()
-                    improved = bool(last_eval.get("improved"))
-                if improved or checkpoint or self.step == total:
-                    self.save(best=improved)
-            if pending:  # steps since the last log line, when a signal stopped the loop
-                values = torch.stack(pending).float().cpu().tolist()
-                losses.extend(values)
-                self._log_train(values, interval, tokens_per_sample, grad_norm, total)
+            if progress.pending:  # steps since the last log line, when a signal stopped the loop
+                self._log_values(progress, self._read_pending(progress), total)
         finally:
             self._restore_signals()
             self.display.advance(self.step)
             self.display.close()
-        interrupted: str | None = None
-        if self.step < total:  # a signal stopped the loop
-            sig = self._stop_signal or signal.SIGTERM
-            interrupted = signal.Signals(sig).name
-            if self._last_saved != self.step:
-                self.save()
-            self.display.message(
-                f"{interrupted}: stopped at step {self.step} of {total}; checkpoint "
-                f"{self._last_checkpoint}; continue with --resume auto"
-            )
         return self._finish(
             start_step=start_step,
             total=total,
-            losses=losses,
-            step_times=step_times,
-            last_eval=last_eval,
-            interrupted=interrupted,
+            losses=progress.losses,
+            step_times=progress.step_times,
+            last_eval=progress.last_eval,
+            interrupted=self._stopped_early(total),
             wall_s=time.perf_counter() - t_start,
         )
+
+    def _start(self) -> tuple[int, int]:
+        """Prepare the run folder, build the run (from a checkpoint when resuming) and say
+        what it is; returns the step it starts from and the total steps."""
+        resumed = self.folder.find_resume(self.resume)
+        if self.dist.is_main:
+            self.folder.prepare(resumed[0] if resumed else None)
+        barrier(self.dist)
+        self._build(resumed[1] if resumed else None)
+        total = self.total_steps()
+        if self.dist.is_main:
+            self.data.save(self.out_dir)
+        self.display.open_metrics(truncate_after=self.step)
+        self._announce(resumed[0] if resumed else None, total)
+        return self.step, total
+
+    def _train_step(self, progress: _Progress, total: int) -> bool:
+        """One optimizer step, then its logging, evaluation and checkpoint; False when a
+        signal stopped the data loading (the step did not run)."""
+        t0 = time.perf_counter()
+        start_pos = (self.stream.epoch, self.stream.offset)
+        try:
+            micro, data_wait = self._next_micro_batches()
+        except Exception:
+            if self._stop_signal is None:
+                raise
+            self.stream.seek(*start_pos)  # the workers died of the signal too
+            return False
+        self._opt_time = 0.0
+        try:
+            out = self.stepper.step(micro)
+        except _OOM_ERRORS as exc:
+            del micro
+            self._free_after_oom()
+            self.stream.seek(*start_pos)
+            if self._adapt_to_oom():
+                return True  # run the step again with the smaller micro-batch
+            saved = None if self.dist.enabled else self.save()
+            raise TrainingOOMError(self._oom_message(exc, saved)) from None
+        del micro
+        self.step += 1
+        progress.pending.append(out.loss)
+        progress.grad_norm = out.grad_norm
+        self._after_step(progress, total, t0=t0, data_wait=data_wait)
+        return True
+
+    def _next_micro_batches(self) -> tuple[list[Batch], float]:
+        """This step's micro-batches on the device, and the seconds spent waiting for them."""
+        data_wait = 0.0
+        micro: list[Batch] = []
+        for _ in range(self.config.grad_accum):
+            t = time.perf_counter()
+            batch = self.stream.next()
+            data_wait += time.perf_counter() - t
+            micro.append(to_device(batch, self.device, non_blocking=True))
+        return micro, data_wait
+
+    def _after_step(self, progress: _Progress, total: int, *, t0: float, data_wait: float) -> None:
+        """Account the step's time; log, evaluate and checkpoint where this step asks for it."""
+        evaluate = self.step % self.training.eval_interval == 0 or self.step == total
+        checkpoint = self.step % self.training.checkpoint_interval == 0
+        # the loss is read (a device sync) only at log steps, and always before an
+        # evaluation or a checkpoint, so that no checkpoint holds a diverged model
+        log_now = (
+            self.step % self.training.log_interval == 0
+            or self.step == total
+            or evaluate
+            or checkpoint
+        )
+        values = self._read_pending(progress) if log_now else []
+        dt = time.perf_counter() - t0
+        progress.step_times.append(dt)
+        interval = progress.interval
+        interval["time"] += dt
+        interval["data"] += data_wait
+        interval["opt"] += self._opt_time
+        interval["samples"] += (
+            self.config.micro_batch * self.config.grad_accum * self.dist.world_size
+        )
+        if log_now:
+            self._log_values(progress, values, total)
+        else:
+            self.display.advance(self.step)
+        if values and not all(math.isfinite(v) for v in values):
+            last = (
+                f"; the last checkpoint is step {self.folder.last_saved}"
+                if self.folder.last_saved
+                else ""
+            )
+            raise AutotuneError(
+                f"the training loss is not finite at step {self.step} ({values[-1]})"
+                f"{last}; lower training.lr (--lr), use fp32 or bf16 rather than fp16, "
+                "or check the data"
+            )
+        improved = False
+        if evaluate:
+            progress.last_eval = self._run_eval()
+            improved = bool(progress.last_eval.get("improved"))
+        if improved or checkpoint or self.step == total:
+            self.save(best=improved)
+
+    @staticmethod
+    def _read_pending(progress: _Progress) -> list[float]:
+        """The losses of the steps since the last read (this syncs the device)."""
+        values: list[float] = torch.stack(progress.pending).float().cpu().tolist()
+        progress.pending.clear()
+        return values
+
+    def _log_values(self, progress: _Progress, values: list[float], total: int) -> None:
+        """Log the interval since the last log line, whose losses are ``values``."""
+        progress.losses.extend(values)
+        self._log_train(
+            values, progress.interval, progress.tokens_per_sample, progress.grad_norm, total
+        )
+        progress.interval = _new_interval()
+
+    def _stopped_early(self, total: int) -> str | None:
+        """The signal's name when one stopped the run before ``total`` (after saving the
+        step it reached); None when the run finished."""
+        if self.step >= total:
+            return None
+        interrupted = signal.Signals(self._stop_signal or signal.SIGTERM).name
+        if self.folder.last_saved != self.step:
+            self.save()
+        self.display.message(
+            f"{interrupted}: stopped at step {self.step} of {total}; checkpoint "
+            f"{self.folder.last_checkpoint}; continue with --resume auto"
+        )
+        return interrupted
 
     def _announce(self, resumed_from: Path | None, total: int) -> None:
         if not self.dist.is_main:
@@ -995,13 +708,7 @@ class Trainer:
     def _mfu(self, samples_per_s: float) -> float | None:
         if self.caps is None:
             return None
-        precision = self.config.precision
-        if precision in ("bf16", "fp16"):
-            peak = self.caps.peak_flops_bf16
-        elif precision == "tf32":
-            peak = getattr(self.caps, "peak_flops_tf32", None)
-        else:
-            peak = self.caps.peak_flops_fp32
+        peak = self.caps.peak_flops(self.config.precision)
         if not peak:
             return None
         per_device = samples_per_s / self.dist.world_size
@@ -1036,18 +743,12 @@ class Trainer:
             "optimizer_s": interval["opt"] / n,
             "compute_s": max(0.0, elapsed - interval["data"] - interval["opt"]) / n,
         }
-        unit = "tok/s" if self.spec.throughput_unit == "tokens" else "samples/s"
-        rate = tokens_per_s if unit == "tok/s" else samples_per_s
-        mfu_text = f" | MFU {mfu:.1%}" if mfu is not None else ""
-        info = f"loss {loss:.4f} | {_fmt_rate(rate)} {unit}{mfu_text}"
-        line = (
-            f"step {self.step}/{total} | {info} | lr {record['lr']:.2e} | step "
-            f"{record['step_time_s'] * 1e3:.0f} ms (data {record['data_wait_s'] * 1e3:.1f}, "
-            f"compute {record['compute_s'] * 1e3:.0f}, optimizer "
-            f"{record['optimizer_s'] * 1e3:.1f})"
+        self.display.log_train(
+            record,
+            total=total,
+            rate=self.spec.pick_throughput(tokens_per_s, samples_per_s),
+            label=self.spec.throughput_label,
         )
-        self.display.record(record, line)
-        self.display.advance(self.step, info)
 
     def _run_eval(self) -> dict[str, Any]:
         result: dict[str, Any] | None = None
@@ -1078,17 +779,7 @@ class Trainer:
             self.best_eval_loss = (
                 float(result["loss"]) if result["improved"] else self.best_eval_loss
             )
-        record = {"type": "eval", "step": self.step, **{k: v for k, v in result.items()}}
-        parts = [f"eval step {self.step}: val loss {result['loss']:.4f}"]
-        parts += [
-            f"{k} {v:.4g}"
-            for k, v in result.items()
-            if k not in ("loss", "samples", "improved") and isinstance(v, float)
-        ]
-        line = " | ".join(parts)
-        if "sample" in result:
-            line += f"\n  prompt: {result['prompt']!r}\n  sample: {result['sample']!r}"
-        self.display.record(record, line)
+        self.display.log_eval({"type": "eval", "step": self.step, **result})
         return result
 
     def _finish(
@@ -1119,16 +810,16 @@ class Trainer:
             losses=tuple(losses),
             eval=None if last_eval is None else {k: v for k, v in last_eval.items()},
             best_eval_loss=self.best_eval_loss,
-            steady_tokens_per_s=tps if self.spec.throughput_unit == "tokens" else None,
+            steady_tokens_per_s=self.spec.pick_throughput(tps, None),  # None: a samples/s model
             steady_samples_per_s=sps,
             mfu=None if sps is None else self._mfu(sps),
             interrupted=interrupted,
-            checkpoint=self._last_checkpoint,
+            checkpoint=self.folder.last_checkpoint,
             config=self.global_config,
             oom_adaptations=self.oom_adaptations,
             wall_s=wall_s,
             median_step_s=median,
-            median_tokens_per_s=median_tps if self.spec.throughput_unit == "tokens" else None,
+            median_tokens_per_s=self.spec.pick_throughput(median_tps, None),
         )
         if self.dist.is_main:
             atomic_write_text(
@@ -1136,13 +827,13 @@ class Trainer:
                 json.dumps(result.to_dict(), indent=2, default=str) + "\n",
             )
             if sps is not None:
-                unit = self.spec.throughput_unit
-                rate = tps if unit == "tokens" and tps is not None else sps
+                rate = self.spec.pick_throughput(tps, sps)
                 mfu = f", MFU {result.mfu:.1%}" if result.mfu is not None else ""
                 best = "-" if self.best_eval_loss is None else f"{self.best_eval_loss:.4f}"
                 self.display.message(
-                    f"done: step {self.step}/{total} in {wall_s:.1f} s; steady "
-                    f"{rate:,.0f} {unit}/s{mfu}; best val loss {best}; run folder {self.out_dir}"
+                    f"done: step {self.step}/{total} in {wall_s:.1f} s; steady {rate:,.0f} "
+                    f"{self.spec.throughput_label}{mfu}; best val loss {best}; run folder "
+                    f"{self.out_dir}"
                 )
         return result
 

@@ -11,18 +11,23 @@ import pytest
 import torch
 from fake_lm import make_spec
 
+from autotune import _burst_child
+from autotune.batches import BatchStream
+from autotune.config import TrainConfig
 from autotune.data import (
     LMDataset,
     ResumableSampler,
     default_corpus,
     load_data,
     load_documents,
+    loader_kwargs,
     prepare_lm_data,
     prepare_regression_data,
     prepare_seq2seq_data,
     split_validation,
     unigram_entropy,
 )
+from autotune.distributed import DistInfo
 from autotune.errors import DataError
 from autotune.tokenizer import ByteTokenizer, WordVocab, load_tokenizer, split_words
 
@@ -207,6 +212,32 @@ def test_sampler_order_depends_only_on_seed_and_epoch_and_resumes_mid_epoch() ->
     ranks = [list(ResumableSampler(data, num_replicas=2, rank=r, seed=3)) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == 25
     assert set(ranks[0]).isdisjoint(ranks[1])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers: int) -> None:
+    """One rule for the DataLoader's arguments: what a burst measured is what is trained."""
+    extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 3} if workers else {}
+    cfg = TrainConfig(micro_batch=4, seq_len=8, num_workers=workers, pin_memory=True, **extra)
+    measured = _burst_child.make_loader(make_spec(), cfg, samples=32, seed=0)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):  # several documents: however they split, the training split has some
+        (docs / f"{i}.txt").write_text("abcdefgh" * 60)
+    data = prepare_lm_data(docs, seq_len=8, vocab_size=260, cache_dir=tmp_path / "cache")
+    stream = BatchStream(data, config=cfg, seed=0, dist=DistInfo())
+    stream.build(cfg)
+    trained = stream.loader
+    assert trained is not None
+    names = [
+        "batch_size", "drop_last", "num_workers", "pin_memory", "persistent_workers",
+        "prefetch_factor",
+    ]  # fmt: skip
+    assert {n: getattr(measured, n) for n in names} == {n: getattr(trained, n) for n in names}
+    assert trained.pin_memory and trained.batch_size == 4 and trained.drop_last
+    assert loader_kwargs(cfg) == {
+        "batch_size": 4, "drop_last": True, "num_workers": workers, "pin_memory": True, **extra,
+    }  # fmt: skip
 
 
 # -- pointer-gen and text-regressor -----------------------------------------------------------

@@ -42,19 +42,19 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
 
 
 def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
-    import autotune.train as train_module
+    import autotune.run_folder as folder_module
     from autotune.train import Trainer, train
 
     torch.set_num_threads(1)
     root = Path(tmp)
     saved: list[str] = []
-    real_save = train_module.save_checkpoint
+    real_save = folder_module.save_checkpoint
 
     def recording_save(state: Any, path: Path) -> int:
         saved.append(str(path))
         return real_save(state, path)
 
-    train_module.save_checkpoint = recording_save
+    folder_module.save_checkpoint = recording_save
     real_finish = Trainer._finish
 
     def finish(self: Trainer, **kwargs: Any) -> Any:  # keep each rank's final weights

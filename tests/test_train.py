@@ -18,16 +18,15 @@ import torch
 from fake_lm import make_spec
 
 from autotune.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from autotune.config import TrainConfig, TrainingDefaults
+from autotune.config import TrainConfig, TrainingDefaults, apply_overrides
 from autotune.data import TrainData, prepare_lm_data
 from autotune.errors import AutotuneError, ConfigError, UsageError
 from autotune.models.spec import ModelSpec
+from autotune.schedule import lr_factor
 from autotune.train import (
     Trainer,
     TrainingOOMError,
     TrainResult,
-    apply_overrides,
-    lr_factor,
     train,
 )
 

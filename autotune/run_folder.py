@@ -1,0 +1,102 @@
+"""A training run's folder and its checkpoints.
+
+Which checkpoint a run resumes from (``--resume auto``, a file or a folder), that a fresh
+run never writes over another run's checkpoints, and each step's checkpoint: written by
+rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
+them. The checkpoint's contents are the trainer's (``Trainer._state``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_path,
+    clean_stale,
+    find_resumable,
+    link_best,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from autotune.distributed import DistInfo, all_gather_objects, barrier
+from autotune.errors import UsageError
+
+__all__ = ["RunFolder"]
+
+StateFn = Callable[[Sequence[Any]], dict[str, Any]]
+
+
+class RunFolder:
+    """The run folder ``path``; ``message`` reports (rank 0's display)."""
+
+    def __init__(
+        self, path: Path, *, dist: DistInfo, keep_last: int, message: Callable[[str], None]
+    ) -> None:
+        self.path = path
+        self.dist = dist
+        self.keep_last = keep_last
+        self.message = message
+        self.last_saved: int | None = None  # the step of the last checkpoint written
+        self.last_checkpoint: Path | None = None  # its file (rank 0; None on the others)
+
+    def find_resume(self, resume: str | Path | None) -> tuple[Path, dict[str, Any]] | None:
+        """The checkpoint ``resume`` names, loaded: ``"auto"`` (this folder's latest, or
+        None for a fresh start), a checkpoint file, or a folder of them."""
+        if resume is None:
+            return None
+        where = str(resume)
+        if where == "auto":
+            found = find_resumable(self.path, warn=self.message)
+            if found is None:
+                self.message(f"no checkpoint in {self.path} to resume from: starting from step 0")
+            return found
+        path = Path(where).expanduser()
+        if path.is_dir():
+            found = find_resumable(path, warn=self.message)
+            if found is None:
+                raise CheckpointError(f"no loadable checkpoint (ckpt-step*.pt) in {str(path)!r}")
+            return found
+        return path, load_checkpoint(path)
+
+    def prepare(self, resumed_from: Path | None) -> None:
+        """Create the folder and drop a killed write's leftovers; a run that does not
+        continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        clean_stale(self.path)
+        elsewhere = resumed_from is not None and (
+            resumed_from.parent.resolve() != self.path.resolve()
+        )
+        if resumed_from is None or elsewhere:  # never mix two runs' checkpoints in one folder
+            existing = list_checkpoints(self.path)
+            if existing:
+                step, path = existing[-1]
+                raise UsageError(
+                    f"{self.path} already holds checkpoints of a run (latest {path.name}, step "
+                    f"{step}); continue it with --resume auto, or train into a new folder with "
+                    "--out"
+                )
+
+    def save(self, step: int, state: StateFn, *, best: bool = False) -> Path | None:
+        """Checkpoint ``step`` with ``state(every rank's RNG state)`` (collective under DDP:
+        every rank must call it); rank 0 writes it, links best.pt and prunes the old ones."""
+        rngs = all_gather_objects(self.dist, capture_rng_state())
+        path: Path | None = None
+        barrier(self.dist)
+        if self.dist.is_main:
+            path = checkpoint_path(self.path, step)
+            if self.last_saved != step or not path.exists():
+                size = save_checkpoint(state(rngs), path)
+                self.message(f"saved {path} ({size / 2**20:.1f} MiB)")
+            if best:
+                link_best(path)
+            prune_checkpoints(self.path, self.keep_last)
+        self.last_saved = step
+        self.last_checkpoint = path
+        barrier(self.dist)
+        return path

@@ -1,0 +1,53 @@
+"""prepare_training: the run `autotune train` starts, as a Python function."""
+
+from __future__ import annotations
+
+import pytest
+from fake_lm import FAKE_LM
+
+from autotune.errors import ConfigError, UsageError
+from autotune.hardware import probe
+from autotune.launch import prepare_training
+
+MODEL = f"{FAKE_LM}:spec"
+
+
+def test_a_bare_model_with_changes_and_overrides() -> None:
+    run = prepare_training(
+        model=MODEL,
+        device="cpu",
+        max_steps=7,
+        lr=0.01,
+        overrides=["config.micro_batch=2", "training.warmup_steps=3"],
+        profile=probe(),
+    )
+    assert run.spec.name == "fake-lm" and run.name == "fake-lm" and run.report is None
+    assert (run.config.micro_batch, run.config.seq_len, run.config.precision) == (2, 16, "fp32")
+    assert (run.training.max_steps, run.training.epochs, run.training.lr) == (7, None, 0.01)
+    assert run.training.warmup_steps == 3
+    assert run.device == "cpu" and run.caps.kind == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, r"give preset \(a tuned config .*\) or model \(an untuned fp32 run\)"),
+        ({"model": MODEL, "preset": "p.yaml"}, "and not both"),
+        ({"model": MODEL, "max_steps": 0}, r"^max_steps: expected a positive integer, got 0"),
+        ({"model": MODEL, "eval_interval": -1}, r"^eval_interval: expected a positive integer"),
+        ({"model": MODEL, "lr": 0.0}, r"^lr: expected a number > 0, got 0.0"),
+    ],
+)
+def test_errors_name_the_parameter(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        prepare_training(**kwargs)  # type: ignore[arg-type]
+
+
+def test_option_names_put_the_callers_words_in_errors() -> None:
+    with pytest.raises(UsageError, match=r"^--max-steps: expected a positive integer"):
+        prepare_training(model=MODEL, max_steps=0, option_names={"max_steps": "--max-steps"})
+
+
+def test_the_config_is_checked_on_the_device() -> None:
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA device"):
+        prepare_training(model=MODEL, device="cpu", overrides=["config.precision=fp16"])
