@@ -223,8 +223,9 @@ def split_validation(
     for doc in docs:
         h = hashlib.sha256(f"{doc.source}\0{doc.text}".encode()).digest()
         (val if int.from_bytes(h[:4], "big") < fraction * 2**32 else train).append(doc)
-    if not train:  # everything hashed into val: keep the split useful
-        train, val = val[:-1], val[-1:]
+    if not train:  # everything hashed into val (one file, say): train on it all; each
+        # preparer then holds out its own tail (LM tokens, or the last document)
+        train, val = val, []
     return train, val
 
 

@@ -15,6 +15,7 @@ from autotune import _burst_child
 from autotune.batches import BatchStream
 from autotune.config import TrainConfig
 from autotune.data import (
+    Document,
     LMDataset,
     ResumableSampler,
     default_corpus,
@@ -54,6 +55,21 @@ def test_validation_split_is_deterministic_and_disjoint() -> None:
     assert 0 < len(val1) < len(docs) / 4
     assert {d.source for d in train1}.isdisjoint(d.source for d in val1)
     assert len(train1) + len(val1) == len(docs)
+
+
+def test_a_single_document_that_hashes_into_val_still_trains(tmp_path: Path) -> None:
+    for i in range(1000):  # find a name whose hash falls in the validation split
+        doc = Document(source=str(tmp_path / f"doc{i}.txt"), text="abcdefgh" * 60)
+        many = [doc, *(Document(source=f"other{j}", text="x") for j in range(50))]
+        if doc in split_validation(many)[1]:
+            break
+    else:  # pragma: no cover
+        raise AssertionError("no name hashed into the validation split")
+    assert split_validation([doc]) == ([doc], [])  # it all trains; the preparer holds a tail
+    path = tmp_path / f"doc{i}.txt"
+    path.write_text(doc.text)
+    data = prepare_lm_data(path, seq_len=16, vocab_size=260, cache_dir=tmp_path / "c")
+    assert len(data.train) > 0 and len(data.val) > 0  # type: ignore[arg-type]
 
 
 def test_default_corpus_tokenizes_with_stats(tmp_path: Path) -> None:
