@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from autotune.errors import UsageError
+from autotune.errors import CheckpointError
 from autotune.files import atomic_writer, fsync_dir
 
 __all__ = [
@@ -44,10 +44,6 @@ __all__ = [
 
 BEST_NAME = "best.pt"
 _STEP_RE = re.compile(r"^ckpt-step(\d+)\.pt$")
-
-
-class CheckpointError(UsageError):
-    """A checkpoint that is missing, unreadable or not autotune's (exit code 2)."""
 
 
 def checkpoint_path(folder: Path, step: int) -> Path:

@@ -60,3 +60,11 @@ class BudgetError(UsageError):
 
 class HardwareMismatchError(UsageError):
     """A preset or config that this device cannot run (e.g. bf16 on a pre-Ampere GPU)."""
+
+
+class CheckpointError(UsageError):
+    """A checkpoint that is missing, unreadable or not autotune's (exit code 2)."""
+
+
+class TrainingOOMError(AutotuneError):
+    """The run ran out of memory (exit code 1); the message says what to do."""

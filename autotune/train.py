@@ -61,7 +61,7 @@ from autotune.distributed import (
     init_distributed,
     per_rank_config,
 )
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, TrainingOOMError, UsageError
 from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
 from autotune.run_folder import RunFolder
@@ -92,10 +92,6 @@ __all__ = [
 OnOOM = Literal["fail", "adapt"]
 CHECKPOINT_FORMAT = 1
 _OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
-
-
-class TrainingOOMError(AutotuneError):
-    """The run ran out of memory (exit code 1); the message says what to do."""
 
 
 # -- result -------------------------------------------------------------------------------------

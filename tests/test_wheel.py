@@ -104,7 +104,14 @@ def test_wheel_maps_models_and_presets_into_the_package(wheel: Path) -> None:
     strays = sorted(n for n in names if not n.startswith(("autotune/", "autotune-")))
     assert strays == [], "files outside the autotune package"
     assert "autotune/py.typed" in names
-    assert "autotune/cli/probe.py" in names
+    packages = sorted(  # every subpackage of the source tree (autotune/study, ...)
+        p.parent.relative_to(REPO).as_posix()
+        for p in (REPO / "autotune").rglob("__init__.py")
+        if "models" not in p.relative_to(REPO / "autotune").parts
+    )
+    missing = [p for p in packages if f"{p}/__init__.py" not in names]
+    assert "autotune/cli" in packages and "autotune/study" in packages
+    assert missing == [], f"packages missing from the wheel: {missing}"
     models = sorted(
         p.relative_to(REPO / "models").as_posix() for p in (REPO / "models").rglob("*.py")
     )
