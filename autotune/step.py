@@ -1,4 +1,4 @@
-"""The one step function (DESIGN principle 1).
+"""The one step function (docs/design.md, principle 1).
 
 The burst that measures a config and the trainer that runs it both call ``Stepper.step``:
 autocast, the fp16 GradScaler, gradient accumulation (with ``no_sync`` under DDP), grad
