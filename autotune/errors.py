@@ -68,3 +68,8 @@ class CheckpointError(UsageError):
 
 class TrainingOOMError(AutotuneError):
     """The run ran out of memory (exit code 1); the message says what to do."""
+
+
+class UntrustedModelError(UsageError):
+    """A preset names user code (a model file or module) and the user has not said to run
+    it: a preset is data, and opening one must not run a stranger's program."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from autotune.config import TrainConfig, apply_overrides, check_config
 from autotune.errors import UsageError
 from autotune.preset import (
+    ModelRef,
     PortabilityReport,
     TrainingDefaults,
     check_portability,
@@ -74,16 +75,40 @@ def _check_arguments(
     def name(parameter: str) -> str:
         return names.get(parameter, parameter)
 
-    if (preset is None) == (model is None):
+    if preset is None and model is None:
         raise UsageError(
             f"give {name('preset')} (a tuned config from `autotune search`) or "
-            f"{name('model')} (an untuned fp32 run), and not both"
+            f"{name('model')} (an untuned fp32 run)"
         )
     for parameter, value in (("max_steps", max_steps), ("eval_interval", eval_interval)):
         if value is not None and value < 1:
             raise UsageError(f"{name(parameter)}: expected a positive integer, got {value}")
     if lr is not None and not lr > 0:
         raise UsageError(f"{name('lr')}: expected a number > 0, got {lr}")
+
+
+def _load_preset_model(
+    ref: ModelRef,
+    model: str | None,
+    *,
+    trust: bool,
+    warn: Callable[[str], None] | None,
+    names: Mapping[str, str],
+) -> ModelSpec:
+    """The preset's model; ``model``, when given too, must name the same one (and is then
+    the user's consent to run it)."""
+    if model is not None and model != ref.name:
+        flag = names.get("model", "model").split()[0]
+        raise UsageError(
+            f"{flag} {model!r} is not the preset's model {ref.name!r}: give {flag} only to "
+            "train without a preset, or to allow the preset's own model code to run"
+        )
+    notes: list[str] = []
+    spec = ref.load(trust=trust or model is not None, notes=notes)
+    for text in notes:
+        if warn is not None:
+            warn(text)
+    return spec
 
 
 def prepare_training(
@@ -99,11 +124,14 @@ def prepare_training(
     profile: HardwareProfile | None = None,
     warn: Callable[[str], None] | None = None,
     option_names: Mapping[str, str] | None = None,
+    trust_model: bool = False,
 ) -> PreparedRun:
     """The spec, config, training settings and device of a run (see the module docstring).
 
     ``preset``: a preset file or the name of one; or ``model``: a built-in name,
-    ``pkg.module:attr`` or ``path/to/file.py:attr`` (one of the two). ``device``: default
+    ``pkg.module:attr`` or ``path/to/file.py:attr``. A preset is data: where it names
+    user code, that code runs only with ``trust_model`` or with the same reference given
+    as ``model`` (the user's consent); ``warn`` then hears which file runs. ``device``: default
     the preset's kind (a bare model: the best device here). ``force`` runs a preset whose
     recorded memory may not fit. ``max_steps`` replaces the preset's steps and epochs.
     ``overrides``: ``config.micro_batch=4``, ``training.lr=1e-3``, ... ``profile``: this
@@ -113,13 +141,14 @@ def prepare_training(
     from autotune.hardware import probe
     from autotune.models import load_model
 
+    names = option_names or {}
     _check_arguments(
         preset,
         model,
         max_steps=max_steps,
         lr=lr,
         eval_interval=eval_interval,
-        names=option_names or {},
+        names=names,
     )
     profile = profile or probe()
     report: PortabilityReport | None = None
@@ -130,7 +159,7 @@ def prepare_training(
         if warn is not None:
             for text in report.warnings:
                 warn(text)
-        spec = loaded.model.load()
+        spec = _load_preset_model(loaded.model, model, trust=trust_model, warn=warn, names=names)
         config, training, name = loaded.config, loaded.training, loaded.name
     else:
         spec = load_model(str(model))

@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per burst")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per burst")
     parser.add_argument("--target", type=float, default=TARGET)
+    parser.add_argument(
+        "--trust-model", action="store_true", help="run the preset's model code if it is user code"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if preset.baseline is None:
         print(f"preset {args.preset!r} records no baseline config to compare with", file=sys.stderr)
         return 2
-    spec = preset.model.load()
+    spec = preset.model.load(trust=args.trust_model)
     profile = probe()
     caps = profile.device(args.device or default_device_for(preset, profile))
     configs = {"naive (baseline)": preset.baseline.config, "preset": preset.config}

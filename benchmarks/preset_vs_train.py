@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: temporary)")
     parser.add_argument("--device", default=None)
+    parser.add_argument(
+        "--trust-model", action="store_true", help="run the preset's model code if it is user code"
+    )
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         if args.device:
             cmd += ["--device", args.device]
+        if args.trust_model:
+            cmd.append("--trust-model")
         print("$ " + " ".join(cmd), flush=True)
         load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         proc = subprocess.run(cmd)

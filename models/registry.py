@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -14,7 +15,16 @@ from autotune.errors import ModelLoadError
 
 from .spec import ModelSpec
 
-__all__ = ["builtin_names", "get_model", "list_models", "load_model", "register"]
+__all__ = [
+    "builtin_names",
+    "get_model",
+    "is_user_code",
+    "list_models",
+    "load_model",
+    "register",
+    "source_file",
+    "source_sha256",
+]
 
 # name -> zero-argument factory; filled by the model modules at import (see _load_builtins)
 _BUILTINS: dict[str, Callable[[], ModelSpec]] = {}
@@ -107,3 +117,35 @@ def load_model(ref: str) -> ModelSpec:
             "zero-argument callable returning one)"
         )
     return dataclasses.replace(obj, source=ref)
+
+
+def is_user_code(ref: str) -> bool:
+    """Whether ``ref`` names user code (``pkg.mod:attr``, ``file.py:attr``) rather than a
+    built-in model. A built-in name never reaches a file or a module outside autotune."""
+    return ":" in ref
+
+
+def _is_file_ref(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def source_file(ref: str) -> Path | None:
+    """The file whose code ``ref`` runs: the named file for ``file.py:attr``, the module's
+    file for ``pkg.mod:attr`` once that module is imported; None for a built-in name or a
+    module that is not imported (finding its file would import its package)."""
+    if not is_user_code(ref):
+        return None
+    target = ref.rpartition(":")[0]
+    if _is_file_ref(target):
+        return Path(target).expanduser().resolve()
+    module = sys.modules.get(target)
+    origin = getattr(module, "__file__", None)
+    return Path(origin).resolve() if origin else None
+
+
+def source_sha256(ref: str) -> str | None:
+    """SHA-256 of :func:`source_file`'s bytes, or None where there is no such file."""
+    path = source_file(ref)
+    if path is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()

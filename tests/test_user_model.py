@@ -106,3 +106,27 @@ def test_a_file_that_fails_to_import(tmp_path: Path) -> None:
     ) as info:
         load_model(f"{bad}:spec")
     assert info.value.exit_code == 2  # a usage error, not a crash
+
+
+def test_the_code_a_reference_runs_is_named_and_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from autotune.models.registry import is_user_code, source_file, source_sha256
+
+    assert not is_user_code("mu") and source_file("mu") is None and source_sha256("mu") is None
+    model_file = tmp_path / "mine.py"
+    model_file.write_text("x = 1\n")
+    ref = f"{model_file}:spec"
+    assert is_user_code(ref) and source_file(ref) == model_file.resolve()
+    assert source_sha256(ref) == hashlib.sha256(b"x = 1\n").hexdigest()
+    assert source_sha256(f"{tmp_path / 'gone.py'}:spec") is None
+    _write_package(tmp_path, "spec = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("my_models_pkg", "my_models_pkg.zoo"):  # another test may have imported it
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert source_file("my_models_pkg.zoo:spec") is None  # not imported: not looked for
+    __import__("my_models_pkg.zoo")
+    zoo = tmp_path / "my_models_pkg" / "zoo.py"
+    assert source_file("my_models_pkg.zoo:spec") == zoo.resolve()

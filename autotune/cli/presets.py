@@ -342,6 +342,13 @@ def check(
     force: Annotated[
         bool, typer.Option("--force", help="Run even if the recorded peak exceeds free memory.")
     ] = False,
+    trust_model: Annotated[
+        bool,
+        typer.Option(
+            "--trust-model",
+            help="Run the model code the preset names when it is not a built-in model.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Re-measure a preset here with a short burst: measured vs recorded figures."""
@@ -353,7 +360,10 @@ def check(
     report = check_portability(loaded, profile, device, force=force)
     if not json_out:
         typer.echo("\n".join(render_portability(report)))
-    spec = loaded.model.load()
+    notes: list[str] = []
+    spec = loaded.model.load(trust=trust_model, notes=notes)
+    for text in notes:
+        typer.echo(f"warning: {text}", err=True)
     if not json_out:
         typer.echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
     result = burst.run_burst(

@@ -123,6 +123,14 @@ _TextColumn = Annotated[
 _TargetColumn = Annotated[
     str, typer.Option("--target-column", help="text-regressor CSV: the target column.")
 ]
+_TrustModel = Annotated[
+    bool,
+    typer.Option(
+        "--trust-model",
+        help="Run the model code a preset names when it is not a built-in model (a preset "
+        "is data: its user code runs only when you say so).",
+    ),
+]
 _JsonLogs = Annotated[
     bool, typer.Option("--json-logs", help="Print one JSON record per log line on stdout.")
 ]
@@ -145,6 +153,7 @@ def train(
     text_column: _TextColumn = "text",
     target_column: _TargetColumn = "target",
     json_logs: _JsonLogs = False,
+    trust_model: _TrustModel = False,
 ) -> None:
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
     from autotune.launch import prepare_training
@@ -163,6 +172,7 @@ def train(
         overrides=sets or [],
         warn=_warn,
         option_names=_FLAGS,
+        trust_model=trust_model,
     )
     result = run_training(
         run.spec,

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.config import TrainConfig, TrainingDefaults
-from autotune.errors import ConfigError, HardwareMismatchError, PresetError, UsageError
+from autotune.errors import (
+    ConfigError,
+    HardwareMismatchError,
+    PresetError,
+    UntrustedModelError,
+    UsageError,
+)
 from autotune.schema import (
     BAD,
     Converter,
@@ -32,6 +38,8 @@ from autotune.schema import (
 from autotune.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from autotune.burst import BurstResult
     from autotune.hardware import GPUInfo, HardwareProfile
     from autotune.models.spec import ModelSpec
@@ -181,6 +189,15 @@ def find_device(device: str, profile: HardwareProfile) -> tuple[str, GPUInfo | N
         raise HardwareMismatchError(str(exc)) from None
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256_text(value: str | None) -> str | None:
+    if value is None or _SHA256.match(value):
+        return None
+    return "expected 64 lowercase hex digits (a SHA-256)"
+
+
 # -- the sections -----------------------------------------------------------------------------
 
 
@@ -191,17 +208,50 @@ class ModelRef(_PresetSection):
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
+    # SHA-256 of the user code's file when the search ran (None for a built-in model), so
+    # that running the preset later can tell the user the code has changed since.
+    sha256: str | None = None
 
     _path: ClassVar[str] = "model"
-    _rules: ClassVar[Mapping[str, Rule]] = {"name": non_empty}
+    _rules: ClassVar[Mapping[str, Rule]] = {"name": non_empty, "sha256": _sha256_text}
 
-    def load(self) -> ModelSpec:
-        """The spec this reference names, with its size arguments applied
-        (``ModelLoadError`` for an unknown model)."""
-        from autotune.models.registry import load_model
+    @property
+    def is_user_code(self) -> bool:
+        """Whether running this preset means running code that is not autotune's."""
+        return ":" in self.name
 
+    def load(self, *, trust: bool = False, notes: list[str] | None = None) -> ModelSpec:
+        """The spec this reference names, with its size arguments applied.
+
+        A preset is data: a built-in model loads as it is, but user code (a model file or
+        module) is imported only with ``trust=True``, the user's explicit consent;
+        otherwise ``UntrustedModelError``. With consent, ``notes`` gets a line naming the
+        file that runs and, where the preset recorded its hash, a warning if the file has
+        changed since the search. ``ModelLoadError`` for an unknown or broken model.
+        """
+        from autotune.models.registry import load_model, source_file, source_sha256
+
+        if self.is_user_code and not trust:
+            raise UntrustedModelError(
+                f"this preset's model is user code, {self.name!r}, and a preset is data: "
+                "autotune does not run the code a preset names unless you say so. Read "
+                "that code first; then run again with --trust-model, or give the same "
+                f"reference with --model {self.name}"
+            )
         spec = load_model(self.name)
+        if self.is_user_code and notes is not None:
+            notes.extend(self._code_notes(source_file(self.name), source_sha256(self.name)))
         return spec.with_args(**self.args) if self.args else spec
+
+    def _code_notes(self, path: Path | None, digest: str | None) -> list[str]:
+        where = str(path) if path is not None else self.name
+        lines = [f"running user code from {where}" + (f" (sha256 {digest[:12]})" if digest else "")]
+        if self.sha256 is not None and digest is not None and digest != self.sha256:
+            lines.append(
+                f"warning: {where} has changed since this preset was searched (sha256 "
+                f"{self.sha256[:12]} then, {digest[:12]} now): its figures may not hold"
+            )
+        return lines
 
 
 @dataclass(frozen=True, kw_only=True)

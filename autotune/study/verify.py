@@ -166,6 +166,7 @@ def write_preset(
 ) -> Path:
     """Write the search's verified winner as a preset at ``path``, with the naive config's
     figures beside it."""
+    from autotune.models.registry import source_sha256
     from autotune.preset import (
         Baseline,
         Fingerprint,
@@ -191,7 +192,7 @@ def write_preset(
     counts = result.counts()
     preset = Preset(
         name=path.stem,
-        model=ModelRef(name=name, args=args),
+        model=ModelRef(name=name, args=args, sha256=source_sha256(name)),
         task=Task(seq_len=config.seq_len, global_batch=config.global_batch),
         config=config,
         budget_bytes=result.budget_bytes,

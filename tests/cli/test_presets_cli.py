@@ -263,7 +263,7 @@ def test_check_compares_measured_with_recorded(
         throughput_unit="samples",
     )
     fake = wire(monkeypatch, result)
-    out = invoke("check", str(path), "--steps", "4", "--warmup", "1", "--json")
+    out = invoke("check", str(path), "--trust-model", "--steps", "4", "--warmup", "1", "--json")
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["portability"]["same_device"] is True
@@ -278,7 +278,7 @@ def test_check_compares_measured_with_recorded(
     assert (call["steps"], call["warmup"], call["device"]) == (4, 1, "cpu")
     assert call["budget_bytes"] is None and call["seed"] == 0
 
-    text = invoke("check", str(path))
+    text = invoke("check", str(path), "--trust-model")
     assert text.exit_code == 0, text.output
     lines = text.output.splitlines()
     assert lines[0].startswith("portability: same device as recorded")
@@ -292,7 +292,7 @@ def test_check_on_other_hardware_says_measured_elsewhere_first(
     path = save_preset(tiny_preset(places["cwd"]), places["cwd"] / "tiny.yaml")
     ok = BurstResult(status="ok", samples_per_s=400.0, throughput_unit="samples")
     wire(monkeypatch, ok, cpu_model="AMD EPYC 7B12", cores=8)
-    out = invoke("check", str(path))
+    out = invoke("check", str(path), "--trust-model")
     assert out.exit_code == 0, out.output
     assert out.output.startswith("portability: measured elsewhere")
     assert "cpu_model: preset" in out.output
@@ -312,7 +312,7 @@ def test_check_refuses_a_precision_this_device_cannot_run(
         BurstResult(status="ok"),
         gpus=(make_gpu(name="Tesla V100-SXM2-16GB", cc=(7, 0), total=16 * GiB),),
     )
-    out = invoke("check", str(path))
+    out = invoke("check", str(path), "--trust-model")
     assert out.exit_code == 2
     assert out.output.startswith("error: preset 'tiny-cpu' cannot run on cuda:0")
     assert "use fp16 instead" in out.output and "Traceback" not in out.output
@@ -328,9 +328,9 @@ def test_check_refuses_too_little_memory_unless_forced(
         BurstResult(status="ok", samples_per_s=1.0, throughput_unit="samples"),
         available=100 * 2**20,
     )
-    refused = invoke("check", str(path))
+    refused = invoke("check", str(path), "--trust-model")
     assert refused.exit_code == 2 and "exceeds the 100.00 MiB of available RAM" in refused.output
-    forced = invoke("check", str(path), "--force")
+    forced = invoke("check", str(path), "--trust-model", "--force")
     assert forced.exit_code == 0, forced.output
     assert "warning" in forced.output and "forced" in forced.output
     assert len(fake.calls) == 1
@@ -341,10 +341,33 @@ def test_check_with_a_failed_burst_exits_1(
 ) -> None:
     path = save_preset(tiny_preset(places["cwd"]), places["cwd"] / "tiny.yaml")
     wire(monkeypatch, BurstResult(status="oom", reason="CUDA out of memory at step 2"))
-    out = invoke("check", str(path), "--json")
+    out = invoke("check", str(path), "--trust-model", "--json")
     assert out.exit_code == 1
     assert json.loads(out.stdout)["burst"]["status"] == "oom"
     assert "did not finish on cpu: oom: CUDA out of memory at step 2" in out.stderr
+
+
+def test_check_runs_a_presets_user_code_only_with_consent(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    preset = tiny_preset(places["cwd"])
+    model_file = Path(preset.model.name.rpartition(":")[0])
+    marker = places["cwd"] / "ran.txt"
+    model_file.write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n" + TINY_MODEL
+    )
+    path = save_preset(preset, places["cwd"] / "shared.yaml")
+    fake = wire(monkeypatch, BurstResult(status="ok", samples_per_s=1.0, throughput_unit="samples"))
+    for command in (["show"], ["diff", str(path)], ["export", "--format", "json"], ["check"]):
+        out = invoke(command[0], str(path), *command[1:])
+        assert not marker.exists(), f"presets {command[0]} ran the preset's model code"
+        assert "Traceback" not in out.output
+    refused = invoke("check", str(path))
+    assert refused.exit_code == 2 and "--trust-model" in refused.output
+    assert fake.calls == [] and not marker.exists()
+    allowed = invoke("check", str(path), "--trust-model")
+    assert allowed.exit_code == 0, allowed.output
+    assert marker.exists() and f"running user code from {model_file}" in allowed.output
 
 
 def test_check_an_unknown_device_exits_2(
@@ -352,14 +375,14 @@ def test_check_an_unknown_device_exits_2(
 ) -> None:
     path = save_preset(tiny_preset(places["cwd"]), places["cwd"] / "tiny.yaml")
     wire(monkeypatch, BurstResult(status="ok"))
-    out = invoke("check", str(path), "--device", "cuda:3")
+    out = invoke("check", str(path), "--trust-model", "--device", "cuda:3")
     assert out.exit_code == 2 and "does not exist here" in out.output
 
 
 @pytest.mark.slow
 def test_check_runs_a_real_burst(places: dict[str, Path]) -> None:
     path = save_preset(tiny_preset(places["cwd"]), places["cwd"] / "tiny.yaml")
-    out = invoke("check", str(path), "--steps", "3", "--warmup", "1", "--json")
+    out = invoke("check", str(path), "--trust-model", "--steps", "3", "--warmup", "1", "--json")
     if isinstance(out.exception, NotImplementedError):
         pytest.skip(f"not implemented yet: {out.exception} (the burst runner or the probe)")
     assert out.exit_code == 0, out.output

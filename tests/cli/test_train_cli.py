@@ -58,16 +58,16 @@ def write_preset(path: Path, **changes: object) -> Path:
 
 def test_train_with_a_preset_into_the_default_folder(tmp_path: Path) -> None:
     preset = write_preset(tmp_path / "tiny.yaml")
-    result = invoke("--preset", str(preset))
+    result = invoke("--preset", str(preset), "--trust-model")
     assert result.exit_code == 0, result.output
     out = tmp_path / "autotune_runs" / "train" / "tiny-test"
     assert (out / "ckpt-step00000002.pt").is_file() and (out / "tokenizer.json").is_file()
     assert "micro_batch 2 x grad_accum 2 = global batch 4" in result.output
     assert "step 2/2" in result.output and "val loss" in result.output
     # the same command again would overwrite the run: refused, with what to do instead
-    again = invoke("--preset", str(preset))
+    again = invoke("--preset", str(preset), "--trust-model")
     assert again.exit_code == 2 and "--resume auto" in again.output
-    more = invoke("--preset", str(preset), "--resume", "auto", "--max-steps", "3")
+    more = invoke("--preset", str(preset), "--trust-model", "--resume", "auto", "--max-steps", "3")
     assert more.exit_code == 0, more.output
     assert "resumed from" in more.output and "step 3/3" in more.output
 
@@ -103,7 +103,6 @@ def test_model_without_preset_and_json_logs(tmp_path: Path) -> None:
         (["--on-oom", "retry"], "--on-oom"),
         (["--max-steps", "0"], "--max-steps"),
         (["--resume", "nope.pt"], "does not exist"),
-        (["--preset", "p.yaml"], "not both"),
     ],
 )
 def test_bad_input_is_exit_2_without_traceback(tmp_path: Path, args: list[str], match: str) -> None:
@@ -114,6 +113,45 @@ def test_bad_input_is_exit_2_without_traceback(tmp_path: Path, args: list[str], 
     assert result.exit_code == 2, result.output
     assert match in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_preset_naming_user_code_runs_it_only_with_consent(tmp_path: Path) -> None:
+    model_file = tmp_path / "planted.py"
+    marker = tmp_path / "ran.txt"
+    model_file.write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        f"from fake_lm import make_spec as spec\n"
+    )
+    ref = f"{model_file}:spec"
+    preset = write_preset(tmp_path / "shared.yaml", model=ModelRef(name=ref, args={"dim": 8}))
+    refused = invoke("--preset", str(preset))
+    assert refused.exit_code == 2, refused.output
+    assert "user code" in refused.output and "--trust-model" in refused.output
+    assert "Traceback" not in refused.output
+    assert not marker.exists()  # opening the preset ran none of its code
+    other = invoke("--preset", str(preset), "--model", "mu")
+    assert other.exit_code == 2 and "is not the preset's model" in other.output
+    assert not marker.exists()
+    allowed = invoke("--preset", str(preset), "--model", ref, "--out", "a")
+    assert allowed.exit_code == 0, allowed.output
+    assert marker.exists() and f"running user code from {model_file}" in allowed.output
+    trusted = invoke("--preset", str(preset), "--trust-model", "--out", "b")
+    assert trusted.exit_code == 0, trusted.output
+
+
+def test_a_changed_model_file_is_a_warning_and_a_missing_one_an_error(tmp_path: Path) -> None:
+    model_file = tmp_path / "mine.py"
+    model_file.write_text("from fake_lm import make_spec as spec\n")
+    ref = f"{model_file}:spec"
+    recorded = ModelRef(name=ref, args={"dim": 8}, sha256="0" * 64)
+    preset = write_preset(tmp_path / "mine.yaml", model=recorded)
+    changed = invoke("--preset", str(preset), "--trust-model")
+    assert changed.exit_code == 0, changed.output
+    assert "has changed since this preset was searched" in changed.output
+    model_file.unlink()
+    missing = invoke("--preset", str(preset), "--trust-model", "--out", "again")
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert "Traceback" not in missing.output
 
 
 def test_neither_preset_nor_model() -> None:

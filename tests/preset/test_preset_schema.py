@@ -112,6 +112,7 @@ def test_optional_sections_may_be_omitted_or_null() -> None:
         ("name", "  ", "name: must not be empty"),
         ("model", "mu", "model: expected a mapping; got 'mu'"),
         ("model.args", [1], "model.args: expected a mapping; got [1]"),
+        ("model.sha256", "abc", "model.sha256: expected 64 lowercase hex digits (a SHA-256)"),
         ("task.seq_len", True, "task.seq_len: expected an integer; got True"),
         ("budget_bytes", "8GB", "budget_bytes: expected an integer or null; got '8GB'"),
         ("config.micro_batch", "8", "config.micro_batch: expected a positive integer, got '8'"),

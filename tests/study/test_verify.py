@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import GB, FakeBurst, run
+from fake_burst import GB, FakeBurst, run, toy_spec
 
 from autotune.burst import BurstResult
 from autotune.config import TrainConfig
@@ -34,8 +34,24 @@ def test_the_preset_written_loads_back(tmp_path: Path) -> None:
     assert preset.search is not None and preset.search.trials_run == 8
     assert preset.search.study_name == result.study_name
     assert preset.model.name == "toy" and preset.fingerprint.device_kind == "cpu"
+    assert preset.model.sha256 is None  # a built-in name: no user code to fingerprint
     assert len(burst.verify_calls) == 1
     assert burst.verify_calls[0] == result.best.train_config()
+
+
+def test_a_user_models_file_hash_is_recorded(tmp_path: Path) -> None:
+    import hashlib
+
+    from autotune.preset import load_preset
+
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text("from fake_burst import toy_spec\nspec = toy_spec()\n")
+    spec = replace(toy_spec(), source=f"{model_file}:spec")
+    result = run(tmp_path, FakeBurst(), trials=4, spec=spec)
+    assert result.preset_path is not None
+    model = load_preset(result.preset_path).model
+    assert model.name == f"{model_file}:spec"
+    assert model.sha256 == hashlib.sha256(model_file.read_bytes()).hexdigest()
 
 
 def test_verification_failure_falls_back_to_the_next_best(tmp_path: Path) -> None:
