@@ -51,6 +51,7 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from autotune.errors import DataError
 from autotune.files import atomic_write_text, dir_mode
+from autotune.signals import ignore_stop_signals
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
 
 if TYPE_CHECKING:
@@ -917,6 +918,7 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
         "pin_memory": config.pin_memory,
     }
     if config.num_workers > 0:
+        kwargs["worker_init_fn"] = ignore_stop_signals
         kwargs["persistent_workers"] = config.persistent_workers
         if config.prefetch_factor is not None:
             kwargs["prefetch_factor"] = config.prefetch_factor

@@ -18,12 +18,14 @@ position (epoch, samples into it) and every RNG state are in each checkpoint, so
 run continues the same loss curve as one never stopped (exactly, on CPU with
 ``num_workers=0``).
 
-Signals: SIGINT or SIGTERM finishes the current step, saves a checkpoint and returns with
-``interrupted`` set; the CLI then exits with 128 + the signal number (130 for SIGINT, 143
-for SIGTERM), as a shell does, so a scheduler sees the run did not finish. A second SIGINT
-stops at once (KeyboardInterrupt). Out of memory: the last completed step is saved and
-``TrainingOOMError`` says what to do, or with ``on_oom="adapt"`` the micro-batch halves, the
-accumulation doubles (the global batch is unchanged) and the step is run again.
+Signals: SIGINT, SIGTERM or SIGHUP finishes the current step, saves a checkpoint and
+returns with ``interrupted`` set; the CLI then exits with 128 + the signal number (130 for
+SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell does, so a scheduler sees the run did
+not finish. DataLoader workers ignore all three, so a signal to the whole process group
+stops the run the same way. A second SIGINT stops at once (KeyboardInterrupt). Out of
+memory: the last completed step is saved and ``TrainingOOMError`` says what to do, or with
+``on_oom="adapt"`` the micro-batch halves, the accumulation doubles (the global batch is
+unchanged) and the step is run again.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
 from autotune.run_folder import RunFolder
 from autotune.schedule import make_scheduler, set_peak_lr
+from autotune.signals import STOP_SIGNALS
 from autotune.step import (
     Stepper,
     apply_backend_flags,
@@ -466,7 +469,7 @@ class Trainer:
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:  # SIGINT, SIGTERM and SIGHUP: the same clean stop
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _restore_signals(self) -> None:

@@ -30,6 +30,7 @@ from autotune.data import (
 )
 from autotune.distributed import DistInfo
 from autotune.errors import DataError
+from autotune.signals import ignore_stop_signals
 from autotune.tokenizer import ByteTokenizer, WordVocab, load_tokenizer, split_words
 
 
@@ -247,10 +248,12 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     assert trained is not None
     names = [
         "batch_size", "drop_last", "num_workers", "pin_memory", "persistent_workers",
-        "prefetch_factor",
+        "prefetch_factor", "worker_init_fn",
     ]  # fmt: skip
     assert {n: getattr(measured, n) for n in names} == {n: getattr(trained, n) for n in names}
     assert trained.pin_memory and trained.batch_size == 4 and trained.drop_last
+    if workers:
+        extra["worker_init_fn"] = ignore_stop_signals
     assert loader_kwargs(cfg) == {
         "batch_size": 4, "drop_last": True, "num_workers": workers, "pin_memory": True, **extra,
     }  # fmt: skip

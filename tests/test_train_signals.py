@@ -1,0 +1,106 @@
+"""`autotune train` stopped by a signal sent to its whole process group, as `timeout`,
+Slurm, systemd and a terminal do: a clean stop after the step, a checkpoint, the shell's
+exit code, no traceback, and no process left (DataLoader workers included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_lm import FAKE_LM
+
+from autotune.config import TrainConfig
+from autotune.data import loader_kwargs
+from autotune.signals import ignore_stop_signals
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
+
+
+def test_the_loader_workers_leave_stop_signals_to_the_main_process() -> None:
+    with_workers = loader_kwargs(TrainConfig(micro_batch=2, seq_len=8, num_workers=2))
+    assert with_workers["worker_init_fn"] is ignore_stop_signals
+    assert "worker_init_fn" not in loader_kwargs(TrainConfig(micro_batch=2, seq_len=8))
+
+
+def _worker() -> None:
+    ignore_stop_signals(0)
+    time.sleep(60)
+
+
+@pytest.mark.skipif(not hasattr(signal, "sigwaitinfo"), reason="sigwaitinfo (Linux)")
+def test_a_worker_ignores_a_strangers_sigterm_but_obeys_its_parents() -> None:
+    import multiprocessing
+
+    worker = multiprocessing.get_context("fork").Process(target=_worker, daemon=True)
+    worker.start()
+    try:
+        time.sleep(0.5)
+        assert worker.pid is not None
+        subprocess.run(["kill", "-TERM", str(worker.pid)], check=True)  # not its parent
+        subprocess.run(["kill", "-HUP", str(worker.pid)], check=True)
+        time.sleep(0.5)
+        assert worker.is_alive()
+        worker.terminate()  # its parent's SIGTERM: how multiprocessing ends a worker
+        worker.join(10)
+        assert worker.exitcode == 0
+    finally:
+        if worker.is_alive():
+            worker.kill()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_to_the_process_group_stops_training_cleanly(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--model", f"{FAKE_LM}:spec",
+        "--data", str(corpus), "--out", str(out), "--max-steps", "100000",
+        "--set", "config.micro_batch=2", "--set", "config.seq_len=16",
+        "--set", "config.num_workers=1", "--set", "training.log_interval=1",
+        "--eval-interval", "100000",
+    ]  # fmt: skip
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(FAKE_LM).parent), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait for the first logged steps: the workers are running
+        seen.append(line)
+        if line.startswith("step 3/") or time.monotonic() > deadline:
+            break
+    assert any(line.startswith("step 3/") for line in seen), "".join(seen)
+    os.killpg(proc.pid, sig)
+    try:
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "killed by signal" not in err, err
+    assert f"{sig.name}: stopped at step" in "".join(seen) + rest + err
+    assert any(out.glob("ckpt-step*.pt")), "no checkpoint saved"
+    deadline = time.monotonic() + 15  # the workers end with their parent
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _group_alive(proc.pid), "processes of the run are still alive"
