@@ -3,6 +3,7 @@ tests (the real probe is not called)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from autotune.preset import (
     SearchSummary,
     Task,
     TrainingDefaults,
+    library,
     preset_from_dict,
 )
 
@@ -154,3 +156,16 @@ def problems_of(data: Any) -> list[str]:
     with pytest.raises(PresetError) as info:
         preset_from_dict(data, source="test.yaml")
     return info.value.problems
+
+
+def wire_preset_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Empty shipped, working and user preset folders under ``tmp_path``, wired in (the
+    working directory is changed to ``cwd``); ``user`` is created by whoever needs it."""
+    places = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
+    for folder in places.values():
+        folder.mkdir()
+    monkeypatch.setattr(library, "builtin_preset_dir", lambda: places["builtin"])
+    monkeypatch.chdir(places["cwd"])
+    monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(places["config"]))
+    places["user"] = places["config"] / "presets"
+    return places

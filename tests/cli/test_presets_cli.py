@@ -17,6 +17,7 @@ from fake_presets import (
     make_gpu,
     make_preset,
     make_profile,
+    wire_preset_places,
 )
 from typer.testing import CliRunner, Result
 
@@ -28,7 +29,6 @@ from autotune.preset import (
     ModelRef,
     Preset,
     Task,
-    library,
     load_preset,
     preset_to_dict,
     save_preset,
@@ -84,14 +84,7 @@ def invoke(*args: str) -> Result:
 @pytest.fixture
 def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """Empty shipped, working and user preset folders, wired in."""
-    out = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
-    for folder in out.values():
-        folder.mkdir()
-    monkeypatch.setattr(library, "builtin_preset_dir", lambda: out["builtin"])
-    monkeypatch.chdir(out["cwd"])
-    monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(out["config"]))
-    out["user"] = out["config"] / "presets"
-    return out
+    return wire_preset_places(tmp_path, monkeypatch)
 
 
 def tiny_preset(folder: Path, **changes: Any) -> Preset:

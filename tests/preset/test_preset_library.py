@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_presets import make_preset
+from fake_presets import make_preset, wire_preset_places
 
 from autotune.errors import PresetError
 from autotune.preset import find_presets, library, resolve_preset, save_preset
@@ -14,14 +14,7 @@ from autotune.preset import find_presets, library, resolve_preset, save_preset
 @pytest.fixture
 def preset_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """Empty shipped, working and user folders, wired in."""
-    places = {name: tmp_path / name for name in ("builtin", "cwd", "config")}
-    for folder in places.values():
-        folder.mkdir()
-    monkeypatch.setattr(library, "builtin_preset_dir", lambda: places["builtin"])
-    monkeypatch.chdir(places["cwd"])
-    monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(places["config"]))
-    places["user"] = places["config"] / "presets"
-    return places
+    return wire_preset_places(tmp_path, monkeypatch)
 
 
 def test_find_presets_looks_in_all_three_places(preset_places: dict[str, Path]) -> None:
