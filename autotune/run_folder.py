@@ -8,6 +8,9 @@ them. The checkpoint's contents are the trainer's (``Trainer._state``).
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from autotune.checkpoint import (
     save_checkpoint,
 )
 from autotune.distributed import DistInfo, all_gather_objects, barrier
-from autotune.errors import UsageError
+from autotune.errors import AutotuneError, UsageError
 
 __all__ = ["RunFolder"]
 
@@ -52,7 +55,14 @@ class RunFolder:
             return None
         where = str(resume)
         if where == "auto":
-            found = find_resumable(self.path, warn=self.message)
+            skipped: list[str] = []
+            found = find_resumable(self.path, warn=lambda text: self._skip(text, skipped))
+            if found is None and skipped:
+                raise CheckpointError(
+                    f"none of the {len(skipped)} checkpoint(s) in {str(self.path)!r} loads "
+                    f"({skipped[0]}), so there is nothing to resume from: move them away to "
+                    "start afresh in this folder, or train into a new folder with --out"
+                )
             if found is None:
                 self.message(f"no checkpoint in {self.path} to resume from: starting from step 0")
             return found
@@ -64,10 +74,23 @@ class RunFolder:
             return found
         return path, load_checkpoint(path)
 
+    def _skip(self, text: str, skipped: list[str]) -> None:
+        skipped.append(text.removeprefix("warning: "))
+        self.message(text)
+
     def prepare(self, resumed_from: Path | None) -> None:
         """Create the folder and drop a killed write's leftovers; a run that does not
         continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.path, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        except OSError as exc:
+            what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
+            raise UsageError(
+                f"cannot use {str(self.path)!r} as the run folder: {what}; give --out a "
+                "folder you can write to"
+            ) from None
         clean_stale(self.path)
         elsewhere = resumed_from is not None and (
             resumed_from.parent.resolve() != self.path.resolve()
@@ -91,7 +114,7 @@ class RunFolder:
         if self.dist.is_main:
             path = checkpoint_path(self.path, step)
             if self.last_saved != step or not path.exists():
-                size = save_checkpoint(state(rngs), path)
+                size = self._write(path, state(rngs))
                 self.message(f"saved {path} ({size / 2**20:.1f} MiB)")
             if best:
                 link_best(path)
@@ -100,3 +123,28 @@ class RunFolder:
         self.last_checkpoint = path
         barrier(self.dist)
         return path
+
+    def _write(self, path: Path, state: dict[str, Any]) -> int:
+        """Write one checkpoint; a full disk (checked first against the last checkpoint's
+        size, then by the write itself) is an error that keeps the last good checkpoint."""
+        kept = (
+            f"the last good checkpoint {self.last_checkpoint} is kept"
+            if self.last_checkpoint is not None
+            else "no checkpoint of this run was written yet"
+        )
+        if self.last_checkpoint is not None and self.last_checkpoint.exists():
+            need = self.last_checkpoint.stat().st_size
+            free = shutil.disk_usage(self.path).free
+            if free < need:
+                raise AutotuneError(
+                    f"not enough disk space for checkpoint {path.name} in {self.path}: "
+                    f"{free / 2**20:.1f} MiB free, about {need / 2**20:.1f} MiB needed; {kept}. "
+                    "Free some space, then continue with --resume auto"
+                )
+        try:
+            return save_checkpoint(state, path)
+        except OSError as exc:
+            raise AutotuneError(
+                f"cannot write checkpoint {path}: {exc.strerror or exc}; {kept}. Free some "
+                "space (or fix the folder), then continue with --resume auto"
+            ) from None

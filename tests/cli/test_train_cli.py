@@ -163,3 +163,54 @@ def test_pointer_gen_without_data_explains_the_format() -> None:
     result = invoke("--model", "pointer-gen", "--max-steps", "1")
     assert result.exit_code == 2
     assert '{"source"' in result.output and "--data" in result.output
+
+
+# -- the run folder and its disk -------------------------------------------------------------
+
+
+def test_out_naming_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("not a folder")
+    result = invoke(*TINY, *QUICK, "--out", "taken")
+    assert result.exit_code == 2, result.output
+    assert "cannot use 'taken' as the run folder: it is a file" in result.output
+    assert "Traceback" not in result.output
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_resume_auto_with_only_corrupt_checkpoints_says_so(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "ckpt-step00000002.pt").write_bytes(b"not a checkpoint")
+    result = invoke(*TINY, *QUICK, "--out", "run", "--resume", "auto")
+    assert result.exit_code == 2, result.output
+    assert "none of the 1 checkpoint(s)" in result.output and "nothing to resume" in result.output
+    assert "continue it with --resume auto" not in result.output  # no advice that loops
+    assert (run_dir / "ckpt-step00000002.pt").read_bytes() == b"not a checkpoint"
+
+
+def test_a_full_disk_at_a_checkpoint_keeps_the_last_good_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from autotune import run_folder
+
+    real_save = run_folder.save_checkpoint
+    calls: list[Path] = []
+
+    def save_then_fill_the_disk(state: dict[str, object], path: Path) -> int:
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(state, path)
+
+    monkeypatch.setattr(run_folder, "save_checkpoint", save_then_fill_the_disk)
+    sets = ["--set", "training.checkpoint_interval=1", "--max-steps", "3"]
+    result = invoke(*TINY, *QUICK, *sets, "--out", "run")
+    assert result.exit_code == 1, result.output
+    assert "cannot write checkpoint" in result.output and "No space left" in result.output
+    assert "the last good checkpoint" in result.output and "--resume auto" in result.output
+    assert "Traceback" not in result.output
+    assert [p.name for p in sorted((tmp_path / "run").glob("ckpt-step*.pt"))] == [
+        "ckpt-step00000001.pt"
+    ]
