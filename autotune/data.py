@@ -20,6 +20,9 @@ Formats (``--data``):
   whose values are all numbers; standardized with the training split's mean and std).
   Missing values are an error, not silently filled.
 
+Every data file must be a regular file (not a device such as ``/dev/zero``, a FIFO or a
+socket) of at most ``MAX_FILE_BYTES`` (4 GiB); a larger corpus goes in a folder of files.
+
 The validation split is a deterministic function of each document's content (about 10%
 of documents; when none falls in it, the last 10% of the training token stream). Token
 streams are cached under ``cache_dir/<key>/`` as ``uint16`` ``.bin`` files plus
@@ -38,6 +41,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +56,7 @@ from torch.utils.data import Dataset, DistributedSampler
 from autotune.errors import DataError
 from autotune.files import atomic_write_text, dir_mode
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
+from autotune.units import format_bytes
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
@@ -63,6 +68,7 @@ __all__ = [
     "DataStats",
     "Document",
     "LMDataset",
+    "MAX_FILE_BYTES",
     "ResumableSampler",
     "TrainData",
     "default_cache_dir",
@@ -82,6 +88,9 @@ __all__ = [
 CACHE_VERSION = 1
 DEFAULT_CORPUS = "pydoc_data.topics (the Python reference documentation shipped with CPython)"
 VAL_FRACTION = 0.1
+# The most read from one data file: its text is held in memory (twice, briefly, while it
+# is decoded), so a larger corpus belongs in a folder of smaller files.
+MAX_FILE_BYTES = 4 * 2**30
 TEXT_SUFFIXES = (".txt", ".md")
 _MISSING = {"", "na", "n/a", "nan", "null", "none"}
 _HEADING = re.compile(r"^(?=.+\n([*=\-~^\"])\1{2,}[ \t]*$)", re.MULTILINE)
@@ -125,10 +134,64 @@ def default_corpus() -> list[Document]:
     return docs
 
 
+_SPECIAL_FILES = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(path: Path) -> os.stat_result:
+    """The status of data file ``path``; a DataError when it is missing, a folder, or no
+    regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"data path {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise DataError(f"cannot read data file {str(path)!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DataError(f"data path {str(path)!r} is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _SPECIAL_FILES if test(st.st_mode)), "special")
+        raise DataError(
+            f"data path {str(path)!r} is {kind}, not a regular file; give a file of text "
+            "(or a folder of them)"
+        )
+    return st
+
+
+def _too_large(path: Path) -> DataError:
+    return DataError(
+        f"data file {str(path)!r} is larger than {format_bytes(MAX_FILE_BYTES)}, the most "
+        "autotune reads from one file; split it into smaller files"
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of regular file ``path``, at most ``MAX_FILE_BYTES`` of them."""
+    st = _check_regular(path)
+    limit = MAX_FILE_BYTES
+    if st.st_size > limit:
+        raise _too_large(path)
+    with path.open("rb") as f:
+        raw = f.read(st.st_size + 1)
+        # Longer than its size said: it grew since, or reports none (/proc files).
+        while st.st_size < len(raw) <= limit:
+            more = f.read(min(2**24, limit + 1 - len(raw)))
+            if not more:
+                break
+            raw += more
+    if len(raw) > limit:
+        raise _too_large(path)
+    return raw
+
+
 def _read_text(path: Path) -> str:
     """The UTF-8 text of ``path``, or a DataError saying why it cannot be training text."""
     try:
-        raw = path.read_bytes()
+        raw = _read_bytes(path)
     except PermissionError:
         raise DataError(f"cannot read data file {str(path)!r}: permission denied") from None
     except IsADirectoryError:
@@ -182,6 +245,7 @@ def _text_files(path: Path) -> list[Path]:
                 "(searched recursively)"
             )
         return files
+    _check_regular(path)
     return [path]
 
 
