@@ -19,9 +19,7 @@ Formats (``--data``):
   ``--target-column``) and any number of numeric feature columns (every other column
   whose values are all numbers; standardized with the training split's mean and std).
   Missing values are an error, not silently filled.
-
-Every data file must be a regular file (not a device such as ``/dev/zero``, a FIFO or a
-socket) of at most ``MAX_FILE_BYTES`` (4 GiB); a larger corpus goes in a folder of files.
+  Each data file must be a regular file (no device, FIFO or socket) of at most 4 GiB.
 
 The validation split is a deterministic function of each document's content (about 10%
 of documents; when none falls in it, the last 10% of the training token stream). Token
@@ -88,9 +86,7 @@ __all__ = [
 CACHE_VERSION = 1
 DEFAULT_CORPUS = "pydoc_data.topics (the Python reference documentation shipped with CPython)"
 VAL_FRACTION = 0.1
-# The most read from one data file: its text is held in memory (twice, briefly, while it
-# is decoded), so a larger corpus belongs in a folder of smaller files.
-MAX_FILE_BYTES = 4 * 2**30
+MAX_FILE_BYTES = 4 * 2**30  # per data file (read into memory); more goes in several files
 TEXT_SUFFIXES = (".txt", ".md")
 _MISSING = {"", "na", "n/a", "nan", "null", "none"}
 _HEADING = re.compile(r"^(?=.+\n([*=\-~^\"])\1{2,}[ \t]*$)", re.MULTILINE)
@@ -134,57 +130,37 @@ def default_corpus() -> list[Document]:
     return docs
 
 
-_SPECIAL_FILES = (
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISSOCK, "a socket"),
-)
+_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_SPECIAL |= {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
 
 
-def _check_regular(path: Path) -> os.stat_result:
-    """The status of data file ``path``; a DataError when it is missing, a folder, or no
+def _file_size(path: Path) -> int:
+    """The size of data file ``path``; a DataError when it is missing, a folder, or no
     regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
     try:
         st = path.stat()
     except FileNotFoundError:
         raise DataError(f"data path {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise DataError(f"cannot read data file {str(path)!r}: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise DataError(f"data path {str(path)!r} is a directory, expected a file")
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
     if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _SPECIAL_FILES if test(st.st_mode)), "special")
-        raise DataError(
-            f"data path {str(path)!r} is {kind}, not a regular file; give a file of text "
-            "(or a folder of them)"
-        )
-    return st
-
-
-def _too_large(path: Path) -> DataError:
-    return DataError(
-        f"data file {str(path)!r} is larger than {format_bytes(MAX_FILE_BYTES)}, the most "
-        "autotune reads from one file; split it into smaller files"
-    )
+        raise DataError(f"data path {str(path)!r} is {kind or 'no file'}; expected a regular file")
+    return st.st_size
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The bytes of regular file ``path``, at most ``MAX_FILE_BYTES`` of them."""
-    st = _check_regular(path)
-    limit = MAX_FILE_BYTES
-    if st.st_size > limit:
-        raise _too_large(path)
-    with path.open("rb") as f:
-        raw = f.read(st.st_size + 1)
-        # Longer than its size said: it grew since, or reports none (/proc files).
-        while st.st_size < len(raw) <= limit:
-            more = f.read(min(2**24, limit + 1 - len(raw)))
-            if not more:
-                break
-            raw += more
-    if len(raw) > limit:
-        raise _too_large(path)
+    """The bytes of data file ``path``; a DataError beyond ``MAX_FILE_BYTES``."""
+    size, limit, raw = _file_size(path), MAX_FILE_BYTES, b""
+    if size <= limit:
+        with path.open("rb") as f:
+            raw = f.read(size + 1)
+            # Longer than its size said: it grew since, or reports none (/proc files).
+            while size < len(raw) <= limit and (more := f.read(min(2**24, limit + 1 - len(raw)))):
+                raw += more
+    if max(size, len(raw)) > limit:
+        raise DataError(
+            f"data file {str(path)!r} is larger than {format_bytes(limit)}, the most autotune "
+            "reads from one file; split it into smaller files"
+        )
     return raw
 
 
@@ -194,8 +170,6 @@ def _read_text(path: Path) -> str:
         raw = _read_bytes(path)
     except PermissionError:
         raise DataError(f"cannot read data file {str(path)!r}: permission denied") from None
-    except IsADirectoryError:
-        raise DataError(f"data path {str(path)!r} is a directory, expected a file") from None
     except OSError as exc:
         raise DataError(f"cannot read data file {str(path)!r}: {exc.strerror or exc}") from None
     nul = raw.find(b"\x00")
@@ -245,7 +219,7 @@ def _text_files(path: Path) -> list[Path]:
                 "(searched recursively)"
             )
         return files
-    _check_regular(path)
+    _file_size(path)
     return [path]
 
 
@@ -611,17 +585,13 @@ def prepare_seq2seq_data(
     val_fraction: float = VAL_FRACTION,
     log: Log = _quiet,
 ) -> TrainData:
-    """Source/summary pairs of a JSONL file, a word vocabulary from the training split.
-
-    ``encode_example`` makes one sample (default: pointer-gen's, see models/pointer_gen.py).
-    """
+    """Source/summary pairs of a JSONL file, a word vocabulary from the training split;
+    ``encode_example`` makes one sample (default: pointer-gen's, models/pointer_gen.py)."""
     if encode_example is None:
         from autotune.models import get_model
 
         encode_example = get_model("pointer-gen").extras["encode_example"]
 
-    if not data.exists():
-        raise DataError(f"data path {str(data)!r} does not exist")
     if data.is_dir():
         raise DataError(
             f"data path {str(data)!r} is a folder; pointer-gen reads one JSONL file of "
@@ -717,10 +687,8 @@ def prepare_regression_data(
     log: Log = _quiet,
 ) -> TrainData:
     """A CSV of text, numeric features and a numeric target; features standardized.
-
     ``log_target``: the model predicts ``log1p(target)`` (text-regressor's default, for
-    prices), so the batches carry that.
-    """
+    prices), so the batches carry that."""
     tokenizer = ByteTokenizer()
     tokenizer.check_fits(vocab_size, model=model)
     header, body = _read_csv(data, text_column=text_column, target_column=target_column)
@@ -801,8 +769,6 @@ def _read_csv(
 ) -> tuple[list[str], list[list[str]]]:
     """The CSV's header and its non-blank rows, each as long as the header; the text and
     target columns must be there."""
-    if not data.exists():
-        raise DataError(f"data path {str(data)!r} does not exist")
     if data.is_dir():
         raise DataError(f"data path {str(data)!r} is a folder; text-regressor reads one CSV file")
     rows = list(csv.reader(_read_text(data).splitlines()))

@@ -181,7 +181,7 @@ def test_special_files_are_refused_by_every_reader(
     tmp_path: Path, specials: dict[str, Path]
 ) -> None:
     for kind, path in specials.items():
-        message = f"data path {str(path)!r} is {kind}, not a regular file"
+        message = f"data path {str(path)!r} is {kind}; expected a regular file"
         for read in (
             lambda p: load_documents(p),
             lambda p: lm(p, tmp_path / "cache"),
