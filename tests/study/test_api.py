@@ -82,6 +82,17 @@ def test_parse_duration(text: str, seconds: float) -> None:
         parse_duration("soon", what="--timeout")
 
 
+@pytest.mark.parametrize("name", ["..", ".", "", "../elsewhere", "a/b", "a\\b", "/tmp/x"])
+def test_a_study_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
+    """The default storage puts the study in <runs>/<name>/: a path would leave the runs
+    folder (``..`` wrote <runs>/../study.db)."""
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match=r"--study .*: expected a plain name"):
+        run(tmp_path / "in", burst, study=name, output=None)
+    assert not burst.calls
+    assert not list(tmp_path.rglob("study.db"))  # nothing written, inside or outside
+
+
 # -- budget strings ----------------------------------------------------------------------
 
 
