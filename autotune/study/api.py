@@ -14,6 +14,7 @@ the study consistent.
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -192,8 +193,27 @@ def _check_limits(
 
 
 def _check_output(output: str | Path | None) -> None:
-    if output is not None and Path(output).expanduser().is_dir():
+    """The preset's path, checked before the first trial rather than after the last: its
+    nearest existing folder must be one this process can write in (the folders below it
+    are made when the preset is written). The probe is an unnamed temporary file."""
+    if output is None:
+        return
+    target = Path(output).expanduser()
+    if target.is_dir():
         raise UsageError(f"--output {str(output)!r} is a directory; give a file such as best.yaml")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"--output {str(output)!r}: {str(folder)!r} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--output {str(output)!r}: cannot write in {str(folder)!r} "
+            f"({exc.strerror or exc}); give a path in a folder you can write to"
+        ) from None
 
 
 def _check_study_name(study: str | None) -> None:
