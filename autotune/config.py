@@ -1,8 +1,9 @@
 """The training config: every knob a search may turn, validated in one place.
 
 ``TrainConfig`` checks each field on its own (types, ranges, allowed values) in
-``__post_init__``; ``check_config`` checks it against a model and a device (fp16 only on
-CUDA, tf32 only where the GPU has it, knobs the model really has). Both report every
+``__post_init__``; ``check_config`` checks it against a model, a device and this machine
+(fp16 only on CUDA, tf32 only where the GPU has it, knobs the model really has, at most
+``WORKERS_PER_CORE`` DataLoader workers per usable core). Both report every
 problem at once, each with its path (``config.precision: expected one of ...; got 'fp8'``).
 ``TrainingDefaults`` holds the optimisation settings of a full run (a preset's ``training``
 section); ``apply_overrides`` applies ``--set section.field=value`` to both.
@@ -11,6 +12,7 @@ section); ``apply_overrides`` applies ``--set section.field=value`` to both.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -33,16 +35,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPILE_MODES",
+    "MAX_NUM_WORKERS",
     "PRECISIONS",
+    "WORKERS_PER_CORE",
     "TrainConfig",
     "TrainingDefaults",
     "apply_overrides",
     "check_config",
     "did_you_mean",
+    "usable_cores",
+    "worker_limit",
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+# DataLoader workers are processes, each a copy of the dataset's state. A worker mostly
+# waits on I/O or decodes, so a few per core can still help; beyond WORKERS_PER_CORE per
+# usable core they only contend for the CPU and memory (a typo such as 100000 forks until
+# the machine stalls). ``check_config`` applies that machine's limit; MAX_NUM_WORKERS is
+# the absolute cap a config (a preset file) may carry on any machine.
+WORKERS_PER_CORE = 4
+MAX_NUM_WORKERS = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,8 +248,11 @@ def _field_problems(cfg: TrainConfig, *, path: str) -> list[str]:
         value = getattr(cfg, name)
         if not _is_int(value) or value < 1:
             problems.append(f"{path}.{name}: expected a positive integer, got {value!r}")
-    if not _is_int(cfg.num_workers) or cfg.num_workers < 0:
-        problems.append(f"{path}.num_workers: expected an integer >= 0, got {cfg.num_workers!r}")
+    if not _is_int(cfg.num_workers) or not 0 <= cfg.num_workers <= MAX_NUM_WORKERS:
+        problems.append(
+            f"{path}.num_workers: expected an integer from 0 to {MAX_NUM_WORKERS} "
+            f"(DataLoader worker processes), got {cfg.num_workers!r}"
+        )
     if cfg.precision not in PRECISIONS:
         problems.append(
             f"{path}.precision: expected one of {', '.join(PRECISIONS)}; got {cfg.precision!r}"
@@ -269,9 +286,32 @@ def _field_problems(cfg: TrainConfig, *, path: str) -> list[str]:
     return problems
 
 
-def check_config(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) -> None:
-    """Reject combinations this model or this device cannot run, all problems at once."""
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's
+    cpuset) where the OS tells it, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
+def worker_limit(cores: int | None = None) -> int:
+    """The most DataLoader workers a run may fork here: ``WORKERS_PER_CORE`` per usable core."""
+    return WORKERS_PER_CORE * (usable_cores() if cores is None else cores)
+
+
+def check_config(
+    config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps, cores: int | None = None
+) -> None:
+    """Reject combinations this model, this device or this machine cannot run (``cores``:
+    the usable CPU cores, default this process's), all problems at once."""
     problems: list[str] = []
+    cores = usable_cores() if cores is None else cores
+    if config.num_workers > worker_limit(cores):
+        problems.append(
+            f"config.num_workers: at most {worker_limit(cores)} on this machine "
+            f"({WORKERS_PER_CORE} x {cores} usable cores), got {config.num_workers}"
+        )
     if config.seq_len > spec.max_seq_len:
         problems.append(
             f"config.seq_len: model {spec.name!r} accepts at most {spec.max_seq_len}, "

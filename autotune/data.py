@@ -19,6 +19,7 @@ Formats (``--data``):
   ``--target-column``) and any number of numeric feature columns (every other column
   whose values are all numbers; standardized with the training split's mean and std).
   Missing values are an error, not silently filled.
+  Each data file must be a regular file (no device, FIFO or socket) of at most 4 GiB.
 
 The validation split is a deterministic function of each document's content (about 10%
 of documents; when none falls in it, the last 10% of the training token stream). Token
@@ -38,6 +39,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +55,7 @@ from autotune.errors import DataError
 from autotune.files import atomic_write_text, dir_mode
 from autotune.signals import ignore_stop_signals
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
+from autotune.units import format_bytes
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
@@ -64,6 +67,7 @@ __all__ = [
     "DataStats",
     "Document",
     "LMDataset",
+    "MAX_FILE_BYTES",
     "ResumableSampler",
     "TrainData",
     "default_cache_dir",
@@ -83,6 +87,7 @@ __all__ = [
 CACHE_VERSION = 1
 DEFAULT_CORPUS = "pydoc_data.topics (the Python reference documentation shipped with CPython)"
 VAL_FRACTION = 0.1
+MAX_FILE_BYTES = 4 * 2**30  # per data file (read into memory); more goes in several files
 TEXT_SUFFIXES = (".txt", ".md")
 _MISSING = {"", "na", "n/a", "nan", "null", "none"}
 _HEADING = re.compile(r"^(?=.+\n([*=\-~^\"])\1{2,}[ \t]*$)", re.MULTILINE)
@@ -126,14 +131,46 @@ def default_corpus() -> list[Document]:
     return docs
 
 
+_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_SPECIAL |= {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
+
+
+def _file_size(path: Path) -> int:
+    """The size of data file ``path``; a DataError when it is missing, a folder, or no
+    regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"data path {str(path)!r} does not exist") from None
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"data path {str(path)!r} is {kind or 'no file'}; expected a regular file")
+    return st.st_size
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of data file ``path``; a DataError beyond ``MAX_FILE_BYTES``."""
+    size, limit, raw = _file_size(path), MAX_FILE_BYTES, b""
+    if size <= limit:
+        with path.open("rb") as f:
+            raw = f.read(size + 1)
+            # Longer than its size said: it grew since, or reports none (/proc files).
+            while size < len(raw) <= limit and (more := f.read(min(2**24, limit + 1 - len(raw)))):
+                raw += more
+    if max(size, len(raw)) > limit:
+        raise DataError(
+            f"data file {str(path)!r} is larger than {format_bytes(limit)}, the most autotune "
+            "reads from one file; split it into smaller files"
+        )
+    return raw
+
+
 def _read_text(path: Path) -> str:
     """The UTF-8 text of ``path``, or a DataError saying why it cannot be training text."""
     try:
-        raw = path.read_bytes()
+        raw = _read_bytes(path)
     except PermissionError:
         raise DataError(f"cannot read data file {str(path)!r}: permission denied") from None
-    except IsADirectoryError:
-        raise DataError(f"data path {str(path)!r} is a directory, expected a file") from None
     except OSError as exc:
         raise DataError(f"cannot read data file {str(path)!r}: {exc.strerror or exc}") from None
     nul = raw.find(b"\x00")
@@ -183,6 +220,7 @@ def _text_files(path: Path) -> list[Path]:
                 "(searched recursively)"
             )
         return files
+    _file_size(path)
     return [path]
 
 
@@ -548,17 +586,13 @@ def prepare_seq2seq_data(
     val_fraction: float = VAL_FRACTION,
     log: Log = _quiet,
 ) -> TrainData:
-    """Source/summary pairs of a JSONL file, a word vocabulary from the training split.
-
-    ``encode_example`` makes one sample (default: pointer-gen's, see models/pointer_gen.py).
-    """
+    """Source/summary pairs of a JSONL file, a word vocabulary from the training split;
+    ``encode_example`` makes one sample (default: pointer-gen's, models/pointer_gen.py)."""
     if encode_example is None:
         from autotune.models import get_model
 
         encode_example = get_model("pointer-gen").extras["encode_example"]
 
-    if not data.exists():
-        raise DataError(f"data path {str(data)!r} does not exist")
     if data.is_dir():
         raise DataError(
             f"data path {str(data)!r} is a folder; pointer-gen reads one JSONL file of "
@@ -654,10 +688,8 @@ def prepare_regression_data(
     log: Log = _quiet,
 ) -> TrainData:
     """A CSV of text, numeric features and a numeric target; features standardized.
-
     ``log_target``: the model predicts ``log1p(target)`` (text-regressor's default, for
-    prices), so the batches carry that.
-    """
+    prices), so the batches carry that."""
     tokenizer = ByteTokenizer()
     tokenizer.check_fits(vocab_size, model=model)
     header, body = _read_csv(data, text_column=text_column, target_column=target_column)
@@ -738,8 +770,6 @@ def _read_csv(
 ) -> tuple[list[str], list[list[str]]]:
     """The CSV's header and its non-blank rows, each as long as the header; the text and
     target columns must be there."""
-    if not data.exists():
-        raise DataError(f"data path {str(data)!r} does not exist")
     if data.is_dir():
         raise DataError(f"data path {str(data)!r} is a folder; text-regressor reads one CSV file")
     rows = list(csv.reader(_read_text(data).splitlines()))

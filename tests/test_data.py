@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import torch
 from fake_lm import make_spec
 
+import autotune.data
 from autotune import _burst_child
 from autotune.batches import BatchStream
 from autotune.config import TrainConfig
@@ -151,12 +155,81 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     path = tmp_path / "secret.txt"
     path.write_text("text")
 
-    def deny(self: Path) -> bytes:
+    def deny(self: Path, *_args: object, **_kwargs: object) -> bytes:
         raise PermissionError(13, "Permission denied", str(self))
 
-    monkeypatch.setattr(Path, "read_bytes", deny)  # root may read a chmod 000 file
+    monkeypatch.setattr(Path, "open", deny)  # root may read a chmod 000 file
     with pytest.raises(DataError, match="permission denied"):
         lm(path, tmp_path / "cache")
+
+
+@pytest.fixture
+def specials(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    """A character device, a FIFO and a socket: no reader may block on or exhaust them."""
+    os.mkfifo(tmp_path / "fifo.txt")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.csv"))
+    yield {
+        "a character device": Path("/dev/zero"),
+        "a named pipe (FIFO)": tmp_path / "fifo.txt",
+        "a socket": tmp_path / "sock.csv",
+    }
+    sock.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX special files")
+def test_special_files_are_refused_by_every_reader(
+    tmp_path: Path, specials: dict[str, Path]
+) -> None:
+    for kind, path in specials.items():
+        message = f"data path {str(path)!r} is {kind}; expected a regular file"
+        for read in (
+            lambda p: load_documents(p),
+            lambda p: lm(p, tmp_path / "cache"),
+            lambda p: prepare_regression_data(p, seq_len=8, vocab_size=260),
+            lambda p: prepare_seq2seq_data(p, vocab_size=64, max_src=8, max_tgt=4),
+        ):
+            with pytest.raises(DataError) as info:
+                read(path)
+            assert message in str(info.value)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_data_file_over_the_size_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(autotune.data, "MAX_FILE_BYTES", 64)
+    (tmp_path / "ok.txt").write_text("x" * 64)
+    assert load_documents(tmp_path / "ok.txt")[0].text == "x" * 64
+    too_large = "is larger than 64 B, the most autotune reads from one file"
+    (tmp_path / "big.txt").write_text("x" * 65)
+    (tmp_path / "big.csv").write_text("text,target\n" + "a,1\n" * 20)
+    (tmp_path / "big.jsonl").write_text('{"text": "a"}\n' * 10)
+    for path in ("big.txt", "big.jsonl"):
+        with pytest.raises(DataError, match=too_large):
+            load_documents(tmp_path / path)
+    with pytest.raises(DataError, match=too_large):
+        prepare_regression_data(tmp_path / "big.csv", seq_len=8, vocab_size=260)
+
+
+def test_a_file_longer_than_its_size_is_still_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file reporting no size (as /proc files do) is read up to the limit, no further."""
+    monkeypatch.setattr(autotune.data, "MAX_FILE_BYTES", 64)
+    path = tmp_path / "grows.txt"
+    path.write_text("y" * 100)
+    real_stat = Path.stat
+
+    def no_size(self: Path, **kwargs: Any) -> os.stat_result:
+        st = real_stat(self, **kwargs)
+        return os.stat_result((st.st_mode, *st[1:6], 0, *st[7:10]))
+
+    monkeypatch.setattr(Path, "stat", no_size)
+    with pytest.raises(DataError, match="larger than 64 B"):
+        load_documents(path)
+    path.write_text("y" * 50)
+    assert load_documents(path)[0].text == "y" * 50
 
 
 def test_vocab_too_small_for_byte_tokenizer(tmp_path: Path) -> None:

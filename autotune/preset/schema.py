@@ -441,6 +441,19 @@ class Preset(_PresetSection):
         "created": lambda value: _parse_created(value) or value
     }
 
+    def _cross_problems(self) -> list[str]:
+        # The config is the whole run's: under DDP each process takes grad_accum / world
+        # size of it (autotune/distributed.py), so micro_batch x grad_accum is the global
+        # batch whatever the process count (autotune/study/verify.py writes it so).
+        config, task = self.config, self.task
+        if config.global_batch != task.global_batch:
+            return [
+                f"config: micro_batch x grad_accum = {config.micro_batch} x "
+                f"{config.grad_accum} = {config.global_batch} samples per step, but "
+                f"task.global_batch is {task.global_batch}; they must be equal"
+            ]
+        return []
+
     @property
     def throughput(self) -> tuple[float, str] | None:
         return self.measured.throughput

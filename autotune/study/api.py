@@ -14,6 +14,7 @@ the study consistent.
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -26,6 +27,7 @@ from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
 from autotune.study.optuna_glue import (
     PRUNE_MIN_STEPS,
     SlowConfigPruner,
+    check_storage_url,
     open_study,
     quiet_optuna,
     redact,
@@ -123,6 +125,9 @@ def search(
     limits = _check_limits(trials=trials, timeout=timeout, steps=steps, warmup=warmup)
     burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
     _check_output(output)
+    _check_study_name(study)
+    if storage is not None:
+        check_storage_url(storage)
     restrict = _restrictions(knobs)
 
     spec = _resolve_model(model)
@@ -188,8 +193,39 @@ def _check_limits(
 
 
 def _check_output(output: str | Path | None) -> None:
-    if output is not None and Path(output).expanduser().is_dir():
+    """The preset's path, checked before the first trial rather than after the last: its
+    nearest existing folder must be one this process can write in (the folders below it
+    are made when the preset is written). The probe is an unnamed temporary file."""
+    if output is None:
+        return
+    target = Path(output).expanduser()
+    if target.is_dir():
         raise UsageError(f"--output {str(output)!r} is a directory; give a file such as best.yaml")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"--output {str(output)!r}: {str(folder)!r} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--output {str(output)!r}: cannot write in {str(folder)!r} "
+            f"({exc.strerror or exc}); give a path in a folder you can write to"
+        ) from None
+
+
+def _check_study_name(study: str | None) -> None:
+    """A study's name is also its folder under the runs folder: a plain name, no path."""
+    if study is None:
+        return
+    if study.strip() in ("", ".", "..") or any(c in study for c in "/\\\0"):
+        raise UsageError(
+            f"--study {study!r}: expected a plain name such as my-search (no path "
+            "separators, not '.' or '..'): the study's files go in a folder of that name "
+            "under the runs folder"
+        )
 
 
 def _restrictions(

@@ -25,6 +25,7 @@ __all__ = [
     "PRUNE_MIN_STEPS",
     "PRUNE_RATIO",
     "SlowConfigPruner",
+    "check_storage_url",
     "check_study_setup",
     "constraints",
     "has_set_constraint",
@@ -207,17 +208,54 @@ def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) 
         )
 
 
+def _journal_path(url: str) -> Path:
+    return Path(url.removeprefix("journal:").removeprefix("//")).expanduser()
+
+
+def check_storage_url(url: str) -> None:
+    """Refuse a storage the search cannot use, before any work: a SQLite URL with no file
+    or in memory (trials run in other processes, and the study could not be resumed or
+    shared), a journal file with no name or in a folder that does not exist (no folder is
+    made outside the runs folder)."""
+    if url.startswith("journal:"):
+        path = _journal_path(url)
+        if not str(path).strip() or path == Path():
+            raise UsageError(f"--storage {url!r}: give the journal file, e.g. journal:study.log")
+        if not path.parent.is_dir():
+            raise UsageError(
+                f"--storage {url!r}: the folder {str(path.parent)!r} does not exist; create "
+                "it first (the search makes no folders outside its runs folder)"
+            )
+        return
+    if not url.startswith("sqlite:"):
+        return
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database or ""
+    except Exception:  # a malformed URL: opening it says why
+        return
+    if not database.strip():
+        raise UsageError(
+            f"--storage {url!r} names no database file; give one, e.g. sqlite:///study.db"
+        )
+    if database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in url:
+        raise UsageError(
+            f"--storage {url!r}: an in-memory SQLite study cannot be resumed or shared, and "
+            "the search's trials run in other processes; give a file, e.g. sqlite:///study.db"
+        )
+
+
 def _open_storage(url: str) -> Any:
     """An Optuna storage for ``url``: ``journal:PATH`` is a journal file; anything else is
     an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
     process was killed is marked FAIL by the next run."""
+    check_storage_url(url)
     try:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend
 
-            path = url.removeprefix("journal:").removeprefix("//")
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(JournalFileBackend(str(Path(path).expanduser())))
+            return optuna.storages.JournalStorage(JournalFileBackend(str(_journal_path(url))))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             storage = optuna.storages.RDBStorage(url, heartbeat_interval=30, grace_period=120)

@@ -297,7 +297,9 @@ def test_check_refuses_a_precision_this_device_cannot_run(
     places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bf16 = tiny_preset(
-        places["cwd"], fingerprint=gpu_fingerprint(), config=make_config(precision="bf16")
+        places["cwd"],
+        fingerprint=gpu_fingerprint(),
+        config=make_config(micro_batch=4, grad_accum=2, precision="bf16"),
     )
     path = save_preset(bf16, places["cwd"] / "bf16.yaml")
     fake = wire(

@@ -121,6 +121,11 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--device", "cuda:0"], "no NVIDIA GPU"),
         (["--trials", "0"], "--trials must be a positive integer"),
         (["--output", "."], "is a directory"),
+        (["--output", "/dev/null/best.yaml"], "'/dev/null' is not a folder"),
+        (["--study", ".."], "--study '..': expected a plain name"),
+        (["--storage", "sqlite:///:memory:"], "an in-memory SQLite study cannot be resumed"),
+        (["--storage", "sqlite:///"], "names no database file"),
+        (["--storage", "journal:nope/j.log"], "the folder 'nope' does not exist"),
         (["--warm-start", "nope.yaml"], "no preset file 'nope.yaml'"),
     ],
 )

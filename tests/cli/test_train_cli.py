@@ -74,7 +74,8 @@ def test_train_with_a_preset_into_the_default_folder(tmp_path: Path) -> None:
 
 def test_a_preset_this_device_cannot_run_is_refused(tmp_path: Path) -> None:
     preset = write_preset(
-        tmp_path / "fp16.yaml", config=TrainConfig(micro_batch=2, seq_len=16, precision="fp16")
+        tmp_path / "fp16.yaml",
+        config=TrainConfig(micro_batch=2, grad_accum=2, seq_len=16, precision="fp16"),
     )
     result = invoke("--preset", str(preset))
     assert result.exit_code == 2

@@ -22,7 +22,7 @@ from autotune.preset import (
 
 
 def v1_preset() -> dict[str, Any]:
-    config = make_config(precision="bf16").to_dict()
+    config = make_config(precision="bf16", grad_accum=8).to_dict()  # 8 x 8 = global_batch
     return {
         "schema_version": 1,
         "name": "mu-a100",

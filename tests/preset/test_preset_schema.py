@@ -241,3 +241,20 @@ def test_presets_are_compared_by_value() -> None:
     b = copy.deepcopy(a)
     assert a == b
     assert a != a.replace(config=a.config.replace(precision="bf16"))
+
+
+def test_the_config_must_make_the_tasks_global_batch() -> None:
+    """micro_batch x grad_accum is the whole run's batch (DDP divides grad_accum by the
+    process count), so it must equal task.global_batch."""
+    data = preset_to_dict(make_preset())  # 8 x 4 = 32, task.global_batch 32
+    data["config"]["grad_accum"] = 2
+    assert problems_of(data) == [
+        "config: micro_batch x grad_accum = 8 x 2 = 16 samples per step, but "
+        "task.global_batch is 32; they must be equal"
+    ]
+    data["config"]["grad_accum"] = 4
+    data["task"]["global_batch"] = 64
+    assert problems_of(data) == [
+        "config: micro_batch x grad_accum = 8 x 4 = 32 samples per step, but "
+        "task.global_batch is 64; they must be equal"
+    ]

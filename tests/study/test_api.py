@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 import types
 from pathlib import Path
@@ -80,6 +81,44 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(seconds) == seconds
     with pytest.raises(UsageError, match="cannot read --timeout 'soon'"):
         parse_duration("soon", what="--timeout")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "../elsewhere", "a/b", "a\\b", "/tmp/x"])
+def test_a_study_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
+    """The default storage puts the study in <runs>/<name>/: a path would leave the runs
+    folder (``..`` wrote <runs>/../study.db)."""
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match=r"--study .*: expected a plain name"):
+        run(tmp_path / "in", burst, study=name, output=None)
+    assert not burst.calls
+    assert not list(tmp_path.rglob("study.db"))  # nothing written, inside or outside
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match=r"--output '/dev/null/best.yaml': '/dev/null' is not"):
+        run(tmp_path, burst, output="/dev/null/best.yaml")
+    (tmp_path / "locked").mkdir()
+
+    def read_only(**kwargs: Any) -> Any:  # what a read-only folder does (even for root)
+        raise PermissionError(13, "Permission denied", str(kwargs["dir"]))
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    for output in (tmp_path / "locked" / "best.yaml", tmp_path / "locked" / "new" / "best.yaml"):
+        with pytest.raises(UsageError) as info:
+            run(tmp_path, burst, output=output)
+        assert f"cannot write in {str(tmp_path / 'locked')!r} (Permission denied)" in str(
+            info.value
+        )
+    assert not burst.calls and not list((tmp_path / "locked").iterdir())
+
+
+def test_checking_the_output_leaves_no_file_behind(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    run(tmp_path, FakeBurst(), trials=2, output=tmp_path / "out" / "new" / "best.yaml")
+    assert [p.name for p in (tmp_path / "out").rglob("*")] == ["new", "best.yaml"]
 
 
 # -- budget strings ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from fake_burst import FakeBurst, run
 
 from autotune.errors import UsageError
 from autotune.study import SlowConfigPruner
+from autotune.study.optuna_glue import open_study
 
 # -- pruning -----------------------------------------------------------------------------
 
@@ -72,3 +73,41 @@ def test_a_journal_storage_works(tmp_path: Path) -> None:
     assert result.best is not None and (tmp_path / "journal.log").stat().st_size > 0
     again = run(tmp_path, FakeBurst(), trials=4, storage=url, output=None)
     assert sum(1 for t in again.trials if t.ran) == 4
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///", "names no database file"),
+        ("sqlite://", "names no database file"),
+        ("sqlite:///:memory:", "an in-memory SQLite study cannot be resumed or shared"),
+        ("sqlite:///file::memory:?cache=shared", "in-memory SQLite"),
+        ("journal:", "give the journal file"),
+    ],
+)
+def test_storages_the_search_cannot_use_are_refused_before_any_trial(
+    tmp_path: Path, url: str, expected: str
+) -> None:
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match=expected):
+        run(tmp_path, burst, trials=2, storage=url, output=None)
+    assert not burst.calls
+
+
+def test_a_journal_in_a_missing_folder_is_refused_without_making_it(tmp_path: Path) -> None:
+    url = f"journal:{tmp_path / 'no' / 'such' / 'journal.log'}"
+    with pytest.raises(UsageError, match=r"the folder .*no/such' does not exist; create it"):
+        run(tmp_path, FakeBurst(), trials=2, storage=url, output=None)
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(UsageError, match="does not exist"):  # opening it directly too
+        open_study(
+            url,
+            "s",
+            setup={},
+            pruner=optuna.pruners.NopPruner(),
+            seed=0,
+            n_startup_trials=None,
+            space_size=1,
+            trials=None,
+        )
+    assert not (tmp_path / "no").exists()
