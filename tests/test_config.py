@@ -100,7 +100,9 @@ def test_a_preset_with_too_many_workers_is_refused(tmp_path: Path) -> None:
         ),
         tmp_path / "workers.yaml",
     )
-    result = runner.invoke(app, ["train", "--preset", str(preset), "--out", str(tmp_path / "r")])
+    result = runner.invoke(
+        app, ["train", "--preset", str(preset), "--trust-model", "--out", str(tmp_path / "r")]
+    )
     assert result.exit_code == 2, result.output
     assert "config.num_workers: at most 4 on this machine" in result.stderr
     assert not (tmp_path / "r").exists()
