@@ -64,6 +64,7 @@ from autotune.distributed import (
 from autotune.errors import AutotuneError, TrainingOOMError, UsageError
 from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
+from autotune.models.spec import user_code
 from autotune.run_folder import RunFolder
 from autotune.schedule import make_scheduler, set_peak_lr
 from autotune.step import (
@@ -296,9 +297,11 @@ class Trainer:
 
     def _setup_model(self) -> None:
         """``raw_model`` (its state is what a checkpoint holds) and ``model``, the module a
-        step runs: wrapped in DDP under torchrun, compiled per the config."""
+        step runs: wrapped in DDP under torchrun, compiled per the config. A ``build_fn``
+        that fails is a ``ModelLoadError`` naming it (``user_code``)."""
         apply_backend_flags(self.config, self.device)
-        self.raw_model = prepare_model(self.spec, self.config, self.device)
+        with user_code(self.spec, "build_fn"):
+            self.raw_model = prepare_model(self.spec, self.config, self.device)
         model: nn.Module = self.raw_model
         if self.dist.enabled:
             model = nn.parallel.DistributedDataParallel(
