@@ -122,10 +122,14 @@ def test_train_names_the_build_fn_that_failed(models: Path, attr: str) -> None:
     )
 
 
-def test_os_abort_is_refused_before_it_ends_the_process(tmp_path: Path) -> None:
-    # In a process of its own: before the fix, this ended whatever process loaded it.
+@pytest.mark.parametrize(
+    "args", [["models", "show", "os:abort"], ["search", "--budget", "1GB", "--model", "os:abort"]]
+)
+def test_os_abort_is_refused_before_it_ends_the_process(tmp_path: Path, args: list[str]) -> None:
+    # In a process of its own: before the fix, this ended whatever process loaded it
+    # (exit 134, no message).
     result = subprocess.run(
-        [sys.executable, "-m", "autotune", "models", "show", "os:abort"],
+        [sys.executable, "-m", "autotune", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,
