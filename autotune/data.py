@@ -38,8 +38,10 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,7 @@ __all__ = [
     "prepare_seq2seq_data",
     "split_validation",
     "unigram_entropy",
+    "worker_signals",
 ]
 
 CACHE_VERSION = 1
@@ -908,7 +911,8 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
 
     The burst (what is measured) and the trainer (what is run) both build their loader
     with these. ``pin_memory`` is the config's as given: ``check_config`` refuses it on a
-    device that is not CUDA, and the search never offers it there.
+    device that is not CUDA, and the search never offers it there. Workers leave a stop
+    signal to the main process (``worker_signals``).
     """
     kwargs: dict[str, Any] = {
         "batch_size": config.micro_batch,
@@ -917,10 +921,35 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
         "pin_memory": config.pin_memory,
     }
     if config.num_workers > 0:
+        kwargs["worker_init_fn"] = worker_signals
         kwargs["persistent_workers"] = config.persistent_workers
         if config.prefetch_factor is not None:
             kwargs["prefetch_factor"] = config.prefetch_factor
     return kwargs
+
+
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+
+
+def worker_signals(worker_id: int) -> None:
+    """A DataLoader worker's start: SIGTERM, SIGHUP and SIGINT sent to the whole process
+    group (Ctrl-C, ``timeout``, Slurm, ``kill -- -PGID``) are the main process's to handle
+    (finish the step, save, shut its workers down), so the worker ignores them; from its
+    parent (multiprocessing ending daemonic workers at exit) it exits, as PyTorch's own
+    SIGTERM handler does. A worker still ends when its parent dies. Needs ``sigwaitinfo``
+    (Linux); a no-op elsewhere.
+    """
+    if not hasattr(signal, "sigwaitinfo"):
+        return
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the thread below inherits it
+
+    def wait() -> None:
+        while signal.sigwaitinfo(_STOP_SIGNALS).si_pid != parent:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=wait, name="autotune-worker-signals", daemon=True).start()
 
 
 # -- sampling ---------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ position (epoch, samples into it) and every RNG state are in each checkpoint, so
 run continues the same loss curve as one never stopped (exactly, on CPU with
 ``num_workers=0``).
 
-Signals: SIGINT or SIGTERM finishes the current step, saves a checkpoint and returns with
-``interrupted`` set; the CLI then exits with 128 + the signal number (130 for SIGINT, 143
-for SIGTERM), as a shell does, so a scheduler sees the run did not finish. A second SIGINT
-stops at once (KeyboardInterrupt). Out of memory: the last completed step is saved and
+Signals: SIGINT, SIGTERM or SIGHUP finishes the current step, saves a checkpoint and returns
+with ``interrupted`` set; the CLI then exits with 128 + the signal number (130 for SIGINT,
+143 for SIGTERM, 129 for SIGHUP), as a shell does, so a scheduler sees the run did not
+finish. DataLoader workers leave a signal sent to the whole process group to this process
+(``data.worker_signals``) and are shut down as the run ends. A second SIGINT stops at once
+(KeyboardInterrupt). Out of memory: the last completed step is saved and
 ``TrainingOOMError`` says what to do, or with ``on_oom="adapt"`` the micro-batch halves, the
 accumulation doubles (the global batch is unchanged) and the step is run again.
 """
@@ -93,6 +95,10 @@ __all__ = [
 OnOOM = Literal["fail", "adapt"]
 CHECKPOINT_FORMAT = 1
 _OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
+# What stops a run after the current step (SIGHUP: a closed terminal; not on Windows).
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 # -- result -------------------------------------------------------------------------------------
@@ -112,7 +118,7 @@ class TrainResult:
     steady_tokens_per_s: float | None
     steady_samples_per_s: float | None
     mfu: float | None
-    interrupted: str | None  # "SIGINT" / "SIGTERM" when a signal stopped the run
+    interrupted: str | None  # "SIGINT" / "SIGTERM" / "SIGHUP" when a signal stopped the run
     checkpoint: Path | None  # the last checkpoint written
     config: TrainConfig  # the config the run ended with (after any OOM adaptation)
     oom_adaptations: int = 0
@@ -469,7 +475,7 @@ class Trainer:
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _restore_signals(self) -> None:
@@ -532,6 +538,7 @@ class Trainer:
                 self._log_values(progress, self._read_pending(progress), total)
         finally:
             self._restore_signals()
+            self.stream.close()  # its workers end now, not at the interpreter's exit
             self.display.advance(self.step)
             self.display.close()
         return self._finish(

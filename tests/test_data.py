@@ -27,6 +27,7 @@ from autotune.data import (
     prepare_seq2seq_data,
     split_validation,
     unigram_entropy,
+    worker_signals,
 )
 from autotune.distributed import DistInfo
 from autotune.errors import DataError
@@ -235,6 +236,8 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     """One rule for the DataLoader's arguments: what a burst measured is what is trained."""
     extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 3} if workers else {}
     cfg = TrainConfig(micro_batch=4, seq_len=8, num_workers=workers, pin_memory=True, **extra)
+    if workers:
+        extra["worker_init_fn"] = worker_signals
     measured = _burst_child.make_loader(make_spec(), cfg, samples=32, seed=0)
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -247,7 +250,7 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     assert trained is not None
     names = [
         "batch_size", "drop_last", "num_workers", "pin_memory", "persistent_workers",
-        "prefetch_factor",
+        "prefetch_factor", "worker_init_fn",
     ]  # fmt: skip
     assert {n: getattr(measured, n) for n in names} == {n: getattr(trained, n) for n in names}
     assert trained.pin_memory and trained.batch_size == 4 and trained.drop_last
