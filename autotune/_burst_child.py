@@ -24,10 +24,11 @@ import os
 import pickle
 import sys
 import time
-import traceback
 from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+from autotune.errors import describe_exception
 
 if TYPE_CHECKING:
     import torch
@@ -92,7 +93,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     ``oom`` for ``torch.cuda.OutOfMemoryError``, ``MemoryError`` and the allocation
     failures torch reports as a plain ``RuntimeError`` (cuBLAS/cuDNN handles), anywhere
     in the exception's cause chain (torch.compile wraps the errors it meets); ``error``
-    for anything else. The reason is ``Type: first line of the message [file:line]``.
+    for anything else. The reason is ``describe_exception``'s one line, the rule
+    ``models show`` and the trainer use for a user model's failures too.
     """
     oom_type: type[BaseException] | None
     try:
@@ -115,15 +117,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
             status = "oom"
             break
         current = current.__cause__ or current.__context__
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if len(message) > 240:
-        message = message[:237] + "..."
-    reason = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        last = frames[-1]
-        reason += f" [{Path(last.filename).name}:{last.lineno} in {last.name}]"
-    return status, reason
+    return status, describe_exception(exc)
 
 
 # -- data -------------------------------------------------------------------------------

@@ -234,13 +234,19 @@ def _child_env() -> dict[str, str]:
 
 
 def _describe_exit(returncode: int | None) -> str:
+    """How a process ended, a signal by its name: ``aborted (SIGABRT)``, ``crashed
+    (SIGSEGV)``, ``killed by SIGKILL``, ``exited with code 3``."""
     if returncode is None:
         return "did not exit"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
-            name = f"signal {-returncode}"
+            return f"killed by signal {-returncode}"
+        if -returncode == signal.SIGABRT:
+            return f"aborted ({name})"
+        if -returncode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+            return f"crashed ({name})"
         hint = " (the OS out-of-memory killer?)" if -returncode == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     return f"exited with code {returncode}"

@@ -39,7 +39,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,10 +51,9 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from autotune.errors import DataError
-from autotune.files import atomic_write_text, dir_mode
+from autotune.files import atomic_write_text, dir_mode, read_capped, regular_file_size
 from autotune.signals import ignore_stop_signals
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
-from autotune.units import format_bytes
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
@@ -131,44 +129,10 @@ def default_corpus() -> list[Document]:
     return docs
 
 
-_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-_SPECIAL |= {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
-
-
-def _file_size(path: Path) -> int:
-    """The size of data file ``path``; a DataError when it is missing, a folder, or no
-    regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise DataError(f"data path {str(path)!r} does not exist") from None
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
-    if not stat.S_ISREG(st.st_mode):
-        raise DataError(f"data path {str(path)!r} is {kind or 'no file'}; expected a regular file")
-    return st.st_size
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of data file ``path``; a DataError beyond ``MAX_FILE_BYTES``."""
-    size, limit, raw = _file_size(path), MAX_FILE_BYTES, b""
-    if size <= limit:
-        with path.open("rb") as f:
-            raw = f.read(size + 1)
-            # Longer than its size said: it grew since, or reports none (/proc files).
-            while size < len(raw) <= limit and (more := f.read(min(2**24, limit + 1 - len(raw)))):
-                raw += more
-    if max(size, len(raw)) > limit:
-        raise DataError(
-            f"data file {str(path)!r} is larger than {format_bytes(limit)}, the most autotune "
-            "reads from one file; split it into smaller files"
-        )
-    return raw
-
-
 def _read_text(path: Path) -> str:
     """The UTF-8 text of ``path``, or a DataError saying why it cannot be training text."""
     try:
-        raw = _read_bytes(path)
+        raw = read_capped(path, limit=MAX_FILE_BYTES)
     except PermissionError:
         raise DataError(f"cannot read data file {str(path)!r}: permission denied") from None
     except OSError as exc:
@@ -220,7 +184,7 @@ def _text_files(path: Path) -> list[Path]:
                 "(searched recursively)"
             )
         return files
-    _file_size(path)
+    regular_file_size(path)
     return [path]
 
 
@@ -939,7 +903,8 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
 
     The burst (what is measured) and the trainer (what is run) both build their loader
     with these. ``pin_memory`` is the config's as given: ``check_config`` refuses it on a
-    device that is not CUDA, and the search never offers it there.
+    device that is not CUDA, and the search never offers it there. Workers leave a stop
+    signal to the main process (``signals.ignore_stop_signals``).
     """
     kwargs: dict[str, Any] = {
         "batch_size": config.micro_batch,

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
+from pathlib import Path
 
 __all__ = [
     "AutotuneError",
@@ -17,6 +19,7 @@ __all__ = [
     "ModelLoadError",
     "PresetError",
     "UsageError",
+    "describe_exception",
 ]
 
 
@@ -73,3 +76,22 @@ class TrainingOOMError(AutotuneError):
 class UntrustedModelError(UsageError):
     """A preset names user code (a model file or module) and the user has not said to run
     it: a preset is data, and opening one must not run a stranger's program."""
+
+
+def describe_exception(exc: BaseException, *, limit: int = 240) -> str:
+    """One line for an exception raised by code autotune ran (a trial, a user's model):
+    ``Type: first line of the message [file:line in function]``, the place being the
+    innermost frame, where the fix usually is. ``sys.exit(code)`` reads as what it was.
+    """
+    if isinstance(exc, SystemExit):
+        message = f"it called sys.exit({exc.code!r})"
+    else:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(message) > limit:
+        message = message[: limit - 3] + "..."
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" [{Path(last.filename).name}:{last.lineno} in {last.name}]"
+    return text

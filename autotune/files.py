@@ -1,4 +1,5 @@
-"""How autotune writes a file: atomically, with the mode the user's umask asks for.
+"""How autotune writes a file (atomically, with the mode the user's umask asks for) and
+reads a user's data file (a regular file, up to a size).
 
 Every file autotune writes that someone may rely on (a preset, a checkpoint, a tokenizer,
 a token cache's metadata, a benchmark table) goes through :func:`atomic_writer`: the bytes
@@ -15,12 +16,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write_text", "atomic_writer", "dir_mode", "file_mode", "fsync_dir"]
+from autotune.errors import DataError
+from autotune.units import format_bytes
+
+__all__ = [
+    "atomic_write_text",
+    "atomic_writer",
+    "dir_mode",
+    "file_mode",
+    "fsync_dir",
+    "read_capped",
+    "regular_file_size",
+]
 
 
 def _umask() -> int:
@@ -106,3 +119,39 @@ def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = True) ->
     """Write ``text`` to ``path`` atomically (see :func:`atomic_writer`)."""
     with atomic_writer(path, overwrite=overwrite) as handle:
         handle.write(text)
+
+
+# -- reading a user's file ----------------------------------------------------------------
+
+_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_SPECIAL |= {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
+
+
+def regular_file_size(path: Path) -> int:
+    """The size of data file ``path``; a DataError when it is missing, a folder, or no
+    regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"data path {str(path)!r} does not exist") from None
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"data path {str(path)!r} is {kind or 'no file'}; expected a regular file")
+    return st.st_size
+
+
+def read_capped(path: Path, *, limit: int) -> bytes:
+    """The bytes of the user's data file ``path``; a DataError beyond ``limit`` bytes."""
+    size, raw = regular_file_size(path), b""
+    if size <= limit:
+        with path.open("rb") as f:
+            raw = f.read(size + 1)
+            # Longer than its size said: it grew since, or reports none (/proc files).
+            while size < len(raw) <= limit and (more := f.read(min(2**24, limit + 1 - len(raw)))):
+                raw += more
+    if max(size, len(raw)) > limit:
+        raise DataError(
+            f"data file {str(path)!r} is larger than {format_bytes(limit)}, the most autotune "
+            "reads from one file; split it into smaller files"
+        )
+    return raw

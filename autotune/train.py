@@ -21,11 +21,12 @@ run continues the same loss curve as one never stopped (exactly, on CPU with
 Signals: SIGINT, SIGTERM or SIGHUP finishes the current step, saves a checkpoint and
 returns with ``interrupted`` set; the CLI then exits with 128 + the signal number (130 for
 SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell does, so a scheduler sees the run did
-not finish. DataLoader workers ignore all three, so a signal to the whole process group
-stops the run the same way. A second SIGINT stops at once (KeyboardInterrupt). Out of
-memory: the last completed step is saved and ``TrainingOOMError`` says what to do, or with
-``on_oom="adapt"`` the micro-batch halves, the accumulation doubles (the global batch is
-unchanged) and the step is run again.
+not finish. DataLoader workers leave all three to this process
+(``signals.ignore_stop_signals``), so a signal to the whole process group stops the run the
+same way; they are shut down as the run ends. A second SIGINT stops at once
+(KeyboardInterrupt). Out of memory: the last completed step is saved and
+``TrainingOOMError`` says what to do, or with ``on_oom="adapt"`` the micro-batch halves,
+the accumulation doubles (the global batch is unchanged) and the step is run again.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from autotune.distributed import (
 from autotune.errors import AutotuneError, TrainingOOMError, UsageError
 from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
+from autotune.models.spec import user_code
 from autotune.run_folder import RunFolder
 from autotune.schedule import make_scheduler, set_peak_lr
 from autotune.signals import STOP_SIGNALS
@@ -114,7 +116,7 @@ class TrainResult:
     steady_tokens_per_s: float | None
     steady_samples_per_s: float | None
     mfu: float | None
-    interrupted: str | None  # "SIGINT" / "SIGTERM" when a signal stopped the run
+    interrupted: str | None  # "SIGINT" / "SIGTERM" / "SIGHUP" when a signal stopped the run
     checkpoint: Path | None  # the last checkpoint written
     config: TrainConfig  # the config the run ended with (after any OOM adaptation)
     oom_adaptations: int = 0
@@ -299,9 +301,11 @@ class Trainer:
 
     def _setup_model(self) -> None:
         """``raw_model`` (its state is what a checkpoint holds) and ``model``, the module a
-        step runs: wrapped in DDP under torchrun, compiled per the config."""
+        step runs: wrapped in DDP under torchrun, compiled per the config. A ``build_fn``
+        that fails is a ``ModelLoadError`` naming it (``user_code``)."""
         apply_backend_flags(self.config, self.device)
-        self.raw_model = prepare_model(self.spec, self.config, self.device)
+        with user_code(self.spec, "build_fn"):
+            self.raw_model = prepare_model(self.spec, self.config, self.device)
         model: nn.Module = self.raw_model
         if self.dist.enabled:
             model = nn.parallel.DistributedDataParallel(
@@ -532,6 +536,7 @@ class Trainer:
                 self._log_values(progress, self._read_pending(progress), total)
         finally:
             self._restore_signals()
+            self.stream.close()  # its workers end now, not at the interpreter's exit
             self.display.advance(self.step)
             self.display.close()
         return self._finish(

@@ -72,8 +72,24 @@ def get_model(name: str) -> ModelSpec:
 def load_model(ref: str) -> ModelSpec:
     """A built-in name, ``pkg.module:attr`` or ``path/to/file.py:attr``.
 
-    ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one.
+    ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one. Whatever the
+    user's code does while it is imported or called (raise, ``sys.exit``) is a
+    ``ModelLoadError`` naming the file or module, the function and a fix; only Ctrl-C
+    passes through. A built-in (C) function is refused before it is called: none returns
+    a ModelSpec, and some (``os:abort``) end the process before anything can report it.
     """
+    import inspect
+
+    from autotune.errors import describe_exception
+
+    def import_fix(exc: BaseException) -> str:
+        if isinstance(exc, SystemExit):
+            return (
+                "a model file must not exit when imported: keep script code under "
+                "`if __name__ == '__main__':`"
+            )
+        return "fix the error at that line (or install the package it imports)"
+
     if ":" not in ref:
         return get_model(ref)
     target, _, attr = ref.rpartition(":")
@@ -91,25 +107,44 @@ def load_model(ref: str) -> ModelSpec:
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except BaseException as exc:
             sys.modules.pop(module_name, None)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             raise ModelLoadError(
-                f"importing {str(path)!r} failed: {type(exc).__name__}: {exc}"
+                f"importing {str(path)!r} failed: {describe_exception(exc)}; " + import_fix(exc)
             ) from exc
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise ModelLoadError(
+                f"importing module {target!r} (from {ref!r}) failed: "
+                f"{describe_exception(exc)}; " + import_fix(exc)
+            ) from exc
     if not hasattr(module, attr):
         raise ModelLoadError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
     obj = getattr(module, attr)
+    if inspect.isbuiltin(obj):
+        raise ModelLoadError(
+            f"{ref!r} is the built-in function {getattr(obj, '__qualname__', attr)}, not an "
+            "autotune ModelSpec; name a ModelSpec or a zero-argument function returning one "
+            "(see examples/my_model.py)"
+        )
     if callable(obj) and not isinstance(obj, ModelSpec):
         try:
             obj = obj()
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             raise ModelLoadError(
-                f"calling {ref!r} to get a model spec failed: {type(exc).__name__}: {exc}"
+                f"calling {ref!r} to get a model spec failed: {describe_exception(exc)}; "
+                f"fix {attr}() in {target!r}: it must return an autotune ModelSpec when "
+                "called with no arguments"
             ) from exc
     if not isinstance(obj, ModelSpec):
         raise ModelLoadError(

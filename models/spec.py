@@ -13,16 +13,18 @@ dict of rows and ``torch.utils.data.default_collate`` rebuilds a batch from samp
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from autotune.errors import AutotuneError, ModelLoadError, describe_exception
 from autotune.units import throughput_label
 
-__all__ = ["Batch", "Knob", "ModelSpec", "ParamCounts", "count_parameters"]
+__all__ = ["Batch", "Knob", "ModelSpec", "ParamCounts", "count_parameters", "user_code"]
 
 Batch = dict[str, torch.Tensor]
 Task = Literal["lm", "seq2seq", "regression"]
@@ -38,6 +40,18 @@ FlopsFn = Callable[[Mapping[str, Any], int], float]
 # tokens_fn(args, seq_len) -> tokens in one sample, where that is not just seq_len (seq2seq:
 # source + target tokens)
 TokensFn = Callable[[Mapping[str, Any], int], int]
+
+# What each of a spec's functions must do: the fix a failure's message offers.
+_CONTRACTS = {
+    "build_fn": "build_fn(**args) must return an nn.Module for the spec's args",
+    "make_batch_fn": (
+        "make_batch_fn(args, batch_size, seq_len, generator) must return a dict of "
+        "batch-first tensors"
+    ),
+    "loss_fn": "loss_fn(module, batch) must return a scalar tensor",
+    "flops_fn": "flops_fn(args, seq_len) must return one sample's training FLOPs",
+    "tokens_fn": "tokens_fn(args, seq_len) must return the tokens in one sample",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +176,17 @@ class ModelSpec:
         """A synthetic batch of the right shapes and value ranges, made on CPU then moved."""
         gen = generator if generator is not None else torch.Generator().manual_seed(0)
         batch = self.make_batch_fn(self.args, batch_size, seq_len or self.seq_len, gen)
+        if not isinstance(batch, Mapping):
+            raise TypeError(
+                f"make_batch_fn of {self.name!r} returned a {type(batch).__name__}, "
+                "not a dict of tensors"
+            )
+        for key, value in batch.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"make_batch_fn of {self.name!r} returned a dict whose {key!r} is a "
+                    f"{type(value).__name__}, not a tensor"
+                )
         return {k: v.to(device) for k, v in batch.items()}
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -195,3 +220,25 @@ class ModelSpec:
         with torch.device("meta"):
             module = self.build()
         return count_parameters(module)
+
+
+@contextmanager
+def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
+    """Run one of a model's own functions (``"build_fn"``, ``"make_batch_fn"``, ...):
+    whatever it raises, ``sys.exit`` included, becomes a ``ModelLoadError`` (exit code 2)
+    naming the model's file or module, the function, where it failed and what it must do.
+
+    The one rule for a user model's failures outside a trial (``models show``, the
+    trainer's set-up); a trial reports the same ``describe_exception`` line. Ctrl-C,
+    autotune's own errors and running out of memory pass through unchanged.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, AutotuneError, MemoryError, torch.cuda.OutOfMemoryError):
+        raise
+    except BaseException as exc:
+        contract = _CONTRACTS.get(function, "")
+        raise ModelLoadError(
+            f"model {spec.source or spec.name!r}: its {function} failed: "
+            f"{describe_exception(exc)}; fix {function}" + (f" ({contract})" if contract else "")
+        ) from exc

@@ -21,7 +21,14 @@ import pytest
 import torch
 
 from autotune import _burst_child
-from autotune.burst import BurstResult, _spec_payload, percentile, run_burst, step_figures
+from autotune.burst import (
+    BurstResult,
+    _describe_exit,
+    _spec_payload,
+    percentile,
+    run_burst,
+    step_figures,
+)
 from autotune.config import TrainConfig
 from autotune.models.registry import load_model
 
@@ -145,8 +152,24 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
 def test_abort_is_a_crash() -> None:
     result = run_burst(fake("abort_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=2)
     assert result.status == "crash", result.reason
-    assert "SIGABRT" in result.reason and "without a result" in result.reason
+    assert "process aborted (SIGABRT) without a result" in result.reason
     assert_no_children()
+
+
+@pytest.mark.parametrize(
+    ("returncode", "text"),
+    [
+        (-6, "aborted (SIGABRT)"),
+        (-11, "crashed (SIGSEGV)"),
+        (-9, "killed by SIGKILL (the OS out-of-memory killer?)"),
+        (-15, "killed by SIGTERM"),
+        (-99, "killed by signal 99"),
+        (3, "exited with code 3"),
+        (None, "did not exit"),
+    ],
+)
+def test_a_dead_trial_is_described_by_its_signal_name(returncode: int | None, text: str) -> None:
+    assert _describe_exit(returncode) == text
 
 
 def test_nan_loss() -> None:

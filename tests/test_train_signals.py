@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -104,3 +105,32 @@ def test_a_signal_to_the_process_group_stops_training_cleanly(
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _group_alive(proc.pid), "processes of the run are still alive"
+
+
+def test_a_worker_still_ends_when_its_parent_exits(tmp_path: Path) -> None:
+    """The parent's own SIGTERM (how multiprocessing ends daemonic workers at exit) ends a
+    worker: an iterator still alive at exit must not hang the interpreter."""
+    script = textwrap.dedent(
+        """
+        from torch.utils.data import DataLoader
+        from autotune.config import TrainConfig
+        from autotune.data import loader_kwargs
+
+        cfg = TrainConfig(micro_batch=2, seq_len=8, num_workers=1)
+        it = iter(DataLoader(list(range(100)), **loader_kwargs(cfg)))
+        next(it)
+        cycle = {"it": it}
+        cycle["self"] = cycle  # only the garbage collector could free it: not before exit
+        del it
+        print("exiting", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a guard against a hang, not a timing
+        check=False,
+    )
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr

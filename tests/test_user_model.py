@@ -127,6 +127,65 @@ def test_the_code_a_reference_runs_is_named_and_hashed(
     for name in ("my_models_pkg", "my_models_pkg.zoo"):  # another test may have imported it
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert source_file("my_models_pkg.zoo:spec") is None  # not imported: not looked for
-    __import__("my_models_pkg.zoo")
-    zoo = tmp_path / "my_models_pkg" / "zoo.py"
-    assert source_file("my_models_pkg.zoo:spec") == zoo.resolve()
+    try:
+        __import__("my_models_pkg.zoo")
+        zoo = tmp_path / "my_models_pkg" / "zoo.py"
+        assert source_file("my_models_pkg.zoo:spec") == zoo.resolve()
+    finally:  # the next test writes its own my_models_pkg
+        for name in ("my_models_pkg.zoo", "my_models_pkg"):
+            sys.modules.pop(name, None)
+
+
+# -- user code that raises or exits is a ModelLoadError, never a silent exit --------------
+EXITS = """
+import sys
+sys.exit(0)
+"""
+
+
+def test_a_file_that_exits_at_import(tmp_path: Path) -> None:
+    bad = tmp_path / "exits_model.py"
+    bad.write_text(EXITS)
+    with pytest.raises(ModelLoadError) as info:
+        load_model(f"{bad}:spec")
+    message = str(info.value)
+    assert "exits_model.py" in message and "it called sys.exit(0)" in message
+    assert "if __name__ == '__main__'" in message  # the fix
+    assert info.value.exit_code == 2
+
+
+def test_a_package_that_raises_at_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_package(tmp_path, "raise RuntimeError('no GPU driver')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ModelLoadError,
+        match=r"importing module 'my_models_pkg.zoo' .*RuntimeError: no GPU driver "
+        r"\[zoo.py:1 in <module>\]",
+    ):
+        load_model("my_models_pkg.zoo:spec")
+    sys.modules.pop("my_models_pkg", None)
+
+
+def test_a_factory_that_exits(tmp_path: Path) -> None:
+    bad = tmp_path / "factory_model.py"
+    bad.write_text("import sys\ndef make():\n    sys.exit(3)\n")
+    with pytest.raises(ModelLoadError) as info:
+        load_model(f"{bad}:make")
+    message = str(info.value)
+    assert "it called sys.exit(3) [factory_model.py:3 in make]" in message
+    assert "fix make()" in message and "called with no arguments" in message
+
+
+@pytest.mark.parametrize("ref", ["sys:exit", "os:getpid", "os:_exit"])
+def test_a_builtin_function_is_refused_without_being_called(ref: str) -> None:
+    # No C function returns a ModelSpec, and some (os:abort, os:_exit) end the process
+    # when called: refused unseen (os:abort itself: tests/cli/test_user_model_cli.py).
+    with pytest.raises(ModelLoadError, match=r"is the built-in function .*not an autotune"):
+        load_model(ref)
+
+
+def test_ctrl_c_in_user_code_is_not_swallowed(tmp_path: Path) -> None:
+    bad = tmp_path / "interrupted_model.py"
+    bad.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_model(f"{bad}:spec")

@@ -20,10 +20,19 @@ app = typer.Typer(
 
 
 def model_info(spec: ModelSpec, *, details: bool = False) -> dict[str, Any]:
-    """What ``models list`` (and with ``details``, ``models show``) reports about a spec."""
-    counts = spec.param_counts()
-    flops = spec.flops_per_sample()
-    tokens = spec.tokens_per_sample() if spec.throughput_unit == "tokens" else spec.seq_len
+    """What ``models list`` (and with ``details``, ``models show``) reports about a spec.
+
+    Each of the spec's own functions runs under ``user_code``: a user model that raises (or
+    exits) is a one-paragraph ``ModelLoadError`` naming the function, not a traceback.
+    """
+    from autotune.models.spec import user_code
+
+    with user_code(spec, "build_fn"):
+        counts = spec.param_counts()
+    with user_code(spec, "flops_fn"):
+        flops = spec.flops_per_sample()
+    with user_code(spec, "tokens_fn"):
+        tokens = spec.tokens_per_sample() if spec.throughput_unit == "tokens" else spec.seq_len
     info: dict[str, Any] = {
         "name": spec.name,
         "family": spec.family,
@@ -44,7 +53,8 @@ def model_info(spec: ModelSpec, *, details: bool = False) -> dict[str, Any]:
     if details:
         import torch
 
-        batch = spec.make_batch(batch_size=2, generator=torch.Generator().manual_seed(0))
+        with user_code(spec, "make_batch_fn"):
+            batch = spec.make_batch(batch_size=2, generator=torch.Generator().manual_seed(0))
         info["source"] = spec.source
         info["args"] = dict(spec.args)
         info["knob_details"] = [

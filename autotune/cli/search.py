@@ -8,7 +8,10 @@ inside the command, so ``autotune --help`` stays instant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -137,7 +140,7 @@ def search(
     """Search the fastest training config within a memory budget and write it as a preset.
 
     Each trial runs one short, isolated burst of real optimizer steps. Rerunning the same
-    command resumes the study; Ctrl-C leaves it consistent.
+    command resumes the study; Ctrl-C, SIGTERM or SIGHUP leaves it consistent.
     """
     from rich.console import Console
 
@@ -146,6 +149,7 @@ def search(
     err = Console(stderr=True, highlight=False)
     warm = _warm_start(warm_start)
     timeout_s, burst_timeout_s = _durations(timeout, burst_timeout)
+    restore_signals = _stop_signals_as_interrupt()
     try:
         result = run_search(
             model,
@@ -168,13 +172,46 @@ def search(
             burst_timeout=burst_timeout_s,
             progress=_LiveView(err),
         )
+    except StopSignal as stop:
+        err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
+        raise typer.Exit(128 + stop.signum) from None
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
         raise
+    finally:
+        restore_signals()
     if json_output:
         print_json(result.to_dict())
         return
     render_result(result, Console(highlight=False))
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taking Ctrl-C's path through the search: the running trial is
+    marked failed, its burst's process group ended, the study left consistent."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_signals_as_interrupt() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM and SIGHUP (a scheduler, a closed
+    terminal) raise ``StopSignal`` as Ctrl-C raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise StopSignal(signum)
+
+    sigs = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    old = {sig: signal.signal(sig, handler) for sig in sigs}
+
+    def restore() -> None:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+    return restore
 
 
 def _durations(timeout: str | None, burst_timeout: str) -> tuple[float | None, float]:

@@ -150,12 +150,12 @@ class TrialObjective:
             result = self.bursts.run(
                 config, steps=self.bursts.steps, timeout_s=timeout_s, on_step=on_step
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)
             with contextlib.suppress(Exception):
                 set_outcome(
                     trial,
                     status="interrupted",
-                    reason="interrupted (Ctrl-C) while its burst ran",
+                    reason=f"interrupted ({stop or 'Ctrl-C'}) while its burst ran",
                     ran=True,
                     wall_s=time.monotonic() - t0,
                 )

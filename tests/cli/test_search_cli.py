@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import textwrap
 from pathlib import Path
 
@@ -208,4 +210,35 @@ def test_ctrl_c_exits_130_and_leaves_the_study_consistent(
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
     states = [t.state.name for t in study.trials if t.state.name != "WAITING"]
     assert states == ["COMPLETE", "COMPLETE", "FAIL"]  # nothing left RUNNING
+    assert not (tmp_path / "best.yaml").exists()
+
+
+@pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_take_the_ctrl_c_path(
+    env: tuple[str, FakeBurst],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    sig: str,
+    code: int,
+) -> None:
+    model, _ = env
+    fake = FakeBurst()
+
+    def burst(*args: object, **kwargs: object) -> object:
+        if len(fake.calls) == 2:  # the third trial's burst: a scheduler stops the job
+            os.kill(os.getpid(), getattr(signal, sig))
+        return fake(*args, **kwargs)
+
+    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    before = signal.getsignal(signal.SIGTERM)
+    result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
+    assert result.exit_code == code, result.output
+    assert f"stopped by {sig}" in result.stderr and "rerun" in result.stderr
+    assert signal.getsignal(signal.SIGTERM) == before  # the handlers are given back
+    (db,) = (tmp_path / "autotune_runs").glob("*/study.db")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    trials = [t for t in study.trials if t.state.name != "WAITING"]
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "FAIL"]
+    outcome = trials[-1].user_attrs["outcome"]
+    assert outcome["reason"] == f"interrupted ({sig}) while its burst ran"
     assert not (tmp_path / "best.yaml").exists()
