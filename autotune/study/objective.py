@@ -38,12 +38,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import optuna
 
-from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
+from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome, trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
 from autotune.units import format_bytes
 
@@ -126,8 +126,10 @@ class TrialObjective:
     bursts: BurstRunner
     goal: Goal
     cut_by_time: bool = False  # the running burst was stopped by the time limit
+    _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        trial.set_user_attr("owner", self._owner)  # who runs it (claim_running_trials)
         config = self.state.space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
         previous = self.state.record_of(config)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
+import socket
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -160,7 +162,68 @@ def open_study(
     except Exception as exc:
         raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {exc}") from exc
     check_study_setup(study, setup, name)
+    claim_running_trials(study, name)
     return study
+
+
+# -- who owns a running trial ------------------------------------------------------------------
+
+
+def trial_owner() -> dict[str, Any]:
+    """This process, as a RUNNING trial records it: host, pid and the process's start time
+    (a pid alone can be reused by another process after a crash)."""
+    import psutil
+
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": psutil.Process().create_time(),
+    }
+
+
+def _owner_alive(owner: Any) -> bool | None:
+    """Whether the process that owns a trial still runs: None where it cannot be told (a
+    trial on another machine, or recorded by no known process)."""
+    import psutil
+
+    if not isinstance(owner, Mapping) or owner.get("host") != socket.gethostname():
+        return None
+    try:
+        if int(owner["pid"]) == os.getpid():  # this process opens the study: not running it
+            return False
+        process = psutil.Process(int(owner["pid"]))
+        return abs(process.create_time() - float(owner["started"])) < 1.0
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def claim_running_trials(study: optuna.Study, name: str) -> None:
+    """Before a search runs trials of ``study``: refuse when another live process on this
+    machine is searching it (one writer per study), and fail the RUNNING trials whose
+    search process died (kill -9, a crash, a lost machine's power), queueing their configs
+    again, so that no trial stays RUNNING forever. Trials owned on other machines are left
+    alone (heartbeats are for distributed searches)."""
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for frozen in running:
+        owner = frozen.user_attrs.get("owner")
+        alive = _owner_alive(owner)
+        if alive:
+            pid = owner.get("pid") if isinstance(owner, Mapping) else "?"
+            raise UsageError(
+                f"study {name!r} is being searched right now by process {pid} on "
+                f"this machine (trial #{frozen.number} is running): wait for it to finish, or "
+                "search under another --study name"
+            )
+        if alive is None and owner is not None:
+            continue
+        storage = study._storage
+        outcome = {"status": "interrupted", "reason": "its search process died"}
+        storage.set_trial_user_attr(frozen._trial_id, "outcome", outcome)
+        storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        queued = [t.system_attrs.get("fixed_params") for t in waiting]
+        if frozen.params and dict(frozen.params) not in queued:
+            study.enqueue_trial(dict(frozen.params))  # (skip_if_exists would see the dead one)
 
 
 def make_sampler(

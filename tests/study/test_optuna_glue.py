@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 from fake_burst import FakeBurst, run
 
@@ -111,3 +114,83 @@ def test_a_journal_in_a_missing_folder_is_refused_without_making_it(tmp_path: Pa
             trials=None,
         )
     assert not (tmp_path / "no").exists()
+
+
+# -- running trials: one writer per study, dead owners failed -----------------------------
+
+
+def _study_with_a_running_trial(tmp_path: Path, owner: dict[str, object] | None) -> optuna.Study:
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="s", direction="maximize"
+    )
+    trial = study.ask()
+    trial.suggest_categorical("micro_batch", [1, 2, 4])
+    if owner is not None:
+        trial.set_user_attr("owner", owner)
+    return study
+
+
+def test_a_trial_whose_search_process_died_is_failed_and_its_config_queued(
+    tmp_path: Path,
+) -> None:
+    from autotune.study.optuna_glue import claim_running_trials, trial_owner
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that ran this search and is dead now (kill -9, a crash)
+    owner = {**trial_owner(), "pid": gone.pid}
+    study = _study_with_a_running_trial(tmp_path, owner)
+    params = study.trials[0].params
+    claim_running_trials(study, "s")
+    first, queued = study.trials
+    assert first.state == optuna.trial.TrialState.FAIL
+    assert first.user_attrs["outcome"] == {
+        "status": "interrupted",
+        "reason": "its search process died",
+    }
+    assert queued.state == optuna.trial.TrialState.WAITING
+    assert queued.system_attrs["fixed_params"] == params  # the config runs again
+
+
+def test_a_study_another_live_search_is_running_is_refused(tmp_path: Path) -> None:
+    from autotune.study.optuna_glue import claim_running_trials, trial_owner
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = {
+            **trial_owner(),
+            "pid": live.pid,
+            "started": psutil.Process(live.pid).create_time(),
+        }
+        study = _study_with_a_running_trial(tmp_path, owner)
+        with pytest.raises(UsageError, match=rf"is being searched right now by process {live.pid}"):
+            claim_running_trials(study, "s")
+    finally:
+        live.kill()
+        live.wait()
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # left alone
+    claim_running_trials(study, "s")  # its owner is gone now: failed, config queued
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+
+
+def test_a_trial_owned_on_another_machine_is_left_running(tmp_path: Path) -> None:
+    from autotune.study.optuna_glue import claim_running_trials
+
+    owner = {"host": "another-machine", "pid": 1, "started": 0.0}
+    study = _study_with_a_running_trial(tmp_path, owner)
+    claim_running_trials(study, "s")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]
+
+
+def test_a_resumed_search_fails_the_trial_a_killed_search_left_running(tmp_path: Path) -> None:
+    from autotune.study.optuna_glue import trial_owner
+
+    first = run(tmp_path, FakeBurst(), trials=3)
+    study = optuna.load_study(study_name=first.study_name, storage=first.storage)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = study.ask()  # what kill -9 of a search leaves: a RUNNING trial forever
+    killed.set_user_attr("owner", {**trial_owner(), "pid": gone.pid})
+    run(tmp_path, FakeBurst(), trials=5)
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states[killed.number] == optuna.trial.TrialState.FAIL
+    assert optuna.trial.TrialState.RUNNING not in states.values()
