@@ -206,8 +206,11 @@ def apply_overrides(
         section, _, name = key.partition(".")
         if section == "config" and name:
             if name.startswith("knobs."):
-                knob = name.removeprefix("knobs.")
-                config_data["knobs"] = {**config_data["knobs"], knob: value}
+                knobs = config_data["knobs"]
+                if not isinstance(knobs, Mapping):  # an earlier --set config.knobs=0
+                    problems.append(f"--set {key}: config.knobs is {knobs!r}, not a mapping")
+                    continue
+                config_data["knobs"] = {**knobs, name.removeprefix("knobs."): value}
             elif "." in name:
                 problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
             else:

@@ -1,0 +1,82 @@
+"""`--set` overrides and the run's numbers, generated: whatever a user types, preparing a
+run either succeeds with a config that passes its own checks or raises a UsageError (exit
+2, one paragraph), never another exception (issue 20's fault suite)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from fake_lm import FAKE_LM
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from autotune.config import TrainConfig, TrainingDefaults
+from autotune.errors import UsageError
+from autotune.hardware import HardwareProfile, probe
+from autotune.launch import prepare_training
+
+MODEL = f"{FAKE_LM}:spec"
+FIELDS = [f"config.{name}" for name in TrainConfig.__dataclass_fields__] + [
+    f"training.{name}" for name in TrainingDefaults.__dataclass_fields__
+]
+KEYS = st.one_of(
+    st.sampled_from(FIELDS),
+    st.sampled_from(["config.knobs.width", "config.knobs", "training", "config.", ".x", ""]),
+    st.text(max_size=20),
+)
+AWKWARD = [
+    "0", "-1", "1", "2", "1e9", "1e-9", "nan", "inf", "-inf", "true", "null", "~", "[1]",
+    "{a: 1}", "bf16", "fp8", "max-autotune", "''", "!!python/object:os.system x", "&a *a",
+    "100000", "1024", "3.5", "0x10", "'4'",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.sampled_from(AWKWARD),
+    st.integers(min_value=-(10**12), max_value=10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.text(max_size=30),
+)
+OVERRIDE = st.one_of(
+    st.tuples(KEYS, VALUES).map(lambda kv: f"{kv[0]}={kv[1]}"),
+    st.text(max_size=40),  # no '=' at all, or several
+)
+
+
+@functools.cache
+def _profile() -> HardwareProfile:
+    return probe()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(overrides=st.lists(OVERRIDE, max_size=4))
+@example(overrides=["config.knobs=0", "config.knobs.width=0"])  # was a TypeError traceback
+def test_any_set_override_is_a_valid_run_or_a_usage_error(overrides: list[str]) -> None:
+    try:
+        run = prepare_training(
+            model=MODEL, device="cpu", overrides=overrides, profile=_profile(), max_steps=1
+        )
+    except UsageError as exc:
+        message = str(exc)
+        assert message.strip() and "Traceback" not in message
+        return
+    assert isinstance(run.config, TrainConfig) and run.config.micro_batch >= 1
+    assert 0 <= run.config.num_workers <= 1024
+
+
+NUMBERS = st.one_of(
+    st.none(), st.integers(min_value=-(10**9), max_value=10**9), st.sampled_from([0, -1, 1])
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_steps=NUMBERS, eval_interval=NUMBERS, lr=st.one_of(st.none(), st.floats()))
+def test_any_run_number_is_a_valid_run_or_a_usage_error(
+    max_steps: int | None, eval_interval: int | None, lr: float | None
+) -> None:
+    kwargs: dict[str, Any] = dict(max_steps=max_steps, eval_interval=eval_interval, lr=lr)
+    try:
+        run = prepare_training(model=MODEL, device="cpu", profile=_profile(), **kwargs)
+    except UsageError as exc:
+        assert str(exc).strip()
+        return
+    assert run.training.lr > 0
