@@ -457,14 +457,20 @@ def prepare_lm_data(
     if meta is None:
         docs = default_corpus() if data is None else load_documents(data, log=log)
         train_docs, val_docs = split_validation(docs, val_fraction)
-        _write_cache(
-            cache,
-            docs_train=train_docs,
-            docs_val=val_docs,
-            tokenizer=tokenizer,
-            meta={"key": key, "source": source, "inputs": key_data},
-            val_fraction=val_fraction,
-        )
+        try:
+            _write_cache(
+                cache,
+                docs_train=train_docs,
+                docs_val=val_docs,
+                tokenizer=tokenizer,
+                meta={"key": key, "source": source, "inputs": key_data},
+                val_fraction=val_fraction,
+            )
+        except OSError as exc:  # a read-only or full cache folder
+            raise DataError(
+                f"cannot write the token cache in {str(cache.parent)!r}: "
+                f"{exc.strerror or exc}; point AUTOTUNE_CACHE_DIR at a folder you can write"
+            ) from None
         meta = _read_cache(cache, key)
         if meta is None:
             raise DataError(f"the token cache at {str(cache)!r} could not be written or read")

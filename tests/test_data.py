@@ -408,3 +408,23 @@ def test_models_without_default_data_say_what_to_give() -> None:
         other = spec.__class__(**{**spec.__dict__, "task": task})
         with pytest.raises(DataError, match=f"needs --data.*{word}"):
             load_data(other, None, seq_len=8)
+
+
+def test_a_cache_folder_that_cannot_be_written_is_a_data_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    def refuse(*args: object, **kwargs: object) -> str:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(
+        tempfile, "mkdtemp", refuse
+    )  # as a read-only folder would (root ignores modes)
+    with pytest.raises(
+        DataError,
+        match=r"cannot write the token cache in .*Permission denied.*"
+        r"AUTOTUNE_CACHE_DIR",
+    ):
+        prepare_lm_data(None, seq_len=16, vocab_size=260, cache_dir=tmp_path / "ro")
