@@ -31,6 +31,7 @@ the accumulation doubles (the global batch is unchanged) and the step is run aga
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -564,6 +565,14 @@ class Trainer:
         self._announce(resumed[0] if resumed else None, total)
         return self.step, total
 
+    def _model_code(self) -> contextlib.AbstractContextManager[None]:
+        """A user model's forward and loss run under ``user_code``: what they raise is a
+        ModelLoadError naming the model (exit 2), not a traceback. A built-in model's
+        failure is autotune's own bug, and keeps its traceback."""
+        if ":" in self.spec.source:
+            return user_code(self.spec, "loss_fn")
+        return contextlib.nullcontext()
+
     def _train_step(self, progress: _Progress, total: int) -> bool:
         """One optimizer step, then its logging, evaluation and checkpoint; False when a
         signal stopped the data loading (the step did not run)."""
@@ -578,7 +587,8 @@ class Trainer:
             return False
         self._opt_time = 0.0
         try:
-            out = self.stepper.step(micro)
+            with self._model_code():
+                out = self.stepper.step(micro)
         except _OOM_ERRORS as exc:
             del micro
             self._free_after_oom()

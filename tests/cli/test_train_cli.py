@@ -215,3 +215,18 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_last_good_one(
     assert [p.name for p in sorted((tmp_path / "run").glob("ckpt-step*.pt"))] == [
         "ckpt-step00000001.pt"
     ]
+
+
+def test_a_user_loss_that_raises_mid_training_is_exit_2_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad_loss.py"
+    bad.write_text(
+        "import dataclasses\nfrom fake_lm import make_spec\n\n"
+        "def _loss(model, batch):\n    raise ValueError('labels out of range')\n\n"
+        "spec = dataclasses.replace(make_spec(), loss_fn=_loss)\n"
+    )
+    result = invoke("--model", f"{bad}:spec", "--set", "config.micro_batch=2", *QUICK)
+    assert result.exit_code == 2, result.output
+    assert "its loss_fn failed: ValueError: labels out of range [bad_loss.py:5 in _loss]" in (
+        result.output
+    )
+    assert "Traceback" not in result.output
