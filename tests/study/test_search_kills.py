@@ -1,0 +1,95 @@
+"""A search killed with SIGKILL at random points, again and again, then resumed: no
+finished trial is lost or changed, no trial stays RUNNING, and the resumed search
+completes (issue 20's fault suite). The bursts are fakes that take a little time, so the
+kills land inside trials, between them and while the study is being written."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+KILLS = 50
+TRIALS = 40
+
+SEARCH = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from fake_burst import FakeBurst, cpu_profile, toy_spec
+    from autotune.study import search
+
+    class SlowBurst(FakeBurst):
+        def __call__(self, *args, **kwargs):
+            time.sleep(0.02)
+            return super().__call__(*args, **kwargs)
+
+    folder = Path(sys.argv[1])
+    search(
+        toy_spec(), budget="1GB", hardware=cpu_profile(), burst_fn=SlowBurst(),
+        trials=int(sys.argv[2]), runs_dir=folder / "runs", output=folder / "best.yaml",
+        study="killed", steps=2, warmup=0,
+    )
+    """
+)
+
+
+def _finished(storage: str) -> dict[int, tuple[str, float | None]]:
+    """The finished trials (number: state, value); empty while the study is not created
+    yet (the first runs may be killed before they create it)."""
+    try:
+        study = optuna.load_study(study_name="killed", storage=storage)
+    except KeyError:
+        return {}
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return {t.number: (t.state.name, t.value) for t in study.get_trials() if t.state in done}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
+def test_fifty_random_kills_lose_no_finished_trial(tmp_path: Path) -> None:
+    tests = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),
+    }
+    storage = f"sqlite:///{tmp_path / 'runs' / 'killed' / 'study.db'}"
+    rng = random.Random(20)
+    seen: dict[int, tuple[str, float | None]] = {}
+    kills = 0
+    for _ in range(KILLS):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SEARCH, str(tmp_path), str(TRIALS)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        time.sleep(rng.uniform(1.0, 3.0))  # start-up is about 1 s: kill before, in, after
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        if not (tmp_path / "runs" / "killed" / "study.db").exists():
+            continue
+        now = _finished(storage)
+        lost = {n: v for n, v in seen.items() if now.get(n) != v}
+        assert lost == {}, f"finished trials lost or changed after a kill: {lost}"
+        seen = now
+    assert kills >= KILLS // 2, f"only {kills} runs were killed mid-search"
+    done = subprocess.run(
+        [sys.executable, "-c", SEARCH, str(tmp_path), str(TRIALS)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    study = optuna.load_study(study_name="killed", storage=storage)
+    states = [t.state for t in study.get_trials()]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert all(_finished(storage).get(n) == v for n, v in seen.items())
+    assert (tmp_path / "best.yaml").is_file()
