@@ -28,6 +28,7 @@ from autotune.study.optuna_glue import (
     PRUNE_MIN_STEPS,
     SlowConfigPruner,
     check_storage_url,
+    exclusive_search,
     open_study,
     quiet_optuna,
     redact,
@@ -150,17 +151,18 @@ def search(
         opt_study = _open_study(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
-        planner = Planner(state=state)
-        measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
-        _optimize(opt_study, planner, measure, warm_start, storage)
-        found = verify_best(state, bursts, opt_study, verify_steps=verify_steps)
-        result = _result(
-            state, goal, found, study=opt_study, storage=storage, notes=notes, started=started
-        )
-        if output is not None:
-            path = write_preset(result, found, spec=spec, hardware=hardware, path=Path(output))
-            result = replace(result, preset_path=str(path))
-        return result
+        with exclusive_search(opt_study, study_name):
+            planner = Planner(state=state)
+            measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
+            _optimize(opt_study, planner, measure, warm_start, storage)
+            found = verify_best(state, bursts, opt_study, verify_steps=verify_steps)
+            result = _result(
+                state, goal, found, study=opt_study, storage=storage, notes=notes, started=started
+            )
+            if output is not None:
+                path = write_preset(result, found, spec=spec, hardware=hardware, path=Path(output))
+                result = replace(result, preset_path=str(path))
+            return result
 
 
 # -- check the arguments --------------------------------------------------------------------

@@ -197,6 +197,27 @@ def _owner_alive(owner: Any) -> bool | None:
         return False
 
 
+@contextlib.contextmanager
+def exclusive_search(study: optuna.Study, name: str) -> Iterator[None]:
+    """One search process at a time on a study, from its first trial to its preset: the
+    study records who is searching it, and a second search on this machine while that
+    process lives is refused (so two searches never both run the baseline or race to write
+    the preset). A holder that died (kill -9) no longer counts."""
+    holder = study.user_attrs.get("searching")
+    if _owner_alive(holder):
+        pid = holder.get("pid") if isinstance(holder, Mapping) else "?"
+        raise UsageError(
+            f"study {name!r} is being searched right now by process {pid} on this machine: "
+            "wait for it to finish, or search under another --study name"
+        )
+    study.set_user_attr("searching", trial_owner())
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a storage gone away must not hide the error
+            study.set_user_attr("searching", None)
+
+
 def claim_running_trials(study: optuna.Study, name: str) -> None:
     """Before a search runs trials of ``study``: refuse when another live process on this
     machine is searching it (one writer per study), and fail the RUNNING trials whose

@@ -194,3 +194,23 @@ def test_a_resumed_search_fails_the_trial_a_killed_search_left_running(tmp_path:
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     assert states[killed.number] == optuna.trial.TrialState.FAIL
     assert optuna.trial.TrialState.RUNNING not in states.values()
+
+
+def test_a_second_search_on_a_study_a_live_search_holds_is_refused(tmp_path: Path) -> None:
+    from autotune.study.optuna_glue import trial_owner
+
+    first = run(tmp_path, FakeBurst(), trials=3)
+    study = optuna.load_study(study_name=first.study_name, storage=first.storage)
+    assert study.user_attrs["searching"] is None  # released when the search ended
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(live.pid).create_time()
+        holder = {**trial_owner(), "pid": live.pid, "started": started}
+        study.set_user_attr("searching", holder)  # e.g. verifying its winner: no trial RUNNING
+        with pytest.raises(UsageError, match=rf"being searched right now by process {live.pid}"):
+            run(tmp_path, FakeBurst(), trials=5)
+    finally:
+        live.kill()
+        live.wait()
+    again = run(tmp_path, FakeBurst(), trials=5)  # the holder died: the study is free
+    assert again.study_name == first.study_name
