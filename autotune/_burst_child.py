@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     channel = Channel(int(args[1]))
     _no_core_dumps()
-    _follow_parent(os.getppid())
+    _follow_parent(os.getppid(), workdir=Path(args[0]).parent)
     channel.send("stage", name="importing")
     trial: Trial | None = None
     try:
@@ -469,15 +469,20 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)
 
 
-def _follow_parent(ppid: int) -> None:
+def _follow_parent(ppid: int, *, workdir: Path) -> None:
     """End this trial's whole process group if the parent dies (it can no longer time us
-    out or read the result), checked twice a second on a daemon thread."""
+    out or read the result), checked twice a second on a daemon thread. The parent would
+    have removed the trial's temporary folder (``workdir``, made by ``run_burst``); a
+    parent killed outright cannot, so the trial does."""
+    import shutil
     import signal
     import threading
 
     def watch() -> None:
         while os.getppid() == ppid:
             time.sleep(0.5)
+        if workdir.name.startswith("autotune-burst-"):  # run_burst's own, never a user's
+            shutil.rmtree(workdir, ignore_errors=True)
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)

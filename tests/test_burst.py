@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -391,7 +392,11 @@ def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
         f"spec = load_model({FAKES!r} + ':sleep_spec').with_args(pid_file={str(pid_file)!r})\n"
         "run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, timeout_s=120)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script])
+    tmp = tmp_path / "tmp"  # the parent's temporary folders go here
+    tmp.mkdir()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp)}
+    )
     try:
         deadline = time.monotonic() + 60
         while not pid_file.exists() and time.monotonic() < deadline:
@@ -404,6 +409,7 @@ def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
         while not gone(trial) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert gone(trial), "the trial outlived its parent"
+        assert [p.name for p in tmp.glob("autotune-burst-*")] == []  # the trial removed it
     finally:
         parent.kill()
         parent.wait()
