@@ -68,6 +68,7 @@ from autotune.distributed import (
 from autotune.errors import AutotuneError, TrainingOOMError, UsageError
 from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
+from autotune.models.registry import is_user_code
 from autotune.models.spec import user_code
 from autotune.run_folder import RunFolder
 from autotune.schedule import make_scheduler, set_peak_lr
@@ -569,7 +570,7 @@ class Trainer:
         """A user model's forward and loss run under ``user_code``: what they raise is a
         ModelLoadError naming the model (exit 2), not a traceback. A built-in model's
         failure is autotune's own bug, and keeps its traceback."""
-        if ":" in self.spec.source:
+        if is_user_code(self.spec.source):
             return user_code(self.spec, "loss_fn")
         return contextlib.nullcontext()
 

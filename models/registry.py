@@ -95,7 +95,7 @@ def load_model(ref: str) -> ModelSpec:
     target, _, attr = ref.rpartition(":")
     if not target or not attr:
         raise ModelLoadError(f"cannot read model reference {ref!r}: expected module:attr")
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    if _is_file_ref(target):
         path = Path(target).expanduser()
         if not path.is_file():
             raise ModelLoadError(f"model file {str(path)!r} does not exist (from {ref!r})")

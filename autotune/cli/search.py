@@ -204,7 +204,9 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
     def handler(signum: int, frame: Any) -> None:
         raise StopSignal(signum)
 
-    sigs = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    from autotune.signals import STOP_SIGNALS
+
+    sigs = [sig for sig in STOP_SIGNALS if sig != signal.SIGINT]  # Ctrl-C raises by itself
     old = {sig: signal.signal(sig, handler) for sig in sigs}
 
     def restore() -> None:

@@ -215,11 +215,6 @@ class ModelRef(_PresetSection):
     _path: ClassVar[str] = "model"
     _rules: ClassVar[Mapping[str, Rule]] = {"name": non_empty, "sha256": _sha256_text}
 
-    @property
-    def is_user_code(self) -> bool:
-        """Whether running this preset means running code that is not autotune's."""
-        return ":" in self.name
-
     def load(self, *, trust: bool = False, notes: list[str] | None = None) -> ModelSpec:
         """The spec this reference names, with its size arguments applied.
 
@@ -229,9 +224,10 @@ class ModelRef(_PresetSection):
         file that runs and, where the preset recorded its hash, a warning if the file has
         changed since the search. ``ModelLoadError`` for an unknown or broken model.
         """
-        from autotune.models.registry import load_model, source_file, source_sha256
+        from autotune.models.registry import is_user_code, load_model, source_file, source_sha256
 
-        if self.is_user_code and not trust:
+        user_code = is_user_code(self.name)
+        if user_code and not trust:
             raise UntrustedModelError(
                 f"this preset's model is user code, {self.name!r}, and a preset is data: "
                 "autotune does not run the code a preset names unless you say so. Read "
@@ -239,7 +235,7 @@ class ModelRef(_PresetSection):
                 f"reference with --model {self.name}"
             )
         spec = load_model(self.name)
-        if self.is_user_code and notes is not None:
+        if user_code and notes is not None:
             notes.extend(self._code_notes(source_file(self.name), source_sha256(self.name)))
         return spec.with_args(**self.args) if self.args else spec
 
