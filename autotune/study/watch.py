@@ -109,17 +109,18 @@ class Load:
         if self.samples == 0:
             return "no machine samples during this measurement"
         parts = []
-        if self.outside_cores_mean >= 0.05 or self.busy:
-            parts.append(
-                f"another process used {self.outside_cores_mean:.1f} cores "
-                f"(max {self.outside_cores_max:.1f})"
-            )
         if self.other_gpu_processes:
             pids = ", ".join(str(pid) for pid in self.other_gpu_processes)
             noun = "process" if len(self.other_gpu_processes) == 1 else "processes"
             parts.append(f"GPU {noun} {pids} (not ours) ran on the device")
         if self.gpu_util_idle_mean is not None and self.gpu_util_idle_mean >= 1:
             parts.append(f"the GPU was {self.gpu_util_idle_mean:.0f}% busy between our bursts")
+        if self.outside_cores_mean >= 0.05 or (self.busy and not parts):
+            cores = (
+                f"another process used {self.outside_cores_mean:.1f} cores "
+                f"(max {self.outside_cores_max:.1f})"
+            )
+            parts.insert(0, cores)
         gpu_note = "; GPU load unknown" if self.gpu == "unknown" else ""
         if not self.busy:
             detail = f" ({'; '.join(parts)})" if parts else ""

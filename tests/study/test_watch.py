@@ -260,6 +260,9 @@ def test_describe_says_what_competed() -> None:
     text = replace(gpu, samples=3, busy=True).describe()
     assert "GPU processes 7, 9 (not ours)" in text
     assert "45% busy between our bursts" in text
+    assert "cores" not in text
+    both = replace(busy, other_gpu_processes=(7,)).describe()
+    assert both.startswith("another process used 1.3 cores (max 2.0); GPU process 7 (not ours)")
     quiet = Load(samples=4, gpu="unknown").describe()
     assert quiet.startswith("the machine was quiet") and "GPU load unknown" in quiet
     assert "no machine samples" in Load().describe()
