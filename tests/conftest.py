@@ -35,3 +35,14 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def unwatched_searches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process searches do not watch the machine unless a test gives them a watch: the
+    tests share the machine with whatever else runs, and a fake burst's figures do not
+    come from the machine anyway (tests/study/test_contention.py drives the watch with a
+    fake process table). Searches run as subprocesses watch as users' do."""
+    import autotune.study.api
+
+    monkeypatch.setattr(autotune.study.api, "WATCH_REAL_BURSTS", False)

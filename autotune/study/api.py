@@ -14,10 +14,11 @@ the study consistent.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from autotune.config import TrainConfig
     from autotune.hardware import DeviceCaps, HardwareProfile
     from autotune.models.spec import ModelSpec
+    from autotune.study.watch import MachineWatch
 
 __all__ = [
     "DEFAULT_BURST_TIMEOUT_S",
@@ -83,6 +85,7 @@ DEFAULT_STEPS = 4
 DEFAULT_WARMUP = None  # 1 on a CPU; 3 on CUDA (compilation, CUDA-graph recording)
 DEFAULT_BURST_TIMEOUT_S = 300.0
 DEFAULT_RUNS_DIR = "autotune_runs"
+WATCH_REAL_BURSTS = True  # search(watch=None) watches the machine when bursts are real
 
 Objective = Literal["throughput", "time-to-train"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "time-to-train")
@@ -116,6 +119,7 @@ def search(
     burst_fn: BurstFn | None = None,
     progress: Callable[[SearchEvent], None] | None = None,
     runs_dir: str | Path = DEFAULT_RUNS_DIR,
+    watch: MachineWatch | bool | None = None,
 ) -> SearchResult:
     """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
 
@@ -133,6 +137,10 @@ def search(
     Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
     ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
     verified. A KeyboardInterrupt leaves the study consistent and propagates.
+
+    ``watch``: the machine watch that marks trials measured under outside load (a
+    ``MachineWatch``, True, False; None: on with the real burst runner, off with a
+    ``burst_fn``, whose figures do not come from this machine).
 
     The finalist race: the ``finalists`` best distinct configs, the naive config and the
     expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each
@@ -169,12 +177,13 @@ def search(
         opt_study = _open_study(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
-        with exclusive_search(opt_study, study_name):
+        with exclusive_search(opt_study, study_name), _watching(state, watch, burst_fn):
             planner = Planner(state=state, caps=caps)
             state.reserve = lambda: race.reserve_s(state, planner.expert(), steps=steps)
             measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
             _optimize(opt_study, planner, measure, warm_start, storage)
             found = race.run(state, bursts, planner.expert(), score=measure.score)
+            notes = [*notes, *_load_notes(state)]
             result = _result(
                 state, goal, found, study=opt_study, storage=storage, notes=notes, started=started
             )
@@ -213,6 +222,38 @@ def _check_limits(
     return Limits(trials, time_limit_s)
 
 
+@contextlib.contextmanager
+def _watching(
+    state: SearchState, watch: MachineWatch | bool | None, burst_fn: BurstFn | None
+) -> Iterator[None]:
+    """Run the machine watch (see ``search``'s ``watch``) while the search measures."""
+    if isinstance(watch, bool) or watch is None:
+        if not (watch if watch is not None else burst_fn is None and WATCH_REAL_BURSTS):
+            yield
+            return
+        from autotune.study.watch import MachineWatch
+
+        with MachineWatch(device=state.device) as started:
+            state.watch = started
+            yield
+        return
+    state.watch = watch
+    yield
+
+
+def _load_notes(state: SearchState) -> list[str]:
+    """What the watch saw over the whole search, when anything disturbed it."""
+    if not state.disturbed_trials:
+        return []
+    shown = ", ".join(f"#{n}" for n in state.disturbed_trials[:10])
+    more = "" if len(state.disturbed_trials) <= 10 else ", ..."
+    total = state.watch.total().describe() if state.watch is not None else ""
+    return [
+        f"{len(state.disturbed_trials)} trials were measured while the machine was busy or "
+        f"erratic ({shown}{more})" + (f"; over the whole search: {total}" if total else "")
+    ]
+
+
 @dataclass(frozen=True)
 class _Race:
     """The finalist race's settings."""
@@ -234,6 +275,7 @@ class _Race:
             bursts,
             expert=expert,
             score=score,
+            watch=state.watch,
             finalists=self.finalists,
             rounds=self.rounds,
             steps=self.steps,

@@ -21,6 +21,11 @@ How outcomes are told to Optuna (> 0 constraint means infeasible):
   trials went to repeats of crashing configs). A config that crashes, diverges or hangs
   is not one to ship, so "infeasible" is the honest signal; the memory model does not
   count it as an OOM.
+* a burst measured while something outside the search competed for the device (the
+  machine watch, ``watch.py``), or whose step times show interference (p90 over twice the
+  median), keeps its outcome but is marked ``disturbed`` with the reason: the planner
+  measures it again once the machine is quiet, and the pruner never stops a burst while
+  the machine is busy (a loaded machine makes every config look slow);
 * Ctrl-C: the running trial becomes FAIL with status ``interrupted`` (Optuna's optimize
   loop does that; ``run_burst`` kills the trial's process group on its way out).
 
@@ -133,7 +138,8 @@ class TrialObjective:
         config = self.state.space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
         previous = self.state.record_of(config)
-        if previous is not None:
+        remeasure = trial.user_attrs.get("role") == "re-measure"
+        if previous is not None and not (remeasure and previous.disturbed):
             return self._replay(trial, previous)
         verdict = self.planner.ruled_out(config)
         if verdict is not None:
@@ -148,10 +154,12 @@ class TrialObjective:
         t0 = time.monotonic()
         self.cut_by_time = False
         timeout_s, capped = self._timeout(exempt=exempt)
+        watch = self.state.watch
         try:
-            result = self.bursts.run(
-                config, steps=self.bursts.steps, timeout_s=timeout_s, on_step=on_step
-            )
+            with watch.burst() if watch is not None else contextlib.nullcontext():
+                result = self.bursts.run(
+                    config, steps=self.bursts.steps, timeout_s=timeout_s, on_step=on_step
+                )
         except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)
             with contextlib.suppress(Exception):
                 set_outcome(
@@ -165,6 +173,10 @@ class TrialObjective:
         if capped and result.status == "timeout":
             self.cut_by_time = True
             result = replace(result, status="pruned")
+        disturbed = self.state.disturbance(t0, result.step_times_s)
+        if disturbed:
+            trial.set_user_attr("disturbed", disturbed)
+            self.state.warn_disturbed(trial.number, disturbed)
         return self._classify(trial, config, result, wall_s=time.monotonic() - t0, seen=seen)
 
     def _step_reporter(
@@ -183,6 +195,8 @@ class TrialObjective:
             if step_time_s > 0:
                 seen.append(tokens_per_step / step_time_s)
                 trial.report(seen[-1], int(index))
+            if self.state.busy_now():  # every config looks slow on a loaded machine
+                return True
             return not trial.should_prune()
 
         return on_step

@@ -44,6 +44,7 @@ class Planner:
     experts_enqueued: bool = False
     smallest_enqueued: bool = False
     experts: list[TrainConfig] = field(default_factory=list)  # the expert starts, in order
+    remeasure: list[TrainConfig] = field(default_factory=list)  # disturbed, not yet queued
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
@@ -128,6 +129,7 @@ class Planner:
         self.check_budget(study)
         self.enqueue_experts(study)
         self.refine(study, record)
+        self.measure_again(study, record)
         reason = self.state.stop_reason()
         if reason:
             self.state.stopped = reason
@@ -147,6 +149,19 @@ class Planner:
         space = self.state.space
         for cand in space.neighbours(record.train_config(), workers=False, kernels=True):
             self._queue(study, cand, role="refine")
+
+    def measure_again(self, study: optuna.Study, record: TrialRecord) -> None:
+        """Queue the configs whose measurement was disturbed (outside load, erratic steps)
+        once more, as soon as the machine is quiet: a loaded machine makes a config look
+        slow, and a pruned one has no figure at all. Once per config and search run."""
+        retry = record.ran and record.status in ("ok", "pruned") and record.role != "re-measure"
+        if record.disturbed and retry:
+            self.remeasure.append(record.train_config())
+        if not self.remeasure or self.state.busy_now():
+            return
+        for config in self.remeasure:
+            self._queue(study, config, role="re-measure", again=True)
+        self.remeasure.clear()
 
     def check_budget(self, study: optuna.Study) -> None:
         """After the naive config (and, if it did not fit, the smallest) ran: stop when
@@ -180,10 +195,14 @@ class Planner:
         )
 
     # -- helpers ---------------------------------------------------------------------------
-    def _queue(self, study: optuna.Study, config: TrainConfig, *, role: str) -> bool:
-        """Queue ``config`` unless it has a result or is queued already; whether it was."""
+    def _queue(
+        self, study: optuna.Study, config: TrainConfig, *, role: str, again: bool = False
+    ) -> bool:
+        """Queue ``config`` unless it has a result (``again``: even so) or is queued
+        already; whether it was."""
         params = self.state.space.params_of(config)
-        if self.state.record_of(config) is not None or _waiting(study, params):
+        known = self.state.record_of(config) is not None and not again
+        if known or _waiting(study, params):
             return False
         study.enqueue_trial(params, user_attrs={"role": role})
         return True

@@ -4,8 +4,8 @@ start, measured again side by side; the winner and its speedup come from here.
 A search measures each trial once, minutes apart from the others, on a machine whose load
 can change in between: a speedup computed from two such measurements compares two
 machines. The race measures on paired rounds instead. Every entrant runs one fresh burst
-per round; a round runs them back to back, each round in another order (rotated, and
-reversed every other round), so a change of load falls on a whole round, not on one
+per round; a round runs them back to back, each round in another order (rotated by one),
+so a change of load falls on a whole round, not on one
 config. Then:
 
 * the winner is the entrant with the best median throughput over the rounds (among those
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from autotune.config import TrainConfig
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState
+    from autotune.study.watch import MachineWatch
 
 __all__ = [
     "DEFAULT_FINALISTS",
@@ -256,7 +257,7 @@ def run_race(
     rounds: int = DEFAULT_ROUNDS,
     steps: int | None = None,
     score: Callable[[TrainConfig, BurstResult], float] | None = None,
-    watch: Any = None,
+    watch: MachineWatch | None = None,
 ) -> RaceResult:
     """Race the finalists, naive and the expert start in ``rounds`` interleaved rounds of
     ``steps`` timed steps (default: the search's), ranked by ``score`` (the search's
@@ -268,7 +269,7 @@ def run_race(
     steps = steps or bursts.steps
     scorer = score or (lambda _config, result: bursts.throughput(result))
     notes: list[str] = []
-    started = watch.clock() if watch is not None else None
+    started = watch.now() if watch is not None else None
     state.note(
         f"race: {len(entrants)} configs ({', '.join(e.label for e in entrants)}), "
         f"{rounds} interleaved rounds of {steps} timed steps"
@@ -278,21 +279,28 @@ def run_race(
         if round_ >= MIN_ROUNDS and _out_of_time(state, entrants):
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
+        round_started = watch.now() if watch is not None else 0.0
         for entrant in _order(entrants, round_):
             if not entrant.dropped:
                 _run_one(state, bursts, entrant, steps=steps, first=round_ == 0, score=scorer)
         done = round_ + 1
         state.note(_round_line(round_, entrants, state.unit))
+        if watch is not None and (load := watch.window(round_started)).busy:
+            notes.append(
+                f"race round {done} ran while the machine was busy ({load.describe()}); its "
+                "configs ran side by side, so the ratios hold, the absolute figures less"
+            )
     for message in notes:
         state.note(message)
     return _decide(state, entrants, done, notes, load=_load(watch, started))
 
 
 def _order(entrants: list[Entrant], round_: int) -> list[Entrant]:
-    """Round ``round_``'s running order: rotated by the round, reversed every other."""
+    """Round ``round_``'s running order: rotated by one each round, so over as many rounds
+    as entrants each config runs once in each position (first after the search, after
+    each other config)."""
     k = round_ % len(entrants)
-    order = entrants[k:] + entrants[:k]
-    return order[::-1] if round_ % 2 else order
+    return entrants[k:] + entrants[:k]
 
 
 def _run_one(
@@ -354,11 +362,10 @@ def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:
     return f"race round {round_ + 1}: {figures} {unit}"
 
 
-def _load(watch: Any, started: float | None) -> dict[str, Any] | None:
+def _load(watch: MachineWatch | None, started: float | None) -> dict[str, Any] | None:
     if watch is None or started is None:
         return None
-    load = watch.window(started)
-    return load.to_dict() if hasattr(load, "to_dict") else None
+    return watch.window(started).to_dict()
 
 
 def _decide(

@@ -54,10 +54,11 @@ class TrialRecord:
     peak_memory_bytes: int | None = None
     time_to_train_s: float | None = None
     reason: str = ""
-    role: str = ""  # naive | smallest | warm-start | ""
+    role: str = ""  # naive | hand-tuned | playbook | refine | re-measure | smallest | ...
     ran: bool = False  # whether a burst ran for this trial
     duplicate_of: int | None = None
     wall_s: float | None = None
+    disturbed: str = ""  # why its measurement is suspect (outside load, erratic steps)
 
     @property
     def feasible(self) -> bool:
@@ -104,6 +105,7 @@ class TrialRecord:
             "ran": self.ran,
             "duplicate_of": self.duplicate_of,
             "wall_s": self.wall_s,
+            "disturbed": self.disturbed,
         }
 
     @classmethod
@@ -136,6 +138,7 @@ class TrialRecord:
             ran=bool(attrs.get("ran", False)),
             duplicate_of=attrs.get("duplicate_of"),
             wall_s=attrs.get("wall_s"),
+            disturbed=str(attrs.get("disturbed") or ""),
         )
 
 

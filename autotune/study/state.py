@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from autotune.config import TrainConfig
     from autotune.models.spec import ModelSpec
     from autotune.space import SearchSpace
+    from autotune.study.watch import MachineWatch
 
 __all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]
 
@@ -53,6 +54,9 @@ class SearchState:
     stopped: str = ""  # why the search stopped ("" while it runs)
     # The time the finalist race will need, kept out of the trials' share of the limit.
     reserve: Callable[[], float] = field(default=lambda: 0.0, repr=False)
+    watch: MachineWatch | None = None  # what else the machine runs (None: not watched)
+    disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
+    _busy_warned: bool = False
     budget_problem: str = ""  # set when even the smallest config does not fit
 
     def __post_init__(self) -> None:
@@ -119,6 +123,39 @@ class SearchState:
     def note(self, message: str) -> None:
         self.emit(SearchEvent(kind="note", message=message, elapsed_s=self.elapsed()))
 
+    # -- contention -----------------------------------------------------------------------
+    def busy_now(self) -> bool:
+        """Whether the machine watch saw outside load in the last few seconds."""
+        return self.watch is not None and self.watch.busy_now()
+
+    def disturbance(self, since: float, step_times: Sequence[float]) -> str:
+        """Why a measurement that started at ``since`` (``time.monotonic``) is suspect:
+        outside load during it, or step times that show interference; "" when clean."""
+        from autotune.study.watch import disturbed_steps
+
+        if self.watch is not None:
+            load = self.watch.window(since)
+            if load.busy:
+                return load.describe()
+        if disturbed_steps(step_times):
+            ordered = sorted(step_times)
+            return (
+                f"erratic step times (slowest {ordered[-1]:.3g} s against a median of "
+                f"{statistics.median(ordered):.3g} s): something else ran"
+            )
+        return ""
+
+    def warn_disturbed(self, number: int, reason: str) -> None:
+        """Say once, live, that measurements are being disturbed; count the trial."""
+        self.disturbed_trials.append(number)
+        if not self._busy_warned:
+            self._busy_warned = True
+            self.note(
+                f"warning: trial #{number} was disturbed ({reason}); trials measured "
+                "under load are marked, never pruned for it, and measured again once the "
+                "machine is quiet; the finalist race compares configs side by side"
+            )
+
     # -- learning from trials ------------------------------------------------------------
     def absorb(self, record: TrialRecord) -> None:
         """Add a finished trial to the state (memory model, known configs)."""
@@ -134,7 +171,14 @@ class SearchState:
         # A config stopped by the time limit has no result either.
         retry = record.state == "FAIL" or record.status == "stopped"
         if not retry and self.space.contains(config):
-            self.by_key.setdefault(self.space.key(config), record.number)
+            key = self.space.key(config)
+            earlier = self.records.get(self.by_key.get(key, -1))
+            # A re-measure of a disturbed trial stands for the config when it measured more
+            # (load only ever slows a burst down).
+            if earlier is None or (
+                record.role == "re-measure" and (record.value or 0.0) > (earlier.value or 0.0)
+            ):
+                self.by_key[key] = record.number
         if record.ran and record.duplicate_of is None:
             if record.status in ("oom", "over-budget"):
                 self.memory.add(

@@ -308,6 +308,10 @@ class MachineWatch:
             self.burst_ended()
 
     # -- queries --------------------------------------------------------------------------
+    def now(self) -> float:
+        """The watch's clock (the one ``window`` takes times in)."""
+        return self._clock()
+
     def window(self, since: float, until: float | None = None) -> Load:
         """The load over the samples overlapping ``[since, until]`` (``clock`` times;
         ``until`` None: up to now)."""

@@ -68,6 +68,7 @@ def test_to_dict_has_a_stable_key_order() -> None:
         "measured",
         "baseline",
         "search",
+        "race",
         "fingerprint",
         "training",
         "notes",

@@ -1,0 +1,131 @@
+"""Contention is detected, not absorbed: a trial measured while something else loaded the
+machine is marked, warned about live, never pruned for it, and measured again once the
+machine is quiet; a burst with erratic step times is marked too; the race records the
+load. The watch itself is tested in test_watch.py; here a fake one says when the machine
+was busy."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fake_burst import FakeBurst, run
+
+from autotune.burst import BurstResult
+from autotune.config import TrainConfig
+from autotune.models.spec import ModelSpec
+from autotune.study.records import SearchEvent
+from autotune.study.watch import Load
+
+
+@dataclass
+class FakeWatch:
+    """Busy while ``loaded`` is set; a window is busy when a burst ran in it loaded."""
+
+    loaded: bool = False
+    busy_marks: list[float] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    @contextlib.contextmanager
+    def burst(self) -> Iterator[None]:
+        yield
+        if self.loaded:
+            self.busy_marks.append(time.monotonic())
+
+    def window(self, since: float, until: float | None = None) -> Load:
+        end = time.monotonic() if until is None else until
+        busy = any(since <= t <= end for t in self.busy_marks)
+        cores = 1.0 if busy else 0.0
+        return Load(outside_cores_mean=cores, outside_cores_max=cores, samples=3, busy=busy)
+
+    def busy_now(self, last_s: float = 5.0) -> bool:
+        return self.loaded
+
+    def total(self) -> Load:
+        return self.window(0.0)
+
+
+@dataclass
+class LoadedFrom(FakeBurst):
+    """Trials ``loaded_calls`` (1-based, trials only) run on a loaded machine: half speed."""
+
+    watch: FakeWatch = field(default_factory=FakeWatch)
+    loaded_calls: tuple[int, ...] = ()
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        trial = kw.get("on_step") is not None
+        self.watch.loaded = trial and len(self.calls) + 1 in self.loaded_calls
+        result = super().__call__(spec, config, **kw)
+        if self.watch.loaded and result.tokens_per_s:
+            data = {**result.to_dict(), "tokens_per_s": result.tokens_per_s / 2}
+            data["step_times_s"] = tuple(data.get("step_times_s") or ())
+            data["losses"] = tuple(data.get("losses") or ())
+            result = BurstResult(**data)
+        return result
+
+    def quiet(self) -> None:
+        self.watch.loaded = False
+
+
+def test_a_trial_measured_under_load_is_marked_warned_and_measured_again(tmp_path: Path) -> None:
+    burst = LoadedFrom(loaded_calls=(2,))  # the playbook's trial runs on a loaded machine
+    events: list[SearchEvent] = []
+    result = run(tmp_path, burst, trials=8, watch=burst.watch, progress=events.append)
+    loaded = result.trials[1]
+    assert loaded.role == "playbook" and "another process used 1.0 cores" in loaded.disturbed
+    warnings = [e.message for e in events if e.kind == "note" and "warning" in e.message]
+    assert len(warnings) == 1 and f"trial #{loaded.number}" in warnings[0]
+    again = [t for t in result.trials if t.role == "re-measure"]
+    assert len(again) == 1 and again[0].config == loaded.config
+    assert not again[0].disturbed and again[0].throughput == 2 * (loaded.throughput or 0)
+    assert any("measured while the machine was busy" in n for n in result.notes)
+
+
+def test_the_pruner_does_not_prune_while_the_machine_is_busy(tmp_path: Path) -> None:
+    # Every trial after naive on a loaded machine: half speed. Without the watch, configs
+    # at half the best's speed are pruned; with it, none is pruned for it.
+    @dataclass
+    class SlowUnderLoad(LoadedFrom):
+        def speed(self, c: TrainConfig) -> float:
+            return 1000.0 * (4.0 if c.micro_batch == 8 else 1.0)
+
+    loaded = tuple(range(3, 20))
+    with_watch = run(tmp_path / "a", SlowUnderLoad(loaded_calls=loaded), trials=8, watch=None)
+    burst = SlowUnderLoad(loaded_calls=loaded)
+    watched = run(tmp_path / "b", burst, trials=8, watch=burst.watch)
+    assert any(t.state == "PRUNED" for t in with_watch.trials)  # the pruner does prune
+    busy = [t for t in watched.trials if t.disturbed]
+    assert busy and all(t.state != "PRUNED" for t in busy)
+
+
+def test_erratic_step_times_mark_a_trial_without_a_watch(tmp_path: Path) -> None:
+    @dataclass
+    class Erratic(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            result = super().__call__(spec, config, **kw)
+            if result.ok and len(self.calls) == 2:  # one step took ten times the others
+                data = {**result.to_dict(), "step_times_s": (0.1, 0.1, 0.1, 1.0)}
+                data["losses"] = tuple(data.get("losses") or ())
+                return BurstResult(**data)
+            return result
+
+    result = run(tmp_path, Erratic(), trials=5)
+    assert "erratic step times" in result.trials[1].disturbed
+    assert not result.trials[0].disturbed
+
+
+def test_the_race_records_the_load_it_ran_under(tmp_path: Path) -> None:
+    from autotune.preset import load_preset
+
+    burst = LoadedFrom()
+    result = run(tmp_path, burst, trials=5, watch=burst.watch)
+    assert result.race is not None and result.race.load is not None
+    assert result.race.load["busy"] is False
+    preset = load_preset(tmp_path / "best.yaml")
+    assert preset.race is not None and preset.race.load == result.race.load
