@@ -91,6 +91,7 @@ def figure_svg(fig: Figure, *, name: str) -> str:
     text = buf.getvalue()
     start = text.find("<svg")
     svg = text[start:] if start >= 0 else text
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)  # RDF names, no content
     # ids inside one figure are unique; prefixing them keeps figures apart on the page
     svg = re.sub(r'id="([^"]+)"', rf'id="{name}-\1"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{name}-\1)", svg)
