@@ -18,7 +18,12 @@ from pathlib import Path
 from autotune.errors import UsageError
 from autotune.report.data import ReportData, load_report_data
 
-__all__ = ["ReportData", "load_report_data", "write_report"]
+__all__ = ["ReportData", "load_report_data", "page_beside", "write_report"]
+
+
+def page_beside(preset: str | Path) -> Path:
+    """Where ``autotune search --report`` puts a preset's page: best.yaml -> best.html."""
+    return Path(preset).with_suffix(".html")
 
 
 def write_report(

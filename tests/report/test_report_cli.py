@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import Searched
-from fake_burst import FakeBurst, run
+from fake_burst import FakeBurst, cpu_profile, run
 from typer.testing import CliRunner, Result
 
+import autotune.burst
+import autotune.hardware
 from autotune.cli.main import app
 from autotune.errors import AutotuneError
 
@@ -124,3 +126,46 @@ def test_without_matplotlib_the_error_names_the_extra(
     assert result.exit_code == 2
     assert 'pip install "autotune[report]"' in result.stderr
     assert "Traceback" not in result.output and not (tmp_path / "r.html").exists()
+
+
+TOY_MODEL = """
+import torch
+from torch import nn
+from autotune.models.spec import ModelSpec
+
+spec = ModelSpec(name="toy", description="a toy", task="lm",
+                 build_fn=lambda width=4: nn.Linear(width, width),
+                 make_batch_fn=lambda a, b, t, g: {"x": torch.zeros(b, t, a["width"])},
+                 loss_fn=lambda m, b: m(b["x"]).pow(2).mean(), flops_fn=lambda a, s: 1.0,
+                 args={"width": 4}, seq_len=64, max_seq_len=256, global_batch=32)
+"""
+
+
+def test_search_report_writes_the_page_beside_the_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "toy_model.py"
+    model.write_text(TOY_MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst())
+    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    args = ["search", "--model", f"{model}:spec", "--budget", "1GB", "--trials", "3"]
+    result = CliRunner().invoke(app, [*args, "--output", "out/best.yaml", "--report"])
+    assert result.exit_code == 0, result.output
+    page = tmp_path / "out" / "best.html"
+    assert f"report written: {Path('out/best.html')}" in result.stderr
+    text = page.read_text(encoding="utf-8")
+    assert 'id="plot-history"' in text and "autotune train --preset out/best.yaml" in text
+
+
+def test_search_report_without_matplotlib_stops_before_the_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    burst = FakeBurst()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = ["search", "--model", "gpt-small", "--budget", "1GB", "--report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "autotune[report]" in result.stderr
+    assert not burst.calls and not (tmp_path / "autotune_runs").exists()
