@@ -191,8 +191,8 @@ def _section_history(data: ReportData) -> str:
         return _note("No trials to show: the study has none, or this page has no study.")
     caption = (
         "Every trial in the order it ran; the line is the best so far. Infeasible trials "
-        "(out of memory, over the budget, or skipped as such), pruned and failed ones sit "
-        "at 0 with their own markers."
+        "(out of memory, over the budget, or skipped as such) and failed ones sit at 0, "
+        "pruned ones at what they reached before they were stopped, each with its own marker."
     )
     return _figure(plots.history_figure(data), "history", caption) + _trial_table(data)
 

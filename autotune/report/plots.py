@@ -113,6 +113,14 @@ def _kind(t: TrialRecord) -> Mapping[str, str]:
     return _FAILED
 
 
+def _shown(t: TrialRecord, kind: Mapping[str, str]) -> float:
+    """Where a trial sits on a throughput axis: what it measured (a pruned trial: what it
+    reached before it was stopped), else 0."""
+    if kind in (_OK, _PRUNED) and t.throughput is not None:
+        return t.throughput
+    return 0.0
+
+
 def _gb(n: float | None) -> float | None:
     return None if n is None else n / 1e9
 
@@ -121,13 +129,13 @@ def _gb(n: float | None) -> float | None:
 
 
 def draw_history(ax: Axes, data: ReportData) -> None:
-    """Throughput of every trial in order, the best so far as a step line; infeasible,
-    pruned and failed trials drawn at 0 with their own markers."""
+    """Throughput of every trial in order, the best so far as a step line; infeasible and
+    failed trials drawn at 0, pruned ones at what they reached, each with its own marker."""
     trials = data.finished()
     groups: dict[str, tuple[Mapping[str, str], list[int], list[float]]] = {}
     for t in trials:
         kind = _kind(t)
-        value = t.throughput if kind is _OK and t.throughput is not None else 0.0
+        value = _shown(t, kind)
         entry = groups.setdefault(kind["label"], (kind, [], []))
         entry[1].append(t.number)
         entry[2].append(value)
@@ -188,7 +196,7 @@ def draw_memory(ax: Axes, data: ReportData) -> None:
         if peak is None:
             continue
         kind = _kind(t)
-        value = t.throughput if kind is _OK and t.throughput is not None else 0.0
+        value = _shown(t, kind)
         entry = groups.setdefault(kind["label"], (kind, [], []))
         entry[1].append(peak)
         entry[2].append(value)
