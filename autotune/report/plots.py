@@ -161,8 +161,8 @@ def draw_history(ax: Axes, data: ReportData) -> None:
     ax.set_title("Search history")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    if trials:
-        ax.legend(loc="lower right", fontsize="small")
+    if trials:  # below the axes: the trials at 0 would hide behind a legend inside
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize="small")
 
 
 def history_figure(data: ReportData) -> Figure:
@@ -224,10 +224,10 @@ def draw_memory(ax: Axes, data: ReportData) -> None:
     ax.set_ylabel(data.unit)
     ax.set_title("Throughput against peak memory")
     ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.15)  # room for the labels above the top point
     ax.grid(alpha=0.3)
     if groups or budget is not None:
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="best", fontsize="small")
 
 
 def memory_figure(data: ReportData) -> Figure:
