@@ -22,6 +22,7 @@ from autotune.errors import (
 
 if TYPE_CHECKING:
     from autotune.study import SearchResult, search
+    from autotune.tuning import tune
 
 __all__ = [
     "AutotuneError",
@@ -34,6 +35,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "search",
+    "tune",
 ]
 
 # ``autotune.search(model, budget=...)`` is the function behind ``autotune search`` (it
@@ -43,6 +45,13 @@ _FROM_STUDY = ("SearchResult", "search")
 
 
 def __getattr__(name: str) -> Any:
+    # ``autotune.tune(build=..., loss=..., batch=...)``. Its module is not named ``tune``:
+    # importing a submodule sets the package attribute of its name, hiding the function.
+    if name == "tune":
+        from autotune.tuning import tune
+
+        globals()[name] = tune
+        return tune
     if name in _FROM_STUDY:
         import autotune.study
 

@@ -124,16 +124,31 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
 def make_loader(
     spec: ModelSpec, config: TrainConfig, *, samples: int, seed: int
 ) -> torch.utils.data.DataLoader[Batch]:
-    """The real DataLoader path over a pool of the spec's synthetic samples.
+    """The real DataLoader path: over the spec's own pipeline (``data_fn``) where it has
+    one, else over a pool of its synthetic samples.
 
-    Sample ``i`` is row ``i mod pool`` of a few micro-batches made by ``spec.make_batch``;
-    the data set is ``samples`` long so one epoch covers the whole burst (no worker
-    restarts inside the timed steps).
+    Synthetic sample ``i`` is row ``i mod pool`` of a few micro-batches made by
+    ``spec.make_batch``; that data set is ``samples`` long so one epoch covers the whole
+    burst (no worker restarts inside the timed steps). A real data set is shuffled with
+    the trial's seed and read epoch after epoch.
     """
     import torch
     from torch.utils.data import DataLoader, Dataset
 
     from autotune.data import loader_kwargs
+    from autotune.models.spec import user_code
+
+    with user_code(spec, "data_fn"):
+        real, collate_fn = spec.dataset(config.seq_len)
+    if real is not None:
+        extra: dict[str, Any] = {} if collate_fn is None else {"collate_fn": collate_fn}
+        return DataLoader(
+            real,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+            **loader_kwargs(config),  # the trainer's loader arguments: what is measured is run
+            **extra,
+        )
 
     pool_size = config.micro_batch * POOL_MICRO_BATCHES
     generator = torch.Generator().manual_seed(seed)
@@ -157,7 +172,17 @@ def make_loader(
 
 def forever(loader: torch.utils.data.DataLoader[Batch]) -> Generator[Batch, None, None]:
     while True:
-        yield from loader
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:  # a real data set shorter than one micro-batch (drop_last)
+            from autotune.errors import DataError
+
+            raise DataError(
+                f"the model's data set has fewer samples than one micro-batch of "
+                f"{loader.batch_size}"
+            )
 
 
 # -- the trial --------------------------------------------------------------------------

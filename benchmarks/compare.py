@@ -60,7 +60,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +77,11 @@ from _common import (
 )
 
 from autotune.files import atomic_write_text
+from autotune.study.playbook import (  # the guides' configs: one owner, the search uses them too
+    hand_tuned_config,
+    model_family,
+    naive_config,
+)
 
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
@@ -92,154 +97,6 @@ DEFAULT_GRID_MAX = 48
 
 BurstFn = Callable[..., "BurstResult"]
 Log = Callable[[str], None]
-
-
-# ------------------------------------------------------------------------------------
-# The guides' configs
-# ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Guide:
-    """A guide's config for one model family: micro-batch x accumulation (None: whatever
-    keeps the global batch), and the changes it makes, each with a label."""
-
-    source: str
-    micro_batch: int
-    grad_accum: int | None = None
-    changes: tuple[tuple[str, Mapping[str, Any]], ...] = ()
-    remarks: tuple[str, ...] = ()
-
-
-NAIVE: dict[str, Guide] = {
-    "mu": Guide(source="MU guide, start", micro_batch=4),
-    "gpt": Guide(source="GPT guide, start", micro_batch=2),
-    "pointer-gen": Guide(source="pointer-gen guide, start", micro_batch=1, grad_accum=16),
-    "text-regressor": Guide(source="text-regressor guide, start", micro_batch=8),
-}
-HAND_TUNED: dict[str, Guide] = {
-    "mu": Guide(source="MU guide, end", micro_batch=8, grad_accum=4),
-    "gpt": Guide(
-        source="GPT guide, end (nanoGPT's train.py recipe)",
-        micro_batch=12,
-        changes=(
-            ("bf16 autocast", {"precision": "bf16"}),
-            ("torch.compile", {"compile": "default"}),
-        ),
-        remarks=("SDPA attention: always on in autotune's GPT",),
-    ),
-    "pointer-gen": Guide(
-        source="pointer-gen guide, end",
-        micro_batch=4,
-        grad_accum=4,
-        changes=(("2 DataLoader workers", {"num_workers": 2}),),
-    ),
-    "text-regressor": Guide(
-        source="text-regressor guide, end",
-        micro_batch=8,
-        changes=(
-            ("TF32", {"precision": "tf32"}),
-            ("activation checkpointing", {"activation_checkpointing": True}),
-            ("2 DataLoader workers", {"num_workers": 2}),
-        ),
-    ),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
-    """A policy's config and what to say about it (what was dropped or adjusted)."""
-
-    config: TrainConfig | None
-    notes: tuple[str, ...] = ()
-
-
-def model_family(spec: ModelSpec) -> str:
-    return spec.family or spec.name
-
-
-def fit_global_batch(
-    micro_batch: int, grad_accum: int | None, global_batch: int, *, what: str
-) -> tuple[int, int, list[str]]:
-    """The guide's micro-batch (or the largest divisor of the global batch below it) and
-    the accumulation that keeps ``micro x accum == global_batch``, with notes."""
-    notes: list[str] = []
-    micro = min(micro_batch, global_batch)
-    while global_batch % micro:
-        micro -= 1
-    if micro != micro_batch:
-        notes.append(
-            f"{what}: micro-batch {micro_batch} does not divide the global batch "
-            f"{global_batch}; used {micro}"
-        )
-    accum = global_batch // micro
-    if grad_accum is not None and micro_batch * grad_accum != global_batch:
-        notes.append(
-            f"{what}: the guide's {micro_batch} x {grad_accum} = {micro_batch * grad_accum} "
-            f"samples per step; kept the global batch {global_batch} ({micro} x {accum})"
-        )
-    return micro, accum, notes
-
-
-def _default_knobs(spec: ModelSpec) -> dict[str, Any]:
-    return {k.name: k.default for k in spec.knobs}
-
-
-def naive_config(spec: ModelSpec, *, global_batch: int, seq_len: int) -> Recipe:
-    """Where the model's guide started: fp32, no compile, no workers."""
-    from autotune.config import TrainConfig
-
-    guide = NAIVE.get(model_family(spec))
-    notes: list[str] = []
-    if guide is None:
-        micro, accum = 1, global_batch
-        notes.append(f"naive: no guide for {spec.name!r}; micro-batch 1 (the search's naive)")
-    else:
-        micro, accum, notes = fit_global_batch(
-            guide.micro_batch, guide.grad_accum, global_batch, what="naive"
-        )
-    config = TrainConfig(
-        micro_batch=micro, grad_accum=accum, seq_len=seq_len, knobs=_default_knobs(spec)
-    )
-    return Recipe(config=config, notes=tuple(notes))
-
-
-def _device_refusal(config: TrainConfig, spec: ModelSpec, caps: DeviceCaps) -> str | None:
-    """Why ``config`` cannot (or should not) run on the device; None if it can."""
-    from autotune.config import check_config
-    from autotune.errors import ConfigError
-
-    try:
-        check_config(config, spec=spec, device=caps)
-    except ConfigError as exc:
-        return "; ".join(p.removeprefix("config.") for p in exc.problems)
-    if config.precision == "bf16" and caps.kind == "cpu" and not caps.bf16_native:
-        return f"precision: {caps.name} has no bf16 units (emulated bf16 is many times slower)"
-    return None
-
-
-def hand_tuned_config(
-    spec: ModelSpec, caps: DeviceCaps, *, global_batch: int, seq_len: int
-) -> Recipe:
-    """Where the model's guide ended, each change kept only where the device runs it."""
-    guide = HAND_TUNED.get(model_family(spec))
-    if guide is None:
-        return Recipe(config=None, notes=(f"hand-tuned: no guide for {spec.name!r}",))
-    base = naive_config(spec, global_batch=global_batch, seq_len=seq_len).config
-    assert base is not None  # naive_config always returns a config
-    micro, accum, notes = fit_global_batch(
-        guide.micro_batch, guide.grad_accum, global_batch, what="hand-tuned"
-    )
-    config = base.replace(micro_batch=micro, grad_accum=accum)
-    for label, change in guide.changes:
-        candidate = config.replace(**change)
-        refusal = _device_refusal(candidate, spec, caps)
-        if refusal is None:
-            config = candidate
-        else:
-            notes.append(f"hand-tuned: dropped {label} on {caps.device} ({refusal})")
-    notes.extend(f"hand-tuned: {remark}" for remark in guide.remarks)
-    return Recipe(config=config, notes=tuple(notes))
 
 
 # ------------------------------------------------------------------------------------

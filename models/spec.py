@@ -24,10 +24,20 @@ from torch import nn
 from autotune.errors import AutotuneError, ModelLoadError, describe_exception
 from autotune.units import throughput_label
 
-__all__ = ["Batch", "Knob", "ModelSpec", "ParamCounts", "count_parameters", "user_code"]
+__all__ = [
+    "Batch",
+    "Knob",
+    "ModelSpec",
+    "ParamCounts",
+    "count_parameters",
+    "data_parts",
+    "user_code",
+]
 
 Batch = dict[str, torch.Tensor]
-Task = Literal["lm", "seq2seq", "regression"]
+# "custom": a model autotune searches (its own data_fn or synthetic batches) but whose
+# data `autotune train` cannot read; train it with autotune.loop or an exported preset.
+Task = Literal["lm", "seq2seq", "regression", "custom"]
 
 # build_fn(**args, activation_checkpointing=bool) -> nn.Module
 BuildFn = Callable[..., nn.Module]
@@ -40,6 +50,10 @@ FlopsFn = Callable[[Mapping[str, Any], int], float]
 # tokens_fn(args, seq_len) -> tokens in one sample, where that is not just seq_len (seq2seq:
 # source + target tokens)
 TokensFn = Callable[[Mapping[str, Any], int], int]
+# data_fn(args, seq_len) -> the real input pipeline: a Dataset of samples (dicts of
+# tensors), or a DataLoader whose dataset and collate_fn are used. Bursts build their
+# DataLoader over it with the config's arguments instead of using synthetic batches.
+DataFn = Callable[[Mapping[str, Any], int], Any]
 
 # What each of a spec's functions must do: the fix a failure's message offers.
 _CONTRACTS = {
@@ -51,6 +65,10 @@ _CONTRACTS = {
     "loss_fn": "loss_fn(module, batch) must return a scalar tensor",
     "flops_fn": "flops_fn(args, seq_len) must return one sample's training FLOPs",
     "tokens_fn": "tokens_fn(args, seq_len) must return the tokens in one sample",
+    "data_fn": (
+        "data_fn(args, seq_len) must return a Dataset of samples (dicts of tensors) or a "
+        "DataLoader over one"
+    ),
 }
 
 
@@ -119,6 +137,13 @@ class ModelSpec:
     extras: Mapping[str, Any] = field(default_factory=dict)  # task-specific hooks
     # For "tokens" models whose sample is not seq_len tokens (None: seq_len tokens).
     tokens_fn: TokensFn | None = None
+    # The real input pipeline bursts read (None: synthetic batches from make_batch_fn).
+    # It matters where loading costs time (decoding images, reading files, augmenting):
+    # DataLoader workers, pinning and prefetch only show their worth on real data.
+    data_fn: DataFn | None = None
+    # What seq_len means for this model, in output: "seq" (tokens), "image" (side in
+    # pixels), "nodes", ... The config field stays seq_len.
+    size_name: str = "seq"
 
     def __post_init__(self) -> None:
         problems = []
@@ -128,6 +153,10 @@ class ModelSpec:
             problems.append(f"seq_len must be in [1, {self.max_seq_len}], got {self.seq_len}")
         if self.global_batch <= 0:
             problems.append(f"global_batch must be positive, got {self.global_batch}")
+        if not isinstance(self.size_name, str) or not self.size_name.isidentifier():
+            problems.append(
+                f"size_name must be a short name such as 'seq' or 'image', got {self.size_name!r}"
+            )
         if problems:
             raise ValueError(f"invalid ModelSpec {self.name!r}: " + "; ".join(problems))
 
@@ -189,6 +218,17 @@ class ModelSpec:
                 )
         return {k: v.to(device) for k, v in batch.items()}
 
+    def dataset(self, seq_len: int | None = None) -> tuple[Any, Callable[[list[Any]], Any] | None]:
+        """The real pipeline's (dataset, collate_fn or None), from ``data_fn``; ``None``
+        dataset where the spec has none (synthetic batches)."""
+        if self.data_fn is None:
+            return None, None
+        return data_parts(self.data_fn(self.args, seq_len or self.seq_len), self.name)
+
+    def size_label(self, seq_len: int | None = None) -> str:
+        """``"seq 128"``, ``"image 64"``: this model's sample size as output shows it."""
+        return f"{self.size_name} {seq_len or self.seq_len}"
+
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return self.loss_fn(model, batch)
 
@@ -220,6 +260,22 @@ class ModelSpec:
         with torch.device("meta"):
             module = self.build()
         return count_parameters(module)
+
+
+def data_parts(source: Any, name: str) -> tuple[Any, Callable[[list[Any]], Any] | None]:
+    """(dataset, collate_fn or None) of what a ``data_fn`` returned: a Dataset (anything
+    with ``__getitem__`` and ``__len__``), or a DataLoader whose dataset and collate_fn are
+    used (its batch size and workers are the config's business, not its own)."""
+    from torch.utils.data import DataLoader
+
+    if isinstance(source, DataLoader):
+        return source.dataset, source.collate_fn
+    if not (hasattr(source, "__getitem__") and hasattr(source, "__len__")):
+        raise TypeError(
+            f"data_fn of {name!r} returned a {type(source).__name__}, not a Dataset (with "
+            "__getitem__ and __len__) or a DataLoader"
+        )
+    return source, None
 
 
 @contextmanager

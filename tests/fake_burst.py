@@ -72,8 +72,9 @@ class FakeBurst:
     report_peaks: bool = True  # False: ok bursts give no peak (nothing to fit)
     fail: Callable[[TrainConfig], str | None] = lambda c: None  # status for failures
     verify_fail: Callable[[TrainConfig], bool] = lambda c: False
-    calls: list[TrainConfig] = field(default_factory=list)
-    verify_calls: list[TrainConfig] = field(default_factory=list)
+    calls: list[TrainConfig] = field(default_factory=list)  # the trials' bursts
+    verify_calls: list[TrainConfig] = field(default_factory=list)  # the race's first round
+    race_calls: list[TrainConfig] = field(default_factory=list)  # the race's other rounds
     steps_reported: list[int] = field(default_factory=list)
 
     def peak(self, c: TrainConfig) -> float:
@@ -105,6 +106,8 @@ class FakeBurst:
     ) -> BurstResult:
         if verify:
             self.verify_calls.append(config)
+        elif on_step is None:  # the search's trials always watch their steps; the race not
+            self.race_calls.append(config)
         else:
             self.calls.append(config)
             if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
@@ -126,7 +129,7 @@ class FakeBurst:
             if on_step is not None and not on_step(i, step_time):
                 self.steps_reported.append(reported)
                 return BurstResult(status="pruned", reason="stopped by on_step", timed_steps=i + 1)
-        if not verify:
+        if on_step is not None:
             self.steps_reported.append(reported)
         if verify and self.verify_fail(config):
             return BurstResult(status="crash", reason="fake crash while saving")

@@ -27,6 +27,8 @@ class FakeGPU:
     cc: tuple[int, int] = (9, 0)
     sm_count: int = 132
     processes: tuple[tuple[int, int | None], ...] = ()  # (pid, used bytes or None)
+    graphics_processes: tuple[tuple[int, int | None], ...] = ()
+    utilization: int = 0  # % of the last sample period a kernel ran (nvidia-smi GPU-Util)
     power_mw: int = 700_000
     sm_clock: int = 1980
     mem_clock: int = 2619
@@ -95,6 +97,15 @@ class FakeNVML:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
         gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
+        gpu = self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        processes = gpu.graphics_processes
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+        return SimpleNamespace(gpu=gpu.utilization, memory=0)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         return self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_mw

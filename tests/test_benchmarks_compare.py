@@ -19,6 +19,7 @@ from autotune.burst import BurstResult
 from autotune.config import TrainConfig, check_config
 from autotune.hardware import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
+from autotune.study.playbook import fit_global_batch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -122,9 +123,9 @@ def test_a_different_global_batch_is_kept_and_noted() -> None:
 
 
 def test_fit_global_batch() -> None:
-    assert compare.fit_global_batch(12, None, 32, what="x")[:2] == (8, 4)
-    assert compare.fit_global_batch(5, None, 30, what="x") == (5, 6, [])
-    assert compare.fit_global_batch(64, None, 16, what="x")[:2] == (16, 1)
+    assert fit_global_batch(12, None, 32, what="x")[:2] == (8, 4)
+    assert fit_global_batch(5, None, 30, what="x") == (5, 6, [])
+    assert fit_global_batch(64, None, 16, what="x")[:2] == (16, 1)
 
 
 # -- the batch finders ------------------------------------------------------------------

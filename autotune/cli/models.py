@@ -41,6 +41,8 @@ def model_info(spec: ModelSpec, *, details: bool = False) -> dict[str, Any]:
         "non_embedding_params": counts.non_embedding,
         "seq_len": spec.seq_len,
         "max_seq_len": spec.max_seq_len,
+        "size_name": spec.size_name,  # what seq_len is for this model: seq, image, nodes
+        "real_data": spec.data_fn is not None,
         "global_batch": spec.global_batch,
         "throughput_unit": spec.throughput_unit,
         "tokens_per_sample": tokens,
@@ -139,7 +141,10 @@ def show_command(
         f"  family / task        {info['family'] or '-'} / {info['task']}",
         f"  parameters           {info['params']:,} "
         f"({info['non_embedding_params']:,} non-embedding)",
-        f"  seq len              {info['seq_len']} (max {info['max_seq_len']})",
+        f"  {'seq len' if info['size_name'] == 'seq' else info['size_name']:<20} "
+        f"{info['seq_len']} (max {info['max_seq_len']}; the config's seq_len)",
+        "  burst data           "
+        + ("its own data_fn (the real pipeline)" if info["real_data"] else "synthetic batches"),
         f"  global batch         {info['global_batch']} samples",
         f"  throughput unit      {info['throughput_unit']}"
         + (

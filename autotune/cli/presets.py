@@ -6,7 +6,6 @@ A malformed preset is a one-paragraph ``error: ...`` and exit code 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,7 +24,8 @@ __all__ = ["app", "check", "diff", "export", "list_presets", "show"]
 app = typer.Typer(
     help=(
         "Tuned configs saved by `autotune search`: list them, show one, compare two, "
-        "re-measure one on this machine, export to JSON."
+        "re-measure one on this machine, export it (JSON, YAML, Hugging Face, Lightning, "
+        "Accelerate, DeepSpeed, torchrun)."
     ),
     no_args_is_help=True,
 )
@@ -427,14 +427,30 @@ def _comparison_table(rows: list[dict[str, Any]], *, elsewhere: bool) -> str:
 
 # -- export --------------------------------------------------------------------------------
 
-_FORMATS = ("json", "yaml")
-
 
 @app.command("export")
 @cli_command
 def export(
     preset: PresetArg,
-    format_: Annotated[str, typer.Option("--format", help="json or yaml.")] = "json",
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help=(
+                "json or yaml (the preset itself); hf (TrainingArguments keywords), lightning "
+                "(Trainer, DataLoader, AdamW, compile arguments), accelerate (a config file "
+                "for accelerate launch), deepspeed (a config JSON), torchrun (the command)."
+            ),
+        ),
+    ] = "json",
+    nproc: Annotated[
+        int,
+        typer.Option(
+            "--nproc",
+            help="Processes (GPUs) to train on: the global batch is kept, each process "
+            "accumulating grad_accum / nproc micro-batches.",
+        ),
+    ] = 1,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
     ] = None,
@@ -442,17 +458,23 @@ def export(
         bool, typer.Option("--overwrite", help="Replace --output if it exists.")
     ] = False,
 ) -> None:
-    """Export a preset (validated) as JSON or YAML."""
-    from autotune.files import atomic_write_text
-    from autotune.preset import dump_preset, preset_to_dict
+    """Export a preset (validated) as JSON or YAML, or as the settings of another trainer.
 
-    if format_ not in _FORMATS:
-        raise UsageError(f"--format: expected one of {', '.join(_FORMATS)}; got {format_!r}")
+    What a format cannot carry (a model knob, the budget, the data's length) is listed in
+    the file as comments where the format has them, and printed as notes on stderr.
+    """
+    from autotune.files import atomic_write_text
+    from autotune.preset.export import EXPORT_FORMATS, export_preset
+
+    if format_ not in EXPORT_FORMATS:
+        raise UsageError(f"--format: expected one of {', '.join(EXPORT_FORMATS)}; got {format_!r}")
+    if nproc < 1:
+        raise UsageError(f"--nproc: expected a positive number of processes, got {nproc}")
     path, loaded = _load(preset)
-    if format_ == "json":
-        text = json.dumps(preset_to_dict(loaded), indent=2) + "\n"
-    else:
-        text = dump_preset(loaded)
+    exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
+    for line in exported.unmapped:
+        typer.echo(f"note: not mapped: {line}", err=True)
+    text = exported.text
     if output is None:
         sys.stdout.write(text)
         return

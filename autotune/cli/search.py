@@ -301,15 +301,9 @@ class _LiveView:
 
         if event.trial is None:
             return
-        if event.message:
+        if event.message:  # the round's figures come as a note after each round
             self.console.print(
-                f"  [red]verification of #{event.trial.number} failed[/]: {escape(event.message)}"
-            )
-        elif event.verify is not None:
-            self.console.print(
-                f"  [green]verified #{event.trial.number}[/]: "
-                f"{_fmt_tp(event.verify.throughput)} {event.unit}, "
-                f"peak {_fmt_bytes(event.verify.peak_memory_bytes)}"
+                f"  [red]race: #{event.trial.number} cannot win[/]: {escape(event.message)}"
             )
 
     def _trial(self, event: SearchEvent, record: TrialRecord) -> None:
@@ -357,6 +351,8 @@ def render_result(result: SearchResult, console: Console) -> None:
         f"{escape(result.study_name)!s} in {escape(result.storage)}"
     )
     console.print(_top_table(result))
+    if result.race is not None:
+        console.print(_race_table(result))
     _print_best_and_speedup(result, console)
     if result.skipped:
         console.print("[bold]Skipped or not kept[/]:")
@@ -393,22 +389,57 @@ def _top_table(result: SearchResult) -> Table:
     return table
 
 
+def _race_table(result: SearchResult) -> Table:
+    """The finalist race: each config's median over the paired rounds, its spread, its
+    ratio to naive (paired) and every round's figure."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    race = result.race
+    assert race is not None
+    table = Table(title=f"Finalist race ({race.rounds} interleaved rounds)", title_justify="left")
+    for name in ("config", f"median {result.unit}", "spread", "vs naive", "rounds", "summary"):
+        table.add_column(name, justify="left" if name in ("config", "summary") else "right")
+    for e in race.entrants:
+        ratio = race.ratio_to_naive(e)
+        label = e.label + (" [bold]winner[/]" if e is race.winner else "")
+        rounds = " ".join(_fmt_tp(t) if t else "-" for t in e.throughputs)
+        table.add_row(
+            label,
+            _fmt_tp(e.median),
+            f"{e.spread:.1%}" if e.spread is not None else "-",
+            f"{ratio.estimate:.2f}x" if ratio is not None else "-",
+            rounds,
+            escape(e.record.summary()) + (f" [red]({escape(e.problem)})[/]" if e.problem else ""),
+        )
+    return table
+
+
 def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
-    """The verified winner, and its speedup over the naive config (or why there is none)."""
+    """The race's winner, its speedup over the naive config (or why there is none) and its
+    margin over the runner-up, from the race's paired rounds."""
     from rich.markup import escape
 
-    if result.best is not None and result.verified is not None:
-        v = result.verified
+    race = result.race
+    if result.best is not None and race is not None:
+        burst = race.winner.typical_burst()
+        peak = burst.peak_memory_bytes if burst is not None else None
         console.print(
             f"[bold]Best[/]: trial #{result.best.number} ({escape(result.best.summary())}); "
-            f"verified {_fmt_tp(v.throughput)} {result.unit}, "
-            f"peak {_fmt_bytes(v.peak_memory_bytes)} of {_fmt_bytes(result.budget_bytes)}"
+            f"race median {_fmt_tp(race.winner.median)} {result.unit}, "
+            f"peak {_fmt_bytes(peak)} of {_fmt_bytes(result.budget_bytes)}"
         )
-    if result.speedup is not None and result.naive is not None:
+    if race is not None and race.speedup is not None and result.naive is not None:
         console.print(
-            f"[bold]Speedup over naive[/] ({escape(result.naive.summary())}, "
-            f"{_fmt_tp(result.naive.throughput)} {result.unit}): {result.speedup:.2f}x"
+            f"[bold]Speedup over naive[/] ({escape(result.naive.summary())}), paired over "
+            f"{race.speedup.rounds} rounds: {race.speedup.describe()}"
         )
+        if race.margin is not None and race.runner_up is not None:
+            console.print(
+                f"Margin over the runner-up {escape(race.runner_up.label)}: "
+                f"{race.margin.describe()}"
+                + (" [dim](within noise)[/]" if race.margin.low <= 1.0 else "")
+            )
     elif result.naive is not None:
         console.print(
             f"Naive config ({escape(result.naive.summary())}): {result.naive.status} "

@@ -2,7 +2,7 @@
 principle 6).
 
 - ``schema``: the sections of a preset (``Preset``, ``ModelRef``, ``Task``,
-  ``Fingerprint``, ``Measured``, ``Baseline``, ``SearchSummary``; ``TrainingDefaults``
+  ``Fingerprint``, ``Measured``, ``Baseline``, ``SearchSummary``, ``Race``; ``TrainingDefaults``
   lives in autotune/config.py), each validated on construction;
 - ``io``: plain data, YAML text and files (``preset_from_dict``, ``load_preset``,
   ``save_preset``, ...);
@@ -42,6 +42,8 @@ from autotune.preset.schema import (
     Measured,
     ModelRef,
     Preset,
+    Race,
+    RaceEntry,
     SearchSummary,
     Task,
     utc_now,
@@ -55,6 +57,8 @@ __all__ = [
     "ModelRef",
     "PortabilityReport",
     "Preset",
+    "Race",
+    "RaceEntry",
     "SearchSummary",
     "Task",
     "TrainingDefaults",

@@ -46,6 +46,8 @@ def _section_dict(section: Section) -> dict[str, Any]:
             value = _config_dict(value)
         elif isinstance(value, Section):
             value = _section_dict(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], Section):
+            value = [_section_dict(item) for item in value]
         else:
             value = plain_copy(value)
         out[f.name] = value
@@ -69,6 +71,7 @@ def preset_to_dict(preset: Preset) -> dict[str, Any]:
         "measured": _section_dict(preset.measured),
         "baseline": None if preset.baseline is None else _section_dict(preset.baseline),
         "search": None if preset.search is None else _section_dict(preset.search),
+        "race": None if preset.race is None else _section_dict(preset.race),
         "fingerprint": _section_dict(preset.fingerprint),
         "training": _section_dict(preset.training),
         "notes": preset.notes,

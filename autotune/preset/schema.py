@@ -52,6 +52,8 @@ __all__ = [
     "Measured",
     "ModelRef",
     "Preset",
+    "Race",
+    "RaceEntry",
     "SearchSummary",
     "Task",
     "TrainingDefaults",
@@ -407,6 +409,59 @@ class SearchSummary(_PresetSection):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RaceEntry(_PresetSection):
+    """One config of the finalist race: its rounds, as measured."""
+
+    label: str  # "#12 (expert)"
+    roles: tuple[str, ...] = ()  # finalist, naive, expert
+    trial: int | None = None  # the study's trial the config comes from
+    config: str = ""  # the config, summarized
+    median: float | None = None  # median throughput over the rounds (the race's unit)
+    spread: float | None = None  # (best - worst) / median over the rounds
+    samples: tuple[float | None, ...] = ()  # throughput per round (None: no figure)
+    ratio_to_naive: float | None = None  # geometric mean of the per-round ratios
+    problem: str = ""  # why it could not win ("" when it could)
+
+    _path: ClassVar[str] = "race.entries"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "label": non_empty,
+        "median": non_negative,
+        "spread": non_negative,
+        "ratio_to_naive": non_negative,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Race(_PresetSection):
+    """The finalist race that chose the config (autotune/study/race.py): every config's
+    paired rounds, and the winner's speedup and margin with their intervals."""
+
+    rounds: int
+    unit: str  # tokens/s or samples/s
+    winner: str  # an entry's label
+    runner_up: str | None = None
+    speedup: float | None = None  # winner over naive, paired rounds
+    speedup_interval: tuple[float, float] | None = None  # 95% bootstrap over the rounds
+    margin: float | None = None  # winner over the runner-up, paired rounds
+    margin_interval: tuple[float, float] | None = None
+    entries: tuple[RaceEntry, ...] = ()
+    load: Mapping[str, Any] | None = None  # what the machine watch saw during the race
+
+    _path: ClassVar[str] = "race"
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "rounds": positive,
+        "speedup": non_negative,
+        "margin": non_negative,
+    }
+
+    def _cross_problems(self) -> list[str]:
+        labels = [e.label for e in self.entries]
+        if self.entries and self.winner not in labels:
+            return [f"race.winner: {self.winner!r} is not one of the entries ({labels})"]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
 class Preset(_PresetSection):
     """A tuned config and everything needed to trust, reuse and re-check it."""
 
@@ -421,6 +476,7 @@ class Preset(_PresetSection):
     measured: Measured
     baseline: Baseline | None = None
     search: SearchSummary | None = None
+    race: Race | None = None
     fingerprint: Fingerprint
     training: TrainingDefaults = field(default_factory=TrainingDefaults)
     notes: str = ""
@@ -440,7 +496,7 @@ class Preset(_PresetSection):
     def _cross_problems(self) -> list[str]:
         # The config is the whole run's: under DDP each process takes grad_accum / world
         # size of it (autotune/distributed.py), so micro_batch x grad_accum is the global
-        # batch whatever the process count (autotune/study/verify.py writes it so).
+        # batch whatever the process count (autotune/study/outcome.py writes it so).
         config, task = self.config, self.task
         if config.global_batch != task.global_batch:
             return [

@@ -340,7 +340,8 @@ def _interval(value: Any, kind: str) -> str:
 
 def _section_finalists(data: ReportData) -> str:
     if data.race:
-        return race_html(data.race, data.unit)
+        raced = race_html(data.race, data.unit)
+        return raced + ("\n" + _preset_figures(data) if data.preset is not None else "")
     entries = finalist_entries(data)
     if not entries:
         if data.preset is not None:

@@ -2,11 +2,12 @@
 
 It checks its arguments, builds the search space, opens the Optuna study (a resumed one
 rebuilds its state from the study alone), lets the planner and the sampler choose configs
-that the objective measures (``--trials`` counts trials that ran a burst), verifies the
-winner with a longer burst and writes it as a preset.
+that the objective measures (``--trials`` counts trials that ran a burst), races the
+finalists side by side (``race.py``) and writes the winner as a preset.
 
-A time limit stops the search before a burst that would not fit in the time left, and
-caps a running burst's timeout at the time left. A process killed outright leaves its
+A time limit covers the trials and the race: the trials stop when the time left is what
+the race will need (estimated from its entrants' own trials) or less than a burst, and a
+running burst's timeout is capped at the time left. A process killed outright leaves its
 trial RUNNING until the storage's heartbeat (RDB storages) marks it FAIL; Ctrl-C leaves
 the study consistent.
 """
@@ -17,7 +18,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +34,15 @@ from autotune.study.optuna_glue import (
     quiet_optuna,
     redact,
 )
+from autotune.study.outcome import write_preset
 from autotune.study.plan import Planner
+from autotune.study.race import (
+    DEFAULT_FINALISTS,
+    DEFAULT_ROUNDS,
+    RaceResult,
+    race_reserve_s,
+    run_race,
+)
 from autotune.study.records import (
     SearchEvent,
     SearchResult,
@@ -42,12 +51,13 @@ from autotune.study.records import (
     skipped_reasons,
 )
 from autotune.study.state import Limits, SearchState
-from autotune.study.verify import Verification, speedup_over, verify_best, write_preset
 from autotune.units import format_bytes, parse_budget, parse_duration
 
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.burst import BurstResult
+    from autotune.config import TrainConfig
     from autotune.hardware import DeviceCaps, HardwareProfile
     from autotune.models.spec import ModelSpec
 
@@ -64,10 +74,11 @@ __all__ = [
     "search",
 ]
 
-# With neither --trials nor --timeout: up to 30 measured trials within 8 minutes (the
-# winner's verification comes after), so a default search ends in about 10 minutes.
+# With neither --trials nor --timeout: up to 30 measured trials, and the finalist race,
+# within 5 1/2 minutes (the race counts inside the limit), so a default search ends in
+# about 6 minutes.
 DEFAULT_TRIALS = 30
-DEFAULT_TIME_LIMIT_S = 480.0
+DEFAULT_TIME_LIMIT_S = 330.0
 DEFAULT_STEPS = 4
 DEFAULT_WARMUP = None  # 1 on a CPU; 3 on CUDA (compilation, CUDA-graph recording)
 DEFAULT_BURST_TIMEOUT_S = 300.0
@@ -97,7 +108,9 @@ def search(
     train_steps: int | None = None,
     warm_start: str | Path | None = None,
     burst_timeout: str | float = DEFAULT_BURST_TIMEOUT_S,
-    verify_steps: int | None = None,
+    race_steps: int | None = None,
+    finalists: int = DEFAULT_FINALISTS,
+    race_rounds: int = DEFAULT_ROUNDS,
     n_startup_trials: int | None = None,
     hardware: HardwareProfile | None = None,
     burst_fn: BurstFn | None = None,
@@ -120,10 +133,15 @@ def search(
     Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
     ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
     verified. A KeyboardInterrupt leaves the study consistent and propagates.
+
+    The finalist race: the ``finalists`` best distinct configs, the naive config and the
+    expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each
+    (default: ``steps``).
     """
     started = time.monotonic()
     goal = _check_goal(objective, train_steps)
     limits = _check_limits(trials=trials, timeout=timeout, steps=steps, warmup=warmup)
+    race = _check_race(finalists=finalists, rounds=race_rounds, steps=race_steps or steps)
     burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
     _check_output(output)
     _check_study_name(study)
@@ -152,10 +170,11 @@ def search(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
         with exclusive_search(opt_study, study_name):
-            planner = Planner(state=state)
+            planner = Planner(state=state, caps=caps)
+            state.reserve = lambda: race.reserve_s(state, planner.expert(), steps=steps)
             measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
             _optimize(opt_study, planner, measure, warm_start, storage)
-            found = verify_best(state, bursts, opt_study, verify_steps=verify_steps)
+            found = race.run(state, bursts, planner.expert(), score=measure.score)
             result = _result(
                 state, goal, found, study=opt_study, storage=storage, notes=notes, started=started
             )
@@ -192,6 +211,54 @@ def _check_limits(
     if trials is None and time_limit_s is None:
         return Limits(DEFAULT_TRIALS, DEFAULT_TIME_LIMIT_S)
     return Limits(trials, time_limit_s)
+
+
+@dataclass(frozen=True)
+class _Race:
+    """The finalist race's settings."""
+
+    finalists: int
+    rounds: int
+    steps: int
+
+    def run(
+        self,
+        state: SearchState,
+        bursts: BurstRunner,
+        expert: TrialRecord | None,
+        *,
+        score: Callable[[TrainConfig, BurstResult], float],
+    ) -> RaceResult:
+        return run_race(
+            state,
+            bursts,
+            expert=expert,
+            score=score,
+            finalists=self.finalists,
+            rounds=self.rounds,
+            steps=self.steps,
+        )
+
+    def reserve_s(self, state: SearchState, expert: TrialRecord | None, *, steps: int) -> float:
+        """The race's time, estimated from its entrants' trials (``steps`` timed steps)."""
+        return race_reserve_s(
+            state,
+            finalists=self.finalists,
+            rounds=self.rounds,
+            expert=expert,
+            steps_ratio=self.steps / steps,
+        )
+
+
+def _check_race(*, finalists: int, rounds: int, steps: int) -> _Race:
+    for name, value, low in (
+        ("finalists", finalists, 1),
+        ("race_rounds", rounds, 1),
+        ("race_steps", steps, 1),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise UsageError(f"{name} must be an integer >= {low}, got {value!r}")
+    return _Race(finalists=finalists, rounds=rounds, steps=steps)
 
 
 def _check_output(output: str | Path | None) -> None:
@@ -474,7 +541,7 @@ def _optimize(
 def _result(
     state: SearchState,
     goal: Goal,
-    found: Verification,
+    found: RaceResult,
     *,
     study: optuna.Study,
     storage: str,
@@ -497,16 +564,16 @@ def _result(
         study_name=study.study_name,
         storage=redact(storage),
         space_size=state.space.size(),
-        best=found.trial,
-        verified=found.burst,
+        best=found.winner.record,
+        verified=found.winner.verify_burst(),  # round 1: with the eval step and checkpoint
         naive=naive,
-        speedup=speedup_over(naive, found.burst, state.spec),
+        speedup=None if found.speedup is None else found.speedup.estimate,
         top=tuple(distinct_best(records)[:5]),
         trials=tuple(records),
         skipped=skipped_reasons(records),
         preset_path=None,
         wall_s=time.monotonic() - started,
         stopped=state.stopped,
-        verify_attempts=found.attempts,
-        notes=tuple(notes),
+        race=found,
+        notes=(*notes, *found.notes),
     )

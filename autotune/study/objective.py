@@ -279,6 +279,12 @@ class TrialObjective:
         set_outcome(trial, **common, status="pruned", reason=reason, constraint=0.0)
         raise optuna.TrialPruned(reason)
 
+    def score(self, config: TrainConfig, result: BurstResult) -> float:
+        """The objective value of an ``ok`` burst of ``config`` (0 without a throughput):
+        what the race ranks its entrants by."""
+        throughput = self.bursts.throughput(result)
+        return self._value(config, result, throughput)[0] if throughput > 0 else 0.0
+
     def _value(
         self, config: TrainConfig, result: BurstResult, throughput: float
     ) -> tuple[float, dict[str, Any]]:

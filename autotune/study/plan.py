@@ -4,7 +4,8 @@ ruled out without a run.
 The order of the first trials: the naive config (fp32, the smallest micro-batch, no
 compile, no workers; never pruned), so the speedup over naive is measured in the same
 study; if it does not fit, the smallest config (to tell a too-small budget, exit code 2);
-else the space's ``guess()`` (or a warm start's preset config and its neighbours). Each
+else the expert starts (``autotune/study/playbook.py``: the model guide's hand-tuned
+config and the playbook's), or a warm start's preset config and its neighbours. Each
 time a trial becomes the best, its neighbours (one knob moved) are queued next. Between
 these, the sampler (TPE) proposes; a proposal that a known OOM dominates, or that the
 memory model predicts over the budget, is ruled out without a burst.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config import TrainConfig
+    from autotune.hardware import DeviceCaps
     from autotune.memory_model import Verdict
     from autotune.study.state import SearchState
 
@@ -37,9 +39,11 @@ class Planner:
     the search when it has reason to."""
 
     state: SearchState
-    use_guess: bool = False  # no warm start: queue the space's guess after naive
-    guess_enqueued: bool = False
+    caps: DeviceCaps | None = None  # the device (for the guides' configs); None: the guess
+    use_experts: bool = False  # no warm start: queue the expert starts after naive
+    experts_enqueued: bool = False
     smallest_enqueued: bool = False
+    experts: list[TrainConfig] = field(default_factory=list)  # the expert starts, in order
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
@@ -49,12 +53,11 @@ class Planner:
     # -- the starts --------------------------------------------------------------------
     def enqueue_starts(self, study: optuna.Study, warm_start: str | Path | None) -> None:
         """The naive config first (once per study), then a warm start's config and its
-        neighbours; without a warm start, the space's ``guess()`` once the naive config
-        fits."""
+        neighbours; without a warm start, the expert starts once the naive config fits."""
         self._queue(study, self.state.space.naive(), role="naive")
         if warm_start is None:
-            self.use_guess = True
-            self.enqueue_guess(study)
+            self.use_experts = True
+            self.enqueue_experts(study)
             return
         self._enqueue_warm_start(study, warm_start)
 
@@ -82,16 +85,39 @@ class Planner:
                 queued += 1
         self.state.note(f"warm start from {str(warm_start)!r}: {queued} configs queued first")
 
-    def enqueue_guess(self, study: optuna.Study) -> None:
-        """Queue the space's guess once the naive config has run within the budget (when
-        it did not, the smallest config goes next instead: see ``check_budget``)."""
-        if not self.use_guess or self.guess_enqueued:
+    def enqueue_experts(self, study: optuna.Study) -> None:
+        """Queue the expert starts once the naive config has run within the budget (when
+        it did not, the smallest config goes next instead: see ``check_budget``): the
+        guide's hand-tuned config and the playbook's, or the space's guess when the device
+        is not known."""
+        if not self.use_experts or self.experts_enqueued:
             return
-        naive = self.state.record_of(self.state.space.naive())
+        state = self.state
+        naive = state.record_of(state.space.naive())
         if naive is None or not naive.feasible:
             return
-        self._queue(study, self.state.space.guess(), role="guess")
-        self.guess_enqueued = True
+        self.experts_enqueued = True
+        starts: list[tuple[str, TrainConfig, list[str]]]
+        if self.caps is None:
+            starts = [("guess", state.space.guess(), [])]
+        else:
+            from autotune.study.playbook import expert_starts
+
+            starts = expert_starts(state.space, state.spec, self.caps, memory=state.memory)
+        for role, config, notes in starts:
+            for message in notes:
+                state.note(message)
+            self.experts.append(config)
+            self._queue(study, config, role=role)
+
+    def expert(self) -> TrialRecord | None:
+        """The expert start the race measures against: the first expert start (the
+        hand-tuned config, else the playbook's) that has a result within the budget."""
+        for config in self.experts:
+            record = self.state.record_of(config)
+            if record is not None and record.feasible and record.ran:
+                return record
+        return None
 
     # -- after each trial ----------------------------------------------------------------
     def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
@@ -100,7 +126,7 @@ class Planner:
         record = TrialRecord.from_trial(frozen)
         self.state.record_trial(record)
         self.check_budget(study)
-        self.enqueue_guess(study)
+        self.enqueue_experts(study)
         self.refine(study, record)
         reason = self.state.stop_reason()
         if reason:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.burst import BurstResult
+    from autotune.study.race import RaceResult
 
 __all__ = [
     "FAILED_STATUSES",
@@ -191,16 +192,16 @@ class SearchResult:
     storage: str
     space_size: int
     best: TrialRecord | None
-    verified: BurstResult | None
+    verified: BurstResult | None  # the winner's first race burst (eval step, checkpoint save)
     naive: TrialRecord | None
-    speedup: float | None  # verified throughput / naive throughput (same study)
+    speedup: float | None  # the winner over naive, from the race's paired rounds
     top: tuple[TrialRecord, ...]
     trials: tuple[TrialRecord, ...]
     skipped: Mapping[str, int]  # why configs were not run or not kept: reason -> count
     preset_path: str | None
     wall_s: float
     stopped: str  # why the search stopped
-    verify_attempts: tuple[Mapping[str, Any], ...] = ()
+    race: RaceResult | None = None  # the finalist race that chose ``best``
     notes: tuple[str, ...] = ()
 
     @property
@@ -243,7 +244,7 @@ class SearchResult:
             "preset_path": self.preset_path,
             "wall_s": self.wall_s,
             "stopped": self.stopped,
-            "verify_attempts": [dict(a) for a in self.verify_attempts],
+            "race": None if self.race is None else self.race.to_dict(),
             "notes": list(self.notes),
         }
 

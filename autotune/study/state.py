@@ -51,6 +51,8 @@ class SearchState:
     memory: MemoryModel = field(init=False)
     consecutive_skips: int = 0
     stopped: str = ""  # why the search stopped ("" while it runs)
+    # The time the finalist race will need, kept out of the trials' share of the limit.
+    reserve: Callable[[], float] = field(default=lambda: 0.0, repr=False)
     budget_problem: str = ""  # set when even the smallest config does not fit
 
     def __post_init__(self) -> None:
@@ -99,6 +101,11 @@ class SearchState:
     def time_left(self) -> float | None:
         limit = self.limits.time_limit_s
         return None if limit is None else max(0.0, limit - self.elapsed())
+
+    def time_for_trials(self) -> float | None:
+        """The time left for trials: the time left less what the race will need."""
+        left = self.time_left()
+        return None if left is None else max(0.0, left - self.reserve())
 
     def trials_left(self) -> int | None:
         trials = self.limits.trials
@@ -164,8 +171,13 @@ class SearchState:
         if left is not None and left <= 0:
             return f"reached {self.limits.trials} measured trials"
         # The time limit ends a search only once it measured something (the naive config).
-        time_left = self.time_left() if self.measured() else None
+        time_left = self.time_for_trials() if self.measured() else None
         if time_left is not None and time_left <= 0:
+            if self.time_left():
+                return (
+                    f"the time limit ({self.limits.time_limit_s:.0f} s) leaves what the "
+                    f"finalist race needs ({self.reserve():.0f} s)"
+                )
             return f"reached the time limit ({self.limits.time_limit_s:.0f} s)"
         if time_left is not None:
             walls = [r.wall_s for r in self.records.values() if r.ran and r.wall_s and r.feasible]

@@ -406,4 +406,7 @@ def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
     assert as_yaml.exit_code == 0 and as_yaml.stdout.startswith("# autotune preset")
     bad = invoke("export", "best.yaml", "--format", "xml")
     assert bad.exit_code == 2
-    assert bad.output.startswith("error: --format: expected one of json, yaml; got 'xml'")
+    assert bad.output.startswith(
+        "error: --format: expected one of json, yaml, hf, lightning, accelerate, deepspeed, "
+        "torchrun; got 'xml'"
+    )

@@ -69,10 +69,12 @@ def test_search_writes_a_preset_and_prints_the_summary(
     assert result.exit_code == 0, result.output
     assert "Preset written" in result.stdout and "best.yaml" in result.stdout
     assert "Speedup over naive" in result.stdout and "Top configs" in result.stdout
+    assert "Finalist race (3 interleaved rounds)" in result.stdout and "winner" in result.stdout
     assert "naive" in result.stderr  # the live table: role and rows on stderr
     preset = load_preset(tmp_path / "best.yaml")
     assert preset.model.name == model and preset.task.global_batch == 32
-    assert len(burst.calls) == 5 and len(burst.verify_calls) == 1
+    assert len(burst.calls) == 5  # the trials; then the race re-measures the finalists
+    assert len(burst.verify_calls) == len(preset.race.entries) >= 2
     assert list((tmp_path / "autotune_runs").glob("*/study.db"))
 
 

@@ -130,8 +130,11 @@ def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
             return super().__call__(spec, config, on_step=slow, **kw)
 
     t0 = time.monotonic()
-    result = run(tmp_path, SlowSteps(), trials=None, timeout="2s", steps=8, output=None)
-    assert time.monotonic() - t0 < 6  # the guess's burst alone would take 3.2 s
+    # one race round: the race's reserve (3 naive bursts) would leave no time for a trial
+    result = run(
+        tmp_path, SlowSteps(), trials=None, timeout="2s", steps=8, output=None, race_rounds=1
+    )
+    assert time.monotonic() - t0 < 6  # the playbook's burst alone would take 3.2 s
     cut = [t for t in result.trials if t.status == "stopped"]
     assert len(cut) == 1 and cut[0].state == "PRUNED"
     assert cut[0].reason.startswith("stopped: the search's time limit")

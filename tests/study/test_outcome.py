@@ -1,18 +1,15 @@
-"""The winner's verification and the preset written from it."""
+"""The race's winner written as a preset."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fake_burst import GB, FakeBurst, run, toy_spec
 
-from autotune.burst import BurstResult
 from autotune.config import TrainConfig
 from autotune.errors import AutotuneError
-from autotune.models.spec import ModelSpec
 
 # -- verification and the preset ---------------------------------------------------------
 
@@ -29,14 +26,24 @@ def test_the_preset_written_loads_back(tmp_path: Path) -> None:
     assert preset.task.global_batch == 32 and preset.task.seq_len == preset.config.seq_len
     assert preset.budget_bytes == GB
     assert preset.measured.tokens_per_s == pytest.approx(result.verified.tokens_per_s)
-    assert preset.baseline is not None and preset.baseline.speedup == pytest.approx(result.speedup)
+    assert preset.baseline is not None
+    assert preset.baseline.speedup == pytest.approx(result.speedup, rel=1e-4)
     assert preset.baseline.config == burst.calls[0]
+    # the race is recorded: every entry's rounds, the winner, the interval
+    assert preset.race is not None and result.race is not None
+    assert preset.race.rounds == 3 and preset.race.winner == result.race.winner.label
+    assert {e.label for e in preset.race.entries} == {e.label for e in result.race.entrants}
+    assert all(len(e.samples) == 3 for e in preset.race.entries)
+    assert preset.race.speedup_interval is not None
+    low, high = preset.race.speedup_interval
+    assert low <= preset.race.speedup <= high
     assert preset.search is not None and preset.search.trials_run == 8
     assert preset.search.study_name == result.study_name
     assert preset.model.name == "toy" and preset.fingerprint.device_kind == "cpu"
     assert preset.model.sha256 is None  # a built-in name: no user code to fingerprint
-    assert len(burst.verify_calls) == 1
-    assert burst.verify_calls[0] == result.best.train_config()
+    # the race's first round adds the eval step and checkpoint save, once per entrant
+    assert result.best.train_config() in burst.verify_calls
+    assert len(burst.verify_calls) == len(result.race.entrants)
 
 
 def test_a_user_models_file_hash_is_recorded(tmp_path: Path) -> None:
@@ -54,47 +61,28 @@ def test_a_user_models_file_hash_is_recorded(tmp_path: Path) -> None:
     assert model.sha256 == hashlib.sha256(model_file.read_bytes()).hexdigest()
 
 
-def test_verification_failure_falls_back_to_the_next_best(tmp_path: Path) -> None:
-    best_seen: list[TrainConfig] = []
+def test_a_winner_that_fails_its_eval_and_checkpoint_round_cannot_win(tmp_path: Path) -> None:
+    fastest: list[TrainConfig] = []
 
     def verify_fail(config: TrainConfig) -> bool:
-        best_seen.append(config)
-        return len(best_seen) == 1  # the first candidate crashes while saving
+        if not fastest:  # the search's best is raced first: it crashes while saving
+            fastest.append(config)
+        return config == fastest[0]
 
     burst = FakeBurst(verify_fail=verify_fail)
     result = run(tmp_path, burst, trials=8)
-    assert len(burst.verify_calls) == 2
-    assert result.best is not None and result.best.train_config() == burst.verify_calls[1]
-    assert result.verify_attempts[0]["status"] == "failed"
-    assert "crash" in result.verify_attempts[0]["problem"]
-
-
-def test_a_verification_far_below_the_search_is_measured_again(tmp_path: Path) -> None:
-    class BusyOnce(FakeBurst):
-        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
-            result = super().__call__(spec, config, **kw)
-            if kw.get("verify") and len(self.verify_calls) == 1:  # the machine got busy
-                return replace(result, tokens_per_s=(result.tokens_per_s or 0) / 5)
-            return result
-
-    burst = BusyOnce()
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        burst,
-        trials=4,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
-    assert len(burst.verify_calls) == 2
-    assert result.best is not None and result.verified is not None
-    assert result.verified.tokens_per_s == pytest.approx(result.best.tokens_per_s)
-    assert any("measuring once more" in n for n in notes)
+    assert result.best is not None and result.race is not None
+    assert result.best.train_config() != fastest[0]
+    failed = [e for e in result.race.entrants if e.problem]
+    assert len(failed) == 1 and "crash" in failed[0].problem
+    assert len(failed[0].throughputs) == 1  # it left the race after round 1
+    assert result.race.to_dict()["entries"][result.race.entrants.index(failed[0])]["problem"]
 
 
 def test_when_every_verification_fails_no_preset_is_written(tmp_path: Path) -> None:
     out = tmp_path / "best.yaml"
     out.write_text("an earlier preset\n")
     burst = FakeBurst(verify_fail=lambda c: True)
-    with pytest.raises(AutotuneError, match="verification failed"):
+    with pytest.raises(AutotuneError, match="no config passed the race"):
         run(tmp_path, burst, trials=6)
     assert out.read_text() == "an earlier preset\n"

@@ -1,0 +1,128 @@
+"""The search's outcome: the race's winner written as a preset, with the naive config's
+figures and the race beside it (the race itself is ``autotune/study/race.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.hardware import HardwareProfile
+    from autotune.models.spec import ModelSpec
+    from autotune.study.race import RaceResult
+    from autotune.study.records import SearchResult, TrialRecord
+
+__all__ = ["write_preset"]
+
+
+def write_preset(
+    result: SearchResult,
+    race: RaceResult,
+    *,
+    spec: ModelSpec,
+    hardware: HardwareProfile,
+    path: Path,
+) -> Path:
+    """Write the race's winner as a preset at ``path``: its figures from the race burst
+    nearest its median, the naive config's beside them, and the race itself."""
+    from autotune.models.registry import source_sha256
+    from autotune.preset import (
+        Baseline,
+        Fingerprint,
+        Measured,
+        ModelRef,
+        Preset,
+        Race,
+        SearchSummary,
+        Task,
+        save_preset,
+    )
+
+    winner = race.winner
+    config = winner.record.train_config()
+    typical = winner.typical_burst()
+    assert typical is not None  # an eligible entrant has a figure
+    name, args = _model_ref(spec)
+    counts = result.counts()
+    preset = Preset(
+        name=path.stem,
+        model=ModelRef(name=name, args=args, sha256=source_sha256(name)),
+        task=Task(seq_len=config.seq_len, global_batch=config.global_batch),
+        config=config,
+        budget_bytes=result.budget_bytes,
+        fingerprint=Fingerprint.from_profile(hardware, result.device),
+        measured=Measured.from_burst(typical),
+        baseline=_baseline(race, Baseline),
+        search=SearchSummary(
+            trials_run=counts["measured"],
+            infeasible=counts["infeasible"],
+            pruned=counts["pruned"],
+            failed=counts["failed"],
+            wall_s=round(result.wall_s, 1),
+            study_name=result.study_name,
+            storage=result.storage,
+            objective=result.objective,
+            sampler="tpe",
+        ),
+        race=_race_section(race, Race),
+        notes=_preset_notes(winner.record, winner.verify_burst(), race, result.objective),
+    )
+    return save_preset(preset, path)
+
+
+def _baseline(race: RaceResult, baseline_type: Any) -> Any:
+    """The naive config and its race figures (None when naive was not in the race)."""
+    naive = race.naive
+    burst = None if naive is None else naive.typical_burst()
+    if naive is None or burst is None:
+        return None
+    return baseline_type(
+        config=naive.record.train_config(),
+        tokens_per_s=burst.tokens_per_s,
+        samples_per_s=burst.samples_per_s,
+        speedup=None if race.speedup is None else round(race.speedup.estimate, 4),
+    )
+
+
+def _race_section(race: RaceResult, race_type: Any) -> Any:
+    """The preset's ``race`` section, validated like every other section."""
+    from autotune.errors import PresetError
+    from autotune.schema import BAD, build
+
+    problems: list[str] = []
+    section = build(race_type, race.to_dict(), "race", problems)
+    if section is BAD:
+        raise PresetError(problems, context="the race's record does not validate")
+    return section
+
+
+def _preset_notes(
+    best: TrialRecord, verified: BurstResult | None, race: RaceResult, objective: str
+) -> str:
+    extras = []
+    if verified is not None and verified.eval_loss is not None:
+        extras.append(f"eval loss {verified.eval_loss:.4g}")
+    if verified is not None and verified.checkpoint_bytes is not None:
+        extras.append(f"checkpoint {format_bytes(verified.checkpoint_bytes)}")
+    return (
+        f"found by autotune search (trial #{best.number}, {objective}); won a race of "
+        f"{len(race.entrants)} configs over {race.rounds} interleaved rounds"
+        + (f"; {', '.join(extras)}" if extras else "")
+    )
+
+
+def _model_ref(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
+    """The preset's model reference: the loader's name and the args that differ from it."""
+    name = spec.source or spec.name
+    args = dict(spec.args)
+    if spec.source:
+        from autotune.models.registry import load_model
+
+        with contextlib.suppress(Exception):
+            reference = load_model(spec.source)
+            args = {k: v for k, v in spec.args.items() if reference.args.get(k, object()) != v}
+    return name, args

@@ -1,0 +1,412 @@
+"""The finalist race: the search's best few configs, the naive baseline and the expert
+start, measured again side by side; the winner and its speedup come from here.
+
+A search measures each trial once, minutes apart from the others, on a machine whose load
+can change in between: a speedup computed from two such measurements compares two
+machines. The race measures on paired rounds instead. Every entrant runs one fresh burst
+per round; a round runs them back to back, each round in another order (rotated, and
+reversed every other round), so a change of load falls on a whole round, not on one
+config. Then:
+
+* the winner is the entrant with the best median throughput over the rounds (among those
+  that passed the first round's eval step and checkpoint save within the budget: that is
+  what the old single verification burst checked);
+* its speedup over naive and its margin over the runner-up are the geometric means of the
+  per-round ratios (winner / naive within each round), with a 95% percentile-bootstrap
+  interval over the rounds. With three rounds the interval is wide and says so.
+
+The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
+search how long the race will take, from the entrants' own trials.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import AutotuneError
+from autotune.study.records import SearchEvent, TrialRecord, distinct_best, summarize_config
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.burst import BurstResult
+    from autotune.config import TrainConfig
+    from autotune.study.objective import BurstRunner
+    from autotune.study.state import SearchState
+
+__all__ = [
+    "DEFAULT_FINALISTS",
+    "DEFAULT_ROUNDS",
+    "Entrant",
+    "Paired",
+    "RaceResult",
+    "entrants_for",
+    "paired_ratio",
+    "race_reserve_s",
+    "run_race",
+]
+
+DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
+DEFAULT_ROUNDS = 3  # paired rounds; the fewest that gives a median and an interval
+MIN_ROUNDS = 2  # a race short of time still pairs two rounds
+BOOTSTRAP_SAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A ratio of two entrants from paired rounds: the geometric mean of the per-round
+    ratios and its bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    rounds: int
+
+    def describe(self) -> str:
+        return f"{self.estimate:.2f}x ({CONFIDENCE:.0%} interval {self.low:.2f}-{self.high:.2f})"
+
+
+def paired_ratio(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    *,
+    seed: int = 0,
+    samples: int = BOOTSTRAP_SAMPLES,
+) -> Paired | None:
+    """``a`` over ``b``, round by round (rounds where either has no figure are left out):
+    the geometric mean of the ratios, with a percentile-bootstrap interval over the
+    rounds (deterministic for a ``seed``). None without a single paired round."""
+    logs = [math.log(x / y) for x, y in zip(a, b, strict=False) if x and y and x > 0 and y > 0]
+    if not logs:
+        return None
+    estimate = math.exp(statistics.fmean(logs))
+    if len(logs) == 1:
+        return Paired(estimate, estimate, estimate, 1)
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(max(1, samples)))
+    tail = (1.0 - CONFIDENCE) / 2
+    low = means[int(tail * (len(means) - 1))]
+    high = means[int((1.0 - tail) * (len(means) - 1))]
+    return Paired(estimate, math.exp(low), math.exp(high), len(logs))
+
+
+@dataclass(kw_only=True)
+class Entrant:
+    """One config in the race: the trial it comes from, its roles, and its rounds."""
+
+    record: TrialRecord
+    roles: list[str]  # "finalist", "naive", "expert"
+    throughputs: list[float | None] = field(default_factory=list)  # per round
+    bursts: list[BurstResult] = field(default_factory=list)
+    problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
+    dropped: bool = False  # no longer measured
+
+    @property
+    def label(self) -> str:
+        extra = [r for r in self.roles if r != "finalist"]
+        return f"#{self.record.number}" + (f" ({', '.join(extra)})" if extra else "")
+
+    @property
+    def eligible(self) -> bool:
+        return not self.problem and self.median is not None
+
+    @property
+    def median(self) -> float | None:
+        values = [t for t in self.throughputs if t]
+        return statistics.median(values) if values else None
+
+    @property
+    def spread(self) -> float | None:
+        """(best - worst) / median over the rounds."""
+        values = [t for t in self.throughputs if t]
+        if len(values) < 2 or not self.median:
+            return None
+        return (max(values) - min(values)) / self.median
+
+    def typical_burst(self) -> BurstResult | None:
+        """The burst whose throughput is closest to the median (a real measurement, so
+        its figures agree with each other)."""
+        pairs = [(t, b) for t, b in zip(self.throughputs, self.bursts, strict=False) if t]
+        if not pairs or self.median is None:
+            return None
+        return min(pairs, key=lambda p: abs(p[0] - (self.median or 0.0)))[1]
+
+    def verify_burst(self) -> BurstResult | None:
+        """The first round's burst (with the eval step and the checkpoint save)."""
+        return self.bursts[0] if self.bursts else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceResult:
+    """The race: every entrant's rounds, the winner, and the paired figures."""
+
+    rounds: int
+    unit: str
+    entrants: tuple[Entrant, ...]
+    winner: Entrant
+    runner_up: Entrant | None
+    naive: Entrant | None
+    speedup: Paired | None  # winner over naive
+    margin: Paired | None  # winner over the runner-up
+    load: dict[str, Any] | None = None  # what the machine watch saw during the race
+    notes: tuple[str, ...] = ()
+
+    def ratio_to_naive(self, entrant: Entrant) -> Paired | None:
+        if self.naive is None:
+            return None
+        return paired_ratio(entrant.throughputs, self.naive.throughputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the preset's ``race`` section and ``--json``."""
+
+        def interval(p: Paired | None) -> list[float] | None:
+            return None if p is None else [round(p.low, 4), round(p.high, 4)]
+
+        entries = []
+        for e in self.entrants:
+            ratio = self.ratio_to_naive(e)
+            entries.append(
+                {
+                    "label": e.label,
+                    "roles": list(e.roles),
+                    "trial": e.record.number,
+                    "config": summarize_config(e.record.config),
+                    "median": _round(e.median),
+                    "spread": _round(e.spread),
+                    "samples": [_round(t) for t in e.throughputs],
+                    "ratio_to_naive": None if ratio is None else round(ratio.estimate, 4),
+                    "problem": e.problem,
+                }
+            )
+        return {
+            "rounds": self.rounds,
+            "unit": self.unit,
+            "winner": self.winner.label,
+            "runner_up": None if self.runner_up is None else self.runner_up.label,
+            "speedup": None if self.speedup is None else round(self.speedup.estimate, 4),
+            "speedup_interval": interval(self.speedup),
+            "margin": None if self.margin is None else round(self.margin.estimate, 4),
+            "margin_interval": interval(self.margin),
+            "entries": entries,
+            "load": self.load,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+# -- who races ----------------------------------------------------------------------------
+
+
+def entrants_for(
+    state: SearchState, *, finalists: int, expert: TrialRecord | None
+) -> list[Entrant]:
+    """The top ``finalists`` distinct configs of the search, the naive config and the
+    expert start; one entrant per config (a config with several roles has them all)."""
+    out: dict[int, Entrant] = {}
+
+    def add(record: TrialRecord | None, role: str) -> None:
+        if record is None or not record.feasible or not record.ran:
+            return
+        number = state.by_key.get(state.space.key(record.train_config()), record.number)
+        record = state.records.get(number, record)
+        entrant = out.setdefault(record.number, Entrant(record=record, roles=[]))
+        if role not in entrant.roles:
+            entrant.roles.append(role)
+
+    for record in distinct_best(list(state.records.values()))[:finalists]:
+        add(record, "finalist")
+    add(state.record_of(state.space.naive()), "naive")
+    add(expert, "expert")
+    return list(out.values())
+
+
+def race_reserve_s(
+    state: SearchState,
+    *,
+    finalists: int = DEFAULT_FINALISTS,
+    rounds: int = DEFAULT_ROUNDS,
+    expert: TrialRecord | None = None,
+    steps_ratio: float = 1.0,
+) -> float:
+    """How long the race would take now: each entrant's trial wall time (scaled by the
+    race's steps over the search's) times the rounds."""
+    walls = [
+        (e.record.wall_s or 0.0) * steps_ratio
+        for e in entrants_for(state, finalists=finalists, expert=expert)
+    ]
+    return sum(walls) * rounds
+
+
+# -- the race -----------------------------------------------------------------------------
+
+
+def run_race(
+    state: SearchState,
+    bursts: BurstRunner,
+    *,
+    expert: TrialRecord | None = None,
+    finalists: int = DEFAULT_FINALISTS,
+    rounds: int = DEFAULT_ROUNDS,
+    steps: int | None = None,
+    score: Callable[[TrainConfig, BurstResult], float] | None = None,
+    watch: Any = None,
+) -> RaceResult:
+    """Race the finalists, naive and the expert start in ``rounds`` interleaved rounds of
+    ``steps`` timed steps (default: the search's), ranked by ``score`` (the search's
+    objective value of a burst; default its throughput). ``AutotuneError`` when nothing
+    ran successfully, or when no entrant passes its eval and checkpoint round."""
+    entrants = entrants_for(state, finalists=finalists, expert=expert)
+    if not any("finalist" in e.roles for e in entrants):
+        raise _nothing_ran(state)
+    steps = steps or bursts.steps
+    scorer = score or (lambda _config, result: bursts.throughput(result))
+    notes: list[str] = []
+    started = watch.clock() if watch is not None else None
+    state.note(
+        f"race: {len(entrants)} configs ({', '.join(e.label for e in entrants)}), "
+        f"{rounds} interleaved rounds of {steps} timed steps"
+    )
+    done = 0
+    for round_ in range(rounds):
+        if round_ >= MIN_ROUNDS and _out_of_time(state, entrants):
+            notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
+            break
+        for entrant in _order(entrants, round_):
+            if not entrant.dropped:
+                _run_one(state, bursts, entrant, steps=steps, first=round_ == 0, score=scorer)
+        done = round_ + 1
+        state.note(_round_line(round_, entrants, state.unit))
+    for message in notes:
+        state.note(message)
+    return _decide(state, entrants, done, notes, load=_load(watch, started))
+
+
+def _order(entrants: list[Entrant], round_: int) -> list[Entrant]:
+    """Round ``round_``'s running order: rotated by the round, reversed every other."""
+    k = round_ % len(entrants)
+    order = entrants[k:] + entrants[:k]
+    return order[::-1] if round_ % 2 else order
+
+
+def _run_one(
+    state: SearchState,
+    bursts: BurstRunner,
+    entrant: Entrant,
+    *,
+    steps: int,
+    first: bool,
+    score: Callable[[TrainConfig, BurstResult], float],
+) -> None:
+    """One burst of ``entrant``; the first round's adds the eval step and checkpoint save."""
+    config = entrant.record.train_config()
+    result = bursts.run(config, steps=steps, timeout_s=2 * bursts.timeout_s, verify=first)
+    entrant.bursts.append(result)
+    problem = ""
+    if not result.ok:
+        problem = f"{result.status}: {result.reason}"
+    elif result.peak_memory_bytes is not None and result.peak_memory_bytes > bursts.budget_bytes:
+        problem = (
+            f"peak {format_bytes(result.peak_memory_bytes)} over the budget "
+            f"{format_bytes(bursts.budget_bytes)}"
+            + (" with eval and checkpointing" if first else "")
+        )
+    throughput = score(config, result) if not problem else 0.0
+    entrant.throughputs.append(throughput or None)
+    if problem and not entrant.problem:
+        entrant.problem = problem
+        # the naive baseline is still measured (the ratios need it); others leave the race
+        entrant.dropped = "naive" not in entrant.roles or not result.ok
+    state.emit(
+        SearchEvent(
+            kind="verify",
+            trial=entrant.record,
+            verify=result,
+            message=problem,
+            elapsed_s=state.elapsed(),
+            unit=state.unit,
+        )
+    )
+
+
+def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
+    """Whether another round would run past the search's time limit."""
+    left = state.time_left()
+    if left is None:
+        return False
+    round_s = sum(b.wall_s or 0.0 for e in entrants if not e.dropped for b in e.bursts[-1:])
+    return left < round_s
+
+
+def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:
+    figures = ", ".join(
+        f"{e.label} {e.throughputs[-1]:,.4g}" if e.throughputs and e.throughputs[-1] else
+        f"{e.label} -"
+        for e in entrants
+        if len(e.throughputs) == round_ + 1
+    )  # fmt: skip
+    return f"race round {round_ + 1}: {figures} {unit}"
+
+
+def _load(watch: Any, started: float | None) -> dict[str, Any] | None:
+    if watch is None or started is None:
+        return None
+    load = watch.window(started)
+    return load.to_dict() if hasattr(load, "to_dict") else None
+
+
+def _decide(
+    state: SearchState,
+    entrants: list[Entrant],
+    rounds: int,
+    notes: list[str],
+    *,
+    load: dict[str, Any] | None,
+) -> RaceResult:
+    ranked = sorted(
+        (e for e in entrants if e.eligible),
+        key=lambda e: (-(e.median or 0.0), e.record.number),
+    )
+    if not ranked:
+        tried = "; ".join(f"{e.label}: {e.problem}" for e in entrants if e.problem)
+        raise AutotuneError(
+            f"no config passed the race's eval and checkpoint round ({tried}); "
+            "no preset was written"
+        )
+    winner = ranked[0]
+    runner_up = ranked[1] if len(ranked) > 1 else None
+    naive = next((e for e in entrants if "naive" in e.roles), None)
+    speedup = None if naive is None else paired_ratio(winner.throughputs, naive.throughputs)
+    margin = None
+    if runner_up is not None:
+        margin = paired_ratio(winner.throughputs, runner_up.throughputs)
+    return RaceResult(
+        rounds=rounds,
+        unit=state.unit,
+        entrants=tuple(entrants),
+        winner=winner,
+        runner_up=runner_up,
+        naive=naive,
+        speedup=speedup,
+        margin=margin,
+        load=load,
+        notes=tuple(notes),
+    )
+
+
+def _nothing_ran(state: SearchState) -> AutotuneError:
+    statuses: dict[str, int] = {}
+    for r in state.records.values():
+        if r.finished:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+    shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
+    return AutotuneError(
+        f"no config ran successfully within the budget ({shown}); see the study's trials "
+        "for the reasons"
+    )

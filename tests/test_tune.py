@@ -1,0 +1,162 @@
+"""``autotune.tune()``: a model given as functions (a notebook's, a script's) is searched
+in real trial processes, its example batch or its own data pipeline feeding the bursts."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune.burst import run_burst
+from autotune.config import TrainConfig
+from autotune.errors import UsageError
+from autotune.tuning import model_spec
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Constant(Dataset[dict[str, torch.Tensor]]):
+    """Samples whose target is 100: a loss near 10,000 says the burst read this data."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"x": torch.zeros(4), "y": torch.full((1,), 100.0)}
+
+
+def mse(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return nn.functional.mse_loss(model(batch["x"]), batch["y"])
+
+
+def build_linear() -> nn.Module:
+    return nn.Linear(4, 1)
+
+
+def test_exactly_one_data_source() -> None:
+    with pytest.raises(UsageError, match="exactly one of batch="):
+        model_spec(build=build_linear, loss=mse)
+    with pytest.raises(UsageError, match="exactly one of batch="):
+        model_spec(
+            build=build_linear, loss=mse, batch={"x": torch.zeros(2, 4)}, dataloader=Constant()
+        )
+    with pytest.raises(UsageError, match="dict of batch-first tensors"):
+        model_spec(build=build_linear, loss=mse, batch=[torch.zeros(2, 4)])  # type: ignore[arg-type]
+
+
+def test_the_spec_travels_by_value() -> None:
+    scale = 3.0  # a closure over a local, and a lambda: plain pickle cannot send either
+    spec = model_spec(
+        build=lambda: nn.Linear(4, 1),
+        loss=lambda model, batch: scale * mse(model, batch),
+        batch={"x": torch.randn(10, 4), "y": torch.randn(10, 1)},
+        size=4,
+        size_name="features",
+    )
+    again = pickle.loads(pickle.dumps(spec))
+    batch = again.make_batch(batch_size=6, generator=torch.Generator().manual_seed(0))
+    assert batch["x"].shape == (6, 4) and batch["y"].shape == (6, 1)
+    assert again.loss(again.build(), batch).ndim == 0
+    assert again.size_label() == "features 4" and again.throughput_unit == "samples"
+    assert not again.supports_checkpointing
+    assert again.flops_per_sample() == 6.0 * 5  # 6 x parameters by default
+
+
+def test_build_with_checkpointing_is_offered_it() -> None:
+    seen: list[bool] = []
+
+    def build(activation_checkpointing: bool = False) -> nn.Module:
+        seen.append(activation_checkpointing)
+        return nn.Linear(4, 1)
+
+    spec = model_spec(build=build, loss=mse, batch={"x": torch.zeros(2, 4), "y": torch.zeros(2, 1)})
+    assert spec.supports_checkpointing
+    spec.build(activation_checkpointing=True)
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bursts_read_the_real_pipeline(workers: int) -> None:
+    loader = DataLoader(Constant(), batch_size=3)  # its batch size is the config's business
+    spec = model_spec(build=build_linear, loss=mse, dataloader=loader, global_batch=8)
+    eval_batch = spec.make_batch(batch_size=4)
+    assert torch.equal(eval_batch["y"], torch.full((4, 1), 100.0))
+    config = TrainConfig(micro_batch=4, grad_accum=2, seq_len=1, num_workers=workers)
+    result = run_burst(spec, config, steps=2, warmup=0, timeout_s=120, verify=True)
+    assert result.status == "ok", result.reason
+    assert min(result.losses) > 5_000  # the targets of 100, not synthetic ones
+
+
+def test_a_data_set_smaller_than_a_micro_batch_is_an_error() -> None:
+    spec = model_spec(build=build_linear, loss=mse, dataloader=lambda: Constant())
+    config = TrainConfig(micro_batch=128, grad_accum=1, seq_len=1)
+    result = run_burst(spec, config, steps=1, warmup=0, timeout_s=120)
+    assert result.status == "error" and "fewer samples than one micro-batch" in result.reason
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    import autotune
+
+
+    class Net(nn.Module):  # defined in __main__: the trials get it by value
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    if __name__ == "__main__":
+        torch.set_num_threads(1)
+        result = autotune.tune(
+            build=Net,
+            loss=lambda model, batch: nn.functional.mse_loss(model(batch["x"]), batch["y"]),
+            batch={"x": torch.randn(64, 8), "y": torch.randn(64, 1)},
+            budget="2GB",
+            device="cpu",
+            global_batch=8,
+            trials=3,
+            steps=2,
+            knobs=["compile=off"],
+            runs_dir="runs",
+            output=None,
+        )
+        config = result.config
+        assert config.micro_batch * config.grad_accum == 8
+        print("tuned", result.preset.model.name, result.search.counts()["measured"])
+        print("preset file", result.search.preset_path)
+    """
+)
+
+
+def test_tune_from_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tuned tuned-model 3" in done.stdout
+    assert "preset file None" in done.stdout
+    assert not (tmp_path / "best.yaml").exists()
+
+
+def test_tune_refuses_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune
+
+    kwargs: dict[str, Any] = dict(build=build_linear, loss=mse, budget="1GB", model="mu")
+    with pytest.raises(UsageError, match="not model="):
+        autotune.tune(**kwargs, batch={"x": torch.zeros(2, 4)})
