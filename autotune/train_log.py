@@ -2,7 +2,9 @@
 
 A rich progress bar on a terminal, plain lines otherwise, one JSON record per line with
 ``json_logs``; every record also goes to ``metrics.jsonl`` in the run folder and, when it
-is installed, to TensorBoard under ``tb/``.
+is installed, to TensorBoard under ``tb/``. When the run ends (or is interrupted), its loss
+and throughput curves are drawn from ``metrics.jsonl`` into ``curves.png`` where matplotlib
+is installed (the ``report`` extra).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 from autotune.files import atomic_write_text
 
-__all__ = ["Display", "fmt_rate", "is_tty"]
+__all__ = ["CURVES_FILE", "Display", "fmt_rate", "is_tty", "write_curves"]
+
+CURVES_FILE = "curves.png"
 
 
 def is_tty() -> bool:
@@ -42,6 +46,8 @@ class Display:
         self.enabled = enabled
         self.json_logs = json_logs
         self.metrics_path = out_dir / "metrics.jsonl"
+        self.curves_path = out_dir / CURVES_FILE
+        self._rate_label = "tokens/s"
         self._echo = echo
         self._metrics: Any = None
         self._tb: Any = None
@@ -142,6 +148,7 @@ class Display:
     ) -> None:
         """A train record, and its line: loss, the rate (in ``label``), MFU, where the time of
         a step went; the progress bar shows the first three."""
+        self._rate_label = label
         mfu = record["mfu"]
         mfu_text = f" | MFU {mfu:.1%}" if mfu is not None else ""
         info = f"loss {record['loss']:.4f} | {fmt_rate(rate)} {label}{mfu_text}"
@@ -177,6 +184,10 @@ class Display:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self.enabled and self.metrics_path.exists():
+            note = write_curves(self.metrics_path, self.curves_path, rate_label=self._rate_label)
+            if note:
+                self.message(note)
 
 
 def fmt_rate(x: float | None) -> str:
@@ -184,3 +195,57 @@ def fmt_rate(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x / 1e3:,.1f}k" if x >= 1e4 else f"{x:,.0f}"
+
+
+def write_curves(metrics: Path, png: Path, *, rate_label: str = "tokens/s") -> str | None:
+    """Draw the run's loss (train, and eval where there is one) and throughput from
+    ``metrics.jsonl`` into ``png``. Returns a one-line note instead of failing: the curves
+    are a convenience, never a reason for a run to fail."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f'note: pip install "autotune[report]" to get {png.name} (loss and throughput)'
+    try:
+        train, evals = _read_curves(metrics)
+        if not train:
+            return None
+        from matplotlib.figure import Figure
+
+        key = "samples_per_s" if rate_label == "samples/s" else "tokens_per_s"
+        fig = Figure(figsize=(10, 3.6), layout="constrained")
+        loss_ax, rate_ax = fig.subplots(1, 2)
+        loss_ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
+        if evals:
+            eval_steps = [r["step"] for r in evals]
+            loss_ax.plot(eval_steps, [r["loss"] for r in evals], "o-", label="eval")
+        loss_ax.set(xlabel="step", ylabel="loss", title="Loss")
+        loss_ax.legend()
+        rated = [r for r in train if isinstance(r.get(key), (int, float))]
+        rate_ax.plot([r["step"] for r in rated], [r[key] for r in rated], color="#2ca02c")
+        rate_ax.set(xlabel="step", ylabel=rate_label, title="Throughput")
+        rate_ax.set_ylim(bottom=0)
+        for ax in (loss_ax, rate_ax):
+            ax.grid(alpha=0.3)
+        tmp = png.with_name(png.name + ".tmp")
+        fig.savefig(tmp, format="png", dpi=100)
+        tmp.replace(png)
+    except Exception as exc:  # a plotting failure must not fail the run
+        return f"note: could not draw {png.name}: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _read_curves(metrics: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The train and eval records of ``metrics.jsonl`` that carry a step and a loss."""
+    train: list[dict[str, Any]] = []
+    evals: list[dict[str, Any]] = []
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("loss"), (int, float)):
+            continue
+        if not isinstance(record.get("step"), int):
+            continue
+        (evals if record.get("type") == "eval" else train).append(record)
+    return train, evals

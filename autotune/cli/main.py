@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from autotune import __version__
-from autotune.cli import bench, models, presets, probe, search, train
+from autotune.cli import bench, models, presets, probe, report, search, train
 from autotune.cli._common import state
 
 __all__ = ["app", "main"]
@@ -44,6 +44,7 @@ app.command("bench")(bench.bench)
 app.command("search")(search.search)
 app.add_typer(presets.app, name="presets")
 app.command("train")(train.train)
+app.command("report")(report.report)
 
 
 def main() -> None:

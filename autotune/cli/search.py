@@ -113,6 +113,14 @@ BurstTimeoutOption = Annotated[
     typer.Option("--burst-timeout", help="Time limit of one burst, e.g. 300s or 5m."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+ReportOption = Annotated[
+    bool,
+    typer.Option(
+        "--report",
+        help="Also write the report page beside the preset (best.yaml: best.html); needs "
+        'pip install "autotune[report]".',
+    ),
+]
 
 
 @cli_command
@@ -136,6 +144,7 @@ def search(
     warm_start: WarmStartOption = None,
     burst_timeout: BurstTimeoutOption = "300s",
     json_output: JsonOption = False,
+    report: ReportOption = False,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -147,6 +156,10 @@ def search(
     from autotune.study import search as run_search
 
     err = Console(stderr=True, highlight=False)
+    if report:  # before the search, not after it
+        from autotune.report.plots import require_matplotlib
+
+        require_matplotlib()
     warm = _warm_start(warm_start)
     timeout_s, burst_timeout_s = _durations(timeout, burst_timeout)
     restore_signals = _stop_signals_as_interrupt()
@@ -180,6 +193,12 @@ def search(
         raise
     finally:
         restore_signals()
+    if report and result.preset_path:
+        from autotune.report import page_beside, write_report
+
+        page = page_beside(result.preset_path)
+        write_report(result.preset_path, out=page)
+        err.print(f"report written: {page}")
     if json_output:
         print_json(result.to_dict())
         return

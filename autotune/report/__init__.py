@@ -1,0 +1,65 @@
+"""``autotune report``: a search as one self-contained HTML page (and a summary PNG).
+
+- ``data``: what a page shows, gathered from a study, a preset, or both (``ReportData``,
+  ``load_report_data``);
+- ``plots``: the plots, drawn with matplotlib (inline SVG for the page, PNG for ``--png``);
+- ``page``: the HTML, one section per question (``render_html``, ``race_html``).
+
+matplotlib is an optional extra (``pip install "autotune[report]"``); without it
+``write_report`` raises a ``UsageError`` that says so. Nothing here imports a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from autotune.errors import UsageError
+from autotune.report.data import ReportData, load_report_data
+
+__all__ = ["ReportData", "load_report_data", "page_beside", "write_report"]
+
+
+def page_beside(preset: str | Path) -> Path:
+    """Where ``autotune search --report`` puts a preset's page: best.yaml -> best.html."""
+    return Path(preset).with_suffix(".html")
+
+
+def write_report(
+    source: str | Path,
+    *,
+    out: str | Path | None = "report.html",
+    png: str | Path | None = None,
+    storage: str | None = None,
+    runs_dir: str | Path = "autotune_runs",
+) -> ReportData:
+    """Write the report of ``source`` (a study's name, or a preset's path or name) to
+    ``out`` (HTML; None: not written) and, with ``png``, the summary image of its two main
+    plots. Returns what the page shows. ``UsageError`` (exit code 2) for a source that
+    names nothing, or when matplotlib is missing."""
+    from autotune.files import atomic_write_text
+    from autotune.report import page, plots
+
+    plots.require_matplotlib()
+    data = load_report_data(source, storage=storage, runs_dir=runs_dir)
+    if out is not None:
+        text = page.render_html(data)
+        with _writing(out, "--out"):
+            atomic_write_text(Path(out).expanduser(), text)
+    if png is not None:
+        with _writing(png, "--png"):
+            plots.summary_png(data, Path(png).expanduser())
+    return data
+
+
+@contextlib.contextmanager
+def _writing(path: str | Path, flag: str) -> Iterator[None]:
+    """A file that cannot be written is the user's to fix: a one-paragraph error."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(
+            f"{flag} {str(path)!r}: cannot write it ({exc.strerror or exc}); give a path in "
+            "a folder that exists and that you can write to"
+        ) from None

@@ -1,0 +1,451 @@
+"""The report page: one self-contained HTML file (inline CSS and SVG, no script, nothing
+fetched from a network), one ``<section>`` per question a reader asks of a search.
+
+``render_html(data)`` builds it; each ``_section_*`` function renders one section and says
+in a sentence why it is empty when it has nothing to show. ``race_html(race, unit)`` renders
+a preset's finalist race from its plain mapping.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import shlex
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from autotune.report import plots
+from autotune.study.records import TrialRecord, distinct_best, summarize_config
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.report.data import ReportData
+
+__all__ = ["SECTIONS", "finalist_entries", "race_html", "render_html"]
+
+# The sections, in page order: (id, heading).
+SECTIONS = (
+    ("summary", "Summary"),
+    ("history", "Search history"),
+    ("memory", "Throughput against peak memory"),
+    ("knobs", "Each knob's effect"),
+    ("finalists", "Finalists"),
+    ("hardware", "Hardware"),
+    ("config", "The winner's config against naive"),
+    ("reproduce", "Reproduce"),
+)
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1000px; padding: 1.5rem; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; }
+h2 { font-size: 1.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem;
+     margin-top: 2rem; }
+nav a { margin-right: 0.8rem; font-size: 0.9rem; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: left; }
+th { background: #f4f4f4; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.changed td { background: #fff6d6; }
+tr.same td { color: #888; }
+pre { background: #f6f8fa; padding: 0.7rem; overflow-x: auto; }
+.note { color: #666; font-style: italic; }
+.big { font-size: 1.15rem; }
+figure { margin: 0.5rem 0; }
+svg { max-width: 100%; height: auto; }
+"""
+
+
+def render_html(data: ReportData) -> str:
+    """The whole page as text."""
+    renderers: dict[str, Callable[[ReportData], str]] = {
+        "summary": _section_summary,
+        "history": _section_history,
+        "memory": _section_memory,
+        "knobs": _section_knobs,
+        "finalists": _section_finalists,
+        "hardware": _section_hardware,
+        "config": _section_config,
+        "reproduce": _section_reproduce,
+    }
+    nav = " ".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title in SECTIONS)
+    body = "\n".join(
+        f'<section id="{sid}">\n<h2>{_e(title)}</h2>\n{renderers[sid](data)}\n</section>'
+        for sid, title in SECTIONS
+    )
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in data.notes)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        # nothing on this page may load from anywhere: it is one file, read offline
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">\n"
+        f"<title>{_e(data.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{_e(data.title)}</h1>\n<nav>{nav}</nav>\n{notes}\n{body}\n"
+        "</body>\n</html>\n"
+    )
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def _table(
+    header: Sequence[str] | None, rows: Sequence[Sequence[Any]], *, classes: Sequence[str] = ()
+) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header or ())
+    thead = f"<thead><tr>{head}</tr></thead>" if header else ""
+    lines = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
+        cells = "".join(
+            f'<td class="num">{_e(_fmt(c))}</td>'
+            if isinstance(c, (int, float)) and not isinstance(c, bool)
+            else f"<td>{_e(_fmt(c))}</td>"
+            for c in row
+        )
+        lines.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table>{thead}<tbody>{''.join(lines)}</tbody></table>"
+
+
+def _figure(fig: Any, name: str, caption: str) -> str:
+    svg = plots.figure_svg(fig, name=name)
+    caption_html = f'<figcaption class="note">{_e(caption)}</figcaption>'
+    return f'<figure id="plot-{name}">{svg}{caption_html}</figure>'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_e(text)}</p>'
+
+
+# -- the sections ------------------------------------------------------------------------------
+
+
+def _section_summary(data: ReportData) -> str:
+    rows: list[tuple[str, Any]] = [("model", data.model), ("device", data.device)]
+    if data.budget_bytes:
+        rows.append(("memory budget", format_bytes(data.budget_bytes)))
+    if data.study_name:
+        rows.append(("study", f"{data.study_name} in {data.storage}"))
+    if data.preset_path:
+        rows.append(("preset", data.preset_path))
+    done = data.finished()
+    if done:
+        counts = {
+            "measured": sum(1 for t in done if t.ran),
+            "infeasible": sum(1 for t in done if t.infeasible),
+            "pruned": sum(1 for t in done if t.state == "PRUNED"),
+            "failed": sum(1 for t in done if t.failed),
+        }
+        rows.append(
+            ("trials", f"{len(done)} (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")")
+        )
+    headline = _headline(data)
+    out = f'<p class="big">{_e(headline)}</p>' if headline else ""
+    return out + _table(None, rows)
+
+
+def _headline(data: ReportData) -> str:
+    unit = data.unit
+    if data.preset is not None and data.preset.measured.throughput is not None:
+        value = data.preset.measured.throughput[0]
+        text = f"The preset measured {_fmt(value)} {unit}"
+        speedup = _speedup(data)
+        return text + (f", {speedup:.2f}x the naive config." if speedup else ".")
+    winner = data.winner()
+    if winner is None:
+        return "No config ran successfully within the budget: there is no winner."
+    speedup = _speedup(data)
+    return f"Best trial #{winner.number}: {_fmt(winner.throughput)} {unit}" + (
+        f", {speedup:.2f}x the naive config." if speedup else "."
+    )
+
+
+def _speedup(data: ReportData) -> float | None:
+    race = data.race
+    if race and isinstance(race.get("speedup"), (int, float)):
+        return float(race["speedup"])
+    baseline = None if data.preset is None else data.preset.baseline
+    if baseline is not None and baseline.speedup is not None:
+        return baseline.speedup
+    winner, naive = data.winner(), data.by_role("naive")
+    if winner and naive and naive.feasible and naive.throughput and winner.throughput:
+        return winner.throughput / naive.throughput
+    return None
+
+
+def _section_history(data: ReportData) -> str:
+    if not data.finished():
+        return _note("No trials to show: the study has none, or this page has no study.")
+    caption = (
+        "Every trial in the order it ran; the line is the best so far. Infeasible trials "
+        "(out of memory, over the budget, or skipped as such) and failed ones sit at 0, "
+        "pruned ones at what they reached before they were stopped, each with its own marker."
+    )
+    return _figure(plots.history_figure(data), "history", caption) + _trial_table(data)
+
+
+def _trial_table(data: ReportData) -> str:
+    rows = []
+    for t in data.finished():
+        rows.append(
+            (
+                t.number,
+                t.status + (f" ({t.role})" if t.role else ""),
+                t.throughput,
+                format_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-",
+                t.summary(),
+                t.reason,
+            )
+        )
+    table = _table(["#", "status", data.unit, "peak", "config", "reason"], rows)
+    return f"<details><summary>All {len(rows)} trials</summary>{table}</details>"
+
+
+def _section_memory(data: ReportData) -> str:
+    if not any(t.peak_memory_bytes for t in data.finished()):
+        return _note("No trial recorded its peak memory, so there is nothing to plot.")
+    caption = (
+        "One point per trial with a measured peak; the dashed line is the budget. "
+        "The winner is circled; the naive and hand-tuned starts are labelled."
+    )
+    return _figure(plots.memory_figure(data), "memory", caption)
+
+
+def _section_knobs(data: ReportData) -> str:
+    parts = []
+    if data.importances:
+        parts.append(
+            _figure(plots.importance_figure(data.importances), "importance", data.importance_note)
+        )
+    else:
+        parts.append(
+            _note(data.importance_note or "Parameter importances need the study's trials.")
+        )
+    fig = plots.knobs_figure(data)
+    if fig is None:
+        parts.append(_note("No knob took two values among the measured trials."))
+    else:
+        caption = (
+            "The measured throughput at each value of each knob (trials within the budget); "
+            "the bar is the median. Other knobs vary too, so read it as a tendency."
+        )
+        parts.append(_figure(fig, "knobs", caption))
+    return "\n".join(parts)
+
+
+def finalist_entries(data: ReportData) -> list[dict[str, Any]]:
+    """Without a race: the best distinct configs and naive, each with what the study
+    measured of it (its trial, and its verification burst where one ran)."""
+    verified: dict[int, float] = {}
+    for attempt in data.verify:
+        value = attempt.get("samples_per_s" if data.unit == "samples/s" else "tokens_per_s")
+        if isinstance(attempt.get("trial"), int) and isinstance(value, (int, float)):
+            verified[attempt["trial"]] = float(value)
+    chosen: list[TrialRecord] = distinct_best(data.trials)[:4]
+    naive = data.by_role("naive")
+    if naive is not None and naive.feasible and naive not in chosen:
+        chosen.append(naive)
+    winner = data.winner()
+    entries = []
+    for t in chosen:
+        samples = [x for x in (t.throughput, verified.get(t.number)) if x is not None]
+        label = f"#{t.number}" + (" winner" if winner and t.number == winner.number else "")
+        label += " naive" if t.role == "naive" else ""
+        entries.append(
+            {"label": label, "trial": t.number, "config": t.summary(), "samples": samples}
+        )
+    return entries
+
+
+def race_html(race: Mapping[str, Any], unit: str) -> str:
+    """A preset's finalist race (``rounds``, ``winner``, ``speedup`` with its interval,
+    ``margin`` with its interval, ``entries``) as a sentence, a table and a plot. Tolerant of
+    missing fields: it renders what is there."""
+    unit = str(race.get("unit") or unit)
+    entries = [e for e in race.get("entries") or () if isinstance(e, Mapping)]
+    said = []
+    if race.get("winner") is not None:
+        said.append(f"winner {race['winner']}")
+    if isinstance(race.get("speedup"), (int, float)):
+        said.append(f"{race['speedup']:.2f}x naive{_interval(race.get('speedup_interval'), 'x')}")
+    if isinstance(race.get("margin"), (int, float)):
+        said.append(
+            f"{race['margin']:+.1%} over the runner-up"
+            + _interval(race.get("margin_interval"), "%")
+        )
+    rounds = race.get("rounds")
+    head = (
+        f"The race: {rounds} interleaved rounds of fresh bursts"
+        if isinstance(rounds, int)
+        else "The race"
+    )
+    out = [f'<p class="big">{_e(head + (": " + "; ".join(said) if said else "") + ".")}</p>']
+    rows = []
+    for e in entries:
+        samples = plots._samples(e)
+        spread = e.get("spread")
+        rows.append(
+            (
+                e.get("label", "?"),
+                "-" if e.get("trial") is None else f"#{e['trial']}",
+                e.get("config", ""),
+                e.get("median"),
+                f"{spread:.1%}" if isinstance(spread, (int, float)) else "-",
+                len(samples),
+                f"{e['ratio_to_naive']:.2f}x"
+                if isinstance(e.get("ratio_to_naive"), (int, float))
+                else "-",
+            )
+        )
+    out.append(
+        _table(
+            ["finalist", "trial", "config", f"median {unit}", "spread", "rounds", "vs naive"], rows
+        )
+    )
+    fig = plots.finalists_figure(entries, unit)
+    if fig is not None:
+        out.append(
+            _figure(
+                fig,
+                "race",
+                "Each round's measurement; the bar is the median, the whiskers the range.",
+            )
+        )
+    return "\n".join(out)
+
+
+def _interval(value: Any, kind: str) -> str:
+    if not (isinstance(value, Sequence) and len(value) == 2):
+        return ""
+    lo, hi = value
+    if not all(isinstance(x, (int, float)) for x in (lo, hi)):
+        return ""
+    if kind == "%":
+        return f" (interval {lo:+.1%} to {hi:+.1%})"
+    return f" (interval {lo:.2f}x to {hi:.2f}x)"
+
+
+def _section_finalists(data: ReportData) -> str:
+    if data.race:
+        raced = race_html(data.race, data.unit)
+        return raced + ("\n" + _preset_figures(data) if data.preset is not None else "")
+    entries = finalist_entries(data)
+    if not entries:
+        if data.preset is not None:
+            return _preset_figures(data)
+        return _note("No config ran successfully within the budget, so there are no finalists.")
+    rows = []
+    for e in entries:
+        samples = e["samples"]
+        median = statistics.median(samples)
+        spread = (max(samples) - min(samples)) / median if len(samples) > 1 and median else None
+        rows.append(
+            (
+                e["label"],
+                e["config"],
+                median,
+                f"{spread:.1%}" if spread is not None else "-",
+                " / ".join(_fmt(x) for x in samples),
+            )
+        )
+    out = [
+        _note(
+            "This search recorded no race: each finalist's figures are its search trial and, "
+            "where it was verified, its longer verification burst."
+        ),
+        _table(["finalist", "config", f"median {data.unit}", "spread", "measurements"], rows),
+    ]
+    fig = plots.finalists_figure(entries, data.unit)
+    if fig is not None:
+        out.append(_figure(fig, "finalists", "Each measurement; the bar is the median."))
+    if data.preset is not None:
+        out.append(_preset_figures(data))
+    return "\n".join(out)
+
+
+def _preset_figures(data: ReportData) -> str:
+    preset = data.preset
+    assert preset is not None
+    m, b = preset.measured, preset.baseline
+    rows: list[tuple[str, Any, Any]] = [
+        ("tokens/s", m.tokens_per_s, None if b is None else b.tokens_per_s),
+        ("samples/s", m.samples_per_s, None if b is None else b.samples_per_s),
+        ("peak memory", format_bytes(m.peak_memory_bytes) if m.peak_memory_bytes else "-", "-"),
+        ("step time (median, s)", m.step_time_median_s, "-"),
+    ]
+    speedup = _speedup(data)
+    table = _table(["", "preset", "naive"], rows)
+    said = f"Speedup over naive: {speedup:.2f}x." if speedup else "No naive figure to compare."
+    return f"<h3>The preset's measurement</h3>{table}<p>{_e(said)}</p>"
+
+
+def _section_hardware(data: ReportData) -> str:
+    if data.preset is None:
+        return _note(
+            f"The study records the device ({data.device}) but not the machine; the preset "
+            "a search writes carries the full fingerprint."
+        )
+    fp = data.preset.fingerprint
+    rows = [
+        ("device", fp.describe()),
+        ("memory", format_bytes(fp.memory_bytes)),
+        ("compute capability", fp.compute_capability or "-"),
+        ("driver / CUDA", f"{fp.driver_version or '-'} / {fp.cuda_version or '-'}"),
+        ("CPU", f"{fp.cpu_model} ({fp.cpu_cores} cores)"),
+        ("torch", fp.torch_version),
+        ("autotune", fp.autotune_version),
+        ("measured", data.preset.created),
+    ]
+    return _table(None, rows)
+
+
+def _flat(config: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in config.items() if k != "knobs"}
+    out.update({f"knobs.{k}": v for k, v in (config.get("knobs") or {}).items()})
+    return out
+
+
+def _section_config(data: ReportData) -> str:
+    winner, naive = data.winner_config(), data.naive_config()
+    if winner is None:
+        return _note("There is no winner, so no config to show.")
+    if naive is None:
+        return _note("No naive config ran, so the winner is shown alone.") + _table(
+            ["field", "winner"], sorted(_flat(winner).items())
+        )
+    w, n = _flat(winner), _flat(naive)
+    keys = sorted(set(w) | set(n), key=lambda k: (w.get(k) == n.get(k), k))
+    rows = [(k, n.get(k, "-"), w.get(k, "-")) for k in keys]
+    classes = ["same" if w.get(k) == n.get(k) else "changed" for k in keys]
+    changed = classes.count("changed")
+    summary = f"{summarize_config(naive)}  ->  {summarize_config(winner)}"
+    return f"<p>{changed} fields changed: <code>{_e(summary)}</code></p>" + _table(
+        ["field", "naive", "winner"], rows, classes=classes
+    )
+
+
+def _section_reproduce(data: ReportData) -> str:
+    lines = []
+    preset = shlex.quote(data.preset_path or "best.yaml")
+    if data.preset_path is None:
+        lines.append("# this study's preset: the file its search wrote (--output, best.yaml)")
+    lines.append(f"autotune presets check {preset}     # measure the preset on this machine")
+    lines.append(f"autotune train --preset {preset}    # train with it")
+    if data.storage and data.storage.startswith(("sqlite:", "postgresql", "mysql")):
+        lines.append(f"optuna-dashboard {data.storage}    # browse the study")
+    if data.study_name:
+        lines.append(f"autotune report {shlex.quote(data.study_name)}    # this page")
+    return f"<pre>{_e(chr(10).join(lines))}</pre>"

@@ -1,0 +1,171 @@
+"""`autotune report` at the CLI edge: the odd studies and presets give a sensible page or a
+one-paragraph error with exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import Searched
+from fake_burst import FakeBurst, cpu_profile, run
+from typer.testing import CliRunner, Result
+
+import autotune.burst
+import autotune.hardware
+from autotune.cli.main import app
+from autotune.errors import AutotuneError
+
+pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+
+
+def report(*args: str) -> Result:
+    return CliRunner().invoke(app, ["report", *args])
+
+
+def test_report_of_a_preset_writes_the_page_and_the_png(searched: Searched, tmp_path: Path) -> None:
+    out, png = tmp_path / "r.html", tmp_path / "s.png"
+    result = report(str(searched.preset), "--out", str(out), "--png", str(png))
+    assert result.exit_code == 0, result.output
+    assert f"report written: {out} and {png}" in result.stdout
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and png.stat().st_size
+
+
+def test_report_of_a_study_name_finds_it_in_the_runs_folder(
+    searched: Searched, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.html"
+    args = [searched.result.study_name, "--runs-dir", str(searched.runs_dir), "--out", str(out)]
+    result = report(*args)
+    assert result.exit_code == 0, result.output
+    assert 'id="plot-history"' in out.read_text(encoding="utf-8")
+
+
+def test_a_study_with_one_trial_gives_a_page_that_skips_the_importances(tmp_path: Path) -> None:
+    one = run(tmp_path, FakeBurst(), trials=1, study="one")
+    assert sum(1 for t in one.trials if t.ran) == 1
+    out = tmp_path / "one.html"
+    result = report("one", "--runs-dir", str(tmp_path / "runs"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    assert "parameter importances need at least 5 measured configs" in page
+    assert "No knob took two values" in page
+    assert 'id="plot-history"' in page and 'id="plot-memory"' in page
+
+
+def test_a_study_whose_trials_all_failed_gives_a_page_saying_so(tmp_path: Path) -> None:
+    with pytest.raises(AutotuneError, match="no config ran successfully"):
+        run(tmp_path, FakeBurst(fail=lambda c: "crash"), trials=3, study="bad", output=None)
+    out = tmp_path / "bad.html"
+    result = report("bad", "--runs-dir", str(tmp_path / "runs"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    assert "No config ran successfully within the budget" in page
+    assert 'id="plot-history"' in page  # the failed trials, marked as such
+    statuses = re.findall(r'<tr><td class="num">\d+</td><td>(\w+)', page)
+    assert statuses and set(statuses) == {"crash"}
+    assert "There is no winner" in page
+
+
+def test_a_preset_whose_study_is_gone_gives_a_page_of_the_preset(
+    searched: Searched, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["search"]["storage"] = f"sqlite:///{tmp_path / 'gone' / 'study.db'}"
+    preset = tmp_path / "orphan.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "orphan.html"
+    result = report(str(preset), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "could not be read" in result.stderr and "Traceback" not in result.output
+    page = out.read_text(encoding="utf-8")
+    assert "shows the preset alone" in page and "Test CPU (cpu, 2 cores)" in page
+    assert "The preset&#x27;s measurement" in page or "The preset's measurement" in page
+    assert not (tmp_path / "gone").exists()  # a report never creates a study file
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["no-such-study"], "no study named 'no-such-study'"),
+        (["missing.yaml"], "does not exist"),
+        (["x", "--storage", "sqlite:///nowhere/study.db"], "no file"),
+    ],
+)
+def test_a_source_that_names_nothing_is_exit_2_in_one_paragraph(
+    args: list[str], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = report(*args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr and "Traceback" not in result.output
+    assert not list(tmp_path.iterdir())  # nothing written, no study file made
+
+
+def test_a_study_not_in_the_storage_names_those_that_are(searched: Searched) -> None:
+    url = searched.result.storage
+    result = report("other", "--storage", url, "--out", "/dev/null")
+    assert result.exit_code == 2
+    assert searched.result.study_name in result.stderr
+
+
+def test_an_unwritable_out_is_exit_2(searched: Searched, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    result = report(str(searched.preset), "--out", str(tmp_path / "file" / "r.html"))
+    assert result.exit_code == 2 and "--out" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_without_matplotlib_the_error_names_the_extra(
+    searched: Searched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    result = report(str(searched.preset), "--out", str(tmp_path / "r.html"))
+    assert result.exit_code == 2
+    assert 'pip install "autotune[report]"' in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "r.html").exists()
+
+
+TOY_MODEL = """
+import torch
+from torch import nn
+from autotune.models.spec import ModelSpec
+
+spec = ModelSpec(name="toy", description="a toy", task="lm",
+                 build_fn=lambda width=4: nn.Linear(width, width),
+                 make_batch_fn=lambda a, b, t, g: {"x": torch.zeros(b, t, a["width"])},
+                 loss_fn=lambda m, b: m(b["x"]).pow(2).mean(), flops_fn=lambda a, s: 1.0,
+                 args={"width": 4}, seq_len=64, max_seq_len=256, global_batch=32)
+"""
+
+
+def test_search_report_writes_the_page_beside_the_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "toy_model.py"
+    model.write_text(TOY_MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst())
+    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    args = ["search", "--model", f"{model}:spec", "--budget", "1GB", "--trials", "3"]
+    result = CliRunner().invoke(app, [*args, "--output", "out/best.yaml", "--report"])
+    assert result.exit_code == 0, result.output
+    page = tmp_path / "out" / "best.html"
+    assert f"report written: {Path('out/best.html')}" in result.stderr
+    text = page.read_text(encoding="utf-8")
+    assert 'id="plot-history"' in text and "autotune train --preset out/best.yaml" in text
+
+
+def test_search_report_without_matplotlib_stops_before_the_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    burst = FakeBurst()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = ["search", "--model", "gpt-small", "--budget", "1GB", "--report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "autotune[report]" in result.stderr
+    assert not burst.calls and not (tmp_path / "autotune_runs").exists()

@@ -1,0 +1,183 @@
+"""The report page of a small real study: every section and plot, offline, honest marks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import Searched
+
+from autotune.report import load_report_data, write_report
+from autotune.report.page import SECTIONS, race_html, render_html
+from autotune.report.plots import knob_values
+from autotune.study.records import TrialRecord
+
+pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+
+
+def _sections(page: str) -> dict[str, str]:
+    found = re.findall(r'<section id="([^"]+)">(.*?)</section>', page, flags=re.S)
+    return dict(found)
+
+
+def _assert_offline(page: str) -> None:
+    """Nothing on the page loads from anywhere: no script, no stylesheet link, no remote
+    source or url(); the only http text is the SVG namespaces."""
+    assert "<script" not in page.lower()
+    assert "<link" not in page.lower()
+    assert "@import" not in page
+    assert not re.search(r'\b(src|href)="(?!#|data:)', page), "a reference to another file"
+    assert not re.search(r"url\((?!#)", page)
+    leftover = re.sub(r'xmlns(:\w+)?="http://www\.w3\.org/[^"]*"', "", page)
+    assert "http://" not in leftover and "https://" not in leftover
+
+
+def test_the_report_of_a_study_has_every_section_and_plot(
+    searched: Searched, tmp_path: Path
+) -> None:
+    out, png = tmp_path / "report.html", tmp_path / "summary.png"
+    data = write_report(searched.preset, out=out, png=png)
+    page = out.read_text(encoding="utf-8")
+    sections = _sections(page)
+    assert list(sections) == [sid for sid, _ in SECTIONS]
+    finalists = "race" if data.race else "finalists"  # a search that raced records it
+    for plot in ("history", "memory", "importance", "knobs", finalists):
+        assert f'id="plot-{plot}"' in page, plot
+    assert page.count("<svg") == 5
+    _assert_offline(page)
+    # the summary image: a PNG of a real size
+    raw = png.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) > 20_000
+    # what the sections say
+    assert data.preset is not None and data.study_name == searched.result.study_name
+    assert f"{searched.result.speedup:.2f}x the naive config" in sections["summary"]
+    assert "Test CPU (cpu, 2 cores)" in sections["hardware"]
+    assert "autotune presets check" in sections["reproduce"]
+    assert "autotune train --preset" in sections["reproduce"]
+    assert "optuna-dashboard sqlite:///" in sections["reproduce"]
+    assert "fANOVA importances over" in sections["knobs"]
+
+
+def test_the_history_marks_infeasible_pruned_and_failed_trials_apart(searched: Searched) -> None:
+    counts = searched.result.counts()
+    page = render_html(load_report_data(searched.preset))
+    history = _sections(page)["history"]
+    # the legend counts each kind (the SVG draws text as paths; its aria/title text is not
+    # kept, so read the counts from the trial table instead, and the legend from the data)
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td>([^<]+)</td>", history)
+    statuses = [s.split(" ")[0] for _, s in rows]
+    assert len(rows) == counts["trials"]
+    assert statuses.count("pruned") == counts["pruned"]
+    assert (
+        sum(s in ("oom", "over-budget", "dominated", "predicted") for s in statuses)
+        == counts["infeasible"]
+    )
+    assert "crash" in statuses
+
+
+def test_the_winner_is_shown_as_a_diff_against_naive(searched: Searched) -> None:
+    page = render_html(load_report_data(searched.preset))
+    config = _sections(page)["config"]
+    best, naive = searched.result.best, searched.result.naive
+    assert best is not None and naive is not None
+    changed = {k for k in best.config if best.config[k] != naive.config[k]}
+    assert changed
+    for key in changed:
+        row = re.search(rf'<tr class="changed"><td>{key}</td><td[^>]*>([^<]*)</td>', config)
+        assert row is not None, key
+    assert config.count('class="changed"') == len(changed)
+
+
+def test_a_study_alone_makes_a_page_and_says_what_only_a_preset_has(searched: Searched) -> None:
+    data = load_report_data(searched.result.study_name, runs_dir=searched.runs_dir)
+    assert data.preset is None and len(data.finished()) == searched.result.counts()["trials"]
+    sections = _sections(render_html(data))
+    assert "carries the full fingerprint" in sections["hardware"]
+    assert 'id="plot-history"' in sections["history"]
+
+
+def test_knob_values_groups_measured_throughput_by_value() -> None:
+    def trial(n: int, mb: int, tp: float, status: str = "ok") -> TrialRecord:
+        config = {"micro_batch": mb, "precision": "fp32", "knobs": {"attention": "sdpa"}}
+        return TrialRecord(
+            number=n, state="COMPLETE", status=status, config=config, throughput=tp, ran=True
+        )
+
+    values = knob_values(
+        [trial(0, 1, 10.0), trial(1, 2, 20.0), trial(2, 2, 30.0), trial(3, 4, 99.0, status="oom")]
+    )
+    assert values == {"micro_batch": {"1": [10.0], "2": [20.0, 30.0]}}  # one value: no panel
+
+
+RACE: dict[str, Any] = {
+    "rounds": 5,
+    "unit": "tokens/s",
+    "winner": "#7",
+    "speedup": 2.31,
+    "speedup_interval": [2.1, 2.5],
+    "margin": 0.042,
+    "margin_interval": [0.01, 0.07],
+    "entries": [
+        {
+            "label": "#7",
+            "trial": 7,
+            "config": "mb 4x8 seq 64 fp32",
+            "median": 5700.0,
+            "spread": 0.031,
+            "samples": [5600.0, 5700.0, 5750.0, 5690.0, 5720.0],
+            "ratio_to_naive": 2.31,
+        },
+        {
+            "label": "naive",
+            "trial": None,
+            "config": "mb 1x32 seq 64 fp32",
+            "median": 2400.0,
+            "spread": 0.02,
+            "samples": [2390.0, 2400.0, 2410.0, 2380.0, 2420.0],
+            "ratio_to_naive": 1.0,
+        },
+    ],
+}
+
+
+def test_a_race_renders_as_a_table_with_its_intervals() -> None:
+    text = race_html(RACE, "tokens/s")
+    assert "5 interleaved rounds" in text and "winner #7" in text
+    assert "2.31x naive (interval 2.10x to 2.50x)" in text
+    assert "+4.2% over the runner-up (interval +1.0% to +7.0%)" in text
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td>", text)
+    assert rows == [("#7", "#7"), ("naive", "-")]
+    assert "3.1%" in text and "2.31x" in text and 'id="plot-race"' in text
+    # missing fields: what is there still renders
+    assert "<table>" in race_html({"entries": [{"label": "x", "median": 1.0}]}, "samples/s")
+
+
+def test_a_preset_with_a_race_shows_it_in_the_finalists(searched: Searched, tmp_path: Path) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["race"] = RACE
+    preset = tmp_path / "raced.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    page = render_html(load_report_data(preset))
+    finalists = _sections(page)["finalists"]
+    assert "2.31x naive (interval 2.10x to 2.50x)" in finalists
+    assert (
+        "The preset measured" in _sections(page)["summary"]
+        and "2.31x" in _sections(page)["summary"]
+    )
+
+
+def test_reading_a_preset_for_a_report_never_runs_its_model(
+    searched: Searched, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    model = tmp_path / "evil.py"
+    model.write_text(f"open({str(marker)!r}, 'w').write('x')\nraise SystemExit(3)\n")
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["model"] = {"name": f"{model}:spec", "args": {}}
+    preset = tmp_path / "user.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    page = render_html(load_report_data(preset))
+    assert f"{model}:spec" in page and not marker.exists()
