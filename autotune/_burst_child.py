@@ -199,6 +199,16 @@ def _load_spec(request: Mapping[str, Any]) -> ModelSpec:
     return spec
 
 
+def _compiled_graphs() -> int | None:
+    """How many graphs torch.compile (Dynamo) has built in this process: a count that
+    grows during the timed steps means recompilation (dynamic shapes, a failed guard)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # a torch without Dynamo
+        return None
+    return int(counters["stats"]["unique_graphs"])
+
+
 def _finite(value: float) -> bool:
     return math.isfinite(value)
 
@@ -316,6 +326,7 @@ class Trial:
             ]
             return stepper.step(micro)
 
+        compiled = config.compile != "off"
         self.channel.send("ready")
         for i in range(warmup + steps):
             is_warmup = i < warmup
@@ -331,6 +342,7 @@ class Trial:
                 time_s=seconds,
                 loss=loss,
                 peak_bytes=self.cuda_peak(),
+                graphs=_compiled_graphs() if compiled else None,
             )
             if not _finite(loss):
                 return self.result("nan", f"loss is {loss} at {self.stage}")

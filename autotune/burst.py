@@ -92,6 +92,7 @@ class BurstResult:
     host_peak_bytes: int | None = None  # CPU memory of the process tree (also on CUDA)
     peak_processes: int | None = None  # most processes seen in the tree (workers + 1)
     cuda_context_bytes: int | None = None
+    recompiles: int | None = None  # graphs torch.compile built during the timed steps
 
     @property
     def ok(self) -> bool:
@@ -283,6 +284,15 @@ class _Progress:
     context_method: str | None = None
     cap_fraction: float | None = None
     result: dict[str, Any] | None = None
+    graphs_after_warmup: int | None = None  # graphs torch.compile had built by then
+    graphs: int | None = None  # ... by the last step
+
+    def recompiles(self) -> int | None:
+        """Graphs torch.compile built during the timed steps (recompilation: dynamic shapes
+        or a guard that failed); None without compile or without a warm-up."""
+        if self.graphs is None or self.graphs_after_warmup is None:
+            return None
+        return max(0, self.graphs - self.graphs_after_warmup)
 
     def next_stage(self) -> str:
         if len(self.warmup_times) < self.warmup:
@@ -343,6 +353,7 @@ def run_burst(
             losses=tuple(progress.losses),
             overhead_s=progress.overhead_s,
             cuda_context_bytes=progress.context_bytes,
+            recompiles=progress.recompiles(),
             wall_s=time.perf_counter() - started,
             **base,
             **figures,
@@ -630,6 +641,10 @@ def _watch(
                 seconds = float(msg["time_s"])
                 (progress.warmup_times if kind == "warmup" else progress.step_times).append(seconds)
                 progress.losses.append(float(msg["loss"]))
+                if msg.get("graphs") is not None:
+                    progress.graphs = int(msg["graphs"])
+                    if kind == "warmup":
+                        progress.graphs_after_warmup = progress.graphs
                 if msg.get("peak_bytes") is not None:
                     progress.cuda_peak = int(msg["peak_bytes"])
                 progress.stage = progress.next_stage()

@@ -156,6 +156,7 @@ def train(
     trust_model: _TrustModel = False,
 ) -> None:
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
+    from autotune.compile_cache import shared_compile_cache
     from autotune.launch import prepare_training
     from autotune.train import train as run_training
 
@@ -174,20 +175,21 @@ def train(
         option_names=_FLAGS,
         trust_model=trust_model,
     )
-    result = run_training(
-        run.spec,
-        run.config,
-        run.training,
-        data=data,
-        out_dir=out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name),
-        device=run.device,
-        device_caps=run.caps,
-        resume=resume,
-        on_oom=on_oom,  # type: ignore[arg-type]
-        text_column=text_column,
-        target_column=target_column,
-        json_logs=json_logs,
-    )
+    with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code
+        result = run_training(
+            run.spec,
+            run.config,
+            run.training,
+            data=data,
+            out_dir=out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name),
+            device=run.device,
+            device_caps=run.caps,
+            resume=resume,
+            on_oom=on_oom,  # type: ignore[arg-type]
+            text_column=text_column,
+            target_column=target_column,
+            json_logs=json_logs,
+        )
     sys.stdout.flush()
     if result.exit_code:
         raise typer.Exit(result.exit_code)

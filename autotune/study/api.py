@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from autotune.compile_cache import shared_compile_cache
 from autotune.errors import BudgetError, UsageError
 from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
@@ -177,7 +178,11 @@ def search(
         opt_study = _open_study(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
-        with exclusive_search(opt_study, study_name), _watching(state, watch, burst_fn):
+        with (
+            exclusive_search(opt_study, study_name),
+            _watching(state, watch, burst_fn),
+            shared_compile_cache(runs_dir),
+        ):
             planner = Planner(state=state, caps=caps)
             state.reserve = lambda: race.reserve_s(state, planner.expert(), steps=steps)
             measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)

@@ -173,6 +173,12 @@ class TrialObjective:
         if capped and result.status == "timeout":
             self.cut_by_time = True
             result = replace(result, status="pruned")
+        if result.recompiles:
+            self.state.note(
+                f"trial #{trial.number} recompiled {result.recompiles} graph(s) during its "
+                "timed steps (dynamic shapes or a failed guard): its figure includes "
+                "compilation, and a training run would recompile too"
+            )
         disturbed = self.state.disturbance(t0, result.step_times_s)
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
@@ -361,6 +367,7 @@ def _figures(result: BurstResult, throughput: float | None, *, wall_s: float) ->
         "compile_s": result.compile_s,
         "mfu": result.mfu,
         "timed_steps": result.timed_steps,
+        "recompiles": result.recompiles,
     }
 
 

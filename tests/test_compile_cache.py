@@ -1,0 +1,69 @@
+"""Cheaper trials: one torch.compile cache for a search's bursts and the training run, and
+recompilation inside a burst detected and reported."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_burst import FakeBurst, run
+
+from autotune.burst import BurstResult, _Progress
+from autotune.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache
+from autotune.config import TrainConfig
+from autotune.models.spec import ModelSpec
+
+HERE = Path(__file__).parent
+
+
+@dataclass
+class CacheSeen(FakeBurst):
+    seen: list[str | None] = field(default_factory=list)
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        self.seen.append(os.environ.get(CACHE_ENV))  # what a burst child would inherit
+        return super().__call__(spec, config, **kw)
+
+
+def test_a_search_points_its_bursts_at_the_runs_folders_compile_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    burst = CacheSeen()
+    run(tmp_path, burst, trials=4)
+    expected = str(compile_cache_dir(tmp_path / "runs").resolve())
+    assert burst.seen and set(burst.seen) == {expected}  # trials and race alike
+    assert CACHE_ENV not in os.environ  # restored after the search
+
+
+def test_a_cache_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    with shared_compile_cache(tmp_path / "runs") as folder:
+        assert folder == tmp_path / "mine" and os.environ[CACHE_ENV] == str(folder)
+    assert os.environ[CACHE_ENV] == str(tmp_path / "mine")
+
+
+def test_recompiles_count_graphs_built_during_the_timed_steps() -> None:
+    progress = _Progress()
+    assert progress.recompiles() is None  # no compile
+    progress.graphs_after_warmup, progress.graphs = 2, 2
+    assert progress.recompiles() == 0
+    progress.graphs = 3
+    assert progress.recompiles() == 1
+
+
+@pytest.mark.slow
+def test_a_burst_whose_shapes_change_reports_its_recompilation() -> None:
+    from autotune.burst import run_burst
+    from autotune.models.registry import load_model
+
+    spec = load_model(f"{HERE / 'dynamic_shapes_model.py'}:spec")
+    config = TrainConfig(micro_batch=4, seq_len=16, compile="default")
+    result = run_burst(spec, config, steps=3, warmup=1, timeout_s=300)
+    assert result.ok, result.reason
+    assert result.recompiles is not None and result.recompiles >= 1
+    eager = run_burst(spec, config.replace(compile="off"), steps=3, warmup=1, timeout_s=120)
+    assert eager.ok and eager.recompiles is None
