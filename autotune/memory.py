@@ -44,6 +44,7 @@ __all__ = [
     "cuda_peak_bytes",
     "measure_cuda_context",
     "nvml_device_used_bytes",
+    "nvml_handle",
     "nvml_process_used_bytes",
     "own_peak_rss_bytes",
     "tree_memory_bytes",
@@ -274,7 +275,7 @@ def _nvml() -> Any | None:
     return pynvml
 
 
-def _nvml_handle(nvml: Any, device_index: int) -> Any:
+def nvml_handle(nvml: Any, device_index: int) -> Any:
     """The NVML handle of torch's ``cuda:device_index``, honouring CUDA_VISIBLE_DEVICES.
 
     Read from the environment, not from torch, so it works before CUDA is initialised.
@@ -295,7 +296,7 @@ def nvml_device_used_bytes(device_index: int) -> int | None:
     if nvml is None:
         return None
     try:
-        return int(nvml.nvmlDeviceGetMemoryInfo(_nvml_handle(nvml, device_index)).used)
+        return int(nvml.nvmlDeviceGetMemoryInfo(nvml_handle(nvml, device_index)).used)
     except Exception:
         return None
 
@@ -311,7 +312,7 @@ def nvml_process_used_bytes(device_index: int, pid: int | None = None) -> int | 
         return None
     pid = os.getpid() if pid is None else pid
     try:
-        handle = _nvml_handle(nvml, device_index)
+        handle = nvml_handle(nvml, device_index)
         procs = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
     except Exception:
         return None

@@ -287,9 +287,9 @@ def _verify_order(key: str) -> tuple[int, str]:
 def _load_study(name: str, url: str) -> optuna.Study:
     import optuna
 
-    from autotune.study.optuna_glue import _open_storage, redact
+    from autotune.study.optuna_glue import open_storage, redact
 
-    storage = _open_storage(url)
+    storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -32,6 +32,7 @@ __all__ = [
     "constraints",
     "has_set_constraint",
     "make_sampler",
+    "open_storage",
     "open_study",
     "quiet_optuna",
     "redact",
@@ -141,7 +142,7 @@ def open_study(
 ) -> optuna.Study:
     """Create or load study ``name`` in the storage at ``url`` (maximized, with the TPE
     sampler and ``pruner``) and check that it was made for the same search (``setup``)."""
-    storage = _open_storage(url)
+    storage = open_storage(url)
     existing = _existing_trial_count(storage, name)
     sampler = make_sampler(
         # a resumed study does not replay the same random draws
@@ -330,7 +331,7 @@ def check_storage_url(url: str) -> None:
         )
 
 
-def _open_storage(url: str) -> Any:
+def open_storage(url: str) -> Any:
     """An Optuna storage for ``url``: ``journal:PATH`` is a journal file; anything else is
     an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
     process was killed is marked FAIL by the next run."""

@@ -50,7 +50,7 @@ import psutil
 
 from autotune.burst import percentile
 from autotune.errors import describe_exception
-from autotune.memory import _nvml_handle
+from autotune.memory import nvml_handle
 
 __all__ = [
     "BUSY_CORES",
@@ -470,7 +470,7 @@ class MachineWatch:
                 self._nvml = pynvml
             self._nvml.nvmlInit()
             self._nvml_open = True
-            self._gpu_handle = _nvml_handle(self._nvml, self._gpu_index)
+            self._gpu_handle = nvml_handle(self._nvml, self._gpu_index)
         except Exception as exc:
             self._note_gpu_error(exc)
             self._gpu_handle = None
