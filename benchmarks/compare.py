@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from autotune.hardware import DeviceCaps, HardwareProfile
     from autotune.models.spec import ModelSpec
     from autotune.study import SearchResult
+    from autotune.study.watch import MachineWatch
 
 POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
@@ -390,10 +391,21 @@ class _Pending:
     capped: bool = True
     failed: bool = False
     wall_s: float = 0.0
+    started: float = 0.0  # the last burst's start, on the machine watch's clock
 
     @property
     def uncap_if_over(self) -> bool:
         return any(row.uncap_if_over for row in self.rows)
+
+
+def _outside_load(watch: MachineWatch, item: _Pending) -> str:
+    """The log line's note on what else ran during ``item``'s last burst; a row note when
+    the machine was busy."""
+    load = watch.window(item.started)
+    if load.busy:
+        for row in item.rows:
+            row.notes.append(f"a burst ran while {load.describe()}")
+    return f" [outside load {load.outside_cores_mean:.2f} cores]"
 
 
 def measure_rows(
@@ -404,12 +416,15 @@ def measure_rows(
     settings: MeasureSettings,
     budget_bytes: int,
     log: Log,
+    watch: MachineWatch | None = None,
 ) -> None:
     """Measure every row's config, in rounds: each round runs one burst of every distinct
     config, forward on even rounds and backward on odd ones, so a change of load on the
     machine falls on every row alike. Rows with the same config share one measurement. A
     config of a row with ``uncap_if_over`` that runs out of the budget is measured without
-    the cap from then on; any other failure ends that config's measurement."""
+    the cap from then on; any other failure ends that config's measurement. With a machine
+    ``watch``, each burst's log line says how many cores other processes used during it,
+    and a row measured under such load says so in its notes."""
     pending: dict[str, _Pending] = {}
     for row in rows:
         if row.config is None or row.skipped:
@@ -425,6 +440,7 @@ def measure_rows(
 
     def burst(item: _Pending, budget: int | None) -> BurstResult:
         t0 = time.monotonic()
+        item.started = watch.now() if watch is not None else 0.0
         result = burst_fn(
             spec,
             item.config,
@@ -459,7 +475,8 @@ def measure_rows(
                 fmt_float(result.throughput) if result.ok else f"{result.status}: {result.reason}"
             )
             where = f"round {round_ + 1}/{settings.repeats} {names}"
-            log(f"  {where} ({_summary(item.config)}): {shown}")
+            load = "" if watch is None else _outside_load(watch, item)
+            log(f"  {where} ({_summary(item.config)}): {shown}{load}")
             item.failed = not result.ok
     for item in order:
         m = summarize(
@@ -628,10 +645,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--search-timeout", default=None, help="the search's --timeout (e.g. 10m)")
     p.add_argument("--search-steps", type=int, default=None, help="timed steps per search trial")
     p.add_argument(
-        "--search-verify-steps",
+        "--search-race-steps",
         type=int,
         default=None,
-        help="steps of the search's verification burst (default: the search's, max(2 x steps, 10))",
+        help="timed steps of each of the search race's bursts (default: --search-steps)",
     )
     p.add_argument("--knob", action="append", default=[], help="NAME=V1,V2 (search and grid)")
     p.add_argument("--grid-max", type=int, default=DEFAULT_GRID_MAX, help="largest grid to run")
@@ -661,7 +678,7 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         "repeats",
         "search_trials",
         "search_steps",
-        "search_verify_steps",
+        "search_race_steps",
         "global_batch",
     ):
         value = getattr(args, name)
@@ -725,9 +742,14 @@ def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None
     # their own bursts here). Phase 2 measures them all, interleaved.
     _choose_configs(task, policies, rows)
     _log(f"[measure] {settings.repeats} rounds over the rows' configs")
-    measure_rows(
-        task.spec, rows, burst_fn=run_burst, settings=settings, budget_bytes=task.budget, log=_log
-    )
+    from autotune.study.watch import MachineWatch
+
+    with MachineWatch(device=task.caps.device) as watch:
+        measure_rows(
+            task.spec, rows, burst_fn=run_burst, settings=settings, budget_bytes=task.budget,
+            log=_log, watch=watch,
+        )  # fmt: skip
+        header.append(f"- outside load during the measurements: {watch.total().describe()}")
 
     header.append(f"- load average at the end: {load_average()}")
     _write_report(task, settings, header, rows)
@@ -925,7 +947,7 @@ def _autotune_row(task: Task) -> Row:
                 trials=args.search_trials,
                 timeout=args.search_timeout,
                 steps=args.search_steps or DEFAULT_STEPS,
-                verify_steps=args.search_verify_steps,
+                race_steps=args.search_race_steps,
                 storage=f"sqlite:///{Path(tmp) / 'study.db'}",
                 output=task.out / "preset.yaml",
                 seed=args.seed,
