@@ -274,7 +274,11 @@ def _playbook_micro_batch(
         return below[-1] if below else space.micro_batch[0]
     for micro in sorted(space.micro_batch, reverse=True):  # the largest predicted to fit
         config = space.make_config({**values, "micro_batch": micro})
-        if memory is None or memory.verdict(config) is None:
+        if memory is None:
+            return micro
+        predicted = memory.predict(config)
+        fits = predicted is None or predicted <= memory.budget_bytes  # no benefit of doubt
+        if fits and memory.dominating_oom(config) is None:
             return micro
     return space.micro_batch[0]
 

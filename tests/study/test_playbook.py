@@ -1,0 +1,100 @@
+"""The expert starts: the guides' hand-tuned configs moved into the space, and the
+playbook's rules per device class."""
+
+from __future__ import annotations
+
+import pytest
+from fake_caps import cpu_caps, cuda_caps
+
+from autotune.memory_model import MemoryModel
+from autotune.models.registry import builtin_names, get_model
+from autotune.space import SearchSpace
+from autotune.study.playbook import (
+    HAND_TUNED,
+    expert_starts,
+    hand_tuned_config,
+    model_family,
+    playbook_config,
+    project,
+)
+
+GB = 10**9
+
+
+@pytest.mark.parametrize("name", ["mu", "gpt-small", "pointer-gen", "text-regressor"])
+def test_the_guides_hand_tuned_config_is_the_first_expert_start(name: str) -> None:
+    spec = get_model(name)
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2)
+    starts = expert_starts(space, spec, caps)
+    role, config, _ = starts[0]
+    assert role == "hand-tuned" and space.contains(config)
+    seq = space.default_seq_len or space.seq_len[-1]
+    guide = hand_tuned_config(spec, caps, global_batch=space.global_batch, seq_len=seq).config
+    assert guide is not None
+    # the same config compare.py measures as hand-tuned, where the space holds it
+    assert (config.micro_batch, config.precision, config.compile) == (
+        guide.micro_batch,
+        guide.precision,
+        guide.compile,
+    )
+    assert model_family(spec) in HAND_TUNED
+
+
+def test_a_model_without_a_guide_gets_the_playbook_alone() -> None:
+    from fake_burst import toy_spec
+
+    spec = toy_spec()
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2)
+    starts = expert_starts(space, spec, caps)
+    assert [role for role, _, _ in starts] == ["playbook"]
+
+
+def test_the_playbook_on_a_cpu_follows_its_bf16_units() -> None:
+    from fake_burst import toy_spec
+
+    spec = toy_spec()
+    for native, precision in ((True, "bf16"), (False, "fp32")):
+        caps = cpu_caps(bf16_native=native)
+        space = SearchSpace.for_model(spec, caps, cpu_count=2)
+        config = playbook_config(space, spec)
+        assert config.precision == precision
+        assert config.compile == "default" and config.num_workers == 0
+        assert config.micro_batch == space.global_batch // 4  # no guide: a quarter
+        assert not config.activation_checkpointing
+
+
+def test_the_playbook_on_cuda_takes_the_largest_micro_batch_predicted_to_fit() -> None:
+    from fake_burst import toy_spec
+
+    spec = toy_spec()
+    caps = cuda_caps()
+    space = SearchSpace.for_model(spec, caps, cpu_count=8)
+    assert playbook_config(space, spec).micro_batch == max(space.micro_batch)  # knows nothing
+    config = playbook_config(space, spec)
+    assert config.precision == "bf16" and config.num_workers == 2 and config.pin_memory
+    memory = MemoryModel(budget_bytes=2 * GB, device_kind="cuda")
+    base = space.make_config({**space.values_of(config), "micro_batch": 1})
+    memory.add(0, base, peak_bytes=int(0.6 * GB), infeasible=False)  # 0.5 GB + 0.1 GB/sample
+    memory.add(
+        1, base.replace(micro_batch=2, grad_accum=16), peak_bytes=int(0.7 * GB), infeasible=False
+    )
+    fitted = playbook_config(space, spec, memory=memory)
+    assert fitted.micro_batch == 8  # 0.5 + 0.8 GB fits 2 GB; 16 samples (2.1 GB) do not
+
+
+def test_project_moves_a_config_into_a_restricted_space() -> None:
+    spec = get_model("gpt-small")
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2, restrict={"precision": ["fp32"]})
+    guide = hand_tuned_config(spec, caps, global_batch=space.global_batch, seq_len=256).config
+    assert guide is not None and guide.precision == "bf16"
+    moved, notes = project(space, guide)
+    assert space.contains(moved) and moved.precision == "fp32"
+    assert any("precision 'bf16' is outside" in n for n in notes)
+
+
+def test_every_builtin_model_has_a_guide() -> None:
+    families = {model_family(get_model(n)) for n in builtin_names()}
+    assert families <= set(HAND_TUNED) | {"gpt"}
