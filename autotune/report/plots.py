@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.space import BUILTIN_KNOBS
 from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
@@ -46,17 +47,8 @@ _PRUNED = {"marker": "v", "color": "#ff7f0e", "label": "pruned (clearly slower)"
 _FAILED = {"marker": "s", "color": "#7f7f7f", "label": "failed (crash, timeout, NaN)"}
 _BEST = "#2ca02c"
 
-# The config fields shown per knob (TrainConfig's), then the model's own knobs.
-KNOB_FIELDS = (
-    "micro_batch",
-    "seq_len",
-    "precision",
-    "activation_checkpointing",
-    "compile",
-    "num_workers",
-    "pin_memory",
-    "prefetch_factor",
-)
+# The config fields shown per knob: the search's own knobs (then the model's).
+KNOB_FIELDS = BUILTIN_KNOBS
 
 
 def require_matplotlib() -> None:
