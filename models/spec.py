@@ -51,6 +51,10 @@ _CONTRACTS = {
     "loss_fn": "loss_fn(module, batch) must return a scalar tensor",
     "flops_fn": "flops_fn(args, seq_len) must return one sample's training FLOPs",
     "tokens_fn": "tokens_fn(args, seq_len) must return the tokens in one sample",
+    "encode_example": (
+        "encode_example(src_words, tgt_words, vocab, *, max_src, max_tgt, vocab_size) must "
+        "return one sample's dict of tensors"
+    ),
 }
 
 
