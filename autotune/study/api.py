@@ -151,7 +151,7 @@ def search(
         opt_study = _open_study(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
-        with exclusive_search(opt_study, study_name):
+        with exclusive_search(opt_study, study_name, storage=storage):
             planner = Planner(state=state)
             measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
             _optimize(opt_study, planner, measure, warm_start, storage)
