@@ -115,6 +115,10 @@ BurstTimeoutOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
 
+# How the library's errors name a parameter here: by its flag.
+_FLAGS = {"output": "--output", "study": "--study"}
+
+
 @cli_command
 def search(
     model: ModelOption,
@@ -171,6 +175,7 @@ def search(
             warm_start=warm,
             burst_timeout=burst_timeout_s,
             progress=_LiveView(err),
+            option_names=_FLAGS,
         )
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
