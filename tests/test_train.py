@@ -150,7 +150,7 @@ def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -
     with pytest.raises(UsageError, match="it is a file; give out_dir a folder"):
         run(tmp_path / "taken", data)
     run(tmp_path / "run", data, training=settings(max_steps=3))
-    with pytest.raises(UsageError, match="train into a new folder with out_dir$"):
+    with pytest.raises(UsageError, match=r"train into a new folder with out_dir$"):
         run(tmp_path / "run", data)
 
 
