@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     channel = Channel(int(args[1]))
     _no_core_dumps()
-    _follow_parent(os.getppid(), workdir=Path(args[0]).parent)
+    parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
+    _follow_parent(parent, workdir=Path(args[0]).parent)
     channel.send("stage", name="importing")
     trial: Trial | None = None
     try:
@@ -473,7 +474,9 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     """End this trial's whole process group if the parent dies (it can no longer time us
     out or read the result), checked twice a second on a daemon thread. The parent would
     have removed the trial's temporary folder (``workdir``, made by ``run_burst``); a
-    parent killed outright cannot, so the trial does."""
+    parent killed outright cannot, so the trial does. ``ppid`` is the parent's pid as the
+    parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while this process
+    started is already gone by now, and ``os.getppid()`` would name its adopter."""
     import shutil
     import signal
     import threading
