@@ -204,13 +204,13 @@ def exclusive_search(study: optuna.Study, name: str, *, storage: str) -> Iterato
     searches never both run the baseline or race to write the preset.
 
     In a SQLite or journal file (``storage``) the claim is an OS lock on a file beside it
-    (``study.db.NAME.lock``): atomic, so of two searches started at the same moment exactly
-    one runs, and released by the OS when its process dies, kill -9 included. Any storage
-    also records the holder in the study (``searching``): a second search on this machine
-    while that process lives is refused, and a PostgreSQL or MySQL study, which has no file
-    to lock, reads the record back after writing it, so the search that wrote last runs
-    and the other one, seeing it, is refused (that narrows the race to a few storage
-    round trips; it does not close it)."""
+    (``study.db.<study>-<hash>.lock``): atomic, so of two searches started at the same
+    moment exactly one runs, and released by the OS when its process dies, kill -9
+    included. Any storage also records the holder in the study (``searching``): a second
+    search on this machine while that process lives is refused, and a PostgreSQL or MySQL
+    study, which has no file to lock, reads the record back after writing it, so the
+    search that wrote last runs and the other one, seeing it, is refused (that narrows the
+    race to a few storage round trips; it does not close it)."""
     with _file_lock(storage, name) as locked:
         holder = study.user_attrs.get("searching")
         if locked is False or _owner_alive(holder):
