@@ -18,6 +18,7 @@ prints to stdout or stderr on purpose; both go to a log the parent keeps for con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -484,8 +485,17 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     def watch() -> None:
         while os.getppid() == ppid:
             time.sleep(0.5)
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):  # DataLoader workers: none
+            with contextlib.suppress(psutil.Error):  # may write in the folder as it goes
+                child.kill()
         if workdir.name.startswith("autotune-burst-"):  # run_burst's own, never a user's
-            shutil.rmtree(workdir, ignore_errors=True)
+            for _ in range(3):  # this process's main thread may still be writing in it
+                shutil.rmtree(workdir, ignore_errors=True)
+                if not workdir.exists():
+                    break
+                time.sleep(0.05)
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
