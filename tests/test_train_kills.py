@@ -175,15 +175,16 @@ def _processes_of(folder: Path) -> list[psutil.Process]:
     return found
 
 
-def _left_alive(folder: Path, wait_s: float) -> list[str]:
-    """The test's children and the run's processes still alive after ``wait_s`` (a worker
-    whose parent was killed outright notices within PyTorch's 5 s watchdog)."""
+def _left_alive(folder: Path, wait_s: float, before: set[int]) -> list[str]:
+    """The test's children (but those in ``before``: another test's helpers) and the run's
+    processes still alive after ``wait_s`` (a worker whose parent was killed outright
+    notices within PyTorch's 5 s watchdog)."""
     deadline = time.monotonic() + wait_s
     while True:
         alive = [
             p
             for p in psutil.Process().children(recursive=True) + _processes_of(folder)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
         ]
         if not alive or time.monotonic() > deadline:
             return [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in alive]
@@ -193,6 +194,7 @@ def _left_alive(folder: Path, wait_s: float) -> list[str]:
 def test_random_kills_of_training_resume_bit_exact(tmp_path: Path) -> None:
     print(f"kill schedule seed {SEED} (AUTOTUNE_KILL_SEED)")
     rng = random.Random(SEED)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
     env = {
@@ -250,6 +252,6 @@ def test_random_kills_of_training_resume_bit_exact(tmp_path: Path) -> None:
     ]
     assert mismatches == [], f"seed {SEED}: not bit-exact after {len(kills)} kills: {mismatches}"
 
-    assert _left_alive(out, wait_s=15) == [], f"seed {SEED}: processes left"
+    assert _left_alive(out, wait_s=15, before=before) == [], f"seed {SEED}: processes left"
     leftovers = [p.name for p in out.iterdir() if p.name.startswith(".") or ".tmp" in p.name]
     assert leftovers == [], f"seed {SEED}: temporary files left in the run folder"

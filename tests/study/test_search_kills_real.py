@@ -71,9 +71,9 @@ def _mine(*folders: Path) -> list[psutil.Process]:
     return found
 
 
-def _settled(folder: Path, tmp: Path) -> tuple[list[str], list[str]]:
+def _settled(folder: Path, tmp: Path, before: set[int]) -> tuple[list[str], list[str]]:
     """The processes still alive after ``SETTLE_S`` (or once none is), and the temporary
-    files then."""
+    files then; this test's children in ``before`` (another test's helpers) do not count."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         alive = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in _mine(folder, tmp)]
@@ -81,7 +81,7 @@ def _settled(folder: Path, tmp: Path) -> tuple[list[str], list[str]]:
             alive += [
                 f"{p.pid} child {' '.join(p.cmdline())[:100]}"
                 for p in psutil.Process().children(recursive=True)
-                if p.status() != psutil.STATUS_ZOMBIE
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
             ]
         if not alive or time.monotonic() > deadline:
             return alive, sorted(p.name for p in tmp.iterdir())
@@ -130,6 +130,7 @@ def test_random_kills_of_a_search_with_real_bursts(
 ) -> None:
     print(f"kill schedule seed {SEED} (AUTOTUNE_KILL_SEED)")
     rng = random.Random(SEED)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     # A short TMPDIR, as /tmp is: a burst's temporary files (DataLoader workers' sockets
     # among them) go in its own folder there only when the path leaves room for a socket.
     tmp = Path(tempfile.mkdtemp(prefix="at-kills-"))
@@ -168,7 +169,7 @@ def test_random_kills_of_a_search_with_real_bursts(
         expected = {-sig, 128 + sig} if sig != signal.SIGKILL else {-sig}
         if search.returncode not in expected:
             problems.append(f"{context}: exit {search.returncode}:\n{text[-3000:]}")
-        alive, files = _settled(tmp_path, tmp)
+        alive, files = _settled(tmp_path, tmp, before)
         if alive:
             problems.append(f"{context}: left {alive}")
         orphans += [name for name in files if name not in orphans]
@@ -196,7 +197,7 @@ def test_random_kills_of_a_search_with_real_bursts(
     now = _finished(storage)
     assert {n: v for n, v in seen.items() if now.get(n) != v} == {}, f"seed {SEED}"
     assert (tmp_path / "best.yaml").is_file()
-    alive, files = _settled(tmp_path, tmp)
+    alive, files = _settled(tmp_path, tmp, before)
     assert (alive, files) == ([], []), f"seed {SEED}: left at the end"
     # a kill in that moment is rare (1 of 36 here): more means a trial stopped cleaning up
     assert len(orphans) <= KILLS // 10, f"seed {SEED}: kills left trial folders {orphans}"
