@@ -18,6 +18,7 @@ prints to stdout or stderr on purpose; both go to a log the parent keeps for con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -477,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     channel = Channel(int(args[1]))
     _no_core_dumps()
-    _follow_parent(os.getppid(), workdir=Path(args[0]).parent)
+    parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
+    _follow_parent(parent, workdir=Path(args[0]).parent)
     channel.send("stage", name="importing")
     trial: Trial | None = None
     try:
@@ -510,7 +512,9 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     """End this trial's whole process group if the parent dies (it can no longer time us
     out or read the result), checked twice a second on a daemon thread. The parent would
     have removed the trial's temporary folder (``workdir``, made by ``run_burst``); a
-    parent killed outright cannot, so the trial does."""
+    parent killed outright cannot, so the trial does. ``ppid`` is the parent's pid as the
+    parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while this process
+    started is already gone by now, and ``os.getppid()`` would name its adopter."""
     import shutil
     import signal
     import threading
@@ -518,8 +522,17 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     def watch() -> None:
         while os.getppid() == ppid:
             time.sleep(0.5)
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):  # DataLoader workers: none
+            with contextlib.suppress(psutil.Error):  # may write in the folder as it goes
+                child.kill()
         if workdir.name.startswith("autotune-burst-"):  # run_burst's own, never a user's
-            shutil.rmtree(workdir, ignore_errors=True)
+            for _ in range(3):  # this process's main thread may still be writing in it
+                shutil.rmtree(workdir, ignore_errors=True)
+                if not workdir.exists():
+                    break
+                time.sleep(0.05)
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)

@@ -27,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import getpass
 import json
 import math
 import os
 import pickle
+import re
 import select
 import shutil
 import signal
@@ -222,9 +224,49 @@ def _wait_exit(proc: psutil.Process | None, timeout_s: float) -> bool:
     return True
 
 
-def _child_env() -> dict[str, str]:
+_WORKDIR_PREFIX = "autotune-burst-"  # then the pid of the process that made it
+
+
+def _remove_orphaned_workdirs() -> None:
+    """Remove the trial folders whose maker died. A trial removes its folder when its
+    search was killed (``_burst_child._follow_parent``), except when the search was
+    killed in the moment between making the folder and starting the trial: then the
+    next burst on this machine removes it."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_WORKDIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(_WORKDIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# The longest temporary folder whose files can still be AF_UNIX sockets (108 bytes with
+# the name multiprocessing gives them: pymp-XXXXXXXX/listener-XXXXXXXX).
+_MAX_SOCKET_DIR = 70
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch.compile caches its kernels by default (torch's own rule, which follows
+    the temporary folder)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+    )
+
+
+def _child_env(workdir: Path) -> dict[str, str]:
+    """The trial's environment. Its temporary files go in its own folder (``workdir``),
+    which is removed when the burst ends, or by the trial when its search was killed: a
+    DataLoader worker's ``pymp-*`` folder (its worker ends by a signal, skipping the
+    clean-up at exit) would otherwise be left in the user's temporary folder by every
+    burst. torch.compile's cache stays where it was, shared by the bursts."""
     env = dict(os.environ)
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
+    env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
+    if len(str(workdir)) <= _MAX_SOCKET_DIR:
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+        env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
     # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
     root = Path(__file__).resolve().parent.parent
@@ -360,7 +402,8 @@ def run_burst(
             **extra,
         )
 
-    workdir = Path(tempfile.mkdtemp(prefix="autotune-burst-"))
+    _remove_orphaned_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-"))
     try:
         request: dict[str, Any] = {
             "config": config,
@@ -508,7 +551,7 @@ def _spawn_child(workdir: Path, *, write_fd: int, log_path: Path) -> subprocess.
             stderr=log,
             pass_fds=(write_fd,),
             start_new_session=True,
-            env=_child_env(),
+            env=_child_env(workdir),
         )
 
 

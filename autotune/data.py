@@ -602,15 +602,17 @@ def prepare_seq2seq_data(
         f"max {max(src_lens)} (truncated to {max_src}); summaries to {max_tgt}",
         f"  vocabulary: {vocab.vocab_size} words (of model vocab_size {vocab_size})",
     ]
+    train = _Seq2SeqDataset(
+        train_pairs,
+        mapping,
+        max_src=max_src,
+        max_tgt=max_tgt,
+        vocab_size=vocab_size,
+        encode=encode_example,
+    )
+    train[0]  # in this process, before training: a broken encode_example fails here clearly
     return TrainData(
-        train=_Seq2SeqDataset(
-            train_pairs,
-            mapping,
-            max_src=max_src,
-            max_tgt=max_tgt,
-            vocab_size=vocab_size,
-            encode=encode_example,
-        ),
+        train=train,
         val=_Seq2SeqDataset(
             val_pairs,
             mapping,
@@ -847,6 +849,32 @@ def format_help(task: str) -> str:
     )
 
 
+class _UserEncoder:
+    """A user model's ``encode_example``, run under ``user_code``: what it raises is a
+    ModelLoadError naming the model and the function (exit 2), not a traceback."""
+
+    def __init__(self, spec: ModelSpec, encode: Callable[..., dict[str, torch.Tensor]]) -> None:
+        self.spec = spec
+        self.encode = encode
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        from autotune.models.spec import user_code
+
+        with user_code(self.spec, "encode_example"):
+            return self.encode(*args, **kwargs)
+
+
+def _encoder_of(spec: ModelSpec) -> Callable[..., dict[str, torch.Tensor]] | None:
+    """A seq2seq model's own ``encode_example`` (None: pointer-gen's); a user model's is
+    wrapped in ``_UserEncoder`` (a built-in's failure is autotune's bug: its traceback)."""
+    from autotune.models.registry import is_user_code
+
+    encode = spec.extras.get("encode_example")
+    if encode is None or not is_user_code(spec.source):
+        return encode
+    return _UserEncoder(spec, encode)
+
+
 def load_data(
     spec: ModelSpec,
     data: str | Path | None,
@@ -883,7 +911,7 @@ def load_data(
             vocab_size=vocab_size,
             max_src=seq_len,
             max_tgt=max_tgt,
-            encode_example=spec.extras.get("encode_example"),
+            encode_example=_encoder_of(spec),
             log=log,
         )
     if spec.task == "regression":

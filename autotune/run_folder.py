@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,20 @@ StateFn = Callable[[Sequence[Any]], dict[str, Any]]
 
 
 class RunFolder:
-    """The run folder ``path``; ``message`` reports (rank 0's display)."""
+    """The run folder ``path``; ``message`` reports (rank 0's display). Errors name the
+    folder's parameter as ``option_names["out_dir"]`` says (the CLI: its flag)."""
 
     def __init__(
-        self, path: Path, *, dist: DistInfo, keep_last: int, message: Callable[[str], None]
+        self,
+        path: Path,
+        *,
+        dist: DistInfo,
+        keep_last: int,
+        message: Callable[[str], None],
+        option_names: Mapping[str, str] | None = None,
     ) -> None:
         self.path = path
+        self.out_name = (option_names or {}).get("out_dir", "out_dir")
         self.dist = dist
         self.keep_last = keep_last
         self.message = message
@@ -61,7 +69,7 @@ class RunFolder:
                 raise CheckpointError(
                     f"none of the {len(skipped)} checkpoint(s) in {str(self.path)!r} loads "
                     f"({skipped[0]}), so there is nothing to resume from: move them away to "
-                    "start afresh in this folder, or train into a new folder with --out"
+                    f"start afresh in this folder, or train into a new folder with {self.out_name}"
                 )
             if found is None:
                 self.message(f"no checkpoint in {self.path} to resume from: starting from step 0")
@@ -88,8 +96,8 @@ class RunFolder:
         except OSError as exc:
             what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
             raise UsageError(
-                f"cannot use {str(self.path)!r} as the run folder: {what}; give --out a "
-                "folder you can write to"
+                f"cannot use {str(self.path)!r} as the run folder: {what}; give "
+                f"{self.out_name} a folder you can write to"
             ) from None
         clean_stale(self.path)
         elsewhere = resumed_from is not None and (
@@ -102,7 +110,7 @@ class RunFolder:
                 raise UsageError(
                     f"{self.path} already holds checkpoints of a run (latest {path.name}, step "
                     f"{step}); continue it with --resume auto, or train into a new folder with "
-                    "--out"
+                    f"{self.out_name}"
                 )
 
     def save(self, step: int, state: StateFn, *, best: bool = False) -> Path | None:

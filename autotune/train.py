@@ -198,6 +198,7 @@ class Trainer:
         progress: bool | None = None,
         echo: Callable[[str], None] | None = None,
         tensorboard: bool = True,
+        option_names: Mapping[str, str] | None = None,
     ) -> None:
         if on_oom not in ("fail", "adapt"):
             raise UsageError(f"on_oom: expected 'fail' or 'adapt', got {on_oom!r}")
@@ -226,7 +227,11 @@ class Trainer:
         self._stop_signal: int | None = None
         self._old_handlers: dict[int, Any] = {}
         self.folder = RunFolder(
-            self.out_dir, dist=self.dist, keep_last=training.keep_last, message=self.display.message
+            self.out_dir,
+            dist=self.dist,
+            keep_last=training.keep_last,
+            message=self.display.message,
+            option_names=option_names,
         )
         self.stream = BatchStream(data, config=self.config, seed=training.seed, dist=self.dist)
         self.eval_loader = self._make_eval_loader()
@@ -873,11 +878,13 @@ def train(
     json_logs: bool = False,
     progress: bool | None = None,
     echo: Callable[[str], None] | None = None,
+    option_names: Mapping[str, str] | None = None,
 ) -> TrainResult:
     """Train ``spec`` with ``config`` (see ``Trainer``); under torchrun, as one rank of DDP.
 
     ``data``: a path (see autotune/data.py for the formats), prepared ``TrainData``, or
-    None for the default corpus (language models only).
+    None for the default corpus (language models only). ``option_names`` maps a parameter
+    to the name errors give it (the CLI's flags: ``{"out_dir": "--out"}``).
     """
     training = training or TrainingDefaults()
     info, device = init_distributed(device)
@@ -917,6 +924,7 @@ def train(
             json_logs=json_logs,
             progress=progress,
             echo=echo,
+            option_names=option_names,
         )
         return trainer.run()
     finally:

@@ -69,6 +69,10 @@ _CONTRACTS = {
         "data_fn(args, seq_len) must return a Dataset of samples (dicts of tensors) or a "
         "DataLoader over one"
     ),
+    "encode_example": (
+        "encode_example(src_words, tgt_words, vocab, *, max_src, max_tgt, vocab_size) must "
+        "return one sample's dict of tensors"
+    ),
 }
 
 

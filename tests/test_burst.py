@@ -413,3 +413,50 @@ def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def _dead_pid() -> int:
+    gone_process = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_process.wait()
+    return gone_process.pid
+
+
+def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -> None:
+    """The parent killed while the trial's interpreter started: the trial, adopted by
+    then, follows the pid its parent gave it (not its adopter's), so it still sees that
+    its parent is gone, removes its folder and ends."""
+    from autotune.burst import _child_env
+
+    env = _child_env(tmp_path / "w")
+    assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
+    assert env["TMPDIR"] == str(tmp_path / "w")  # its temporary files: in its folder
+    workdir = tmp_path / "autotune-burst-1-x"
+    workdir.mkdir()
+    script = (
+        "import time\nfrom pathlib import Path\nfrom autotune._burst_child import _follow_parent\n"
+        f"_follow_parent({_dead_pid()}, workdir=Path({str(workdir)!r}))\ntime.sleep(60)\n"
+    )
+    trial = subprocess.run(
+        [sys.executable, "-c", script], start_new_session=True, timeout=30, check=False
+    )
+    assert trial.returncode in (1, -9) and not workdir.exists()
+
+
+def test_a_bursts_temporary_files_go_with_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DataLoader workers' pymp-* folders land in the trial's folder, removed with it; a
+    folder whose maker died is removed by the next burst; a live maker's is kept."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path.parent / "inductor"))  # a cache
+    orphan = tmp_path / f"autotune-burst-{_dead_pid()}-abc"
+    live = tmp_path / f"autotune-burst-{os.getpid()}-abc"
+    orphan.mkdir()
+    live.mkdir()
+    config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
+    result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, device_caps=CPU_CAPS)
+    assert result.ok, result.reason
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]

@@ -144,6 +144,16 @@ def test_sigterm_saves_and_resume_auto_finishes_identically(
     assert steps == sorted(steps)  # the records after the checkpoint were not duplicated
 
 
+def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -> None:
+    """The library names ``out_dir``; the CLI passes its flag (``--out``) instead."""
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(UsageError, match="it is a file; give out_dir a folder"):
+        run(tmp_path / "taken", data)
+    run(tmp_path / "run", data, training=settings(max_steps=3))
+    with pytest.raises(UsageError, match=r"train into a new folder with out_dir$"):
+        run(tmp_path / "run", data)
+
+
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path: Path, data: TrainData) -> None:
     run(tmp_path, data, training=settings(max_steps=3))
     with pytest.raises(CheckpointError, match="does not fit model"):

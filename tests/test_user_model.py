@@ -189,3 +189,30 @@ def test_ctrl_c_in_user_code_is_not_swallowed(tmp_path: Path) -> None:
     bad.write_text("raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
         load_model(f"{bad}:spec")
+
+
+def test_a_seq2seq_models_encode_example_that_raises_is_named(tmp_path: Path) -> None:
+    """A user seq2seq model's ``encode_example`` runs under ``user_code`` too, and once
+    before training (not first in a DataLoader worker): its error names it, exit 2."""
+    import dataclasses
+    import json
+
+    from autotune.data import load_data
+    from autotune.models import get_model
+
+    def encode_example(src: list[str], tgt: list[str], vocab: object, **kw: int) -> dict:
+        raise ValueError("no <unk> in my vocabulary")
+
+    builtin = get_model("pointer-gen")
+    spec = dataclasses.replace(
+        builtin,
+        source=f"{tmp_path / 'my_s2s.py'}:spec",
+        extras={**builtin.extras, "encode_example": encode_example},
+    )
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"source": f"the story number {i} is long", "summary": f"story {i}"} for i in range(9)]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ModelLoadError, match="its encode_example failed") as caught:
+        load_data(spec, pairs, seq_len=12)
+    assert "my_s2s.py" in str(caught.value) and "no <unk>" in str(caught.value)
+    assert "\n" not in str(caught.value)  # one paragraph

@@ -123,6 +123,10 @@ ReportOption = Annotated[
 ]
 
 
+# How the library's errors name a parameter here: by its flag.
+_FLAGS = {"output": "--output", "study": "--study"}
+
+
 @cli_command
 def search(
     model: ModelOption,
@@ -184,6 +188,7 @@ def search(
             warm_start=warm,
             burst_timeout=burst_timeout_s,
             progress=_LiveView(err),
+            option_names=_FLAGS,
         )
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")

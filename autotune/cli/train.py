@@ -47,6 +47,7 @@ _FLAGS = {
     "max_steps": "--max-steps",
     "eval_interval": "--eval-interval",
     "lr": "--lr",
+    "out_dir": "--out",
 }
 
 _Preset = Annotated[
@@ -189,6 +190,7 @@ def train(
             text_column=text_column,
             target_column=target_column,
             json_logs=json_logs,
+            option_names=_FLAGS,
         )
     sys.stdout.flush()
     if result.exit_code:

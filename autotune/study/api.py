@@ -121,6 +121,7 @@ def search(
     progress: Callable[[SearchEvent], None] | None = None,
     runs_dir: str | Path = DEFAULT_RUNS_DIR,
     watch: MachineWatch | bool | None = None,
+    option_names: Mapping[str, str] | None = None,
 ) -> SearchResult:
     """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
 
@@ -133,7 +134,8 @@ def search(
     URL (default ``sqlite:///<runs_dir>/<study>/study.db``); rerunning resumes the study.
     ``output``: where the preset goes (None: not written). ``burst_fn``: the burst
     function (default ``autotune.burst.run_burst``). ``progress`` receives a
-    ``SearchEvent`` per trial.
+    ``SearchEvent`` per trial. ``option_names`` maps a parameter to the name errors give
+    it (the CLI's flags; by default the parameter's own name).
 
     Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
     ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
@@ -152,8 +154,9 @@ def search(
     limits = _check_limits(trials=trials, timeout=timeout, steps=steps, warmup=warmup)
     race = _check_race(finalists=finalists, rounds=race_rounds, steps=race_steps or steps)
     burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
-    _check_output(output)
-    _check_study_name(study)
+    names = option_names or {}
+    _check_output(output, name=names.get("output", "output"))
+    _check_study_name(study, name=names.get("study", "study"))
     if storage is not None:
         check_storage_url(storage)
     restrict = _restrictions(knobs)
@@ -179,7 +182,7 @@ def search(
             state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
         )
         with (
-            exclusive_search(opt_study, study_name),
+            exclusive_search(opt_study, study_name, storage=storage),
             _watching(state, watch, burst_fn),
             shared_compile_cache(runs_dir),
         ):
@@ -308,7 +311,7 @@ def _check_race(*, finalists: int, rounds: int, steps: int) -> _Race:
     return _Race(finalists=finalists, rounds=rounds, steps=steps)
 
 
-def _check_output(output: str | Path | None) -> None:
+def _check_output(output: str | Path | None, *, name: str) -> None:
     """The preset's path, checked before the first trial rather than after the last: its
     nearest existing folder must be one this process can write in (the folders below it
     are made when the preset is written). The probe is an unnamed temporary file."""
@@ -316,29 +319,29 @@ def _check_output(output: str | Path | None) -> None:
         return
     target = Path(output).expanduser()
     if target.is_dir():
-        raise UsageError(f"--output {str(output)!r} is a directory; give a file such as best.yaml")
+        raise UsageError(f"{name} {str(output)!r} is a directory; give a file such as best.yaml")
     folder = target.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise UsageError(f"--output {str(output)!r}: {str(folder)!r} is not a folder")
+        raise UsageError(f"{name} {str(output)!r}: {str(folder)!r} is not a folder")
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         raise UsageError(
-            f"--output {str(output)!r}: cannot write in {str(folder)!r} "
+            f"{name} {str(output)!r}: cannot write in {str(folder)!r} "
             f"({exc.strerror or exc}); give a path in a folder you can write to"
         ) from None
 
 
-def _check_study_name(study: str | None) -> None:
+def _check_study_name(study: str | None, *, name: str) -> None:
     """A study's name is also its folder under the runs folder: a plain name, no path."""
     if study is None:
         return
     if study.strip() in ("", ".", "..") or any(c in study for c in "/\\\0"):
         raise UsageError(
-            f"--study {study!r}: expected a plain name such as my-search (no path "
+            f"{name} {study!r}: expected a plain name such as my-search (no path "
             "separators, not '.' or '..'): the study's files go in a folder of that name "
             "under the runs folder"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -17,7 +18,7 @@ import socket
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 
@@ -199,24 +200,88 @@ def _owner_alive(owner: Any) -> bool | None:
 
 
 @contextlib.contextmanager
-def exclusive_search(study: optuna.Study, name: str) -> Iterator[None]:
-    """One search process at a time on a study, from its first trial to its preset: the
-    study records who is searching it, and a second search on this machine while that
-    process lives is refused (so two searches never both run the baseline or race to write
-    the preset). A holder that died (kill -9) no longer counts."""
-    holder = study.user_attrs.get("searching")
-    if _owner_alive(holder):
-        pid = holder.get("pid") if isinstance(holder, Mapping) else "?"
-        raise UsageError(
-            f"study {name!r} is being searched right now by process {pid} on this machine: "
-            "wait for it to finish, or search under another --study name"
-        )
-    study.set_user_attr("searching", trial_owner())
+def exclusive_search(study: optuna.Study, name: str, *, storage: str) -> Iterator[None]:
+    """One search process at a time on a study, from its first trial to its preset, so two
+    searches never both run the baseline or race to write the preset.
+
+    In a SQLite or journal file (``storage``) the claim is an OS lock on a file beside it
+    (``study.db.<study>-<hash>.lock``): atomic, so of two searches started at the same
+    moment exactly one runs, and released by the OS when its process dies, kill -9
+    included. Any storage also records the holder in the study (``searching``): a second
+    search on this machine while that process lives is refused, and a PostgreSQL or MySQL
+    study, which has no file to lock, reads the record back after writing it, so the
+    search that wrote last runs and the other one, seeing it, is refused (that narrows the
+    race to a few storage round trips; it does not close it)."""
+    with _file_lock(storage, name) as locked:
+        holder = study.user_attrs.get("searching")
+        if locked is False or _owner_alive(holder):
+            _refuse(name, holder)
+        me = trial_owner()
+        study.set_user_attr("searching", me)
+        if locked is None and study.user_attrs.get("searching") != me:
+            _refuse(name, study.user_attrs.get("searching"))  # another search wrote after us
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # a storage gone away must not hide the error
+                if study.user_attrs.get("searching") == me:
+                    study.set_user_attr("searching", None)
+
+
+def _refuse(name: str, holder: Any) -> NoReturn:
+    pid = holder.get("pid") if isinstance(holder, Mapping) and holder.get("pid") else None
+    who = f"process {pid}" if pid is not None else "another process"
+    raise UsageError(
+        f"study {name!r} is being searched right now by {who} on this machine: wait for it "
+        "to finish, or search under another --study name"
+    )
+
+
+@contextlib.contextmanager
+def _file_lock(url: str, name: str) -> Iterator[bool | None]:
+    """Hold an exclusive, non-blocking OS lock for study ``name`` beside the file of the
+    storage at ``url``: True while held, False when another process holds it, None where
+    there is no file to lock (a database server, no ``fcntl``, a folder that cannot be
+    written)."""
+    path = _storage_file(url)
     try:
-        yield
+        import fcntl
+    except ImportError:  # not POSIX
+        path = None
+    if path is None:
+        yield None
+        return
+    label = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60]
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    try:
+        fd = os.open(path.with_name(f"{path.name}.{label}-{digest}.lock"), os.O_RDWR | os.O_CREAT)
+    except OSError:
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
+        except BlockingIOError:
+            held = False
+        yield held  # the lock file stays: removing it would let two processes lock two files
     finally:
-        with contextlib.suppress(Exception):  # a storage gone away must not hide the error
-            study.set_user_attr("searching", None)
+        os.close(fd)  # releases the lock
+
+
+def _storage_file(url: str) -> Path | None:
+    """The file of a SQLite or journal storage URL (None for a database server)."""
+    if url.startswith("journal:"):
+        return _journal_path(url)
+    if not url.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database or ""
+    except Exception:
+        return None
+    return Path(database).expanduser() if database and database != ":memory:" else None
 
 
 def claim_running_trials(study: optuna.Study, name: str) -> None:

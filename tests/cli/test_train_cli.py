@@ -173,7 +173,7 @@ def test_out_naming_a_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("not a folder")
     result = invoke(*TINY, *QUICK, "--out", "taken")
     assert result.exit_code == 2, result.output
-    assert "cannot use 'taken' as the run folder: it is a file" in result.output
+    assert "cannot use 'taken' as the run folder: it is a file; give --out a" in result.output
     assert "Traceback" not in result.output
     assert (tmp_path / "taken").read_text() == "not a folder"
 

@@ -88,7 +88,7 @@ def test_a_study_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
     """The default storage puts the study in <runs>/<name>/: a path would leave the runs
     folder (``..`` wrote <runs>/../study.db)."""
     burst = FakeBurst()
-    with pytest.raises(UsageError, match=r"--study .*: expected a plain name"):
+    with pytest.raises(UsageError, match=r"^study .*: expected a plain name"):
         run(tmp_path / "in", burst, study=name, output=None)
     assert not burst.calls
     assert not list(tmp_path.rglob("study.db"))  # nothing written, inside or outside
@@ -98,7 +98,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     burst = FakeBurst()
-    with pytest.raises(UsageError, match=r"--output '/dev/null/best.yaml': '/dev/null' is not"):
+    with pytest.raises(UsageError, match=r"^output '/dev/null/best.yaml': '/dev/null' is not"):
         run(tmp_path, burst, output="/dev/null/best.yaml")
     (tmp_path / "locked").mkdir()
 

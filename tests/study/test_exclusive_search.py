@@ -1,0 +1,122 @@
+"""One search at a time on a study, claimed atomically: two `autotune search` processes
+that reach the claim at the same moment (a barrier holds both just before it) never both
+run; the other exits 2 with the clear message. Bursts and the machine are faked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from fake_burst import FakeBurst, run
+from fake_lm import FAKE_LM
+
+from autotune.errors import UsageError
+from autotune.study import optuna_glue
+
+RACER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from fake_burst import FakeBurst, cpu_profile
+    import autotune.burst, autotune.hardware
+    import autotune.study.api as api
+    from autotune.cli.main import main
+
+    folder, me, storage, model = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    claim = api.exclusive_search
+
+    def at_the_barrier(*args, **kwargs):
+        (folder / f"ready-{me}").touch()
+        while not (folder / "go").exists():
+            time.sleep(0.001)
+        return claim(*args, **kwargs)
+
+    api.exclusive_search = at_the_barrier
+    autotune.burst.run_burst = FakeBurst()
+    autotune.hardware.probe = lambda: cpu_profile()
+    sys.argv = ["autotune", "search", "--model", model, "--budget", "1GB", "--trials", "3",
+                "--study", "raced", "--storage", storage, "--output", str(folder / "best.yaml")]
+    main()
+    """
+)
+
+
+def _racer(folder: Path, n: int, storage: str) -> subprocess.Popen[str]:
+    tests = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", RACER, str(folder), str(n), storage, f"{FAKE_LM}:spec"],
+        env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_two_searches_started_at_once_on_one_study_one_runs(tmp_path: Path, kind: str) -> None:
+    if kind == "sqlite":
+        storage = f"sqlite:///{tmp_path / 'study.db'}"
+    else:
+        storage = f"journal:{tmp_path / 'journal.log'}"
+    opened = optuna_glue._open_storage(storage)
+    optuna.create_study(study_name="raced", storage=opened, direction="maximize")
+    racers = [_racer(tmp_path, n, storage) for n in (1, 2)]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready-{n}").exists() for n in (1, 2)):
+        assert time.monotonic() < deadline and all(r.poll() is None for r in racers), [
+            r.communicate() for r in racers if r.poll() is not None
+        ]
+        time.sleep(0.01)
+    (tmp_path / "go").touch()  # both wait at the claim: now
+    outputs = [r.communicate(timeout=120) for r in racers]
+    codes = sorted(r.returncode for r in racers)
+    assert codes == [0, 2], outputs
+    loser = next(err for r, (_, err) in zip(racers, outputs, strict=True) if r.returncode == 2)
+    assert "is being searched right now by" in loser and "Traceback" not in loser, loser
+    assert (tmp_path / "best.yaml").is_file()
+
+
+def test_a_database_server_study_refuses_a_search_that_lost_the_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a file to lock (PostgreSQL, MySQL), the holder is read back after writing:
+    a search whose record another search overwrote in the meantime does not run."""
+    monkeypatch.setattr(optuna_glue, "_storage_file", lambda url: None)
+    first = run(tmp_path, FakeBurst(), trials=3)  # a study to claim
+    study = optuna.load_study(study_name=first.study_name, storage=first.storage)
+    write = study.set_user_attr
+    other = {"host": "elsewhere", "pid": 4242, "started": 0.0}
+
+    def then_another_search_writes(key: str, value: Any) -> None:
+        write(key, value)
+        if key == "searching" and value is not None:
+            write(key, other)
+
+    monkeypatch.setattr(study, "set_user_attr", then_another_search_writes)
+    with (
+        pytest.raises(UsageError, match="being searched right now by process 4242"),
+        optuna_glue.exclusive_search(study, first.study_name, storage=first.storage),
+    ):
+        pass
+    assert study.user_attrs["searching"] == other  # the winner's record is left alone
+
+
+def test_a_study_file_stays_locked_while_searched_and_is_freed_after(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=storage)
+    with optuna_glue.exclusive_search(study, "s", storage=storage):
+        with optuna_glue._file_lock(storage, "s") as held:  # another open file description
+            assert held is False
+        with optuna_glue._file_lock(storage, "other-study") as held:
+            assert held is True  # one lock per study, not per file
+    with optuna_glue._file_lock(storage, "s") as held:
+        assert held is True
+    assert study.user_attrs["searching"] is None
