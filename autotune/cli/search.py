@@ -121,10 +121,28 @@ ReportOption = Annotated[
         'pip install "autotune[report]".',
     ),
 ]
+FinalistsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="How many of the search's best configs race naive and the expert start (default 3)."
+    ),
+]
+RaceRoundsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--race-rounds",
+        help="Interleaved rounds of the finalist race (default 2; more narrow the interval).",
+    ),
+]
 
 
 # How the library's errors name a parameter here: by its flag.
-_FLAGS = {"output": "--output", "study": "--study"}
+_FLAGS = {
+    "output": "--output",
+    "study": "--study",
+    "finalists": "--finalists",
+    "race_rounds": "--race-rounds",
+}
 
 
 @cli_command
@@ -149,6 +167,8 @@ def search(
     burst_timeout: BurstTimeoutOption = "300s",
     json_output: JsonOption = False,
     report: ReportOption = False,
+    finalists: FinalistsOption = None,
+    race_rounds: RaceRoundsOption = None,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -187,6 +207,7 @@ def search(
             train_steps=train_steps,
             warm_start=warm,
             burst_timeout=burst_timeout_s,
+            **_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
             progress=_LiveView(err),
             option_names=_FLAGS,
         )
@@ -280,6 +301,11 @@ _STATUS_STYLE = {
     "predicted": "magenta",
     "pruned": "yellow",
 }
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the user gave (the rest keep the library's defaults)."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 class _LiveView:

@@ -446,6 +446,7 @@ class Race(_PresetSection):
     margin_interval: tuple[float, float] | None = None
     entries: tuple[RaceEntry, ...] = ()
     load: Mapping[str, Any] | None = None  # what the machine watch saw during the race
+    busy_rounds: tuple[bool, ...] = ()  # per round: run under outside load (left out)
 
     _path: ClassVar[str] = "race"
     _rules: ClassVar[Mapping[str, Rule]] = {

@@ -152,9 +152,11 @@ def search(
     started = time.monotonic()
     goal = _check_goal(objective, train_steps)
     limits = _check_limits(trials=trials, timeout=timeout, steps=steps, warmup=warmup)
-    race = _check_race(finalists=finalists, rounds=race_rounds, steps=race_steps or steps)
-    burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
     names = option_names or {}
+    race = _check_race(
+        finalists=finalists, rounds=race_rounds, steps=race_steps or steps, names=names
+    )
+    burst_timeout_s = parse_duration(burst_timeout, what="burst_timeout")
     _check_output(output, name=names.get("output", "output"))
     _check_study_name(study, name=names.get("study", "study"))
     if storage is not None:
@@ -300,14 +302,11 @@ class _Race:
         )
 
 
-def _check_race(*, finalists: int, rounds: int, steps: int) -> _Race:
-    for name, value, low in (
-        ("finalists", finalists, 1),
-        ("race_rounds", rounds, 1),
-        ("race_steps", steps, 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise UsageError(f"{name} must be an integer >= {low}, got {value!r}")
+def _check_race(*, finalists: int, rounds: int, steps: int, names: Mapping[str, str]) -> _Race:
+    for name, value in (("finalists", finalists), ("race_rounds", rounds), ("race_steps", steps)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            shown = names.get(name, name)
+            raise UsageError(f"{shown} must be a positive integer, got {value!r}")
     return _Race(finalists=finalists, rounds=rounds, steps=steps)
 
 

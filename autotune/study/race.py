@@ -13,19 +13,23 @@ config. Then:
   what the old single verification burst checked);
 * its speedup over naive and its margin over the runner-up are the geometric means of the
   per-round ratios (winner / naive within each round), with a 95% percentile-bootstrap
-  interval over the rounds. With three rounds the interval is wide and says so.
+  interval over the rounds. With two rounds the interval spans the two rounds' ratios,
+  and says so.
 
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
-search how long the race will take, from the entrants' own trials.
+search how long the race will take, from the entrants' own trials, and a round that would
+end past the limit is not started (the first round always runs: it is the eval and
+checkpoint check, and one paired round).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
@@ -52,8 +56,10 @@ __all__ = [
 ]
 
 DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
-DEFAULT_ROUNDS = 3  # paired rounds; the fewest that gives a median and an interval
-MIN_ROUNDS = 2  # a race short of time still pairs two rounds
+# Paired rounds. Each costs a burst per entrant (mu on a 2-core CPU: 12-20 s each, most
+# of it process start and compilation), and a default search has 5 1/2 minutes in all:
+# two rounds leave the trials about two thirds of it. More rounds narrow the interval.
+DEFAULT_ROUNDS = 2
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 
@@ -106,6 +112,13 @@ class Entrant:
     bursts: list[BurstResult] = field(default_factory=list)
     problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
     dropped: bool = False  # no longer measured
+    counted: list[float | None] | None = None  # the rounds that count (None: all of them)
+
+    @property
+    def figures(self) -> list[float | None]:
+        """Per round, the figures that count: a round run under outside load is left out
+        when a quiet round exists (load does not slow every config alike)."""
+        return self.counted if self.counted is not None else self.throughputs
 
     @property
     def label(self) -> str:
@@ -118,13 +131,13 @@ class Entrant:
 
     @property
     def median(self) -> float | None:
-        values = [t for t in self.throughputs if t]
+        values = [t for t in self.figures if t]
         return statistics.median(values) if values else None
 
     @property
     def spread(self) -> float | None:
-        """(best - worst) / median over the rounds."""
-        values = [t for t in self.throughputs if t]
+        """(best - worst) / median over the rounds that count."""
+        values = [t for t in self.figures if t]
         if len(values) < 2 or not self.median:
             return None
         return (max(values) - min(values)) / self.median
@@ -132,7 +145,7 @@ class Entrant:
     def typical_burst(self) -> BurstResult | None:
         """The burst whose throughput is closest to the median (a real measurement, so
         its figures agree with each other)."""
-        pairs = [(t, b) for t, b in zip(self.throughputs, self.bursts, strict=False) if t]
+        pairs = [(t, b) for t, b in zip(self.figures, self.bursts, strict=False) if t]
         if not pairs or self.median is None:
             return None
         return min(pairs, key=lambda p: abs(p[0] - (self.median or 0.0)))[1]
@@ -155,12 +168,13 @@ class RaceResult:
     speedup: Paired | None  # winner over naive
     margin: Paired | None  # winner over the runner-up
     load: dict[str, Any] | None = None  # what the machine watch saw during the race
+    busy_rounds: tuple[bool, ...] = ()  # per round: run under outside load
     notes: tuple[str, ...] = ()
 
     def ratio_to_naive(self, entrant: Entrant) -> Paired | None:
         if self.naive is None:
             return None
-        return paired_ratio(entrant.throughputs, self.naive.throughputs)
+        return paired_ratio(entrant.figures, self.naive.figures)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: the preset's ``race`` section and ``--json``."""
@@ -195,6 +209,7 @@ class RaceResult:
             "margin_interval": interval(self.margin),
             "entries": entries,
             "load": self.load,
+            "busy_rounds": list(self.busy_rounds),
         }
 
 
@@ -275,24 +290,47 @@ def run_race(
         f"{rounds} interleaved rounds of {steps} timed steps"
     )
     done = 0
+    busy: list[bool] = []
     for round_ in range(rounds):
-        if round_ >= MIN_ROUNDS and _out_of_time(state, entrants):
+        if round_ >= 1 and _out_of_time(state, entrants):
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
         round_started = watch.now() if watch is not None else 0.0
         for entrant in _order(entrants, round_):
             if not entrant.dropped:
-                _run_one(state, bursts, entrant, steps=steps, first=round_ == 0, score=scorer)
+                with watch.burst() if watch is not None else contextlib.nullcontext():
+                    _run_one(state, bursts, entrant, steps=steps, first=round_ == 0, score=scorer)
         done = round_ + 1
         state.note(_round_line(round_, entrants, state.unit))
-        if watch is not None and (load := watch.window(round_started)).busy:
-            notes.append(
-                f"race round {done} ran while the machine was busy ({load.describe()}); its "
-                "configs ran side by side, so the ratios hold, the absolute figures less"
-            )
+        load = watch.window(round_started) if watch is not None else None
+        busy.append(load is not None and load.busy)
+        if load is not None and load.busy:
+            notes.append(f"race round {done} ran while the machine was busy ({load.describe()})")
+    notes += _count_quiet_rounds(entrants, busy)
     for message in notes:
         state.note(message)
-    return _decide(state, entrants, done, notes, load=_load(watch, started))
+    result = _decide(state, entrants, done, notes, load=_load(watch, started))
+    return replace(result, busy_rounds=tuple(busy))
+
+
+def _count_quiet_rounds(entrants: list[Entrant], busy: list[bool]) -> list[str]:
+    """Leave the busy rounds out of the figures when a quiet round exists: outside load
+    does not slow every config alike (on a CPU, contended cores slow small micro-batches
+    most), so a busy round's ratios are not a quiet machine's. What it says about it."""
+    if not any(busy):
+        return []
+    if all(busy):
+        return [
+            "warning: every race round ran under outside load, and load does not slow every "
+            "config alike: the winner and its speedup may differ on a quiet machine; run "
+            "the search again when the machine is quiet to be sure"
+        ]
+    for e in entrants:
+        e.counted = [None if b else t for t, b in zip(e.throughputs, busy, strict=False)]
+    quiet = len(busy) - sum(busy)
+    return [
+        f"race: the {sum(busy)} busy round(s) left out; the figures are the {quiet} quiet one(s)"
+    ]
 
 
 def _order(entrants: list[Entrant], round_: int) -> list[Entrant]:
@@ -389,10 +427,10 @@ def _decide(
     winner = ranked[0]
     runner_up = ranked[1] if len(ranked) > 1 else None
     naive = next((e for e in entrants if "naive" in e.roles), None)
-    speedup = None if naive is None else paired_ratio(winner.throughputs, naive.throughputs)
+    speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
     margin = None
     if runner_up is not None:
-        margin = paired_ratio(winner.throughputs, runner_up.throughputs)
+        margin = paired_ratio(winner.figures, runner_up.figures)
     return RaceResult(
         rounds=rounds,
         unit=state.unit,

@@ -69,7 +69,7 @@ def test_search_writes_a_preset_and_prints_the_summary(
     assert result.exit_code == 0, result.output
     assert "Preset written" in result.stdout and "best.yaml" in result.stdout
     assert "Speedup over naive" in result.stdout and "Top configs" in result.stdout
-    assert "Finalist race (3 interleaved rounds)" in result.stdout and "winner" in result.stdout
+    assert "Finalist race (2 interleaved rounds)" in result.stdout and "winner" in result.stdout
     assert "naive" in result.stderr  # the live table: role and rows on stderr
     preset = load_preset(tmp_path / "best.yaml")
     assert preset.model.name == model and preset.task.global_batch == 32
@@ -244,3 +244,17 @@ def test_sigterm_and_sighup_take_the_ctrl_c_path(
     outcome = trials[-1].user_attrs["outcome"]
     assert outcome["reason"] == f"interrupted ({sig}) while its burst ran"
     assert not (tmp_path / "best.yaml").exists()
+
+
+def test_the_race_is_set_from_the_command_line(env: tuple[str, FakeBurst], tmp_path: Path) -> None:
+    from autotune.preset import load_preset
+
+    model, _ = env
+    base = ["search", "--model", model, "--budget", "1GB", "--trials", "4", "--steps", "3"]
+    result = CliRunner().invoke(app, [*base, "--race-rounds", "3", "--finalists", "1"])
+    assert result.exit_code == 0, result.output
+    race = load_preset(tmp_path / "best.yaml").race
+    assert race is not None and race.rounds == 3
+    assert sum("finalist" in e.roles for e in race.entries) == 1
+    bad = CliRunner().invoke(app, [*base, "--race-rounds", "0"])
+    assert bad.exit_code == 2 and "--race-rounds must be a positive integer" in bad.output

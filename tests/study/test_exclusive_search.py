@@ -66,7 +66,7 @@ def test_two_searches_started_at_once_on_one_study_one_runs(tmp_path: Path, kind
         storage = f"sqlite:///{tmp_path / 'study.db'}"
     else:
         storage = f"journal:{tmp_path / 'journal.log'}"
-    opened = optuna_glue._open_storage(storage)
+    opened = optuna_glue.open_storage(storage)
     optuna.create_study(study_name="raced", storage=opened, direction="maximize")
     racers = [_racer(tmp_path, n, storage) for n in (1, 2)]
     deadline = time.monotonic() + 120

@@ -113,8 +113,8 @@ def test_naive_and_the_expert_start_race_the_finalists(tmp_path: Path) -> None:
     expert = next(e for e in race.entrants if "expert" in e.roles)
     assert expert.record.role == "playbook"  # the toy model has no guide
     # every entrant ran every round, in paired rounds
-    assert all(len(e.throughputs) == 3 for e in race.entrants)
-    assert len(burst.verify_calls) + len(burst.race_calls) == 3 * len(race.entrants)
+    assert all(len(e.throughputs) == 2 for e in race.entrants)
+    assert len(burst.verify_calls) + len(burst.race_calls) == 2 * len(race.entrants)
 
 
 def test_naive_wins_when_nothing_beats_it(tmp_path: Path) -> None:
@@ -141,6 +141,6 @@ def test_the_race_counts_inside_the_time_limit(tmp_path: Path) -> None:
     t0 = time.monotonic()
     result = run(tmp_path, Slow(), trials=None, timeout="3s")
     wall = time.monotonic() - t0
-    assert result.race is not None and result.race.rounds >= 2
+    assert result.race is not None and result.race.rounds >= 1
     assert wall < 3.0 + 1.0  # the race did not run past the limit by more than a burst
     assert "race" in result.stopped or "time limit" in result.stopped

@@ -5,7 +5,7 @@ faked bursts, at a higher rate).
 
 The kills land while the search starts, while a burst's own process (and its DataLoader
 worker: the space has ``num_workers`` 0 and 1) runs, between trials, during the
-verification and while the preset is written. After each one: no finished trial lost or
+finalist race and while the preset is written. After each one: no finished trial lost or
 changed, and within a few seconds no process left (the search, its bursts, their workers).
 The temporary folder (``TMPDIR``: one this test owns) is empty at the end; a kill in the
 few milliseconds between making a trial's folder and starting its process leaves that
@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX signals and process groups"),
 ]
 
-KILLS = 36
+KILLS = 50  # issue 20: at least 50 random kills of a search with real bursts
 TRIALS = 24
 SEED = int(os.environ.get("AUTOTUNE_KILL_SEED", "20"))
 SETTLE_S = 10.0  # a burst whose search died notices within 0.5 s; DataLoader workers, 5 s
@@ -199,5 +199,6 @@ def test_random_kills_of_a_search_with_real_bursts(
     assert (tmp_path / "best.yaml").is_file()
     alive, files = _settled(tmp_path, tmp, before)
     assert (alive, files) == ([], []), f"seed {SEED}: left at the end"
-    # a kill in that moment is rare (1 of 36 here): more means a trial stopped cleaning up
+    # a kill in that moment is rare (1 of 36 in the first runs): more means a trial stopped
+    # cleaning up
     assert len(orphans) <= KILLS // 10, f"seed {SEED}: kills left trial folders {orphans}"
