@@ -15,6 +15,8 @@ How outcomes are told to Optuna (> 0 constraint means infeasible):
   constraint > 0, so the sampler learns where the boundary is;
 * ``pruned`` -> PRUNED (its intermediate throughputs stay on the trial); ``stopped`` (the
   search's time limit cut the burst) -> PRUNED too, and the config may run again later;
+  so is ``skipped``: a queued refinement of a trial that a later best clearly beats (no
+  burst);
 * ``timeout``, ``crash``, ``nan``, ``error`` -> COMPLETE with value 0.0 and a constraint
   > 0 too, with the status and reason stored. Not Optuna's FAIL state: TPE ignores FAIL
   trials entirely, so it would keep proposing a config that crashes (measured: 80 of 90
@@ -144,6 +146,10 @@ class TrialObjective:
         verdict = self.planner.ruled_out(config)
         if verdict is not None:
             return _skip(trial, verdict)
+        outdated = self.planner.outdated(trial.user_attrs.get("refines"))
+        if outdated and trial.user_attrs.get("role") == "refine":
+            set_outcome(trial, status="skipped", reason=outdated, ran=False, constraint=0.0)
+            raise optuna.TrialPruned(outdated)
         return self._measure(trial, config)
 
     # -- a burst -----------------------------------------------------------------------

@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from autotune.memory_model import Verdict
     from autotune.study.state import SearchState
 
-__all__ = ["Planner"]
+__all__ = ["OUTDATED_MARGIN", "Planner"]
+
+# A queued refinement of a trial is skipped once a later best beats that trial by more
+# than this (within it, the two are within a burst's noise: its neighbours still count).
+OUTDATED_MARGIN = 0.10
 
 
 @dataclass(kw_only=True)
@@ -148,7 +152,21 @@ class Planner:
             return
         space = self.state.space
         for cand in space.neighbours(record.train_config(), workers=False, kernels=True):
-            self._queue(study, cand, role="refine")
+            self._queue(study, cand, role="refine", refines=record.number)
+
+    def outdated(self, refines: Any) -> str:
+        """Why a queued refinement of trial ``refines`` is not worth its burst any more:
+        a later best beats that trial by more than ``OUTDATED_MARGIN`` (its neighbours
+        were queued when it led; the new best's come after them, and a short search runs
+        out of time in between). "" to run it."""
+        best = self.state.best()
+        parent = self.state.records.get(refines) if isinstance(refines, int) else None
+        if best is None or parent is None or best.number == parent.number:
+            return ""
+        if (best.value or 0.0) <= (parent.value or 0.0) * (1 + OUTDATED_MARGIN):
+            return ""
+        gain = (best.value or 0.0) / (parent.value or 1.0) - 1
+        return f"a refinement of #{parent.number}, which #{best.number} now beats by {gain:.0%}"
 
     def measure_again(self, study: optuna.Study, record: TrialRecord) -> None:
         """Queue the configs whose measurement was disturbed (outside load, erratic steps)
@@ -196,7 +214,13 @@ class Planner:
 
     # -- helpers ---------------------------------------------------------------------------
     def _queue(
-        self, study: optuna.Study, config: TrainConfig, *, role: str, again: bool = False
+        self,
+        study: optuna.Study,
+        config: TrainConfig,
+        *,
+        role: str,
+        again: bool = False,
+        refines: int | None = None,
     ) -> bool:
         """Queue ``config`` unless it has a result (``again``: even so) or is queued
         already; whether it was."""
@@ -204,7 +228,10 @@ class Planner:
         known = self.state.record_of(config) is not None and not again
         if known or _waiting(study, params):
             return False
-        study.enqueue_trial(params, user_attrs={"role": role})
+        attrs: dict[str, Any] = {"role": role}
+        if refines is not None:
+            attrs["refines"] = refines
+        study.enqueue_trial(params, user_attrs=attrs)
         return True
 
     def _needed(self, record: TrialRecord) -> str:

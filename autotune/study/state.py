@@ -169,7 +169,7 @@ class SearchState:
         # A FAIL trial was interrupted or its process killed: it has no result, so its
         # config may run again.
         # A config stopped by the time limit has no result either.
-        retry = record.state == "FAIL" or record.status == "stopped"
+        retry = record.state == "FAIL" or record.status in ("stopped", "skipped")
         if not retry and self.space.contains(config):
             key = self.space.key(config)
             earlier = self.records.get(self.by_key.get(key, -1))
