@@ -199,6 +199,8 @@ def test_random_kills_of_a_search_with_real_bursts(
     assert (tmp_path / "best.yaml").is_file()
     alive, files = _settled(tmp_path, tmp, before)
     assert (alive, files) == ([], []), f"seed {SEED}: left at the end"
-    # a kill in that moment is rare (1 of 36 in the first runs): more means a trial stopped
-    # cleaning up
-    assert len(orphans) <= KILLS // 10, f"seed {SEED}: kills left trial folders {orphans}"
+    # A folder orphaned by a kill is transient (the next burst removes it; the end state is
+    # asserted empty above). Seen: 1 in 36 kills before the finalist race, 7 in 50 with it
+    # on a loaded machine (the race runs more, shorter bursts, so more kills land while a
+    # trial starts). Far more would mean a trial stopped cleaning up.
+    assert len(orphans) <= KILLS // 5, f"seed {SEED}: kills left trial folders {orphans}"
