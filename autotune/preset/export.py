@@ -146,6 +146,27 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
     return lines
 
 
+def _yaml_exported(
+    format: str,
+    preset: Preset,
+    config: TrainConfig,
+    nproc: int,
+    data: dict[str, Any],
+    unmapped: list[str],
+    *,
+    usage: str,
+) -> Exported:
+    """A YAML export: the preset described, what does not map and how to use it as
+    comments, then ``data``."""
+    header = _describe(preset, config, nproc)
+    return Exported(
+        format=format,
+        text=_commented(header, unmapped, _yaml(data), usage=usage),
+        data=data,
+        unmapped=tuple(unmapped),
+    )
+
+
 def _commented(header: str, unmapped: list[str], body: str, *, usage: str) -> str:
     lines = [f"# {header}", f"# Use: {usage}"]
     if unmapped:
@@ -236,16 +257,10 @@ def to_hf(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     unmapped.append(
         "the Trainer decays every weight but biases and norms (autotune: matrices only)"
     )
-    header = _describe(preset, config, nproc)
     usage = "TrainingArguments(output_dir=..., **yaml.safe_load(open(this_file)))"
     if nproc > 1:
         usage += f", launched as torchrun --nproc-per-node {nproc} your_script.py"
-    return Exported(
-        format="hf",
-        text=_commented(header, unmapped, _yaml(args), usage=usage),
-        data=args,
-        unmapped=tuple(unmapped),
-    )
+    return _yaml_exported("hf", preset, config, nproc, args, unmapped, usage=usage)
 
 
 def to_lightning(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
@@ -285,12 +300,7 @@ def to_lightning(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         'AdamW(params, **cfg["optimizer"]); torch.compile(model, **cfg["compile"]) unless '
         'it is null; torch.set_float32_matmul_precision(cfg["float32_matmul_precision"])'
     )
-    return Exported(
-        format="lightning",
-        text=_commented(_describe(preset, config, nproc), unmapped, _yaml(data), usage=usage),
-        data=data,
-        unmapped=tuple(unmapped),
-    )
+    return _yaml_exported("lightning", preset, config, nproc, data, unmapped, usage=usage)
 
 
 def to_accelerate(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
@@ -335,12 +345,7 @@ def to_accelerate(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
     unmapped += _common_unmapped(preset, config)
     usage = "accelerate launch --config_file this_file your_script.py"
-    return Exported(
-        format="accelerate",
-        text=_commented(_describe(preset, config, nproc), unmapped, _yaml(data), usage=usage),
-        data=data,
-        unmapped=tuple(unmapped),
-    )
+    return _yaml_exported("accelerate", preset, config, nproc, data, unmapped, usage=usage)
 
 
 def to_deepspeed(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
