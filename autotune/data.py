@@ -76,6 +76,7 @@ __all__ = [
     "loader_kwargs",
     "seeded_generator",
     "prepare_lm_data",
+    "prepare_pipeline_data",
     "prepare_regression_data",
     "prepare_seq2seq_data",
     "split_validation",
@@ -875,6 +876,46 @@ def _encoder_of(spec: ModelSpec) -> Callable[..., dict[str, torch.Tensor]] | Non
     return _UserEncoder(spec, encode)
 
 
+def prepare_pipeline_data(
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    val_fraction: float = VAL_FRACTION,
+) -> TrainData:
+    """A spec's own pipeline (``data_fn``): its Dataset, the tail held out for validation.
+
+    The tail, not a random draw, so the split is the same on every run and every rank
+    without a seed; a data set whose order matters (time series) keeps its future out of
+    training.
+    """
+    from torch.utils.data import Subset
+
+    from autotune.models.spec import user_code
+
+    with user_code(spec, "data_fn"):
+        dataset, collate_fn = spec.dataset(seq_len)
+    n = len(dataset)
+    if n < 2:
+        raise DataError(
+            f"model {spec.name!r}: its data_fn gave {n} sample(s); training needs at least "
+            "2 (one to train on, one to validate)"
+        )
+    n_val = min(n - 1, max(1, round(n * val_fraction)))
+    train, val = Subset(dataset, range(n - n_val)), Subset(dataset, range(n - n_val, n))
+    line = (
+        f"data: {spec.name}'s own pipeline (data_fn): {n:,} samples, {n - n_val:,} to train "
+        f"on, the last {n_val:,} for validation"
+    )
+    return TrainData(
+        train=train,
+        val=val,
+        tokenizer=None,
+        summary=[line],
+        extra={"source": "data_fn", "samples": n, "validation": n_val},
+        collate_fn=collate_fn,
+    )
+
+
 def load_data(
     spec: ModelSpec,
     data: str | Path | None,
@@ -885,8 +926,24 @@ def load_data(
     target_column: str = "target",
     log: Log = _quiet,
 ) -> TrainData:
-    """The training and validation data for ``spec``'s task (see the module docstring)."""
+    """The training and validation data for ``spec``'s task (see the module docstring).
+
+    A spec with its own pipeline (``data_fn``) trains on it, as its bursts measured it."""
     path = None if data is None else Path(data).expanduser()
+    if spec.data_fn is not None:
+        if path is not None:
+            raise DataError(
+                f"model {spec.name!r} reads its own data (its spec's data_fn), so --data is "
+                "not used; drop --data, or give the spec no data_fn to train on files"
+            )
+        return prepare_pipeline_data(spec, seq_len=seq_len)
+    if spec.task == "custom":
+        raise DataError(
+            f"model {spec.name!r} has no data autotune can read: its spec has neither a "
+            "built-in task (lm, seq2seq, regression) nor a data_fn. Give the spec a "
+            "data_fn(args, seq_len) that returns your Dataset, or train it in your own loop "
+            "with autotune.loop or an exported preset (autotune presets export)"
+        )
     vocab_size = spec.args.get("vocab_size")
     if not isinstance(vocab_size, int):
         raise DataError(

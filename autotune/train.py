@@ -712,7 +712,7 @@ class Trainer:
             f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"
             + (f" x world {self.dist.world_size}" if self.dist.enabled else "")
             + f" = global batch {global_batch} ({tokens:,} {self.spec.throughput_unit}/step), "
-            f"seq_len {cfg.seq_len}, {cfg.precision}, compile {cfg.compile}, "
+            f"{self.spec.size_label(cfg.seq_len)}, {cfg.precision}, compile {cfg.compile}, "
             f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
             f"{cfg.num_workers} workers; eval batch {2 * cfg.micro_batch}"
         )

@@ -428,3 +428,45 @@ def test_a_cache_folder_that_cannot_be_written_is_a_data_error(
         r"AUTOTUNE_CACHE_DIR",
     ):
         prepare_lm_data(None, seq_len=16, vocab_size=260, cache_dir=tmp_path / "ro")
+
+
+def _pipeline_spec(samples: int, *, task: str = "custom", loader: bool = False) -> Any:
+    from dataclasses import replace
+
+    from torch.utils.data import DataLoader
+
+    data = [{"x": torch.full((3,), float(i))} for i in range(samples)]
+
+    def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        return {"x": torch.stack([item["x"] for item in items]), "n": torch.tensor(len(items))}
+
+    def data_fn(args: Any, seq_len: int) -> Any:
+        return DataLoader(data, batch_size=7, collate_fn=collate) if loader else data
+
+    return replace(make_spec(), task=task, data_fn=data_fn)
+
+
+def test_a_spec_with_its_own_pipeline_trains_on_it_with_the_tail_held_out() -> None:
+    data = load_data(_pipeline_spec(20, loader=True), None, seq_len=8)
+    assert [int(data.train[i]["x"][0]) for i in range(len(data.train))] == list(range(18))
+    assert [int(data.val[i]["x"][0]) for i in range(len(data.val))] == [18, 19]
+    assert data.tokenizer is None
+    assert data.collate_fn is not None  # the DataLoader's own collate_fn is kept
+    assert "n" in data.collate_fn([data.train[0], data.train[1]])
+    assert "20 samples, 18 to train on, the last 2 for validation" in data.summary[0]
+    # a built-in task with a data_fn reads its pipeline too, not the corpus
+    assert len(load_data(_pipeline_spec(10, task="lm"), None, seq_len=8).val) == 1
+
+
+def test_a_pipeline_too_small_or_a_file_beside_it_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="gave 1 sample"):
+        load_data(_pipeline_spec(1), None, seq_len=8)
+    with pytest.raises(DataError, match="so --data is not used"):
+        load_data(_pipeline_spec(10), tmp_path / "corpus.txt", seq_len=8)
+
+
+def test_a_custom_model_without_a_pipeline_says_how_to_train_it() -> None:
+    from dataclasses import replace
+
+    with pytest.raises(DataError, match=r"neither a built-in task .* nor a data_fn"):
+        load_data(replace(make_spec(), task="custom"), None, seq_len=8)

@@ -127,7 +127,13 @@ def bench(
         verify=verify,
         show_steps=not json_output,
     )
-    _report(result, model=spec.name, budget_bytes=budget_bytes, json_output=json_output)
+    _report(
+        result,
+        model=spec.name,
+        size_name=spec.size_name,
+        budget_bytes=budget_bytes,
+        json_output=json_output,
+    )
 
 
 def _check_counts(*, steps: int, warmup: int, timeout: float) -> None:
@@ -182,7 +188,12 @@ def _run_with_progress(
 
 
 def _report(
-    result: BurstResult, *, model: str, budget_bytes: int | None, json_output: bool
+    result: BurstResult,
+    *,
+    model: str,
+    size_name: str = "seq",
+    budget_bytes: int | None,
+    json_output: bool,
 ) -> None:
     """Print the result (a table, or JSON); a burst that is not ok is an error (exit 1)."""
     from rich.console import Console
@@ -192,7 +203,13 @@ def _report(
     if json_output:
         print_json(_finite({"model": model, "budget_bytes": budget_bytes, **result.to_dict()}))
     else:
-        render(result, model=model, budget_bytes=budget_bytes, console=Console(highlight=False))
+        render(
+            result,
+            model=model,
+            size_name=size_name,
+            budget_bytes=budget_bytes,
+            console=Console(highlight=False),
+        )
     if not result.ok:
         where = (
             f" (peak {format_bytes(result.peak_memory_bytes)})" if result.status == "oom" else ""
@@ -228,8 +245,16 @@ def _finite(data: Any) -> Any:
     return data
 
 
-def render(result: BurstResult, *, model: str, budget_bytes: int | None, console: Console) -> None:
-    """The human-readable form of a burst result."""
+def render(
+    result: BurstResult,
+    *,
+    model: str,
+    size_name: str = "seq",
+    budget_bytes: int | None,
+    console: Console,
+) -> None:
+    """The human-readable form of a burst result; ``size_name`` names the sample size
+    (``seq``, ``image``: the model spec's)."""
     from rich.table import Table
 
     from autotune.units import format_bytes
@@ -249,7 +274,7 @@ def render(result: BurstResult, *, model: str, budget_bytes: int | None, console
     table.add_row(
         "config",
         f"micro-batch {cfg.get('micro_batch')} x accum {cfg.get('grad_accum')}, "
-        f"seq {cfg.get('seq_len')}, {cfg.get('precision')}, compile {cfg.get('compile')}, "
+        f"{size_name} {cfg.get('seq_len')}, {cfg.get('precision')}, compile {cfg.get('compile')}, "
         f"workers {cfg.get('num_workers')}" + (f", {knobs}" if knobs else ""),
     )
     table.add_row("device", result.device)

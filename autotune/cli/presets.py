@@ -172,7 +172,7 @@ def render_preset(preset: Preset, path: Path | None = None) -> str:
     args = f"  (args: {_fmt(preset.model.args)})" if preset.model.args else ""
     lines.append(f"  model         {preset.model.name}{args}")
     lines.append(
-        f"  task          seq_len {preset.task.seq_len}, global batch {preset.task.global_batch}"
+        f"  task          {preset.task.size_label()}, global batch {preset.task.global_batch}"
     )
     budget = "none" if preset.budget_bytes is None else _fmt(preset.budget_bytes, "budget_bytes")
     lines.append(f"  budget        {budget}")

@@ -126,8 +126,8 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
         f"model {preset.model.name!r}"
         + (f" with args {dict(preset.model.args)}" if preset.model.args else "")
         + ": build it in your script (this file configures training, not the model)",
-        f"task.seq_len={preset.task.seq_len}: the searched sample size; make your data "
-        "this size (tokenize/pack/crop)",
+        f"task.seq_len={preset.task.seq_len}: the searched sample size "
+        f"({preset.task.size_label()}); make your data this size (tokenize/pack/crop)",
     ]
     for name, value in config.knobs.items():
         lines.append(f"config.knobs.{name}={value!r}: a model knob; pass it to the model")

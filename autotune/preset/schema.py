@@ -83,6 +83,12 @@ def _capability(value: str) -> str | None:
     return f"expected a compute capability such as '8.0'; got {show(value)}"
 
 
+def _size_name(value: str) -> str | None:
+    if not value.isidentifier() or len(value) > 32:
+        return f"expected a short name such as 'seq' or 'image'; got {show(value)}"
+    return None
+
+
 def _parse_created(value: Any) -> str | None:
     """``value`` (a string, or the datetime YAML made of an unquoted timestamp) as canonical
     ISO 8601 UTC text, or None where it is not a UTC timestamp."""
@@ -258,9 +264,18 @@ class Task(_PresetSection):
 
     seq_len: int
     global_batch: int  # samples per optimizer step (kept fixed by the search)
+    size_name: str = "seq"  # what seq_len is for the model: seq, image, nodes (its spec's)
 
     _path: ClassVar[str] = "task"
-    _rules: ClassVar[Mapping[str, Rule]] = {"seq_len": positive, "global_batch": positive}
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "seq_len": positive,
+        "global_batch": positive,
+        "size_name": _size_name,
+    }
+
+    def size_label(self) -> str:
+        """``"seq 128"``, ``"image 64"``."""
+        return f"{self.size_name} {self.seq_len}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -431,7 +431,8 @@ def _section_config(data: ReportData) -> str:
     rows = [(k, n.get(k, "-"), w.get(k, "-")) for k in keys]
     classes = ["same" if w.get(k) == n.get(k) else "changed" for k in keys]
     changed = classes.count("changed")
-    summary = f"{summarize_config(naive)}  ->  {summarize_config(winner)}"
+    size = "seq" if data.preset is None else data.preset.task.size_name
+    summary = f"{summarize_config(naive, size)}  ->  {summarize_config(winner, size)}"
     return f"<p>{changed} fields changed: <code>{_e(summary)}</code></p>" + _table(
         ["field", "naive", "winner"], rows, classes=classes
     )

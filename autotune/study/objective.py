@@ -139,6 +139,7 @@ class TrialObjective:
         trial.set_user_attr("owner", self._owner)  # who runs it (claim_running_trials)
         config = self.state.space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("size_name", self.state.spec.size_name)
         previous = self.state.record_of(config)
         remeasure = trial.user_attrs.get("role") == "re-measure"
         if previous is not None and not (remeasure and previous.disturbed):

@@ -51,7 +51,9 @@ def write_preset(
     preset = Preset(
         name=path.stem,
         model=ModelRef(name=name, args=args, sha256=source_sha256(name)),
-        task=Task(seq_len=config.seq_len, global_batch=config.global_batch),
+        task=Task(
+            seq_len=config.seq_len, global_batch=config.global_batch, size_name=spec.size_name
+        ),
         config=config,
         budget_bytes=result.budget_bytes,
         fingerprint=Fingerprint.from_profile(hardware, result.device),

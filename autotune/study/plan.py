@@ -78,10 +78,10 @@ class Planner:
             nearest = min(space.seq_len, key=lambda s: abs(s - config.seq_len))
             config = config.replace(seq_len=nearest)
         if not space.contains(config):
+            shown = summarize_config(config.to_dict(), self.state.spec.size_name)
             self.state.note(
-                f"warm start: the config of {str(warm_start)!r} "
-                f"({summarize_config(config.to_dict())}) is outside this search space "
-                "(restricted knobs, another device or model); starting without it"
+                f"warm start: the config of {str(warm_start)!r} ({shown}) is outside this "
+                "search space (restricted knobs, another device or model); starting without it"
             )
             return
         queued = 0
@@ -203,7 +203,7 @@ class Planner:
         state.budget_problem = (
             f"the budget {format_bytes(state.budget_bytes)} is too small for model "
             f"{state.spec.name!r} on {state.device}: even the smallest config "
-            f"({summarize_config(small_rec.config)}) {self._needed(small_rec)}"
+            f"({small_rec.summary()}) {self._needed(small_rec)}"
             + (
                 ""
                 if same

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
-from autotune.study.records import SearchEvent, TrialRecord, distinct_best, summarize_config
+from autotune.study.records import SearchEvent, TrialRecord, distinct_best
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ class RaceResult:
                     "label": e.label,
                     "roles": list(e.roles),
                     "trial": e.record.number,
-                    "config": summarize_config(e.record.config),
+                    "config": e.record.summary(),
                     "median": _round(e.median),
                     "spread": _round(e.spread),
                     "samples": [_round(t) for t in e.throughputs],

@@ -59,6 +59,7 @@ class TrialRecord:
     duplicate_of: int | None = None
     wall_s: float | None = None
     disturbed: str = ""  # why its measurement is suspect (outside load, erratic steps)
+    size_name: str = "seq"  # what seq_len is for the model: seq, image, nodes (its spec's)
 
     @property
     def feasible(self) -> bool:
@@ -82,7 +83,7 @@ class TrialRecord:
 
     def summary(self) -> str:
         """``mb 8x4 seq 128 bf16 ckpt compile=default workers=2 block_group=4``."""
-        return summarize_config(self.config)
+        return summarize_config(self.config, self.size_name)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class TrialRecord:
             "duplicate_of": self.duplicate_of,
             "wall_s": self.wall_s,
             "disturbed": self.disturbed,
+            "size_name": self.size_name,
         }
 
     @classmethod
@@ -139,15 +141,17 @@ class TrialRecord:
             duplicate_of=attrs.get("duplicate_of"),
             wall_s=attrs.get("wall_s"),
             disturbed=str(attrs.get("disturbed") or ""),
+            size_name=str(attrs.get("size_name") or "seq"),
         )
 
 
-def summarize_config(config: Mapping[str, Any]) -> str:
-    """A one-line summary of a config mapping for tables."""
+def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
+    """A one-line summary of a config mapping for tables; ``size_name`` names the sample
+    size (``seq``, ``image``, ...: the model spec's)."""
     if not config:
         return "-"
     parts = [f"mb {config.get('micro_batch')}x{config.get('grad_accum')}"]
-    parts.append(f"seq {config.get('seq_len')}")
+    parts.append(f"{size_name} {config.get('seq_len')}")
     parts.append(str(config.get("precision")))
     if config.get("activation_checkpointing"):
         parts.append("ckpt")

@@ -114,6 +114,7 @@ def test_optional_sections_may_be_omitted_or_null() -> None:
         ("model.args", [1], "model.args: expected a mapping; got [1]"),
         ("model.sha256", "abc", "model.sha256: expected 64 lowercase hex digits (a SHA-256)"),
         ("task.seq_len", True, "task.seq_len: expected an integer; got True"),
+        ("task.size_name", "image side", "task.size_name: expected a short name such as 'seq'"),
         ("budget_bytes", "8GB", "budget_bytes: expected an integer or null; got '8GB'"),
         ("config.micro_batch", "8", "config.micro_batch: expected a positive integer, got '8'"),
         ("config.knobs", {"block_group": [1]}, "config.knobs.block_group: expected a string"),

@@ -23,3 +23,19 @@ def test_progress_events_and_json(tmp_path: Path) -> None:
     assert data["best"]["config"] == dict(result.best.config)  # type: ignore[union-attr]
     assert data["counts"]["measured"] == 4
     assert data["preset_path"] == str(tmp_path / "best.yaml")
+
+
+def test_a_model_that_names_its_size_is_shown_and_preset_by_that_name(tmp_path: Path) -> None:
+    """A vision model's seq_len is an image side: records, summaries and the preset say so."""
+    from dataclasses import replace
+
+    from fake_burst import toy_spec
+
+    from autotune.preset import load_preset
+
+    result = run(tmp_path, FakeBurst(), trials=3, spec=replace(toy_spec(), size_name="image"))
+    assert result.best is not None and result.best.size_name == "image"
+    assert " image 64 " in f" {result.best.summary()} " and " seq " not in result.best.summary()
+    preset = load_preset(tmp_path / "best.yaml")
+    assert preset.task.size_name == "image"
+    assert preset.task.size_label() == f"image {preset.task.seq_len}"
