@@ -7,7 +7,8 @@ object per line:
 
     {"type": "stage", "name": "building the model"}
     {"type": "context", "bytes": 5.2e8, "method": "nvml-process"}           (CUDA only)
-    {"type": "ready"}                                  (the first step starts now)
+    {"type": "ready", "threads": N}                    (the first step starts now; torch's
+                                                        intra-op threads)
     {"type": "warmup" | "step", "index": 0, "time_s": 0.12, "loss": 2.3, "peak_bytes": ...}
     {"type": "result", "status": "ok" | "oom" | "nan" | "error", "reason": "...", ...}
 
@@ -256,6 +257,8 @@ class Trial:
             index = device.index if device.index is not None else 0
             used_before = memory.nvml_device_used_bytes(index)
 
+        if req.get("threads"):  # fewer than the cores: the machine is shared right now
+            torch.set_num_threads(int(req["threads"]))
         self.set_stage("loading the model spec")
         spec = _load_spec(req)
         torch.manual_seed(seed)
@@ -316,6 +319,8 @@ class Trial:
     ) -> dict[str, Any] | None:
         """The warm-up steps, then the timed ones, each reported on the channel; the
         ``nan`` result at the first non-finite loss, else None."""
+        import torch
+
         from autotune.step import to_device
 
         device = stepper.device
@@ -328,7 +333,7 @@ class Trial:
             return stepper.step(micro)
 
         compiled = config.compile != "off"
-        self.channel.send("ready")
+        self.channel.send("ready", threads=torch.get_num_threads())
         for i in range(warmup + steps):
             is_warmup = i < warmup
             index = i if is_warmup else i - warmup

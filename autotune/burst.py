@@ -95,6 +95,7 @@ class BurstResult:
     peak_processes: int | None = None  # most processes seen in the tree (workers + 1)
     cuda_context_bytes: int | None = None
     recompiles: int | None = None  # graphs torch.compile built during the timed steps
+    threads: int | None = None  # torch's intra-op threads in the trial (fewer when shared)
 
     @property
     def ok(self) -> bool:
@@ -328,6 +329,7 @@ class _Progress:
     result: dict[str, Any] | None = None
     graphs_after_warmup: int | None = None  # graphs torch.compile had built by then
     graphs: int | None = None  # ... by the last step
+    threads: int | None = None  # torch's intra-op threads, as the trial said
 
     def recompiles(self) -> int | None:
         """Graphs torch.compile built during the timed steps (recompilation: dynamic shapes
@@ -356,6 +358,7 @@ def run_burst(
     on_step: Callable[[int, float], bool] | None = None,
     device_caps: DeviceCaps | None = None,
     memory_interval_s: float = 0.025,
+    threads: int | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -366,7 +369,9 @@ def run_burst(
     trial at once with status ``pruned``; an exception it raises ends the trial and is
     re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
     checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
-    Nothing the trial started outlives this call.
+    ``threads`` caps torch's intra-op threads in the trial (None: torch's default, one
+    per core); a search gives fewer while other processes hold cores (see
+    ``autotune.study.watch.free_cores``). Nothing the trial started outlives this call.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps=}")
@@ -376,6 +381,8 @@ def run_burst(
         raise ValueError(f"timeout_s must be positive, got {timeout_s=}")
     if budget_bytes is not None and budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes=}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads=}")
     started = time.perf_counter()
     on_cuda = device.startswith("cuda")
     caps = device_caps if device_caps is not None else _probed_caps(device)
@@ -396,6 +403,7 @@ def run_burst(
             overhead_s=progress.overhead_s,
             cuda_context_bytes=progress.context_bytes,
             recompiles=progress.recompiles(),
+            threads=progress.threads,
             wall_s=time.perf_counter() - started,
             **base,
             **figures,
@@ -414,6 +422,7 @@ def run_burst(
             "seed": seed,
             "verify": verify,
             "workdir": str(workdir),
+            "threads": threads,
         }
         try:
             request.update(_spec_payload(spec))
@@ -679,6 +688,8 @@ def _watch(
                 progress.cap_fraction = msg.get("fraction")
             elif kind == "ready":
                 progress.overhead_s = time.perf_counter() - started
+                if msg.get("threads") is not None:
+                    progress.threads = int(msg["threads"])
                 progress.stage = progress.next_stage()
             elif kind in ("warmup", "step"):
                 seconds = float(msg["time_s"])

@@ -76,6 +76,7 @@ class FakeBurst:
     verify_calls: list[TrainConfig] = field(default_factory=list)  # the race's first round
     race_calls: list[TrainConfig] = field(default_factory=list)  # the race's other rounds
     steps_reported: list[int] = field(default_factory=list)
+    threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
 
     def peak(self, c: TrainConfig) -> float:
         act = (
@@ -103,7 +104,9 @@ class FakeBurst:
         seed: int,
         verify: bool = False,
         on_step: Callable[[int, float], bool] | None = None,
+        threads: int | None = None,
     ) -> BurstResult:
+        self.threads.append(threads)
         if verify:
             self.verify_calls.append(config)
         elif on_step is None:  # the search's trials always watch their steps; the race not

@@ -94,6 +94,23 @@ def test_ok_run_throughput_from_median(ok_run: BurstResult) -> None:
     assert ok_run.mfu == pytest.approx(spec.flops_per_sample(16) * 2 / median / 1e11)
 
 
+def test_a_burst_runs_on_the_threads_it_is_given(ok_run: BurstResult) -> None:
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ok_run.threads == int(fresh.stdout)  # torch's default in a fresh process
+    capped = run_burst(
+        fake("oom_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=1, warmup=0, threads=1
+    )
+    assert capped.status == "ok", capped.reason
+    assert capped.threads == 1
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        run_burst(fake("oom_spec"), TrainConfig(micro_batch=2, seq_len=16), threads=0)
+
+
 def test_ok_run_overhead_and_wall(ok_run: BurstResult) -> None:
     assert ok_run.overhead_s is not None and ok_run.overhead_s > 0.5  # a torch import at least
     assert ok_run.warmup_s is not None and ok_run.warmup_s >= 2 * 0.05

@@ -95,11 +95,20 @@ class BurstRunner:
     seed: int
 
     def run(
-        self, config: TrainConfig, *, steps: int, timeout_s: float, **options: Any
+        self,
+        config: TrainConfig,
+        *,
+        steps: int,
+        timeout_s: float,
+        threads: int | None = None,
+        **options: Any,
     ) -> BurstResult:
         """One burst of ``config``; ``options`` (``on_step=``, ``verify=``) go to the burst
-        function as they are. A burst function must not raise: an exception becomes an
-        ``error`` result. Ctrl-C propagates."""
+        function as they are, and ``threads`` when it caps torch's threads (a shared
+        machine: ``SearchState.burst_threads``). A burst function must not raise: an
+        exception becomes an ``error`` result. Ctrl-C propagates."""
+        if threads is not None:
+            options["threads"] = threads
         try:
             return self.burst_fn(
                 self.spec,
@@ -162,10 +171,15 @@ class TrialObjective:
         self.cut_by_time = False
         timeout_s, capped = self._timeout(exempt=exempt)
         watch = self.state.watch
+        threads = self.state.burst_threads()
         try:
             with watch.burst() if watch is not None else contextlib.nullcontext():
                 result = self.bursts.run(
-                    config, steps=self.bursts.steps, timeout_s=timeout_s, on_step=on_step
+                    config,
+                    steps=self.bursts.steps,
+                    timeout_s=timeout_s,
+                    on_step=on_step,
+                    threads=threads,
                 )
         except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)
             with contextlib.suppress(Exception):
@@ -187,6 +201,8 @@ class TrialObjective:
                 "compilation, and a training run would recompile too"
             )
         disturbed = self.state.disturbance(t0, result.step_times_s)
+        if disturbed and threads is not None:
+            disturbed += f"; measured on the {threads} core(s) left to it"
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
             self.state.warn_disturbed(trial.number, disturbed)

@@ -359,7 +359,13 @@ def _run_one(
 ) -> None:
     """One burst of ``entrant``; the first round's adds the eval step and checkpoint save."""
     config = entrant.record.train_config()
-    result = bursts.run(config, steps=steps, timeout_s=2 * bursts.timeout_s, verify=first)
+    result = bursts.run(
+        config,
+        steps=steps,
+        timeout_s=2 * bursts.timeout_s,
+        verify=first,
+        threads=state.burst_threads(),
+    )
     entrant.bursts.append(result)
     problem = ""
     if not result.ok:

@@ -128,6 +128,13 @@ class SearchState:
         """Whether the machine watch saw outside load in the last few seconds."""
         return self.watch is not None and self.watch.busy_now()
 
+    def burst_threads(self) -> int | None:
+        """torch threads for a CPU burst starting now: fewer than the cores while outside
+        processes hold some (``MachineWatch.burst_threads``); None: torch's default."""
+        if self.watch is None or self.space.device_kind != "cpu":
+            return None
+        return self.watch.burst_threads()
+
     def disturbance(self, since: float, step_times: Sequence[float]) -> str:
         """Why a measurement that started at ``since`` (``time.monotonic``) is suspect:
         outside load during it, or step times that show interference; "" when clean."""

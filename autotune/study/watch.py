@@ -170,6 +170,13 @@ class _Sample:
     gpu_util_idle: float | None  # None: a burst ran, ours was on the device, or no data
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def disturbed_steps(step_times: Sequence[float], *, ratio: float = DISTURBED_RATIO) -> bool:
     """True when a burst's step times show interference: p90 > ``ratio`` x median.
 
@@ -326,6 +333,25 @@ class MachineWatch:
     def busy_now(self, last_s: float = 5.0) -> bool:
         """Whether the last ``last_s`` seconds were busy (the live warning)."""
         return self.window(self._clock() - last_s).busy
+
+    def burst_threads(self, cores: int | None = None, last_s: float = 5.0) -> int | None:
+        """torch's intra-op threads for a CPU burst starting now: None (torch's default, one
+        per core) on a quiet machine; while outside processes hold cores, the cores they
+        leave (at least one).
+
+        Why: torch's CPU kernels split each operation over its threads and wait for the
+        slowest; a thread that shares its core with another process arrives a scheduler
+        slice late at every operation. Measured on the 2-core VM with one core busy, mu at
+        micro-batch 1 ran at 108 tokens/s on 2 threads and 771 on 1 (BENCHMARKS.md), while
+        large micro-batches slowed about 2x: contention distorts configs unequally unless
+        each burst runs on the cores it actually has.
+        """
+        load = self.window(self._clock() - last_s)
+        if not load.busy:
+            return None
+        cores = cores if cores is not None else _usable_cores()
+        free = round(cores - load.outside_cores_mean)
+        return max(1, free) if free < cores else None
 
     def total(self) -> Load:
         """The load over the whole run."""

@@ -47,6 +47,9 @@ class FakeWatch:
     def busy_now(self, last_s: float = 5.0) -> bool:
         return self.loaded
 
+    def burst_threads(self) -> int | None:
+        return 1 if self.loaded else None  # one of the 2 cores left
+
     def total(self) -> Load:
         return self.window(0.0)
 
@@ -167,3 +170,15 @@ def test_a_race_round_under_load_is_left_out_when_a_quiet_one_exists(tmp_path: P
     assert any("1 busy round(s) left out" in n for n in notes)
     # every round is still on record
     assert all(len(e.throughputs) == 2 for e in result.race.entrants)
+
+
+def test_bursts_on_a_busy_machine_run_on_the_cores_left_to_them(tmp_path: Path) -> None:
+    """On a shared core torch's threads wait for each other at every op: a burst gets the
+    cores that outside processes leave, and its record says so."""
+    quiet = FakeBurst()
+    run(tmp_path / "quiet", quiet, trials=3, watch=FakeWatch())
+    assert quiet.threads and set(quiet.threads) == {None}  # torch's default: every core
+    busy = FakeBurst()
+    result = run(tmp_path / "busy", busy, trials=3, watch=FakeWatch(loaded=True))
+    assert busy.threads and set(busy.threads) == {1}  # trials and race alike
+    assert result.trials[0].disturbed.endswith("; measured on the 1 core(s) left to it")

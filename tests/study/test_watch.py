@@ -226,6 +226,19 @@ def test_busy_now_looks_at_the_last_seconds() -> None:
     assert watch.busy_now(last_s=6.0)
 
 
+def test_a_burst_gets_the_cores_outside_processes_leave() -> None:
+    """torch's threads wait on the slowest one: on a shared core every op waits a slice."""
+    _, quiet = loaded_watch([0.1, 0.2, 0.1])
+    assert quiet.burst_threads(cores=2) is None  # torch's default: one per core
+    _, one_busy = loaded_watch([1.0, 1.0, 0.9])
+    assert one_busy.burst_threads(cores=2) == 1
+    assert one_busy.burst_threads(cores=16) == 15
+    _, all_busy = loaded_watch([4.0, 4.0])
+    assert all_busy.burst_threads(cores=2) == 1  # never below one
+    _, earlier = loaded_watch([2.0, 2.0, 0.0, 0.0, 0.0, 0.0])
+    assert earlier.burst_threads(cores=2, last_s=3.0) is None  # the load has gone
+
+
 # -- Load ---------------------------------------------------------------------------------
 def test_load_round_trips_through_json() -> None:
     load = Load(
