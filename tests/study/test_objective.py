@@ -124,17 +124,18 @@ def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
             on_step = kw.pop("on_step", None)
 
             def slow(i: int, dt: float) -> bool:
-                time.sleep(0.05 * config.micro_batch)  # the naive mb 1 is quick, mb 8 is not
+                time.sleep(0.1 * config.micro_batch)  # the naive mb 1 is quick, mb 8 is not
                 return on_step is None or bool(on_step(i, dt))
 
             return super().__call__(spec, config, on_step=slow, **kw)
 
     t0 = time.monotonic()
     # one race round: the race's reserve (3 naive bursts) would leave no time for a trial
+    # (5 s: opening the study alone takes 2 s on a loaded 2-core machine)
     result = run(
-        tmp_path, SlowSteps(), trials=None, timeout="2s", steps=8, output=None, race_rounds=1
+        tmp_path, SlowSteps(), trials=None, timeout="5s", steps=8, output=None, race_rounds=1
     )
-    assert time.monotonic() - t0 < 6  # the playbook's burst alone would take 3.2 s
+    assert time.monotonic() - t0 < 9  # the playbook's burst alone would take 6.4 s
     cut = [t for t in result.trials if t.status == "stopped"]
     assert len(cut) == 1 and cut[0].state == "PRUNED"
     assert cut[0].reason.startswith("stopped: the search's time limit")
