@@ -293,6 +293,9 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
         else "The race"
     )
     out = [f'<p class="big">{_e(head + (": " + "; ".join(said) if said else "") + ".")}</p>']
+    load_said = _race_load(race)
+    if load_said:
+        out.append(_note(load_said))
     rows = []
     for e in entries:
         samples = plots._samples(e)
@@ -308,13 +311,11 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
                 f"{e['ratio_to_naive']:.2f}x"
                 if isinstance(e.get("ratio_to_naive"), (int, float))
                 else "-",
+                str(e.get("problem") or ""),
             )
         )
-    out.append(
-        _table(
-            ["finalist", "trial", "config", f"median {unit}", "spread", "rounds", "vs naive"], rows
-        )
-    )
+    columns = ["finalist", "trial", "config", f"median {unit}", "spread", "rounds", "vs naive"]
+    out.append(_table([*columns, "problem"], rows))
     fig = plots.finalists_figure(entries, unit)
     if fig is not None:
         out.append(
@@ -325,6 +326,33 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
             )
         )
     return "\n".join(out)
+
+
+def _race_load(race: Mapping[str, Any]) -> str:
+    """What the machine watch saw during the race, and which rounds were left out for it;
+    "" when the race recorded no load or a quiet one."""
+    from autotune.study.watch import Load
+
+    busy = [i + 1 for i, b in enumerate(race.get("busy_rounds") or ()) if b is True]
+    said = []
+    if busy:
+        total = len(race.get("busy_rounds") or ())
+        which = ", ".join(str(i) for i in busy)
+        said.append(
+            f"Round(s) {which} ran while the machine was busy and were left out of the figures."
+            if len(busy) < total
+            else "Every round ran while the machine was busy: these figures may not hold "
+            "on a quiet machine."
+        )
+    load = race.get("load")
+    if isinstance(load, Mapping):
+        try:
+            seen = Load.from_dict(load)
+        except ValueError:
+            seen = None
+        if seen is not None and seen.busy:
+            said.append(f"The machine watch saw: {seen.describe()}.")
+    return " ".join(said)
 
 
 def _interval(value: Any, kind: str) -> str:

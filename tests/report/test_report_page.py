@@ -151,8 +151,25 @@ def test_a_race_renders_as_a_table_with_its_intervals() -> None:
     rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td>", text)
     assert rows == [("#7", "#7"), ("naive", "-")]
     assert "3.1%" in text and "2.31x" in text and 'id="plot-race"' in text
+    assert "busy" not in text  # a quiet race says nothing about load
     # missing fields: what is there still renders
     assert "<table>" in race_html({"entries": [{"label": "x", "median": 1.0}]}, "samples/s")
+
+
+def test_a_race_shows_its_problems_and_the_load_it_ran_under() -> None:
+    from autotune.study.watch import Load
+
+    busy = Load(outside_cores_mean=1.2, outside_cores_max=2.0, samples=9, busy=True)
+    entries = [dict(RACE["entries"][0]), {**RACE["entries"][1], "problem": "timeout (round 2)"}]
+    race = {**RACE, "entries": entries, "busy_rounds": [False, True], "load": busy.to_dict()}
+    text = race_html(race, "tokens/s")
+    assert "<td>timeout (round 2)</td>" in text
+    assert "Round(s) 2 ran while the machine was busy and were left out" in text
+    assert "another process used 1.2 cores (max 2.0)" in text
+    every = race_html({**race, "busy_rounds": [True, True]}, "tokens/s")
+    assert "Every round ran while the machine was busy" in every
+    broken = race_html({**race, "load": {"outside_cores_mean": "x"}}, "tokens/s")
+    assert "The machine watch saw" not in broken and "<table>" in broken
 
 
 def test_a_preset_with_a_race_shows_it_in_the_finalists(searched: Searched, tmp_path: Path) -> None:
