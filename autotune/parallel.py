@@ -54,6 +54,7 @@ __all__ = [
     "parse_label",
     "space_choices",
     "split_problems",
+    "summarize",
     "torchrun_command",
     "wrap_model",
 ]
@@ -175,6 +176,15 @@ def split_problems(grad_accum: int, par: ParallelConfig) -> list[str]:
         f"{par.nproc_per_node} processes (each accumulates grad_accum / nproc_per_node "
         "micro-batches); use a grad_accum that the process count divides"
     ]
+
+
+def summarize(data: Any) -> str:
+    """``ddp-b100-view x2`` for a ``parallel`` mapping in a table (``parallel?`` if bad)."""
+    try:
+        par = ParallelConfig.from_mapping(data)
+    except (UsageError, TypeError):
+        return "parallel?"
+    return f"{par.label()} x{par.nproc_per_node}"
 
 
 def parse_label(label: str, nproc_per_node: int) -> ParallelConfig:

@@ -326,6 +326,9 @@ class SearchSpace:
     def contains(self, config: TrainConfig) -> bool:
         if config.global_batch != self.global_batch:
             return False
+        nproc = config.parallel.nproc_per_node if config.parallel is not None else 1
+        if nproc != self.nproc_per_node:
+            return False
         values = self.values_of(config)
         for name, allowed in self.dimensions():
             if name in ("pin_memory", "prefetch_factor") and config.num_workers == 0:
@@ -502,7 +505,8 @@ class SearchSpace:
         choice, plain DDP); None on one process."""
         if not self.parallel:
             return None
-        return par.parse_label(str(values.get("parallel", self.parallel[0])), self.nproc_per_node)
+        label = values.get("parallel") or self.parallel[0]  # None: a single-process config's
+        return par.parse_label(str(label), self.nproc_per_node)
 
     def _default_seq_len(self) -> int:
         target = self.default_seq_len or self.seq_len[0]
