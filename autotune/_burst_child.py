@@ -495,8 +495,13 @@ class FailuresOnly(Channel):
     """A rank other than 0 under torchrun: it speaks only to report its own failure (an
     out-of-memory, an error); rank 0 reports the steps and the result."""
 
+    def __init__(self, fd: int, rank: int) -> None:
+        super().__init__(fd)
+        self.rank = rank
+
     def send(self, kind: str, **fields: Any) -> None:
         if kind == "result" and fields.get("status") != "ok":
+            fields["reason"] = f"rank {self.rank}: {fields.get('reason', '')}"
             super().send(kind, **fields)
 
 
@@ -505,7 +510,7 @@ def _open_channel(arg: str) -> Channel:
     descriptors) the path of a FIFO every rank opens; ranks other than 0 filtered."""
     fd = int(arg) if arg.isdigit() else os.open(arg, os.O_WRONLY)
     rank = int(os.environ.get("RANK", "0") or 0)
-    return Channel(fd) if rank == 0 else FailuresOnly(fd)
+    return Channel(fd) if rank == 0 else FailuresOnly(fd, rank)
 
 
 def _join_ranks(config: TrainConfig, device: str) -> tuple[DistInfo, str, TrainConfig]:

@@ -272,6 +272,32 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     assert "resumed from" in proc.stdout and "step 3/3" in proc.stdout
 
 
+@gloo
+@pytest.mark.slow
+def test_a_failure_on_another_rank_is_that_ranks_outcome(tmp_path: Path) -> None:
+    """Rank 1 runs out of memory building the model while rank 0 waits for it: the
+    burst says so (rank 1 reports its own failure), and no process is left."""
+    model = tmp_path / "rank1_oom.py"
+    model.write_text(
+        "import dataclasses, os\n"
+        "from autotune.models.registry import load_model\n"
+        f"base = load_model({FAKE_LM!r} + ':spec')\n"
+        "def build(**args):\n"
+        "    if os.environ.get('RANK') == '1':\n"
+        "        raise MemoryError('rank 1 is out of memory')\n"
+        "    return base.build_fn(**args)\n"
+        "spec = dataclasses.replace(base, build_fn=build)\n"
+    )
+    spec = load_model(f"{model}:spec")
+    result = run_burst(spec, config(parallel=DDP_KNOBS), steps=1, warmup=0, timeout_s=180)
+    assert result.status == "oom", result.reason
+    assert result.reason.startswith("rank 1: ") and "rank 1 is out of memory" in result.reason
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"autotune-burst-{os.getpid()}-"], capture_output=True, text=True
+    )
+    assert leftover.stdout == ""
+
+
 needs_two_gpus = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
 )
