@@ -720,6 +720,7 @@ class Trainer:
             f"model {self.spec.name}: {counts.total / 1e6:.2f}M parameters "
             f"({counts.non_embedding / 1e6:.2f}M non-embedding) on {self.device}"
             + (f" x {self.dist.world_size} processes" if self.dist.enabled else "")
+            + (f" ({cfg.parallel.label()})" if self.dist.enabled and cfg.parallel else "")
         )
         self.display.message(
             f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"

@@ -262,6 +262,7 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "the preset runs on 2 processes" in proc.stderr
+    assert f"x 2 processes ({ParallelConfig(**parallel).label()})" in proc.stdout
     assert "micro_batch 1 x grad_accum 2 x world 2 = global batch 4" in proc.stdout
     assert proc.stdout.count("saved ") == 1  # rank 0 alone writes
     assert [s for s, _ in list_checkpoints(tmp_path / "run")] == [2]
