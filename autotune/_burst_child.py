@@ -247,7 +247,7 @@ class Trial:
 
         req = self.request
         self.dist, device_name, config = _join_ranks(req["config"], req["device"])
-        seed: int = req["seed"] + self.dist.rank  # each rank its own data
+        seed: int = req["seed"]  # the same initial weights on every rank (FSDP2 does not broadcast)
         budget: int | None = req["budget_bytes"]
         device = torch.device(device_name)
         self.device = device
@@ -270,7 +270,8 @@ class Trial:
         self.set_stage("starting the data loader")
         warmup, steps = req["warmup"], req["steps"]
         micro_batches = (warmup + steps) * config.grad_accum
-        loader = make_loader(spec, config, samples=micro_batches * config.micro_batch, seed=seed)
+        samples = micro_batches * config.micro_batch
+        loader = make_loader(spec, config, samples=samples, seed=seed + self.dist.rank)
         batches = forever(loader)
         failed = self._timed_steps(stepper, batches, config, warmup=warmup, steps=steps)
         if failed is not None:
