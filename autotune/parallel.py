@@ -50,6 +50,7 @@ __all__ = [
     "coerce",
     "config_problems",
     "full_state",
+    "is_sharded",
     "load_full_state",
     "parse_label",
     "space_choices",
@@ -305,6 +306,8 @@ def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
 
 
 def is_sharded(config: TrainConfig, world_size: int) -> bool:
+    """Whether ``config`` shards its parameters on ``world_size`` processes (FSDP): then
+    evaluation and checkpoints are collectives."""
     return world_size > 1 and config.parallel is not None and config.parallel.strategy == "fsdp"
 
 
