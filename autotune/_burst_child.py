@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from autotune.config import TrainConfig
+    from autotune.distributed import DistInfo
     from autotune.models.spec import Batch, ModelSpec
     from autotune.step import Stepper
 
@@ -225,6 +226,7 @@ class Trial:
         self.context_bytes = 0
         self.cuda = False
         self.device: torch.device | None = None
+        self.dist: DistInfo | None = None  # under torchrun: this rank's place
 
     def set_stage(self, name: str) -> None:
         self.stage = name
@@ -245,10 +247,10 @@ class Trial:
         from autotune import memory
 
         req = self.request
-        config: TrainConfig = req["config"]
-        seed: int = req["seed"]
+        self.dist, device_name, config = _join_ranks(req["config"], req["device"])
+        seed: int = req["seed"]  # the same initial weights on every rank (FSDP2 does not broadcast)
         budget: int | None = req["budget_bytes"]
-        device = torch.device(req["device"])
+        device = torch.device(device_name)
         self.device = device
         self.cuda = device.type == "cuda"
 
@@ -266,12 +268,13 @@ class Trial:
             self._start_cuda(device, budget, used_before)
 
         self.set_stage("building the model")
-        model, optimizer, stepper = _build(spec, config, device)
+        model, optimizer, stepper = _build(spec, config, device, world_size=self.dist.world_size)
 
         self.set_stage("starting the data loader")
         warmup, steps = req["warmup"], req["steps"]
         micro_batches = (warmup + steps) * config.grad_accum
-        loader = make_loader(spec, config, samples=micro_batches * config.micro_batch, seed=seed)
+        samples = micro_batches * config.micro_batch
+        loader = make_loader(spec, config, samples=samples, seed=seed + self.dist.rank)
         batches = forever(loader)
         failed = self._timed_steps(stepper, batches, config, warmup=warmup, steps=steps)
         if failed is not None:
@@ -284,7 +287,7 @@ class Trial:
                 return failed
 
         batches.close()  # drops the loader's iterator: its DataLoader workers shut down
-        return self._check_budget(budget, used_before, **extra)
+        return _across_ranks(self.dist, self._check_budget(budget, used_before, **extra), budget)
 
     def _start_cuda(
         self, device: torch.device, budget: int | None, used_before: int | None
@@ -387,7 +390,12 @@ class Trial:
             self.set_stage("verifying: checkpoint save")
             extra["eval_loss"] = eval_loss
             extra["checkpoint_bytes"] = _save_checkpoint(
-                Path(self.request["workdir"]) / "checkpoint.pt", model, optimizer, stepper, config
+                Path(self.request["workdir"]) / "checkpoint.pt",
+                model,
+                optimizer,
+                stepper,
+                config,
+                dist=self.dist,
             )
         except Exception as exc:
             _, reason = classify_exception(exc)
@@ -437,9 +445,11 @@ class Trial:
 
 
 def _build(
-    spec: ModelSpec, config: TrainConfig, device: torch.device
+    spec: ModelSpec, config: TrainConfig, device: torch.device, *, world_size: int = 1
 ) -> tuple[nn.Module, torch.optim.Optimizer, Stepper]:
-    """The model, its optimizer and the step function, as the trainer builds them."""
+    """The model, its optimizer and the step function, as the trainer builds them (under
+    torchrun: wrapped in DDP or sharded by FSDP2 with the config's knobs)."""
+    from autotune.parallel import wrap_model
     from autotune.step import (
         Stepper,
         apply_backend_flags,
@@ -448,26 +458,36 @@ def _build(
         prepare_model,
     )
 
-    model = prepare_model(spec, config, device)
-    model = compile_model(model, config)
-    optimizer = make_optimizer(model, config)  # fused per config.fused_optimizer
+    raw = prepare_model(spec, config, device)
+    model = compile_model(wrap_model(raw, config, device, world_size=world_size), config)
+    optimizer = make_optimizer(raw, config)  # fused per config.fused_optimizer
     apply_backend_flags(config, device)
     stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
     return model, optimizer, stepper
 
 
 def _save_checkpoint(
-    path: Path, model: nn.Module, optimizer: Any, stepper: Any, config: TrainConfig
+    path: Path,
+    model: nn.Module,
+    optimizer: Any,
+    stepper: Any,
+    config: TrainConfig,
+    *,
+    dist: DistInfo | None = None,
 ) -> int:
-    """Model and optimizer state, written atomically; returns its size in bytes."""
+    """Model and optimizer state, written atomically; returns its size in bytes. Under
+    torchrun rank 0 writes it (FSDP: after every rank gathered the whole state)."""
     import torch
 
     from autotune.files import atomic_writer
 
     module = getattr(model, "_orig_mod", model)  # the module under torch.compile
+    model_state, optim_state = _rank_state(module, optimizer, config, dist)
+    if dist is not None and not dist.is_main:
+        return 0
     state = {
-        "model": module.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optim_state,
         "stepper": stepper.state_dict(),
         "config": config.to_dict(),
     }
@@ -476,12 +496,84 @@ def _save_checkpoint(
     return path.stat().st_size
 
 
+# -- several processes (torchrun; autotune/parallel.py) ----------------------------------
+class FailuresOnly(Channel):
+    """A rank other than 0 under torchrun: it speaks only to report its own failure (an
+    out-of-memory, an error); rank 0 reports the steps and the result."""
+
+    def __init__(self, fd: int, rank: int) -> None:
+        super().__init__(fd)
+        self.rank = rank
+
+    def send(self, kind: str, **fields: Any) -> None:
+        if kind == "result" and fields.get("status") != "ok":
+            fields["reason"] = f"rank {self.rank}: {fields.get('reason', '')}"
+            super().send(kind, **fields)
+
+
+def _open_channel(arg: str) -> Channel:
+    """The parent's pipe: a descriptor number, or under torchrun (whose workers inherit no
+    descriptors) the path of a FIFO every rank opens; ranks other than 0 filtered."""
+    fd = int(arg) if arg.isdigit() else os.open(arg, os.O_WRONLY)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    return Channel(fd) if rank == 0 else FailuresOnly(fd, rank)
+
+
+def _join_ranks(config: TrainConfig, device: str) -> tuple[DistInfo, str, TrainConfig]:
+    """This rank's place (a world of one outside torchrun), its device and the config it
+    runs: ``grad_accum / world size`` micro-batches, so the global batch is the config's."""
+    from autotune.distributed import init_distributed, per_rank_config
+
+    info, device = init_distributed(device)
+    return info, device, per_rank_config(config, info.world_size)
+
+
+def _across_ranks(
+    dist: DistInfo | None, result: dict[str, Any], budget: int | None
+) -> dict[str, Any]:
+    """Rank 0's result with the memory figures of the busiest rank (peaks are per rank: a
+    budget is each process's) and the first failure any rank saw."""
+    if dist is None or not dist.enabled:
+        return result
+    from autotune.distributed import all_gather_objects
+    from autotune.units import format_bytes
+
+    keys = ("status", "reason", "peak_bytes", "own_peak_rss_bytes")
+    ranks = all_gather_objects(dist, {k: result.get(k) for k in keys})
+    out = dict(result)
+    for key in ("peak_bytes", "own_peak_rss_bytes"):
+        values = [r[key] for r in ranks if r[key] is not None]
+        out[key] = max(values) if values else None
+    failed = [(i, r) for i, r in enumerate(ranks) if r["status"] != "ok"]
+    if failed:
+        rank, first = failed[0]
+        out["status"], out["reason"] = first["status"], f"rank {rank}: {first['reason']}"
+    elif budget is not None and out["peak_bytes"] is not None and out["peak_bytes"] > budget:
+        out["status"] = "oom"
+        out["reason"] = (
+            f"a rank's peak {format_bytes(out['peak_bytes'])} passed the budget of "
+            f"{format_bytes(budget)}"
+        )
+    out["ranks"] = dist.world_size
+    return out
+
+
+def _rank_state(
+    module: nn.Module, optimizer: Any, config: TrainConfig, dist: DistInfo | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from autotune.parallel import full_state, is_sharded
+
+    if dist is not None and is_sharded(config, dist.world_size):
+        return full_state(module, optimizer)
+    return module.state_dict(), optimizer.state_dict()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m autotune._burst_child REQUEST_PATH RESULT_FD", file=sys.stderr)
         return 2
-    channel = Channel(int(args[1]))
+    channel = _open_channel(args[1])
     _no_core_dumps()
     parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
     _follow_parent(parent, workdir=Path(args[0]).parent)
@@ -524,8 +616,10 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     import signal
     import threading
 
+    alive = _parent_check(ppid)
+
     def watch() -> None:
-        while os.getppid() == ppid:
+        while alive():
             time.sleep(0.5)
         import psutil
 
@@ -543,6 +637,27 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def _parent_check(ppid: int) -> Callable[[], bool]:
+    """Whether the search process ``ppid`` still runs: our parent, or under torchrun (the
+    launcher is our parent) the same process that was there when we started."""
+    if os.getppid() == ppid:
+        return lambda: os.getppid() == ppid
+    import psutil
+
+    try:
+        created = psutil.Process(ppid).create_time()
+    except psutil.Error:
+        return lambda: False
+
+    def alive() -> bool:
+        try:
+            return bool(psutil.Process(ppid).create_time() == created)
+        except psutil.Error:
+            return False
+
+    return alive
 
 
 def _no_core_dumps() -> None:

@@ -438,6 +438,7 @@ def run_burst(
             )
         return _supervise(
             workdir=workdir,
+            nproc=config.parallel.nproc_per_node if config.parallel is not None else 1,
             progress=_Progress(warmup=warmup, steps=steps),
             started=started,
             timeout_s=timeout_s,
@@ -464,6 +465,7 @@ def _spec_payload(spec: ModelSpec) -> dict[str, Any]:
 def _supervise(
     *,
     workdir: Path,
+    nproc: int = 1,
     progress: _Progress,
     started: float,
     timeout_s: float,
@@ -476,13 +478,16 @@ def _supervise(
     """Start the trial process, watch it to its end, stop its whole tree and say how it
     went."""
     log_path = workdir / "trial.log"
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd, channel = _open_channel(workdir, nproc)
     proc: subprocess.Popen[bytes] | None = None
     sampler: ProcessTreeSampler | None = None
     try:
-        proc = _spawn_child(workdir, write_fd=write_fd, log_path=log_path)
-        os.close(write_fd)
-        write_fd = -1
+        proc = _spawn_child(
+            workdir, write_fd=write_fd, log_path=log_path, channel=channel, nproc=nproc
+        )
+        if nproc == 1:  # a FIFO's write end stays open here: no end of file before rank 0 opens it
+            os.close(write_fd)
+            write_fd = -1
         pgid = proc.pid
         try:
             leader: psutil.Process | None = psutil.Process(proc.pid)
@@ -491,7 +496,7 @@ def _supervise(
         sampler = ProcessTreeSampler(
             proc.pid,
             interval_s=memory_interval_s,
-            budget_bytes=None if on_cuda else budget_bytes,
+            budget_bytes=None if on_cuda else _tree_budget(budget_bytes, nproc),
             on_over_budget=lambda _: _kill_group(pgid, signal.SIGKILL),
         ).start()
 
@@ -514,7 +519,7 @@ def _supervise(
         returncode = proc.wait()
         _reap_tree(sampler)
 
-        memory = _memory_figures(progress, sampler, on_cuda=on_cuda)
+        memory = _memory_figures(progress, sampler, on_cuda=on_cuda, nproc=nproc)
         if outcome == "budget":
             reached = max(sampler.over_budget_bytes or 0, sampler.peak_bytes)
             memory["peak_memory_bytes"] = reached
@@ -543,32 +548,56 @@ def _supervise(
             _reap_tree(sampler)
 
 
-def _spawn_child(workdir: Path, *, write_fd: int, log_path: Path) -> subprocess.Popen[bytes]:
+def _open_channel(workdir: Path, nproc: int) -> tuple[int, int, str]:
+    """(read end, write end, what the child is told): a pipe whose descriptor the child
+    inherits; under torchrun, whose workers inherit none, a FIFO in ``workdir`` that every
+    rank opens by its path (rank 0 reports, the others only their failures)."""
+    if nproc == 1:
+        read_fd, write_fd = os.pipe()
+        return read_fd, write_fd, str(write_fd)
+    fifo = workdir / "channel.fifo"
+    os.mkfifo(fifo, 0o600)
+    read_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    write_fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    return read_fd, write_fd, str(fifo)
+
+
+def _tree_budget(budget_bytes: int | None, nproc: int) -> int | None:
+    """What the CPU watchdog allows the whole tree: the budget is each rank's, and the
+    torchrun launcher counts like one more process."""
+    if budget_bytes is None or nproc == 1:
+        return budget_bytes
+    return budget_bytes * (nproc + 1)
+
+
+def _spawn_child(
+    workdir: Path, *, write_fd: int, log_path: Path, channel: str | None = None, nproc: int = 1
+) -> subprocess.Popen[bytes]:
     """The trial process, in a session (and process group) of its own, its output in
-    ``log_path``, its messages to ``write_fd``."""
+    ``log_path``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
+    processes, to the FIFO named ``channel``)."""
+    from autotune.parallel import torchrun_command
+
+    args = ["autotune._burst_child", str(workdir / "request.pkl"), channel or str(write_fd)]
+    command = [sys.executable, "-m", *args] if nproc == 1 else torchrun_command(nproc, args)
     with open(log_path, "wb") as log:
         return subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
-            [
-                sys.executable,
-                "-m",
-                "autotune._burst_child",
-                str(workdir / "request.pkl"),
-                str(write_fd),
-            ],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            pass_fds=(write_fd,),
+            pass_fds=(write_fd,) if nproc == 1 else (),
             start_new_session=True,
             env=_child_env(workdir),
         )
 
 
 def _memory_figures(
-    progress: _Progress, sampler: ProcessTreeSampler, *, on_cuda: bool
+    progress: _Progress, sampler: ProcessTreeSampler, *, on_cuda: bool, nproc: int = 1
 ) -> dict[str, Any]:
     """The burst's memory fields: the peak that counts against the budget (the card's on
-    CUDA, the process tree's on CPU), the host's peak, and where the figure comes from."""
+    CUDA, the process tree's on CPU; under torchrun the busiest rank's, a budget being
+    each process's), the host's peak, and where the figure comes from."""
     host_peak = sampler.peak_bytes or None
     memory: dict[str, Any] = {
         "host_peak_bytes": host_peak,
@@ -587,11 +616,16 @@ def _memory_figures(
             memory["memory_source"] += (
                 f"; allocator capped at {progress.cap_fraction:.1%} of the card"
             )
+    elif nproc > 1:
+        memory["peak_memory_bytes"] = own_rss
+        memory["memory_source"] = f"cpu: peak RSS of the busiest of {nproc} ranks"
     else:
         memory["peak_memory_bytes"] = memory["host_peak_bytes"]
         memory["memory_source"] = "cpu: process-tree memory (trial RSS + workers' USS)"
         if not sampler.exact:
             memory["memory_source"] = "cpu: process-tree RSS (workers' USS unavailable)"
+    if nproc > 1:
+        memory["memory_source"] += f"; per rank, {nproc} ranks under torchrun"
     return memory
 
 

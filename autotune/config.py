@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.errors import ConfigError, PresetError
+from autotune.parallel import ParallelConfig
+from autotune.parallel import coerce as coerce_parallel
+from autotune.parallel import config_problems as parallel_device_problems
 from autotune.schema import (
     Rule,
     Section,
@@ -76,12 +79,17 @@ class TrainConfig:
     fused_optimizer: bool = False
     cudnn_benchmark: bool = False
     knobs: Mapping[str, Any] = field(default_factory=dict)
+    # Several processes (torchrun): their count and the DDP/FSDP knobs (autotune/parallel.py).
+    parallel: ParallelConfig | None = None
 
     def __post_init__(self) -> None:
         problems = _field_problems(self, path="config")
+        parallel, parallel_issues = coerce_parallel(self.parallel)
+        problems += parallel_issues
         if problems:
             raise ConfigError(problems)
         object.__setattr__(self, "knobs", dict(self.knobs))
+        object.__setattr__(self, "parallel", parallel)
 
     @property
     def global_batch(self) -> int:
@@ -91,6 +99,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["knobs"] = dict(self.knobs)
+        if self.parallel is None:  # a single process: the record is as it always was
+            del data["parallel"]
         return data
 
     @classmethod
@@ -211,6 +221,12 @@ def apply_overrides(
                     problems.append(f"--set {key}: config.knobs is {knobs!r}, not a mapping")
                     continue
                 config_data["knobs"] = {**knobs, name.removeprefix("knobs."): value}
+            elif name.startswith("parallel."):
+                parallel = config_data.get("parallel")
+                if not isinstance(parallel, Mapping):
+                    problems.append(f"--set {key}: this config has no parallel section")
+                    continue
+                config_data["parallel"] = {**parallel, name.removeprefix("parallel."): value}
             elif "." in name:
                 problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
             else:
@@ -225,7 +241,8 @@ def apply_overrides(
                 training_data[name] = value
         else:
             problems.append(
-                f"--set {key}: expected config.FIELD, config.knobs.NAME or training.FIELD"
+                f"--set {key}: expected config.FIELD, config.knobs.NAME, config.parallel.NAME "
+                "or training.FIELD"
             )
     new_config, new_training = config, training
     try:
@@ -331,6 +348,7 @@ def check_config(
         problems.append("config.pin_memory: only useful with a CUDA device")
     if config.cudnn_benchmark and device.kind != "cuda":
         problems.append("config.cudnn_benchmark: only available on a CUDA device")
+    problems += parallel_device_problems(config, device)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:

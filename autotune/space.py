@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune import parallel as par
 from autotune.config import COMPILE_MODES, PRECISIONS, TrainConfig, did_you_mean
 from autotune.errors import UsageError
 
@@ -179,6 +180,10 @@ class SearchSpace:
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
     default_seq_len: int | None = None
     low_precision_saves_memory: bool = False  # whether "smallest" prefers bf16/fp16
+    # Several processes (autotune/parallel.py): their count and the DDP/FSDP settings
+    # searched, as labels (one categorical dimension, "parallel"; none on one process).
+    nproc_per_node: int = 1
+    parallel: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = [
@@ -208,6 +213,7 @@ class SearchSpace:
         seq_len: Sequence[int] | None = None,
         cpu_count: int = 1,
         restrict: Mapping[str, Sequence[Any]] | None = None,
+        nproc_per_node: int = 1,
     ) -> SearchSpace:
         """The full space for ``spec`` on ``device``, narrowed by ``restrict``.
 
@@ -218,6 +224,7 @@ class SearchSpace:
         """
         gb = _global_batch(spec, global_batch)
         full = _builtin_choices(spec, device, gb, _seq_lens(spec, seq_len), cpu_count)
+        full.update(_parallel_choices(device, gb, full["micro_batch"], nproc_per_node))
         model_knobs = {k.name: tuple(k.values) for k in spec.knobs}
         chosen, knobs = _restrict(full, model_knobs, restrict or {}, spec, device)
         return cls(
@@ -237,6 +244,8 @@ class SearchSpace:
             knob_defaults={k.name: k.default for k in spec.knobs},
             default_seq_len=spec.seq_len,
             low_precision_saves_memory=device.kind == "cuda" or device.bf16_native,
+            nproc_per_node=nproc_per_node,
+            parallel=chosen.get("parallel", ()),
         )
 
     # -- the dimensions -------------------------------------------------------------------
@@ -245,6 +254,8 @@ class SearchSpace:
         if name in BUILTIN_KNOBS:
             values: tuple[Any, ...] = getattr(self, name)
             return values
+        if name == "parallel" and self.parallel:
+            return self.parallel
         key = name.removeprefix("knobs.")
         if key in self.knobs:
             return self.knobs[key]
@@ -254,6 +265,8 @@ class SearchSpace:
         """(parameter name, choices) for every knob; model knobs as ``knobs.NAME``."""
         dims = [(name, self.choices(name)) for name in BUILTIN_KNOBS]
         dims += [(f"knobs.{name}", values) for name, values in self.knobs.items()]
+        if self.parallel:
+            dims.append(("parallel", self.parallel))
         return dims
 
     def size(self) -> int:
@@ -274,6 +287,7 @@ class SearchSpace:
             "device": self.device,
             "global_batch": self.global_batch,
             **{name: [_jsonable(v) for v in values] for name, values in self.dimensions()},
+            **({"nproc_per_node": self.nproc_per_node} if self.nproc_per_node > 1 else {}),
         }
 
     def fingerprint(self) -> str:
@@ -297,6 +311,7 @@ class SearchSpace:
             pin_memory=bool(values.get("pin_memory", False)) if workers > 0 else False,
             prefetch_factor=values.get("prefetch_factor") if workers > 0 else None,
             knobs={name: values[f"knobs.{name}"] for name in self.knobs},
+            parallel=self._parallel_of(values),
         )
 
     def values_of(self, config: TrainConfig) -> dict[str, Any]:
@@ -304,10 +319,15 @@ class SearchSpace:
         out: dict[str, Any] = {name: getattr(config, name) for name in BUILTIN_KNOBS}
         for name in self.knobs:
             out[f"knobs.{name}"] = config.knobs.get(name, self.knob_defaults.get(name))
+        if self.parallel:
+            out["parallel"] = None if config.parallel is None else config.parallel.label()
         return out
 
     def contains(self, config: TrainConfig) -> bool:
         if config.global_batch != self.global_batch:
+            return False
+        nproc = config.parallel.nproc_per_node if config.parallel is not None else 1
+        if nproc != self.nproc_per_node:
             return False
         values = self.values_of(config)
         for name, allowed in self.dimensions():
@@ -480,6 +500,14 @@ class SearchSpace:
                 out.append(cand)
         return out
 
+    def _parallel_of(self, values: Mapping[str, Any]) -> par.ParallelConfig | None:
+        """The ``parallel`` value's config on this space's processes (default: the first
+        choice, plain DDP); None on one process."""
+        if not self.parallel:
+            return None
+        label = values.get("parallel") or self.parallel[0]  # None: a single-process config's
+        return par.parse_label(str(label), self.nproc_per_node)
+
     def _default_seq_len(self) -> int:
         target = self.default_seq_len or self.seq_len[0]
         return min(self.seq_len, key=lambda s: (abs(s - target), s))
@@ -561,6 +589,25 @@ def _builtin_choices(
         "pin_memory": (False, True) if cuda else (False,),
         "prefetch_factor": PREFETCH_CHOICES if cuda else (None,),
     }
+
+
+def _parallel_choices(
+    device: DeviceCaps, global_batch: int, micro_batches: tuple[int, ...], nproc: int
+) -> dict[str, tuple[Any, ...]]:
+    """On several processes: the micro-batches whose accumulation splits over them, and
+    the DDP/FSDP settings (autotune/parallel.py); nothing on one process."""
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise UsageError(f"--nproc-per-node: expected a positive integer, got {nproc!r}")
+    if nproc == 1:
+        return {}
+    fitting = tuple(m for m in micro_batches if (global_batch // m) % nproc == 0)
+    if not fitting:
+        raise UsageError(
+            f"--nproc-per-node {nproc}: the global batch {global_batch} does not split "
+            f"into whole micro-batches over {nproc} processes; use a --global-batch that "
+            f"is a multiple of {nproc}"
+        )
+    return {"micro_batch": fitting, "parallel": par.space_choices(device)}
 
 
 def _restrict(

@@ -9,7 +9,7 @@ else. What was measured is what is run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +103,15 @@ class StepOutput:
         return float(self.loss.item())
 
 
+@contextlib.contextmanager
+def _gradient_sync_off(set_sync: Callable[[bool], None]) -> Iterator[None]:
+    set_sync(False)
+    try:
+        yield
+    finally:
+        set_sync(True)
+
+
 class Stepper:
     """Runs one optimizer step over ``config.grad_accum`` micro-batches."""
 
@@ -127,11 +136,22 @@ class Stepper:
         self.scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
 
     def _no_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        no_sync = getattr(self.model, "no_sync", None)  # DistributedDataParallel
-        if last or no_sync is None:
+        """No gradient reduction before the last micro-batch: DDP's ``no_sync`` (not with
+        ``static_graph``), FSDP2's ``set_requires_gradient_sync(False)``."""
+        if last:
             return contextlib.nullcontext()
-        ctx: contextlib.AbstractContextManager[Any] = no_sync()
-        return ctx
+        no_sync = getattr(self.model, "no_sync", None)  # DistributedDataParallel
+        if getattr(self.model, "static_graph", False):
+            # DDP's static graph asserts under no_sync (torch 2.13): it reduces every
+            # micro-batch instead, a cost its measurement includes.
+            return contextlib.nullcontext()
+        if no_sync is not None:
+            ctx: contextlib.AbstractContextManager[Any] = no_sync()
+            return ctx
+        set_sync = getattr(self.model, "set_requires_gradient_sync", None)  # fully_shard
+        if set_sync is not None:
+            return _gradient_sync_off(set_sync)
+        return contextlib.nullcontext()
 
     def step(self, micro_batches: Sequence[Batch]) -> StepOutput:
         if not micro_batches:

@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from autotune.batches import BatchStream
@@ -70,6 +69,7 @@ from autotune.evaluation import eval_metrics, sample_text
 from autotune.files import atomic_write_text
 from autotune.models.registry import is_user_code
 from autotune.models.spec import user_code
+from autotune.parallel import full_state, is_sharded, load_full_state, wrap_model
 from autotune.run_folder import RunFolder
 from autotune.schedule import make_scheduler, set_peak_lr
 from autotune.signals import STOP_SIGNALS
@@ -205,6 +205,9 @@ class Trainer:
         self.dist = dist or DistInfo()
         self.global_config = config
         self.config = per_rank_config(config, self.dist.world_size)
+        # FSDP: parameters are sharded, so evaluation and checkpoints are collectives
+        self.sharded = is_sharded(config, self.dist.world_size)
+        self._full_state: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.training = training
         self.data = data
         self.out_dir = Path(out_dir).expanduser()
@@ -308,16 +311,16 @@ class Trainer:
 
     def _setup_model(self) -> None:
         """``raw_model`` (its state is what a checkpoint holds) and ``model``, the module a
-        step runs: wrapped in DDP under torchrun, compiled per the config. A ``build_fn``
+        step runs: wrapped in DDP or sharded by FSDP2 under torchrun (the config's
+        ``parallel`` knobs), compiled per the config. A ``build_fn``
         that fails is a ``ModelLoadError`` naming it (``user_code``)."""
         apply_backend_flags(self.config, self.device)
         with user_code(self.spec, "build_fn"):
             self.raw_model = prepare_model(self.spec, self.config, self.device)
-        model: nn.Module = self.raw_model
-        if self.dist.enabled:
-            model = nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
+        # DDP with the config's knobs, or FSDP2 sharding raw_model in place (parallel.py)
+        model = wrap_model(
+            self.raw_model, self.config, self.device, world_size=self.dist.world_size
+        )
         self.model = compile_model(model, self.config)
 
     def _setup_optimizer(self) -> None:
@@ -371,14 +374,18 @@ class Trainer:
 
     def _restore(self, state: dict[str, Any]) -> None:
         try:
-            self.raw_model.load_state_dict(state["model"])
-        except RuntimeError as exc:
+            if self.sharded:  # every rank loads the whole state into its shards
+                load_full_state(self.raw_model, self.optimizer, state["model"], state["optimizer"])
+            else:
+                self.raw_model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError) as exc:
             raise CheckpointError(
                 f"the checkpoint does not fit model {self.spec.name!r} with these args "
                 f"(it was written for {state.get('model_name')!r} "
                 f"{state.get('model_args')}): {str(exc).splitlines()[0]}"
             ) from None
-        self.optimizer.load_state_dict(state["optimizer"])
+        if not self.sharded:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_peak_lr(self.scheduler, self.training.lr)  # --lr, --max-steps may change them
         self.stepper.load_state_dict(state["stepper"])
@@ -412,11 +419,12 @@ class Trainer:
     # -- checkpoints ------------------------------------------------------------------------
     def _state(self, rngs: Sequence[Any]) -> dict[str, Any]:
         tokenizer = self.data.tokenizer
+        full = self._full_state
         return {
             "format": CHECKPOINT_FORMAT,
             "step": self.step,
-            "model": self.raw_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": full[0] if full else self.raw_model.state_dict(),
+            "optimizer": full[1] if full else self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "stepper": self.stepper.state_dict(),
             "rng": list(rngs),
@@ -439,8 +447,13 @@ class Trainer:
         }
 
     def save(self, *, best: bool = False) -> Path | None:
-        """Checkpoint the current step (collective under DDP: every rank must call it)."""
-        return self.folder.save(self.step, self._state, best=best)
+        """Checkpoint the current step (collective under DDP: every rank must call it).
+        Under FSDP every rank first gathers the whole state (a collective too)."""
+        self._full_state = full_state(self.raw_model, self.optimizer) if self.sharded else None
+        try:
+            return self.folder.save(self.step, self._state, best=best)
+        finally:
+            self._full_state = None
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -707,6 +720,7 @@ class Trainer:
             f"model {self.spec.name}: {counts.total / 1e6:.2f}M parameters "
             f"({counts.non_embedding / 1e6:.2f}M non-embedding) on {self.device}"
             + (f" x {self.dist.world_size} processes" if self.dist.enabled else "")
+            + (f" ({cfg.parallel.label()})" if self.dist.enabled and cfg.parallel else "")
         )
         self.display.message(
             f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"
@@ -772,7 +786,7 @@ class Trainer:
 
     def _run_eval(self) -> dict[str, Any]:
         result: dict[str, Any] | None = None
-        if self.dist.is_main:
+        if self.dist.is_main or self.sharded:  # sharded: every rank takes part in forwards
             try:
                 result = self.evaluate()
             except _OOM_ERRORS:

@@ -444,13 +444,14 @@ def export(
         ),
     ] = "json",
     nproc: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--nproc",
             help="Processes (GPUs) to train on: the global batch is kept, each process "
-            "accumulating grad_accum / nproc micro-batches.",
+            "accumulating grad_accum / nproc micro-batches (default: the preset's own "
+            "count, config.parallel.nproc_per_node, else 1).",
         ),
-    ] = 1,
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
     ] = None,
@@ -468,7 +469,7 @@ def export(
 
     if format_ not in EXPORT_FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(EXPORT_FORMATS)}; got {format_!r}")
-    if nproc < 1:
+    if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc: expected a positive number of processes, got {nproc}")
     path, loaded = _load(preset)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)

@@ -134,6 +134,15 @@ RaceRoundsOption = Annotated[
         help="Interleaved rounds of the finalist race (default 2; more narrow the interval).",
     ),
 ]
+NprocOption = Annotated[
+    int,
+    typer.Option(
+        "--nproc-per-node",
+        help="Processes per burst (one per GPU; gloo on CPU): with more than 1 each burst "
+        "runs under torchrun and the search adds the DDP/FSDP settings; the preset "
+        "records them and autotune train launches torchrun itself.",
+    ),
+]
 
 
 # How the library's errors name a parameter here: by its flag.
@@ -142,6 +151,7 @@ _FLAGS = {
     "study": "--study",
     "finalists": "--finalists",
     "race_rounds": "--race-rounds",
+    "nproc_per_node": "--nproc-per-node",
 }
 
 
@@ -169,6 +179,7 @@ def search(
     report: ReportOption = False,
     finalists: FinalistsOption = None,
     race_rounds: RaceRoundsOption = None,
+    nproc_per_node: NprocOption = 1,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -210,6 +221,7 @@ def search(
             **_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
             progress=_LiveView(err),
             option_names=_FLAGS,
+            nproc_per_node=nproc_per_node,
         )
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")

@@ -8,6 +8,13 @@ Several GPUs or machines (DistributedDataParallel; the preset's global batch is 
 
     torchrun --nproc-per-node 4 -m autotune train --preset best.yaml
 
+A preset searched with ``--nproc-per-node N`` (``config.parallel``) launches torchrun
+itself: ``autotune train --preset best.yaml`` becomes ``python -m torch.distributed.run
+--standalone --nproc-per-node N -m autotune train --preset best.yaml`` (the same
+arguments), each process applying the preset's DDP/FSDP settings. Under a torchrun of your
+own (``WORLD_SIZE`` set) nothing is relaunched; ``--set config.parallel=null`` trains such
+a preset on one process.
+
 Exit codes: 0 finished; 1 the run failed (out of memory, a non-finite loss); 2 bad input
 (flags, preset, data, a checkpoint that does not fit); 130 / 143 stopped by SIGINT /
 SIGTERM after saving a checkpoint (continue with ``--resume auto``).
@@ -137,6 +144,20 @@ _JsonLogs = Annotated[
 ]
 
 
+def _relaunch_under_torchrun(nproc: int) -> None:
+    """Replace this process by torchrun running this same command on ``nproc`` processes
+    (signals and the exit code are torchrun's from here on)."""
+    import shlex
+
+    from autotune.parallel import torchrun_command
+
+    command = torchrun_command(nproc, ["autotune", *sys.argv[1:]])
+    typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+
+
 @cli_command
 def train(
     preset: _Preset = None,
@@ -176,6 +197,8 @@ def train(
         option_names=_FLAGS,
         trust_model=trust_model,
     )
+    if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
+        _relaunch_under_torchrun(run.config.parallel.nproc_per_node)
     with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code
         result = run_training(
             run.spec,

@@ -58,9 +58,10 @@ class Exported:
 
 
 def export_preset(
-    preset: Preset, format: str, *, nproc: int = 1, preset_ref: str | None = None
+    preset: Preset, format: str, *, nproc: int | None = None, preset_ref: str | None = None
 ) -> Exported:
-    """``preset`` as ``format`` (one of ``EXPORT_FORMATS``) for ``nproc`` processes.
+    """``preset`` as ``format`` (one of ``EXPORT_FORMATS``) for ``nproc`` processes
+    (default: the preset's own count, ``config.parallel.nproc_per_node``, else 1).
     ``preset_ref``: how the ``torchrun`` command names the preset (default its name).
 
     The global batch stays the preset's: each process runs the micro-batch and
@@ -68,6 +69,8 @@ def export_preset(
     """
     if format not in EXPORT_FORMATS:
         raise UsageError(f"format: expected one of {', '.join(EXPORT_FORMATS)}; got {format!r}")
+    if nproc is None:
+        nproc = preset.config.parallel.nproc_per_node if preset.config.parallel else 1
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise UsageError(f"nproc: expected a positive number of processes, got {nproc!r}")
     if format in ("json", "yaml"):
@@ -131,6 +134,11 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
     ]
     for name, value in config.knobs.items():
         lines.append(f"config.knobs.{name}={value!r}: a model knob; pass it to the model")
+    if config.parallel is not None:
+        lines.append(
+            f"config.parallel={config.parallel.label()}: the DDP/FSDP settings measured "
+            "(docs/preset-format.md); set them in your own wrapping of the model"
+        )
     if config.activation_checkpointing:
         lines.append(
             "config.activation_checkpointing=true: enable your model's own checkpointing "
@@ -406,10 +414,22 @@ def to_torchrun(preset: Preset, config: TrainConfig, nproc: int, *, preset_ref: 
         f"# {_describe(preset, config, nproc)}",
         f"# per process: micro-batch {config.micro_batch}, accumulation {config.grad_accum} "
         f"({config.micro_batch * config.grad_accum} samples per step per process)",
+        *_parallel_comment(preset, nproc),
         *consent,
         command,
     ]
     return Exported(format="torchrun", text="\n".join(lines) + "\n", data=None, unmapped=())
+
+
+def _parallel_comment(preset: Preset, nproc: int) -> list[str]:
+    """What the torchrun command runs of the preset's DDP/FSDP settings."""
+    par = preset.config.parallel
+    if par is None:
+        return []
+    line = f"# {par.label()} (the preset's parallel settings; autotune train applies them)"
+    if nproc != par.nproc_per_node:
+        line += f"; measured on {par.nproc_per_node} processes, not {nproc}"
+    return [line]
 
 
 _MAPPERS: dict[str, Callable[[Preset, TrainConfig, int], Exported]] = {

@@ -151,7 +151,7 @@ def _convert_config(value: Any, path: str, problems: list[str]) -> Any:
             value = {
                 k: _Opaque(v)
                 if isinstance(v, (list, tuple, set, Mapping))
-                and not (k == "knobs" and isinstance(v, Mapping))
+                and not (k in ("knobs", "parallel") and isinstance(v, Mapping))
                 else v
                 for k, v in value.items()
             }

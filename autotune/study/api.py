@@ -122,6 +122,7 @@ def search(
     runs_dir: str | Path = DEFAULT_RUNS_DIR,
     watch: MachineWatch | bool | None = None,
     option_names: Mapping[str, str] | None = None,
+    nproc_per_node: int = 1,
 ) -> SearchResult:
     """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
 
@@ -148,6 +149,9 @@ def search(
     The finalist race: the ``finalists`` best distinct configs, the naive config and the
     expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each
     (default: ``steps``).
+
+    ``nproc_per_node`` > 1: every burst runs under torchrun with that many processes and
+    the space adds the DDP/FSDP settings (autotune/parallel.py); the preset records them.
     """
     started = time.monotonic()
     goal = _check_goal(objective, train_steps)
@@ -167,7 +171,15 @@ def search(
     hardware = hardware if hardware is not None else _probe()
     caps = hardware.device(device)
     budget_bytes = _budget_bytes(budget, caps)
-    space = _build_space(spec, hardware, caps, restrict, global_batch=global_batch, seq_len=seq_len)
+    space = _build_space(
+        spec,
+        hardware,
+        caps,
+        restrict,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        nproc_per_node=nproc_per_node,  # > 1: bursts under torchrun (autotune/parallel.py)
+    )
     notes = _budget_notes(budget_bytes, caps)
     state = SearchState(
         spec=spec, space=space, budget_bytes=budget_bytes, limits=limits, progress=progress
@@ -398,6 +410,7 @@ def _build_space(
     *,
     global_batch: int | None,
     seq_len: str | int | Sequence[int] | None,
+    nproc_per_node: int = 1,
 ) -> SearchSpace:
     seqs = None if seq_len is None else parse_seq_len(seq_len, max_seq_len=spec.max_seq_len)
     return SearchSpace.for_model(
@@ -407,6 +420,7 @@ def _build_space(
         seq_len=seqs,
         cpu_count=hardware.cpu.logical_cores,
         restrict=restrict,
+        nproc_per_node=nproc_per_node,
     )
 
 

@@ -165,6 +165,10 @@ def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
         parts.append(f"workers={workers}{extra}")
     for name, value in (config.get("knobs") or {}).items():
         parts.append(f"{name}={value}")
+    if config.get("parallel"):
+        from autotune.parallel import summarize
+
+        parts.append(summarize(config["parallel"]))
     return " ".join(parts)
 
 
