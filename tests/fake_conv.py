@@ -1,6 +1,7 @@
 """A tiny convolutional ``ModelSpec`` (declared ``convolutional``) that can write down, from
 inside a trial's process, what the step really ran with: the layout of its input and of
-its convolution's weight, and the allocator setting in its environment. The CUDA-knob
+its convolution's weight, the allocator setting in its environment and, on CUDA, the
+allocator's reserved peak so far (written at every forward; the last one wins). The CUDA-knob
 tests load it by reference (``tests/fake_conv.py:conv_spec``) so that a burst's child
 process builds it itself."""
 
@@ -30,18 +31,18 @@ class ConvNet(nn.Module):
         self.conv = nn.Conv2d(3, width, kernel_size=3, padding=1)
         self.head = nn.Linear(width, classes)
         self.record_file = record_file
-        self.recorded = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # images: (B, 3, S, S)
-        if self.record_file and not self.recorded:
-            self.recorded = True
+        if self.record_file:
             last = torch.channels_last
+            cuda = images.is_cuda
             Path(self.record_file).write_text(
                 json.dumps(
                     {
                         "input_channels_last": images.is_contiguous(memory_format=last),
                         "weight_channels_last": self.conv.weight.is_contiguous(memory_format=last),
                         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                        "max_reserved": torch.cuda.max_memory_reserved() if cuda else None,
                     }
                 )
             )
