@@ -398,3 +398,12 @@ def test_prepare_model_is_what_the_trainer_builds() -> None:
         loss_fn=spec.loss_fn,
     )
     assert torch.isfinite(stepper.step([spec.make_batch(batch_size=2, seq_len=8)]).loss)
+
+
+def test_trial_tables_name_the_cuda_knobs_a_config_turns_on() -> None:
+    from autotune.study.records import summarize_config
+
+    config = TrainConfig(micro_batch=2, seq_len=8, fused_optimizer=True, channels_last=True)
+    line = summarize_config(config.to_dict())
+    assert "fused-adamw" in line and "channels-last" in line
+    assert "expandable" not in line and "cudnn" not in line
