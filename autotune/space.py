@@ -654,8 +654,9 @@ def _restrict(
                 f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
             )
         if is_model_knob:
-            here, exists = model_knobs[name], spec.knob(name).values
-            reasons = {v: spec.knob(name).value_problem(v, device) or "" for v in exists}
+            knob = spec.knob(name)
+            here, exists = model_knobs[name], knob.values
+            reasons = {v: why for v in exists if (why := knob.value_problem(v, device))}
         else:
             here, exists = full[name], domain[name]
             reasons = {value: why for (knob, value), why in why_not.items() if knob == name}
