@@ -60,13 +60,14 @@ def apply_allocator_settings(config: TrainConfig) -> None:
     """Set the CUDA caching allocator up for ``config`` (expandable segments), in this
     process's environment: call it before CUDA starts, where the allocator reads it.
 
-    Where CUDA has started already, the setting is also passed to the running allocator
-    (it applies to the segments it reserves from then on)."""
+    Where a GPU is present the setting is also passed to this process's allocator
+    directly: torch may have read the variable already (when it was imported, or when
+    CUDA started); it applies to the segments reserved from then on."""
     wanted = allocator_conf(config, os.environ.get(ALLOC_CONF_VAR))
     if wanted is None or wanted == os.environ.get(ALLOC_CONF_VAR):
         return
     os.environ[ALLOC_CONF_VAR] = wanted
-    if torch.cuda.is_initialized():
+    if torch.cuda.is_available():  # asks the driver; does not start CUDA
         torch.cuda.memory._set_allocator_settings("expandable_segments:True")
 
 

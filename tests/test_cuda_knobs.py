@@ -309,11 +309,16 @@ def test_allocator_conf_adds_expandable_segments_and_keeps_the_rest() -> None:
 def test_expandable_segments_reach_the_trainer_and_presetloop_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import os
+
     from autotune.loop import PresetLoop
 
-    monkeypatch.delenv(ALLOC_CONF_VAR, raising=False)
+    # setenv first, so that monkeypatch restores the variable (absent) after the test;
+    # and this process's own allocator is left alone where CUDA runs in it (a GPU session).
+    monkeypatch.setenv(ALLOC_CONF_VAR, "")
+    monkeypatch.delenv(ALLOC_CONF_VAR)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     PresetLoop(TrainConfig(micro_batch=1, seq_len=1))
-    import os
 
     assert ALLOC_CONF_VAR not in os.environ
     PresetLoop(TrainConfig(micro_batch=1, seq_len=1, expandable_segments=True))

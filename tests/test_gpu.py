@@ -130,7 +130,7 @@ def _losses(precision: str, *, steps: int = 30, device: str = DEVICE) -> list[fl
 
 
 @pytest.mark.parametrize(
-    ("precision", "tolerance"), [("bf16", 0.08), ("fp16", 0.04), ("tf32", 0.02)]
+    ("precision", "tolerance"), [("bf16", 0.08), ("fp16", 0.08), ("tf32", 0.02)]
 )
 def test_low_precision_keeps_the_fp32_loss(precision: str, tolerance: float) -> None:
     caps = probe().device(DEVICE)
