@@ -648,7 +648,8 @@ def _restrict(
                 f"on {device.device} it stays at {_format_value(unsearched[name].default)}"
             )
         if not is_model_knob and name not in full:
-            allowed_names = [*BUILTIN_KNOBS, *model_knobs]
+            turned = [n for n in CUDA_KNOBS if full[n] != (False,)]
+            allowed_names = [*BUILTIN_KNOBS, *turned, *model_knobs]
             raise UsageError(
                 f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
                 f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"

@@ -124,6 +124,14 @@ def test_knob_restrictions_refuse_with_the_reason(
         SearchSpace.for_model(spec, caps, cpu_count=2, restrict=parse_knob_args([knob]))
 
 
+def test_an_unknown_knob_lists_the_cuda_knobs_of_the_space() -> None:
+    with pytest.raises(UsageError, match="did you mean 'fused_optimizer'") as info:
+        SearchSpace.for_model(
+            tiny_gpt(), cuda_caps(), restrict=parse_knob_args(["fused_optimiser=true"])
+        )
+    assert "expandable_segments" in str(info.value) and "sdpa_backend" in str(info.value)
+
+
 def test_knob_restrictions_pick_cuda_knobs() -> None:
     restrict = parse_knob_args(["fused_optimizer=true", "sdpa_backend=flash,math"])
     space = SearchSpace.for_model(tiny_gpt(), cuda_caps(), cpu_count=2, restrict=restrict)
