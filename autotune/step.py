@@ -4,6 +4,12 @@ The burst that measures a config and the trainer that runs it both call ``Steppe
 autocast, the fp16 GradScaler, gradient accumulation (with ``no_sync`` under DDP), grad
 clipping, the optimizer step and ``zero_grad(set_to_none=True)`` live here and nowhere
 else. What was measured is what is run.
+
+So do the settings around it that both share: the model's build and placement
+(``prepare_model``: channels-last for a convolutional model, with the step laying its
+inputs out to match), the optimizer (fused AdamW), ``torch.compile``'s mode, the process's
+numerics flags (TF32, cuDNN autotuning) and the CUDA allocator's expandable segments
+(``apply_allocator_settings``, before CUDA starts).
 """
 
 from __future__ import annotations
