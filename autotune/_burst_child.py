@@ -253,6 +253,7 @@ class Trial:
         device = torch.device(device_name)
         self.device = device
         self.cuda = device.type == "cuda"
+        _set_up_allocator(config)  # before CUDA starts: the allocator reads it once
 
         used_before = None
         if self.cuda:
@@ -442,6 +443,14 @@ class Trial:
             "own_peak_rss_bytes": own_peak_rss_bytes(),
             **fields,
         }
+
+
+def _set_up_allocator(config: TrainConfig) -> None:
+    """The CUDA caching allocator's settings of ``config`` (expandable segments) in this
+    process's ``PYTORCH_CUDA_ALLOC_CONF``, as the trainer sets them."""
+    from autotune.step import apply_allocator_settings
+
+    apply_allocator_settings(config)
 
 
 def _build(

@@ -51,7 +51,9 @@ __all__ = [
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+# "reduce-overhead" (CUDA graphs), "max-autotune" (Triton autotuning and CUDA graphs) and
+# "max-autotune-no-cudagraphs" are searched on CUDA only.
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # DataLoader workers are processes, each a copy of the dataset's state. A worker mostly
 # waits on I/O or decodes, so a few per core can still help; beyond WORKERS_PER_CORE per
@@ -78,6 +80,8 @@ class TrainConfig:
     persistent_workers: bool = False
     fused_optimizer: bool = False
     cudnn_benchmark: bool = False
+    channels_last: bool = False  # model and 4-D inputs in NHWC (convolutional models)
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     knobs: Mapping[str, Any] = field(default_factory=dict)
     # Several processes (torchrun): their count and the DDP/FSDP knobs (autotune/parallel.py).
     parallel: ParallelConfig | None = None
@@ -287,6 +291,8 @@ def _field_problems(cfg: TrainConfig, *, path: str) -> list[str]:
         "persistent_workers",
         "fused_optimizer",
         "cudnn_benchmark",
+        "channels_last",
+        "expandable_segments",
     ):
         value = getattr(cfg, name)
         if not isinstance(value, bool):
@@ -349,6 +355,7 @@ def check_config(
     if config.cudnn_benchmark and device.kind != "cuda":
         problems.append("config.cudnn_benchmark: only available on a CUDA device")
     problems += parallel_device_problems(config, device)
+    problems += _cuda_knob_problems(config, spec=spec, device=device)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:
@@ -360,5 +367,23 @@ def check_config(
         elif value not in known[name].values:
             allowed = ", ".join(map(str, known[name].values))
             problems.append(f"config.knobs.{name}: expected one of {allowed}; got {value!r}")
+        elif (problem := known[name].value_problem(value, device)) is not None:
+            problems.append(f"config.knobs.{name}: {problem}")
     if problems:
         raise ConfigError(problems, context=f"config not runnable on {device.device}")
+
+
+def _cuda_knob_problems(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) -> list[str]:
+    """The CUDA-only settings ``config`` turns on where they cannot run."""
+    problems: list[str] = []
+    if config.channels_last and not spec.convolutional:
+        problems.append(
+            f"config.channels_last: model {spec.name!r} is not declared convolutional "
+            "(ModelSpec.convolutional), so it has no NCHW images to lay out channels-last"
+        )
+    if config.expandable_segments and device.kind != "cuda":
+        problems.append(
+            "config.expandable_segments: a setting of the CUDA caching allocator; needs a "
+            f"CUDA device, not {device.device}"
+        )
+    return problems

@@ -55,11 +55,13 @@ class PresetLoop:
         import torch
 
         from autotune.distributed import per_rank_config
+        from autotune.step import apply_allocator_settings
 
         self.global_config = config
         self.config = per_rank_config(config, world_size)
         self.device = torch.device(device)
         self.grad_clip = grad_clip
+        apply_allocator_settings(self.config)  # expandable segments, before CUDA starts
 
     @classmethod
     def from_preset(
@@ -116,13 +118,13 @@ class PresetLoop:
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """``model`` on the device, with the process-wide numerics flags (TF32, cuDNN
-        benchmark) set and ``torch.compile`` applied as the config says. Activation
-        checkpointing and model knobs (``self.config.knobs``) are the model's own: build
-        it with them."""
-        from autotune.step import apply_backend_flags, compile_model
+        benchmark) set, channels-last and ``torch.compile`` applied as the config says
+        (``stepper`` lays inputs out channels-last to match). Activation checkpointing and
+        model knobs (``self.config.knobs``) are the model's own: build it with them."""
+        from autotune.step import apply_backend_flags, compile_model, place_model
 
         apply_backend_flags(self.config, self.device)
-        return compile_model(model.to(self.device), self.config)
+        return compile_model(place_model(model, self.config, self.device), self.config)
 
     def optimizer(
         self, model: nn.Module, *, lr: float = 3e-4, weight_decay: float = 0.1

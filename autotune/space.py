@@ -6,7 +6,11 @@ the powers of two that divide the global batch (the global batch stays fixed, so
 precisions are those the device runs, activation checkpointing only where the model has
 it, compile modes only where ``torch.compile`` works, DataLoader workers up to
 ``min(4, cpu count)``, pinning and prefetch only on CUDA with workers, and the model's own
-knobs. ``--knob NAME=V1,V2`` restrictions narrow it (``parse_knob_args`` reads them).
+knobs. On CUDA only, the ``CUDA_KNOBS`` too: fused AdamW, the allocator's expandable
+segments, and for a convolutional model cuDNN autotuning and channels-last; and a model
+knob marked ``cuda_only`` (the SDPA backend). Elsewhere these stay off and are no
+dimension, so a CPU space is what it was before they existed. ``--knob NAME=V1,V2``
+restrictions narrow it (``parse_knob_args`` reads them).
 
 It also names the search's starting points: ``naive()`` (the untuned baseline),
 ``smallest()`` (the least memory), ``guess()`` (a hand-tuner's first try) and
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_KNOBS",
+    "CUDA_KNOBS",
     "SearchSpace",
     "parse_knob_args",
     "parse_seq_len",
@@ -52,6 +57,14 @@ BUILTIN_KNOBS = (
     "num_workers",
     "pin_memory",
     "prefetch_factor",
+)
+# On/off knobs of TrainConfig searched on a CUDA device only (where the model has a use
+# for them). Where a space holds only ``False`` for one, it is no dimension of the space.
+CUDA_KNOBS = (
+    "fused_optimizer",
+    "expandable_segments",
+    "cudnn_benchmark",
+    "channels_last",
 )
 _DERIVED = {
     "grad_accum": "grad_accum is derived (global batch / micro_batch); restrict micro_batch "
@@ -176,6 +189,10 @@ class SearchSpace:
     num_workers: tuple[int, ...]
     pin_memory: tuple[bool, ...] = (False,)  # only with num_workers > 0
     prefetch_factor: tuple[int | None, ...] = (None,)  # only with num_workers > 0
+    fused_optimizer: tuple[bool, ...] = (False,)  # the CUDA_KNOBS
+    expandable_segments: tuple[bool, ...] = (False,)
+    cudnn_benchmark: tuple[bool, ...] = (False,)
+    channels_last: tuple[bool, ...] = (False,)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
     default_seq_len: int | None = None
@@ -188,7 +205,7 @@ class SearchSpace:
     def __post_init__(self) -> None:
         problems = [
             f"search space: {name} has no allowed value"
-            for name in (*BUILTIN_KNOBS, *self.knobs)
+            for name in (*BUILTIN_KNOBS, *CUDA_KNOBS, *self.knobs)
             if not self.choices(name)
         ]
         bad_mb = [m for m in self.micro_batch if self.global_batch % m]
@@ -225,7 +242,7 @@ class SearchSpace:
         gb = _global_batch(spec, global_batch)
         full = _builtin_choices(spec, device, gb, _seq_lens(spec, seq_len), cpu_count)
         full.update(_parallel_choices(device, gb, full["micro_batch"], nproc_per_node))
-        model_knobs = {k.name: tuple(k.values) for k in spec.knobs}
+        model_knobs = {k.name: k.searched_on(device) for k in spec.knobs if k.searched_on(device)}
         chosen, knobs = _restrict(full, model_knobs, restrict or {}, spec, device)
         return cls(
             model=spec.name,
@@ -240,6 +257,7 @@ class SearchSpace:
             num_workers=chosen["num_workers"],
             pin_memory=chosen["pin_memory"],
             prefetch_factor=chosen["prefetch_factor"],
+            **{name: chosen[name] for name in CUDA_KNOBS},
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
             default_seq_len=spec.seq_len,
@@ -251,7 +269,7 @@ class SearchSpace:
     # -- the dimensions -------------------------------------------------------------------
     def choices(self, name: str) -> tuple[Any, ...]:
         """Allowed values of a built-in knob or of a model knob (``knobs.NAME`` or ``NAME``)."""
-        if name in BUILTIN_KNOBS:
+        if name in BUILTIN_KNOBS or name in CUDA_KNOBS:
             values: tuple[Any, ...] = getattr(self, name)
             return values
         if name == "parallel" and self.parallel:
@@ -262,12 +280,18 @@ class SearchSpace:
         raise KeyError(f"no knob {name!r} in this search space")
 
     def dimensions(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """(parameter name, choices) for every knob; model knobs as ``knobs.NAME``."""
+        """(parameter name, choices) for every knob; model knobs as ``knobs.NAME``. A CUDA
+        knob is one only where the space holds more than ``False`` for it."""
         dims = [(name, self.choices(name)) for name in BUILTIN_KNOBS]
+        dims += [(name, self.choices(name)) for name in self.cuda_knobs()]
         dims += [(f"knobs.{name}", values) for name, values in self.knobs.items()]
         if self.parallel:
             dims.append(("parallel", self.parallel))
         return dims
+
+    def cuda_knobs(self) -> tuple[str, ...]:
+        """The ``CUDA_KNOBS`` this space turns (the others stay off)."""
+        return tuple(name for name in CUDA_KNOBS if self.choices(name) != (False,))
 
     def size(self) -> int:
         """How many distinct configs the space holds (pin/prefetch only with workers)."""
@@ -310,13 +334,16 @@ class SearchSpace:
             num_workers=workers,
             pin_memory=bool(values.get("pin_memory", False)) if workers > 0 else False,
             prefetch_factor=values.get("prefetch_factor") if workers > 0 else None,
+            **{name: bool(values.get(name, False)) for name in CUDA_KNOBS},
             knobs={name: values[f"knobs.{name}"] for name in self.knobs},
             parallel=self._parallel_of(values),
         )
 
     def values_of(self, config: TrainConfig) -> dict[str, Any]:
         """The knob values of ``config`` (the inverse of ``make_config``)."""
-        out: dict[str, Any] = {name: getattr(config, name) for name in BUILTIN_KNOBS}
+        out: dict[str, Any] = {
+            name: getattr(config, name) for name in (*BUILTIN_KNOBS, *CUDA_KNOBS)
+        }
         for name in self.knobs:
             out[f"knobs.{name}"] = config.knobs.get(name, self.knob_defaults.get(name))
         if self.parallel:
@@ -335,7 +362,12 @@ class SearchSpace:
                 continue
             if values[name] not in allowed:
                 return False
-        return True
+        if any(values[name] not in self.choices(name) for name in CUDA_KNOBS):
+            return False
+        return all(  # a model knob this space does not turn stays at its default
+            name in self.knobs or value == self.knob_defaults.get(name)
+            for name, value in config.knobs.items()
+        )
 
     def key(self, config: TrainConfig) -> tuple[Any, ...]:
         """A hashable identity of a config within this space (for duplicates)."""
@@ -404,6 +436,7 @@ class SearchSpace:
                 "num_workers": self.num_workers[0],
                 "pin_memory": _prefer(self.pin_memory, (False,)),
                 "prefetch_factor": self.prefetch_factor[0],
+                **self._cuda_knob_values(on=()),
                 **self._default_knobs(),
             }
         )
@@ -425,6 +458,7 @@ class SearchSpace:
                 "num_workers": self.num_workers[0],
                 "pin_memory": _prefer(self.pin_memory, (False,)),
                 "prefetch_factor": self.prefetch_factor[0],
+                **self._cuda_knob_values(on=()),
                 **self._default_knobs(),
             }
         )
@@ -433,7 +467,8 @@ class SearchSpace:
         """A hand-tuner's first guess, tried right after the naive config so that a short
         search starts near the usual answer: a quarter of the global batch per
         micro-batch, half precision where the device runs it natively (bf16, else fp16 on
-        CUDA), no checkpointing, no compile; on CUDA two pinned DataLoader workers."""
+        CUDA), no checkpointing, no compile; on CUDA two pinned DataLoader workers, fused
+        AdamW, and for a convolutional model cuDNN autotuning and channels-last."""
         target = max(1, self.global_batch // 4)
         fitting = [m for m in self.micro_batch if m <= target]
         cuda = self.device_kind == "cuda"
@@ -449,6 +484,9 @@ class SearchSpace:
                 "num_workers": workers,
                 "pin_memory": _prefer(self.pin_memory, (True,)),
                 "prefetch_factor": self.prefetch_factor[0],
+                **self._cuda_knob_values(
+                    on=("fused_optimizer", "cudnn_benchmark", "channels_last")
+                ),
                 **self._default_knobs(),
             }
         )
@@ -461,7 +499,8 @@ class SearchSpace:
         that change which kernels run but not the batch: compile turned on (its first
         mode) when it is off, and each model knob moved on its own (a numeric knob to the
         next value up and down, any other to each of its other values). A warm start's
-        second guesses, and the search's refinement around a new best."""
+        second guesses, and the search's refinement around a new best. With ``kernels``,
+        each CUDA knob the space turns is flipped on its own too."""
         out: list[TrainConfig] = []
         values = self.values_of(config)
         changes: list[dict[str, Any]] = [
@@ -477,6 +516,7 @@ class SearchSpace:
             modes = [m for m in self.compile if m != "off"]
             if config.compile == "off" and modes:
                 changes.append({"compile": modes[0]})
+            changes += [{name: not values[name]} for name in self.cuda_knobs()]
             for name, allowed in self.knobs.items():
                 current = values[f"knobs.{name}"]
                 moves: Sequence[Any] = allowed
@@ -507,6 +547,13 @@ class SearchSpace:
             return None
         label = values.get("parallel") or self.parallel[0]  # None: a single-process config's
         return par.parse_label(str(label), self.nproc_per_node)
+
+    def _cuda_knob_values(self, *, on: Sequence[str]) -> dict[str, bool]:
+        """Each CUDA knob off, or on where it is named in ``on`` (as far as the space allows)."""
+        return {
+            name: _prefer(self.choices(name), (True, False) if name in on else (False, True))
+            for name in CUDA_KNOBS
+        }
 
     def _default_seq_len(self) -> int:
         target = self.default_seq_len or self.seq_len[0]
@@ -579,6 +626,7 @@ def _builtin_choices(
 ) -> dict[str, tuple[Any, ...]]:
     """Every built-in knob's values this model runs on this device, in search order."""
     cuda = device.kind == "cuda"
+    both = (False, True)
     return {
         "micro_batch": _micro_batches(global_batch),
         "seq_len": seqs,
@@ -588,6 +636,10 @@ def _builtin_choices(
         "num_workers": _worker_counts(cpu_count),
         "pin_memory": (False, True) if cuda else (False,),
         "prefetch_factor": PREFETCH_CHOICES if cuda else (None,),
+        "fused_optimizer": both if cuda else (False,),
+        "expandable_segments": both if cuda else (False,),
+        "cudnn_benchmark": both if cuda and spec.convolutional else (False,),
+        "channels_last": both if cuda and spec.convolutional else (False,),
     }
 
 
@@ -626,6 +678,7 @@ def _restrict(
         "compile": COMPILE_MODES,
         "pin_memory": (False, True),
         "prefetch_factor": PREFETCH_CHOICES,
+        **{name: (False, True) for name in CUDA_KNOBS},
     }
     why_not = _unavailable_reasons(spec, device)
     chosen = dict(full)
@@ -635,17 +688,26 @@ def _restrict(
         if raw_name in _DERIVED:
             raise UsageError(f"--knob {raw_name}: {_DERIVED[raw_name]}")
         is_model_knob = name in model_knobs and (raw_name != name or name not in BUILTIN_KNOBS)
+        unsearched = {k.name: k for k in spec.knobs if k.name not in model_knobs}
+        if not is_model_knob and name in unsearched and name not in full:
+            raise UsageError(
+                f"--knob {raw_name}: model knob {name!r} is searched on a CUDA device only; "
+                f"on {device.device} it stays at {_format_value(unsearched[name].default)}"
+            )
         if not is_model_knob and name not in full:
-            allowed_names = [*BUILTIN_KNOBS, *model_knobs]
+            turned = [n for n in CUDA_KNOBS if full[n] != (False,)]
+            allowed_names = [*BUILTIN_KNOBS, *turned, *model_knobs]
             raise UsageError(
                 f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
                 f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
             )
         if is_model_knob:
-            here = exists = model_knobs[name]
+            knob = spec.knob(name)
+            here, exists = model_knobs[name], knob.values
+            reasons = {v: why for v in exists if (why := knob.value_problem(v, device))}
         else:
             here, exists = full[name], domain[name]
-        reasons = {value: why for (knob, value), why in why_not.items() if knob == name}
+            reasons = {value: why for (knob, value), why in why_not.items() if knob == name}
         picked = _pick_values(raw_name, values, here, exists, reasons)
         if is_model_knob:
             knobs[name] = picked
@@ -700,4 +762,12 @@ def _unavailable_reasons(spec: ModelSpec, device: DeviceCaps) -> dict[tuple[str,
         )
     for pf in PREFETCH_CHOICES:
         reasons[("prefetch_factor", pf)] = "prefetch is only searched on a CUDA device"
+    for name in CUDA_KNOBS:
+        reasons[(name, True)] = f"{name} is only searched on a CUDA device"
+    if device.kind == "cuda":
+        for name in ("cudnn_benchmark", "channels_last"):
+            reasons[(name, True)] = (
+                f"{name} is only searched for a convolutional model (ModelSpec.convolutional) "
+                f"and {spec.name!r} is not one"
+            )
     return reasons

@@ -4,11 +4,18 @@ The burst that measures a config and the trainer that runs it both call ``Steppe
 autocast, the fp16 GradScaler, gradient accumulation (with ``no_sync`` under DDP), grad
 clipping, the optimizer step and ``zero_grad(set_to_none=True)`` live here and nowhere
 else. What was measured is what is run.
+
+So do the settings around it that both share: the model's build and placement
+(``prepare_model``: channels-last for a convolutional model, with the step laying its
+inputs out to match), the optimizer (fused AdamW), ``torch.compile``'s mode, the process's
+numerics flags (TF32, cuDNN autotuning) and the CUDA allocator's expandable segments
+(``apply_allocator_settings``, before CUDA starts).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,15 +31,50 @@ if TYPE_CHECKING:
 __all__ = [
     "StepOutput",
     "Stepper",
+    "ALLOC_CONF_VAR",
+    "allocator_conf",
+    "apply_allocator_settings",
     "apply_backend_flags",
     "autocast_context",
+    "channels_last_batch",
     "compile_model",
     "make_optimizer",
+    "place_model",
     "prepare_model",
     "to_device",
 ]
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def allocator_conf(config: TrainConfig, current: str | None) -> str | None:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` a run of ``config`` needs, given the one it has
+    (``current``): ``expandable_segments:True`` added (any other setting of it replaced)
+    where the config asks for it; otherwise ``current`` as it is."""
+    if not config.expandable_segments:
+        return current
+    kept = [
+        item
+        for item in (current or "").split(",")
+        if item.strip() and item.split(":")[0].strip() != "expandable_segments"
+    ]
+    return ",".join([*kept, "expandable_segments:True"])
+
+
+def apply_allocator_settings(config: TrainConfig) -> None:
+    """Set the CUDA caching allocator up for ``config`` (expandable segments), in this
+    process's environment: call it before CUDA starts, where the allocator reads it.
+
+    Where a GPU is present the setting is also passed to this process's allocator
+    directly: torch may have read the variable already (when it was imported, or when
+    CUDA started); it applies to the segments reserved from then on."""
+    wanted = allocator_conf(config, os.environ.get(ALLOC_CONF_VAR))
+    if wanted is None or wanted == os.environ.get(ALLOC_CONF_VAR):
+        return
+    os.environ[ALLOC_CONF_VAR] = wanted
+    if torch.cuda.is_available():  # asks the driver; does not start CUDA
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
 
 
 def apply_backend_flags(config: TrainConfig, device: torch.device) -> None:
@@ -55,9 +97,30 @@ def autocast_context(
 
 
 def prepare_model(spec: ModelSpec, config: TrainConfig, device: torch.device) -> nn.Module:
-    """Build the model with the config's checkpointing and knobs, on ``device``."""
+    """Build the model with the config's checkpointing and knobs, on ``device`` (its 4-D
+    weights channels-last where the config says)."""
     model = spec.build(activation_checkpointing=config.activation_checkpointing, knobs=config.knobs)
-    return model.to(device)
+    return place_model(model, config, device)
+
+
+def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
+    """``model`` on ``device``, channels-last where the config says (the step lays its
+    inputs out to match: ``channels_last_batch``)."""
+    model = model.to(device)
+    if config.channels_last:  # torch's stubs lack the keyword that Module.to takes
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return model
+
+
+def channels_last_batch(batch: Batch) -> Batch:
+    """The batch with its 4-D floating-point tensors (NCHW images) in channels-last layout;
+    other tensors (labels, token ids) as they are."""
+    return {
+        k: v.contiguous(memory_format=torch.channels_last)
+        if v.dim() == 4 and v.is_floating_point()
+        else v
+        for k, v in batch.items()
+    }
 
 
 def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
@@ -157,6 +220,8 @@ class Stepper:
         if not micro_batches:
             raise ValueError("a step needs at least one micro-batch")
         n = len(micro_batches)
+        if self.config.channels_last:
+            micro_batches = [channels_last_batch(batch) for batch in micro_batches]
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(micro_batches):
             with self._no_sync(last=i == n - 1):

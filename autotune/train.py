@@ -75,6 +75,7 @@ from autotune.schedule import make_scheduler, set_peak_lr
 from autotune.signals import STOP_SIGNALS
 from autotune.step import (
     Stepper,
+    apply_allocator_settings,
     apply_backend_flags,
     compile_model,
     make_optimizer,
@@ -314,6 +315,7 @@ class Trainer:
         step runs: wrapped in DDP or sharded by FSDP2 under torchrun (the config's
         ``parallel`` knobs), compiled per the config. A ``build_fn``
         that fails is a ``ModelLoadError`` naming it (``user_code``)."""
+        apply_allocator_settings(self.config)  # expandable segments, as the burst ran
         apply_backend_flags(self.config, self.device)
         with user_code(self.spec, "build_fn"):
             self.raw_model = prepare_model(self.spec, self.config, self.device)

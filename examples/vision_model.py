@@ -92,4 +92,5 @@ spec = ModelSpec(
     size_name="image",
     global_batch=32,
     throughput_unit="samples",
+    convolutional=True,  # on CUDA the search turns cudnn_benchmark and channels_last
 )

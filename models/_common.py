@@ -19,6 +19,7 @@ one sample of ``T`` tokens::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +36,8 @@ __all__ = [
     "ATTENTION_IMPLS",
     "ATTENTION_KNOB",
     "IGNORE_INDEX",
+    "SDPA_BACKENDS",
+    "SDPA_BACKEND_KNOB",
     "CausalSelfAttention",
     "RMSNorm",
     "SwiGLU",
@@ -49,6 +52,7 @@ __all__ = [
     "lm_metric",
     "meta_param_counts",
     "run_layers",
+    "sdpa_backend_context",
     "transformer_flops",
     "unwrap",
 ]
@@ -93,6 +97,39 @@ ATTENTION_KNOB = Knob(
     help="attention kernel: fused SDPA, or eager matmul-softmax-matmul (same math; eager "
     "keeps the TxT map, and is faster for small heads in bf16 on some CPUs)",
 )
+
+
+# Which kernel ``F.scaled_dot_product_attention`` may use: "auto" leaves the choice to
+# torch; the others pin one through ``torch.nn.attention.sdpa_kernel``. The math kernel
+# runs everywhere; flash and cuDNN need an Ampere GPU or newer, memory-efficient a CUDA one.
+SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
+SDPA_BACKEND_KNOB = Knob(
+    name="sdpa_backend",
+    values=SDPA_BACKENDS,
+    default="auto",
+    help="the kernel of attention=sdpa (torch.nn.attention.sdpa_kernel): torch's own "
+    "choice, or pinned to math, flash, memory-efficient or cuDNN; searched on CUDA only",
+    cuda_only=True,
+    needs_cuda=(("flash", (8, 0)), ("efficient", (5, 0)), ("cudnn", (8, 0))),
+)
+
+
+def sdpa_backend_context(backend: str) -> contextlib.AbstractContextManager[Any]:
+    """The context that pins SDPA to ``backend`` (nothing for ``"auto"``)."""
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend must be one of {SDPA_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {
+        "math": SDPBackend.MATH,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[backend]
+    ctx: contextlib.AbstractContextManager[Any] = sdpa_kernel(kernel)
+    return ctx
 
 
 def check_attention(impl: str) -> str:
@@ -172,7 +209,8 @@ def run_layers(
 class TiedCausalLM(nn.Module):
     """The frame MU and GPT share: token plus learned position embeddings, a stack of
     pre-norm layers (``self.layers``, set by the subclass), a final RMSNorm and the output
-    projection tied to the token embedding.
+    projection tied to the token embedding. The layers run under ``sdpa_backend``'s
+    kernel choice (``sdpa_backend_context``).
 
     ``forward(input_ids)`` -> logits (B, T, V); with ``labels`` -> the mean LM loss.
     """
@@ -187,10 +225,13 @@ class TiedCausalLM(nn.Module):
         max_seq_len: int,
         label_smoothing: float,
         activation_checkpointing: bool,
+        sdpa_backend: str = "auto",
     ) -> None:
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing=}")
+        sdpa_backend_context(sdpa_backend)  # a bad name fails here, not in the first step
+        self.sdpa_backend = sdpa_backend
         self.max_seq_len = max_seq_len
         self.label_smoothing = label_smoothing
         self.activation_checkpointing = activation_checkpointing
@@ -204,7 +245,8 @@ class TiedCausalLM(nn.Module):
             raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.max_seq_len}")
         pos = torch.arange(seq_len, device=input_ids.device)
         x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, C)
-        x = run_layers(self.layers, x, checkpointing=self.activation_checkpointing)
+        with sdpa_backend_context(self.sdpa_backend):  # every layer's SDPA call
+            x = run_layers(self.layers, x, checkpointing=self.activation_checkpointing)
         logits = F.linear(self.norm_f(x), self.tok_emb.weight)  # (B, T, V), tied
         if labels is None:
             return logits

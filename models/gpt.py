@@ -19,6 +19,7 @@ from torch import nn
 
 from ._common import (
     ATTENTION_KNOB,
+    SDPA_BACKEND_KNOB,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
@@ -64,6 +65,7 @@ class GPT(TiedCausalLM):
         max_seq_len: int,
         mlp_hidden: int | None = None,
         attention: str = "sdpa",
+        sdpa_backend: str = "auto",
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
     ) -> None:
@@ -73,6 +75,7 @@ class GPT(TiedCausalLM):
             max_seq_len=max_seq_len,
             label_smoothing=label_smoothing,
             activation_checkpointing=activation_checkpointing,
+            sdpa_backend=sdpa_backend,
         )
         hidden = mlp_hidden or swiglu_hidden(d_model)
         self.layers = nn.ModuleList(
@@ -129,7 +132,7 @@ def gpt_spec(
         max_seq_len=max_seq_len,
         global_batch=global_batch,
         supports_checkpointing=True,
-        knobs=(ATTENTION_KNOB,),
+        knobs=(ATTENTION_KNOB, SDPA_BACKEND_KNOB),
         throughput_unit="tokens",
         extras={"metric": lm_metric, "generate": generate},
     )

@@ -37,6 +37,7 @@ from torch import nn
 
 from ._common import (
     ATTENTION_KNOB,
+    SDPA_BACKEND_KNOB,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
@@ -138,6 +139,7 @@ class MU(TiedCausalLM):
         max_seq_len: int,
         block_group: int = 16,
         attention: str = "sdpa",
+        sdpa_backend: str = "auto",
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
     ) -> None:
@@ -147,6 +149,7 @@ class MU(TiedCausalLM):
             max_seq_len=max_seq_len,
             label_smoothing=label_smoothing,
             activation_checkpointing=activation_checkpointing,
+            sdpa_backend=sdpa_backend,
         )
         self.layers = nn.ModuleList(
             MULayer(
@@ -216,6 +219,7 @@ def mu_spec(
                 help="block attentions run at once (fewer: less memory, more kernel launches)",
             ),
             ATTENTION_KNOB,
+            SDPA_BACKEND_KNOB,
         ),
         throughput_unit="tokens",
         extras={"metric": lm_metric, "generate": generate},

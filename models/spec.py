@@ -16,13 +16,16 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 from autotune.errors import AutotuneError, ModelLoadError, describe_exception
 from autotune.units import throughput_label
+
+if TYPE_CHECKING:
+    from autotune.hardware import DeviceCaps
 
 __all__ = [
     "Batch",
@@ -84,12 +87,46 @@ class Knob:
     values: tuple[Any, ...]
     default: Any
     help: str = ""
+    # Searched only on a CUDA device; elsewhere it stays at its default and is no
+    # dimension of the space (a config may still name a value the device runs).
+    cuda_only: bool = False
+    # Values that need a CUDA device of at least this compute capability, as
+    # ``((value, (major, minor)), ...)``: refused elsewhere, never searched there.
+    needs_cuda: tuple[tuple[Any, tuple[int, int]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.default not in self.values:
             raise ValueError(
                 f"knob {self.name!r}: default {self.default!r} not in values {self.values!r}"
             )
+        unknown = [value for value, _ in self.needs_cuda if value not in self.values]
+        if unknown:
+            raise ValueError(
+                f"knob {self.name!r}: needs_cuda names {unknown}, not among its values"
+            )
+
+    def value_problem(self, value: Any, device: DeviceCaps) -> str | None:
+        """Why ``device`` cannot run this knob at ``value`` (None if it can): the one rule
+        ``check_config`` and the search space both use."""
+        need = dict(self.needs_cuda).get(value)
+        if need is None:
+            return None
+        at_least = "{}.{}".format(*need)
+        if device.kind != "cuda":
+            return f"{self.name}={value} needs a CUDA device (compute capability {at_least}+)"
+        have = device.compute_capability
+        if have is not None and tuple(have) < need:
+            return (
+                f"{self.name}={value} needs compute capability {at_least} or newer and "
+                f"{device.name} is {have[0]}.{have[1]}"
+            )
+        return None
+
+    def searched_on(self, device: DeviceCaps) -> tuple[Any, ...]:
+        """The values a search turns on ``device`` (empty: not a dimension there)."""
+        if self.cuda_only and device.kind != "cuda":
+            return ()
+        return tuple(v for v in self.values if self.value_problem(v, device) is None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +185,9 @@ class ModelSpec:
     # What seq_len means for this model, in output: "seq" (tokens), "image" (side in
     # pixels), "nodes", ... The config field stays seq_len.
     size_name: str = "seq"
+    # The model is convolutional (images in NCHW): on CUDA the search turns
+    # ``cudnn_benchmark`` and ``channels_last`` for it; no other model runs channels_last.
+    convolutional: bool = False
 
     def __post_init__(self) -> None:
         problems = []

@@ -37,7 +37,13 @@ def test_cpu_space_is_pruned_by_the_device() -> None:
 def test_cuda_space_has_every_precision_and_compile_mode() -> None:
     space = SearchSpace.for_model(_spec(), cuda_caps(), cpu_count=16)
     assert space.precision == ("fp32", "tf32", "bf16", "fp16")
-    assert space.compile == ("off", "default", "reduce-overhead", "max-autotune")
+    assert space.compile == (
+        "off",
+        "default",
+        "reduce-overhead",
+        "max-autotune",
+        "max-autotune-no-cudagraphs",
+    )
     assert space.num_workers == (0, 1, 2, 3, 4)  # capped at 4
     assert space.pin_memory == (False, True)
     older = SearchSpace.for_model(_spec(), cuda_caps(ampere=False), cpu_count=16)
@@ -148,7 +154,7 @@ def test_knob_restrictions_narrow_the_space() -> None:
     assert space.compile == ("off",)
     assert space.knobs["block_group"] == (2, 4)
     assert space.activation_checkpointing == (True,)
-    assert space.size() == 6 * 2 * 2
+    assert space.size() == 6 * 2 * 2 * 2 * 2  # x fused AdamW x expandable segments (CUDA)
     also = SearchSpace.for_model(spec, cuda_caps(), restrict={"knobs.block_group": ["1"]})
     assert also.knobs["block_group"] == (1,)
 

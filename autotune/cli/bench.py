@@ -42,7 +42,9 @@ def bench(
     compile_mode: Annotated[
         str,
         typer.Option(
-            "--compile", help="torch.compile: off, default, reduce-overhead, max-autotune."
+            "--compile",
+            help="torch.compile: off, default, reduce-overhead, max-autotune, "
+            "max-autotune-no-cudagraphs.",
         ),
     ] = "off",
     workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = 0,
@@ -60,6 +62,19 @@ def bench(
     ] = False,
     cudnn_benchmark: Annotated[
         bool, typer.Option("--cudnn-benchmark", help="cuDNN autotuning (CUDA only).")
+    ] = False,
+    channels_last: Annotated[
+        bool,
+        typer.Option(
+            "--channels-last", help="Model and image inputs channels-last (convolutional models)."
+        ),
+    ] = False,
+    expandable_segments: Annotated[
+        bool,
+        typer.Option(
+            "--expandable-segments",
+            help="The CUDA caching allocator's expandable segments (CUDA only).",
+        ),
     ] = False,
     activation_checkpointing: Annotated[
         bool, typer.Option("--activation-checkpointing", help="Recompute activations.")
@@ -109,6 +124,8 @@ def bench(
         persistent_workers=persistent_workers,
         fused_optimizer=fused_optimizer,
         cudnn_benchmark=cudnn_benchmark,
+        channels_last=channels_last,
+        expandable_segments=expandable_segments,
         knobs=parse_knobs(knob or []),
     )
     check_config(config, spec=spec, device=caps)

@@ -144,6 +144,16 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
             "config.activation_checkpointing=true: enable your model's own checkpointing "
             "(autotune builds the model with activation_checkpointing=True)"
         )
+    if config.channels_last:
+        lines.append(
+            "config.channels_last=true: model.to(memory_format=torch.channels_last), and "
+            "each 4-D image batch .contiguous(memory_format=torch.channels_last)"
+        )
+    if config.expandable_segments:
+        lines.append(
+            "config.expandable_segments=true: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "in the environment before the script starts"
+        )
     if preset.budget_bytes is not None:
         from autotune.units import format_bytes
 
@@ -385,6 +395,8 @@ def to_deepspeed(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         unmapped.append(f"compile: model_engine.compile(compile_kwargs={compile_})")
     if config.precision == "tf32":
         unmapped.append('precision tf32: torch.set_float32_matmul_precision("high")')
+    if config.cudnn_benchmark:
+        unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
     unmapped += _common_unmapped(preset, config)
     return Exported(
         format="deepspeed",

@@ -22,6 +22,9 @@ the race says by how much.
     cache misses: MU at 32 x 1 measured 0.71x of 4 x 8 on the 2-core Xeon);
   - on CUDA two DataLoader workers with pinned memory, none on a CPU (the workers would
     take the cores the step runs on);
+  - on CUDA fused AdamW (one kernel for the whole update), and for a convolutional model
+    cuDNN autotuning and channels-last; the allocator's expandable segments stay off (the
+    search tries them where fragmentation decides whether a micro-batch fits);
   - no activation checkpointing (it trades about a third more compute for memory; the
     search tries it where memory is what limits the batch);
   - each model knob at its default (the search's refinement moves them one at a time).
@@ -216,10 +219,13 @@ def project(space: SearchSpace, config: TrainConfig) -> tuple[TrainConfig, list[
     """``config`` moved into ``space``: each knob the space does not allow takes the
     space's guess instead (the micro-batch: the largest allowed one not above it), with a
     note for each change. The global batch is the space's."""
+    from autotune.space import CUDA_KNOBS
+
     values = space.values_of(config)
     fallback = space.values_of(space.guess())
     notes: list[str] = []
-    for name, allowed in space.dimensions():
+    fixed = [(n, space.choices(n)) for n in CUDA_KNOBS if n not in space.cuda_knobs()]
+    for name, allowed in [*space.dimensions(), *fixed]:  # a CUDA knob off where not searched
         if name in ("pin_memory", "prefetch_factor") and values.get("num_workers", 0) == 0:
             continue
         if values[name] in allowed:
@@ -257,6 +263,10 @@ def playbook_config(
         activation_checkpointing=_first(space.activation_checkpointing, (False,)),
         num_workers=_first(space.num_workers, (2, 1, 0) if cuda else (0,)),
         pin_memory=_first(space.pin_memory, (True,)) if cuda else False,
+        fused_optimizer=_first(space.fused_optimizer, (True,)),  # (False,) off CUDA
+        cudnn_benchmark=_first(space.cudnn_benchmark, (True,)),  # convolutional, on CUDA
+        channels_last=_first(space.channels_last, (True,)),
+        expandable_segments=_first(space.expandable_segments, (False,)),
     )
     values["micro_batch"] = _playbook_micro_batch(space, values, memory, guide_micro_batch)
     return space.make_config(values)

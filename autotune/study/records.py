@@ -145,6 +145,14 @@ class TrialRecord:
         )
 
 
+_CUDA_LABELS = {
+    "fused_optimizer": "fused-adamw",
+    "expandable_segments": "expandable-segments",
+    "cudnn_benchmark": "cudnn-benchmark",
+    "channels_last": "channels-last",
+}
+
+
 def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
     """A one-line summary of a config mapping for tables; ``size_name`` names the sample
     size (``seq``, ``image``, ...: the model spec's)."""
@@ -163,6 +171,9 @@ def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
         prefetch = config.get("prefetch_factor")
         extra += f" pf{prefetch}" if prefetch else ""
         parts.append(f"workers={workers}{extra}")
+    for name, label in _CUDA_LABELS.items():  # set only on CUDA
+        if config.get(name):
+            parts.append(label)
     for name, value in (config.get("knobs") or {}).items():
         parts.append(f"{name}={value}")
     if config.get("parallel"):
