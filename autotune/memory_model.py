@@ -205,6 +205,17 @@ class MemoryModel:
             low, high = (middle, high) if fits(middle) else (low, middle)
         return low
 
+    def predicted_to_fit(self, config: TrainConfig) -> bool:
+        """Whether ``config`` is predicted within the budget itself (no margin): no OOM
+        dominates it, and neither the fit nor a ran-out class's bound puts it over (a
+        config neither can predict counts as fitting). The expert starts pick by it."""
+        if self.dominating_oom(config) is not None:
+            return False
+        for predicted in (self.predict(config), self.bound(config)):
+            if predicted is not None and predicted > self.budget_bytes:
+                return False
+        return True
+
     def verdict(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` should not be run, or None when it should."""
         oom = self.dominating_oom(config)

@@ -192,3 +192,20 @@ def test_edge_marking() -> None:
     retried = edge_reason(peak_bytes=100 * MB, budget_bytes=GB, alloc_retries=3)
     assert retried == "the CUDA allocator retried 3 allocation(s)"
     assert edge_reason(peak_bytes=850 * MB, budget_bytes=GB, fraction=0.8) != ""
+
+
+def test_predicted_to_fit_takes_no_margin_and_counts_the_bound() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    assert model.predicted_to_fit(cfg(micro_batch=4096))  # nothing known: it may fit
+    for mb in (1, 4):
+        model.add(
+            mb, cfg(micro_batch=mb), peak_bytes=linear_peak(cfg(micro_batch=mb)), infeasible=False
+        )
+    assert model.predicted_to_fit(cfg(micro_batch=950))
+    assert not model.predicted_to_fit(cfg(micro_batch=1000))  # within the margin, over budget
+    assert model.verdict(cfg(micro_batch=1000)) is None  # which the search would still run
+    model.add(9, cfg(micro_batch=600), peak_bytes=GB, infeasible=True)  # a smaller real limit
+    assert not model.predicted_to_fit(cfg(micro_batch=600))  # dominated
+    # the bound through mb 4 (54 MB: 13.5 MB per micro-batch) puts mb 100 over the budget
+    assert not model.predicted_to_fit(cfg(micro_batch=100))
+    assert model.predicted_to_fit(cfg(micro_batch=70))
