@@ -343,7 +343,8 @@ def memory_model_note(records: Sequence[TrialRecord]) -> str | None:
     parts = []
     if summary["predictions"]:
         parts.append(
-            f"{summary['predictions']} predictions checked, mean |error| "
+            f"{summary['predictions']} prediction{'s' if summary['predictions'] > 1 else ''} "
+            "checked against the measured peak, mean |error| "
             f"{summary['mean_abs_error_pct']:.1f}% (max {summary['max_abs_error_pct']:.1f}%)"
         )
     if summary["edges"]:
