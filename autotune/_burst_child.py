@@ -441,6 +441,7 @@ class Trial:
             "peak_bytes": peak,
             "context_bytes": self.context_bytes if self.cuda else None,
             "own_peak_rss_bytes": own_peak_rss_bytes(),
+            "alloc_retries": alloc_retries(self.device) if self.cuda else None,
             **fields,
         }
 
@@ -451,6 +452,17 @@ def _set_up_allocator(config: TrainConfig) -> None:
     from autotune.step import apply_allocator_settings
 
     apply_allocator_settings(config)
+
+
+def alloc_retries(device: torch.device | None) -> int | None:
+    """How often the CUDA caching allocator had to free its cache and retry an allocation
+    (``num_alloc_retries``): a config that needed it runs at the edge of its memory."""
+    import torch
+
+    try:
+        return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
+    except Exception:  # a broken CUDA state must not hide the real outcome
+        return None
 
 
 def _build(

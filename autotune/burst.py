@@ -96,6 +96,7 @@ class BurstResult:
     cuda_context_bytes: int | None = None
     recompiles: int | None = None  # graphs torch.compile built during the timed steps
     threads: int | None = None  # torch's intra-op threads in the trial (fewer when shared)
+    alloc_retries: int | None = None  # CUDA: the caching allocator's num_alloc_retries
 
     @property
     def ok(self) -> bool:
@@ -610,6 +611,7 @@ def _memory_figures(
     if on_cuda:
         peak = result.get("peak_bytes") or progress.cuda_peak
         memory["peak_memory_bytes"] = peak
+        memory["alloc_retries"] = result.get("alloc_retries")
         method = progress.context_method or "unknown"
         memory["memory_source"] = f"cuda: peak reserved + context ({method})"
         if progress.cap_fraction is not None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import pytest
+
 from autotune.config import TrainConfig
-from autotune.memory_model import MemoryModel
+from autotune.memory_model import (
+    MemoryModel,
+    edge_reason,
+    mean_abs_error_pct,
+    prediction_error_pct,
+)
 
 GB = 10**9
 
@@ -48,6 +56,20 @@ def test_not_dominated_when_smaller_or_in_another_group() -> None:
     ):
         assert model.dominating_oom(config) is None, config
     assert model.dominating_oom(cfg(micro_batch=8, seq_len=256, num_workers=2)) is not None
+
+
+def test_expandable_segments_and_the_parallel_setting_are_their_own_groups() -> None:
+    from autotune.parallel import ParallelConfig
+
+    model = MemoryModel(budget_bytes=GB, device_kind="cuda")
+    ddp = ParallelConfig(nproc_per_node=2)
+    model.add(4, cfg(micro_batch=8, grad_accum=2, parallel=ddp), peak_bytes=GB, infeasible=True)
+    same = cfg(micro_batch=8, grad_accum=2, parallel=ddp)
+    assert model.dominating_oom(same) is not None
+    # fragmentation: what ran out may fit with the allocator's expandable segments
+    assert model.dominating_oom(dataclasses.replace(same, expandable_segments=True)) is None
+    sharded = ParallelConfig(nproc_per_node=2, strategy="fsdp")  # holds a shard of the state
+    assert model.dominating_oom(cfg(micro_batch=8, grad_accum=2, parallel=sharded)) is None
 
 
 def test_workers_do_not_matter_on_cuda() -> None:
@@ -105,3 +127,99 @@ def test_no_prediction_when_memory_does_not_grow() -> None:
     model.add(0, cfg(micro_batch=1), peak_bytes=500_000_000, infeasible=False)
     model.add(1, cfg(micro_batch=8), peak_bytes=400_000_000, infeasible=False)
     assert model.predict(cfg(micro_batch=1024)) is None
+
+
+# -- the edge: a bound once a class ran out, the predicted largest micro-batch -----------
+MB = 10**6
+
+
+def linear_peak(config: TrainConfig, *, fixed: float = 50 * MB, per_token: float = MB) -> int:
+    return int(fixed + per_token * config.micro_batch * config.seq_len / 128)
+
+
+def test_fit_predicts_a_linear_peak_and_its_edge() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    for mb in (1, 4):
+        model.add(
+            mb, cfg(micro_batch=mb), peak_bytes=linear_peak(cfg(micro_batch=mb)), infeasible=False
+        )
+    predicted = model.predict(cfg(micro_batch=100))
+    assert predicted is not None and abs(predicted - 150 * MB) < 1
+    # 50 MB + 1 MB x mb <= 1 GB: mb 950 is the largest that fits
+    assert model.edge_micro_batch(cfg(micro_batch=2)) == 950
+
+
+def test_no_edge_without_two_sizes() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    assert model.edge_micro_batch(cfg()) is None
+    model.add(0, cfg(micro_batch=4), peak_bytes=100 * MB, infeasible=False)
+    assert model.predict(cfg(micro_batch=8)) is None and model.edge_micro_batch(cfg()) is None
+
+
+def test_after_an_oom_only_configs_within_the_bound_run() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    model.add(0, cfg(micro_batch=100), peak_bytes=150 * MB, infeasible=False)
+    model.add(1, cfg(micro_batch=2000), peak_bytes=GB, infeasible=True)
+    # one size: no fit; the bound is proportional, 1.5 MB per micro-batch: edge 666
+    assert model.edge_micro_batch(cfg()) == 666
+    assert model.verdict(cfg(micro_batch=600)) is None
+    verdict = model.verdict(cfg(micro_batch=700))
+    assert verdict is not None and verdict.kind == "predicted"
+    assert verdict.reason.startswith("predicted over budget past the edge")
+    assert "OOM trial #1" in verdict.reason and "largest micro-batch predicted to fit: 666" in (
+        verdict.reason
+    )
+    # no margin once the class ran out: 1.05 x the budget is skipped
+    model.add(2, cfg(micro_batch=600), peak_bytes=650 * MB, infeasible=False)
+    assert model.verdict(cfg(micro_batch=1000)) is not None  # 1.05 GB predicted
+    # the bound climbs with each config that fits: 650 MB / 600 x 923 <= 1 GB
+    assert model.edge_micro_batch(cfg()) == 923
+
+
+def test_a_class_with_only_an_oom_borrows_the_hungriest_ratio() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    model.add(0, cfg(micro_batch=10), peak_bytes=100 * MB, infeasible=False)  # 10 MB/mb
+    model.add(1, cfg(micro_batch=10, precision="bf16"), peak_bytes=30 * MB, infeasible=False)
+    model.add(
+        2, cfg(micro_batch=500, activation_checkpointing=True), peak_bytes=GB, infeasible=True
+    )
+    ckpt = cfg(activation_checkpointing=True)
+    assert model.edge_micro_batch(ckpt) == 100
+    assert model.verdict(dataclasses.replace(ckpt, micro_batch=100)) is None
+    assert model.verdict(dataclasses.replace(ckpt, micro_batch=101)) is not None
+
+
+def test_prediction_error_in_percent() -> None:
+    assert prediction_error_pct(110.0, 100.0) == pytest.approx(10.0)
+    assert prediction_error_pct(90.0, 100.0) == pytest.approx(-10.0)
+    assert mean_abs_error_pct([10.0, -20.0, None]) == pytest.approx(15.0)
+    assert mean_abs_error_pct([None]) is None
+    with pytest.raises(ValueError, match="measured=0"):
+        prediction_error_pct(1.0, 0)
+
+
+def test_edge_marking() -> None:
+    assert edge_reason(peak_bytes=800 * MB, budget_bytes=GB) == ""
+    assert edge_reason(peak_bytes=None, budget_bytes=GB, alloc_retries=0) == ""
+    near = edge_reason(peak_bytes=950 * MB, budget_bytes=GB)
+    assert "95% of the budget" in near
+    retried = edge_reason(peak_bytes=100 * MB, budget_bytes=GB, alloc_retries=3)
+    assert retried == "the CUDA allocator retried 3 allocation(s)"
+    assert edge_reason(peak_bytes=850 * MB, budget_bytes=GB, fraction=0.8) != ""
+
+
+def test_predicted_to_fit_takes_no_margin_and_counts_the_bound() -> None:
+    model = MemoryModel(budget_bytes=GB)
+    assert model.predicted_to_fit(cfg(micro_batch=4096))  # nothing known: it may fit
+    for mb in (1, 4):
+        model.add(
+            mb, cfg(micro_batch=mb), peak_bytes=linear_peak(cfg(micro_batch=mb)), infeasible=False
+        )
+    assert model.predicted_to_fit(cfg(micro_batch=950))
+    assert not model.predicted_to_fit(cfg(micro_batch=1000))  # within the margin, over budget
+    assert model.verdict(cfg(micro_batch=1000)) is None  # which the search would still run
+    model.add(9, cfg(micro_batch=600), peak_bytes=GB, infeasible=True)  # a smaller real limit
+    assert not model.predicted_to_fit(cfg(micro_batch=600))  # dominated
+    # the bound through mb 4 (54 MB: 13.5 MB per micro-batch) puts mb 100 over the budget
+    assert not model.predicted_to_fit(cfg(micro_batch=100))
+    assert model.predicted_to_fit(cfg(micro_batch=70))

@@ -412,9 +412,14 @@ class SearchSummary(_PresetSection):
     storage: str
     objective: str = "throughput"
     sampler: str = "tpe"
+    # the memory model: predictions checked against measured peaks, mean |error| in %
+    memory_predictions: int = 0
+    memory_error_pct: float | None = None
 
     _path: ClassVar[str] = "search"
     _rules: ClassVar[Mapping[str, Rule]] = {
+        "memory_predictions": non_negative,
+        "memory_error_pct": non_negative,
         "trials_run": non_negative,
         "infeasible": non_negative,
         "pruned": non_negative,
@@ -436,6 +441,7 @@ class RaceEntry(_PresetSection):
     samples: tuple[float | None, ...] = ()  # throughput per round (None: no figure)
     ratio_to_naive: float | None = None  # geometric mean of the per-round ratios
     problem: str = ""  # why it could not win ("" when it could)
+    at_edge: str = ""  # why it fits the budget only narrowly ("" when it has headroom)
 
     _path: ClassVar[str] = "race.entries"
     _rules: ClassVar[Mapping[str, Rule]] = {

@@ -16,7 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.report import plots
-from autotune.study.records import TrialRecord, distinct_best, summarize_config
+from autotune.study.records import (
+    TrialRecord,
+    distinct_best,
+    memory_model_note,
+    summarize_config,
+)
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -206,11 +211,14 @@ def _trial_table(data: ReportData) -> str:
                 t.status + (f" ({t.role})" if t.role else ""),
                 t.throughput,
                 format_bytes(t.peak_memory_bytes) if t.peak_memory_bytes else "-",
+                format_bytes(t.predicted_peak_bytes) if t.predicted_peak_bytes else "-",
+                "-" if t.prediction_error_pct is None else f"{t.prediction_error_pct:+.1f}%",
                 t.summary(),
-                t.reason,
+                "; ".join(x for x in (t.reason, t.at_edge and f"at the edge: {t.at_edge}") if x),
             )
         )
-    table = _table(["#", "status", data.unit, "peak", "config", "reason"], rows)
+    header = ["#", "status", data.unit, "peak", "predicted", "error", "config", "reason"]
+    table = _table(header, rows)
     return f"<details><summary>All {len(rows)} trials</summary>{table}</details>"
 
 
@@ -221,7 +229,9 @@ def _section_memory(data: ReportData) -> str:
         "One point per trial with a measured peak; the dashed line is the budget. "
         "The winner is circled; the naive and hand-tuned starts are labelled."
     )
-    return _figure(plots.memory_figure(data), "memory", caption)
+    model = memory_model_note(data.finished())
+    extra = _note(model[0].upper() + model[1:]) if model else ""
+    return _figure(plots.memory_figure(data), "memory", caption) + extra
 
 
 def _section_knobs(data: ReportData) -> str:

@@ -5,7 +5,11 @@ outcome told to Optuna.
 * a config the planner rules out (dominated by an OOM, predicted over budget) is
   recorded as infeasible, no burst;
 * otherwise one burst runs it; each timed step is reported to the trial, so the pruner can
-  stop a config clearly slower than the best so far.
+  stop a config clearly slower than the best so far. Before it runs, the memory model's
+  prediction (its fit, or its bound in a class that ran out) and predicted edge (largest
+  micro-batch) are taken; the outcome stores them with the error in % of the measured
+  peak (``ok`` bursts), the CUDA allocator's retries and ``at_edge``: why a config that
+  fitted did so only narrowly (``memory_model.edge_reason``).
 
 How outcomes are told to Optuna (> 0 constraint means infeasible):
 
@@ -167,6 +171,10 @@ class TrialObjective:
         exempt = trial.user_attrs.get("role") == "naive"  # the baseline is always measured
         seen: list[float] = []  # each timed step's throughput, as reported
         on_step = self._step_reporter(trial, config, seen, exempt=exempt)
+        memory = self.state.memory  # its prediction, made before the burst runs
+        predicted = memory.predict(config)
+        predicted = memory.bound(config) if predicted is None else predicted
+        edge = memory.edge_micro_batch(config)
         t0 = time.monotonic()
         self.cut_by_time = False
         timeout_s, capped = self._timeout(exempt=exempt)
@@ -206,7 +214,15 @@ class TrialObjective:
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
             self.state.warn_disturbed(trial.number, disturbed)
-        return self._classify(trial, config, result, wall_s=time.monotonic() - t0, seen=seen)
+        return self._classify(
+            trial,
+            config,
+            result,
+            wall_s=time.monotonic() - t0,
+            seen=seen,
+            predicted=predicted,
+            edge=edge,
+        )
 
     def _step_reporter(
         self, trial: optuna.Trial, config: TrainConfig, seen: list[float], *, exempt: bool
@@ -254,12 +270,17 @@ class TrialObjective:
         *,
         wall_s: float,
         seen: Sequence[float] = (),
+        predicted: float | None = None,
+        edge: int | None = None,
     ) -> float:
-        """Store the burst's outcome on the trial; return its value (or raise TrialPruned)."""
+        """Store the burst's outcome on the trial; return its value (or raise TrialPruned).
+        ``predicted``, ``edge``: the memory model's peak and largest micro-batch for the
+        config, made before the burst ran."""
         throughput = self.state.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
         peak = result.peak_memory_bytes
         common = _figures(result, throughput, wall_s=wall_s)
         budget = self.state.budget_bytes
+        common.update(_memory_figures(result, budget, predicted=predicted, edge=edge))
         status = result.status
         if status == "ok" and peak is not None and peak > budget:
             set_outcome(
@@ -392,6 +413,31 @@ def _figures(result: BurstResult, throughput: float | None, *, wall_s: float) ->
         "timed_steps": result.timed_steps,
         "recompiles": result.recompiles,
     }
+
+
+def _memory_figures(
+    result: BurstResult, budget: int, *, predicted: float | None, edge: int | None
+) -> dict[str, Any]:
+    """The memory model against the burst: its prediction and the error in % (``ok``
+    bursts only: an OOM's peak is where it was stopped, not what it needed), the predicted
+    edge, the allocator's retries, and why the config is at the edge of the budget."""
+    from autotune.memory_model import edge_reason, prediction_error_pct
+
+    peak = result.peak_memory_bytes
+    figures: dict[str, Any] = {
+        "predicted_peak_bytes": None if predicted is None else int(predicted),
+        "predicted_edge_micro_batch": edge,
+        "alloc_retries": result.alloc_retries,
+    }
+    if result.status == "ok" and peak:
+        if predicted is not None:
+            figures["prediction_error_pct"] = round(prediction_error_pct(predicted, peak), 2)
+        if peak <= budget:
+            at_edge = edge_reason(
+                peak_bytes=peak, budget_bytes=budget, alloc_retries=result.alloc_retries
+            )
+            figures["at_edge"] = at_edge or None
+    return figures
 
 
 def _replayed_constraint(record: TrialRecord, budget: int) -> float:

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
     from autotune.hardware import HardwareProfile
     from autotune.models.spec import ModelSpec
-    from autotune.study.race import RaceResult
-    from autotune.study.records import SearchResult, TrialRecord
+    from autotune.study.race import Entrant, RaceResult
+    from autotune.study.records import SearchResult
 
 __all__ = ["write_preset"]
 
@@ -48,6 +47,7 @@ def write_preset(
     assert typical is not None  # an eligible entrant has a figure
     name, args = _model_ref(spec)
     counts = result.counts()
+    memory = result.memory_model()
     preset = Preset(
         name=path.stem,
         model=ModelRef(name=name, args=args, sha256=source_sha256(name)),
@@ -69,9 +69,11 @@ def write_preset(
             storage=result.storage,
             objective=result.objective,
             sampler="tpe",
+            memory_predictions=memory["predictions"],
+            memory_error_pct=memory["mean_abs_error_pct"],
         ),
         race=_race_section(race, Race),
-        notes=_preset_notes(winner.record, winner.verify_burst(), race, result.objective),
+        notes=_preset_notes(winner, race, result.objective),
     )
     return save_preset(preset, path)
 
@@ -102,18 +104,24 @@ def _race_section(race: RaceResult, race_type: Any) -> Any:
     return section
 
 
-def _preset_notes(
-    best: TrialRecord, verified: BurstResult | None, race: RaceResult, objective: str
-) -> str:
+def _preset_notes(winner: Entrant, race: RaceResult, objective: str) -> str:
+    best, verified = winner.record, winner.verify_burst()
     extras = []
     if verified is not None and verified.eval_loss is not None:
         extras.append(f"eval loss {verified.eval_loss:.4g}")
     if verified is not None and verified.checkpoint_bytes is not None:
         extras.append(f"checkpoint {format_bytes(verified.checkpoint_bytes)}")
+    warning = ""
+    if winner.at_edge:  # every finalist was at the edge (race.py prefers headroom)
+        warning = (
+            f"; warning: at the edge of the memory budget ({winner.at_edge}), keep headroom "
+            "for a long run (a smaller micro-batch, more accumulation)"
+        )
     return (
         f"found by autotune search (trial #{best.number}, {objective}); won a race of "
         f"{len(race.entrants)} configs over {race.rounds} interleaved rounds"
         + (f"; {', '.join(extras)}" if extras else "")
+        + warning
     )
 
 

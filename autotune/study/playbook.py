@@ -286,9 +286,7 @@ def _playbook_micro_batch(
         config = space.make_config({**values, "micro_batch": micro})
         if memory is None:
             return micro
-        predicted = memory.predict(config)
-        fits = predicted is None or predicted <= memory.budget_bytes  # no benefit of doubt
-        if fits and memory.dominating_oom(config) is None:
+        if memory.predicted_to_fit(config):  # no benefit of doubt
             return micro
     return space.micro_batch[0]
 

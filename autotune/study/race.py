@@ -10,7 +10,11 @@ config. Then:
 
 * the winner is the entrant with the best median throughput over the rounds (among those
   that passed the first round's eval step and checkpoint save within the budget: that is
-  what the old single verification burst checked);
+  what the old single verification burst checked), and among those with headroom: an
+  entrant at the edge of the budget (its CUDA allocator retried, or its peak passed 90% of
+  the budget, in its trial or a race burst: ``memory_model.edge_reason``) wins only when
+  every entrant is, since a config that barely fits a burst may not fit a long run; the
+  preset then records the edge and a warning to keep headroom;
 * its speedup over naive and its margin over the runner-up are the geometric means of the
   per-round ratios (winner / naive within each round), with a 95% percentile-bootstrap
   interval over the rounds. With two rounds the interval spans the two rounds' ratios,
@@ -33,7 +37,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
-from autotune.study.records import SearchEvent, TrialRecord, distinct_best
+from autotune.study.records import (
+    SearchEvent,
+    TrialRecord,
+    distinct_best,
+    memory_model_note,
+)
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -112,6 +121,7 @@ class Entrant:
     throughputs: list[float | None] = field(default_factory=list)  # per round
     bursts: list[BurstResult] = field(default_factory=list)
     problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
+    at_edge: str = ""  # why it fits the budget only narrowly (it wins only if all do)
     dropped: bool = False  # no longer measured
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
 
@@ -197,6 +207,7 @@ class RaceResult:
                     "samples": [_round(t) for t in e.throughputs],
                     "ratio_to_naive": None if ratio is None else round(ratio.estimate, 4),
                     "problem": e.problem,
+                    "at_edge": e.at_edge,
                 }
             )
         return {
@@ -429,9 +440,12 @@ def _decide(
     *,
     load: dict[str, Any] | None,
 ) -> RaceResult:
-    ranked = sorted(
+    for e in entrants:
+        e.at_edge = e.at_edge or _edge(e, state.budget_bytes)
+    fastest = max((e for e in entrants if e.eligible), key=lambda e: e.median or 0.0, default=None)
+    ranked = sorted(  # a config at the edge of the budget wins only if every config is
         (e for e in entrants if e.eligible),
-        key=lambda e: (-(e.median or 0.0), e.record.number),
+        key=lambda e: (bool(e.at_edge), -(e.median or 0.0), e.record.number),
     )
     if not ranked:
         tried = "; ".join(f"{e.label}: {e.problem}" for e in entrants if e.problem)
@@ -440,6 +454,10 @@ def _decide(
             "no preset was written"
         )
     winner = ranked[0]
+    notes.extend(_edge_notes(winner, fastest))
+    memory = memory_model_note(state.trials_in_order())
+    if memory:
+        notes.append(memory)
     runner_up = ranked[1] if len(ranked) > 1 else None
     naive = next((e for e in entrants if "naive" in e.roles), None)
     speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
@@ -458,6 +476,39 @@ def _decide(
         load=load,
         notes=tuple(notes),
     )
+
+
+def _edge(entrant: Entrant, budget: int) -> str:
+    """Why ``entrant`` is at the edge of the budget: in its trial, or in a race burst."""
+    from autotune.memory_model import edge_reason
+
+    if entrant.record.at_edge:
+        return entrant.record.at_edge
+    for burst in entrant.bursts:
+        if burst.ok:
+            why = edge_reason(
+                peak_bytes=burst.peak_memory_bytes,
+                budget_bytes=budget,
+                alloc_retries=burst.alloc_retries,
+            )
+            if why:
+                return why
+    return ""
+
+
+def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
+    if winner.at_edge:
+        return [
+            f"race: the winner {winner.label} runs at the edge of the memory budget "
+            f"({winner.at_edge}); every finalist does: the preset records it, keep headroom "
+            "(a smaller micro-batch) for a long run"
+        ]
+    if fastest is not None and fastest is not winner and fastest.at_edge:
+        return [
+            f"race: {fastest.label} was faster but runs at the edge of the memory budget "
+            f"({fastest.at_edge}); {winner.label}, the fastest config with headroom, wins"
+        ]
+    return []
 
 
 def _nothing_ran(state: SearchState) -> AutotuneError:

@@ -27,6 +27,9 @@ __all__ = [
     "SearchResult",
     "TrialRecord",
     "distinct_best",
+    "memory_class",
+    "memory_model_note",
+    "memory_model_summary",
     "skipped_reasons",
     "summarize_config",
 ]
@@ -60,6 +63,12 @@ class TrialRecord:
     wall_s: float | None = None
     disturbed: str = ""  # why its measurement is suspect (outside load, erratic steps)
     size_name: str = "seq"  # what seq_len is for the model: seq, image, nodes (its spec's)
+    # the memory model, before the burst: its peak and largest micro-batch for the config
+    predicted_peak_bytes: int | None = None
+    predicted_edge_micro_batch: int | None = None
+    prediction_error_pct: float | None = None  # (predicted - measured) / measured, ok only
+    alloc_retries: int | None = None  # CUDA allocator retries during the burst
+    at_edge: str = ""  # why it fits only narrowly (allocator retries, peak near the budget)
 
     @property
     def feasible(self) -> bool:
@@ -108,6 +117,11 @@ class TrialRecord:
             "wall_s": self.wall_s,
             "disturbed": self.disturbed,
             "size_name": self.size_name,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "predicted_edge_micro_batch": self.predicted_edge_micro_batch,
+            "prediction_error_pct": self.prediction_error_pct,
+            "alloc_retries": self.alloc_retries,
+            "at_edge": self.at_edge,
         }
 
     @classmethod
@@ -142,6 +156,11 @@ class TrialRecord:
             wall_s=attrs.get("wall_s"),
             disturbed=str(attrs.get("disturbed") or ""),
             size_name=str(attrs.get("size_name") or "seq"),
+            predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
+            predicted_edge_micro_batch=attrs.get("predicted_edge_micro_batch"),
+            prediction_error_pct=attrs.get("prediction_error_pct"),
+            alloc_retries=attrs.get("alloc_retries"),
+            at_edge=str(attrs.get("at_edge") or ""),
         )
 
 
@@ -244,6 +263,10 @@ class SearchResult:
             "duplicates": sum(1 for t in done if t.duplicate_of is not None),
         }
 
+    def memory_model(self) -> dict[str, Any]:
+        """How the memory model did (``memory_model_summary`` of the trials)."""
+        return memory_model_summary(self.trials)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -263,6 +286,7 @@ class SearchResult:
             "speedup": self.speedup,
             "counts": self.counts(),
             "skipped": dict(self.skipped),
+            "memory_model": self.memory_model(),
             "top": [t.to_dict() for t in self.top],
             "trials": [t.to_dict() for t in self.trials],
             "preset_path": self.preset_path,
@@ -286,6 +310,68 @@ def distinct_best(records: Sequence[TrialRecord]) -> list[TrialRecord]:
             seen.add(key)
             out.append(r)
     return out
+
+
+def memory_class(config: Mapping[str, Any]) -> str:
+    """A config's memory class for reports: ``fp32 ckpt compile=default seq 256``."""
+    parts = [str(config.get("precision"))]
+    if config.get("activation_checkpointing"):
+        parts.append("ckpt")
+    if config.get("compile", "off") != "off":
+        parts.append(f"compile={config.get('compile')}")
+    parts.extend(f"{name}={value}" for name, value in (config.get("knobs") or {}).items())
+    parts.append(f"seq {config.get('seq_len')}")
+    return " ".join(parts)
+
+
+def memory_model_summary(records: Sequence[TrialRecord]) -> dict[str, Any]:
+    """How the memory model did over the trials that ran: predictions checked against the
+    measured peak, their mean and largest absolute error in %, the latest predicted edge
+    (largest micro-batch) per class, the trials at the edge and the OOMs executed per
+    class."""
+    from autotune.memory_model import mean_abs_error_pct
+
+    ran = [r for r in records if r.ran and r.duplicate_of is None]
+    errors = [r.prediction_error_pct for r in ran if r.prediction_error_pct is not None]
+    edges: dict[str, int] = {}
+    ooms: dict[str, int] = {}
+    for r in sorted(ran, key=lambda r: r.number):
+        if r.predicted_edge_micro_batch is not None:
+            edges[memory_class(r.config)] = r.predicted_edge_micro_batch
+        if r.status in ("oom", "over-budget"):
+            label = memory_class({**r.config, "seq_len": None, "knobs": None}).removesuffix(
+                " seq None"
+            )
+            ooms[label] = ooms.get(label, 0) + 1
+    mean = mean_abs_error_pct(errors)
+    return {
+        "predictions": len(errors),
+        "mean_abs_error_pct": None if mean is None else round(mean, 2),
+        "max_abs_error_pct": round(max(abs(e) for e in errors), 2) if errors else None,
+        "edges": edges,
+        "at_edge": [r.number for r in ran if r.at_edge],
+        "ooms_executed": ooms,
+    }
+
+
+def memory_model_note(records: Sequence[TrialRecord]) -> str | None:
+    """One line for the search's notes: the model's error and its predicted edges."""
+    summary = memory_model_summary(records)
+    if not summary["predictions"] and not summary["edges"]:
+        return None
+    parts = []
+    if summary["predictions"]:
+        parts.append(
+            f"{summary['predictions']} prediction{'s' if summary['predictions'] > 1 else ''} "
+            "checked against the measured peak, mean |error| "
+            f"{summary['mean_abs_error_pct']:.1f}% (max {summary['max_abs_error_pct']:.1f}%)"
+        )
+    if summary["edges"]:
+        edges = ", ".join(f"{label}: {mb}" for label, mb in summary["edges"].items())
+        parts.append(f"largest micro-batch predicted to fit: {edges}")
+    if summary["at_edge"]:
+        parts.append("at the edge of the budget: " + ", ".join(f"#{n}" for n in summary["at_edge"]))
+    return "memory model: " + "; ".join(parts)
 
 
 def skipped_reasons(records: Sequence[TrialRecord]) -> dict[str, int]:

@@ -1,0 +1,234 @@
+"""benchmarks/gpu_suite.py's orchestration on a CPU: its steps run by a fake command runner
+that answers as the real commands would on a GPU, and the Markdown it writes. The real
+commands need a GPU; without one the suite refuses, which is tested here too."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str) -> types.ModuleType:
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # the suite imports _common as a sibling
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = _load("gpu_suite")
+GB = 10**9
+
+
+class FakeRunner:
+    """Answers each step's command as it would end on a GPU; ``override`` changes one
+    step's answer: a (returncode, stdout) pair, or None for a command killed at its limit."""
+
+    def __init__(self, **override: Any) -> None:
+        self.override = override
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Any:
+        argv = list(argv)
+        self.calls.append(argv)
+        assert timeout_s > 0
+        name, answer = self._answer(argv)
+        if name in self.override:
+            answer = self.override[name]
+        if answer is None:
+            return suite.Completed(None, "", "killed", timeout_s)
+        code, out = answer
+        return suite.Completed(code, out, "some progress on stderr\nthe last line", 1.5)
+
+    def _answer(self, argv: list[str]) -> tuple[str, tuple[int, str]]:
+        def after(flag: str) -> str:
+            return argv[argv.index(flag) + 1]
+
+        if "probe" in argv:
+            gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 85 * GB,
+                   "compute_capability": [9, 0], "driver_version": "580.159.04"}  # fmt: skip
+            software = {"torch_version": "2.11.0+cu130", "torch_cuda_version": "13.0"}
+            return "probe", (0, json.dumps({"gpus": [gpu], "software": software}))
+        if "pytest" in argv:
+            return "gpu-tests", (0, "....\n===== 9 passed, 1 skipped in 42.0s =====\n")
+        if "bench" in argv:
+            if "gpt2-124m" in argv:
+                burst = {"status": "oom", "reason": "CUDA out of memory", "peak_memory_bytes": 8e9}
+                return "oom-big", (1, json.dumps(burst))
+            return "oom-small", (0, json.dumps({"status": "ok", "peak_memory_bytes": 1.2e9}))
+        if "search" in argv:
+            Path(after("--output")).write_text("measured:\n  tokens_per_s: 200000.0\n")
+            found = {
+                "unit": "tokens/s",
+                "best": {"throughput": 201000.0, "peak_memory_bytes": 6.5e9,
+                         "config": {"micro_batch": 16, "grad_accum": 2, "seq_len": 128,
+                                    "precision": "bf16", "compile": "default"}},
+                "counts": {"measured": 30, "infeasible": 4, "pruned": 6},
+                "speedup": 3.1,
+                "memory_model": {"predictions": 20, "mean_abs_error_pct": 4.25,
+                                 "ooms_executed": {"bf16": 1}, "at_edge": [17]},
+            }  # fmt: skip
+            return "search", (0, "progress\n" + json.dumps(found))
+        if "train" in argv:
+            out = Path(after("--out"))
+            out.mkdir(parents=True)
+            (out / "summary.json").write_text(
+                json.dumps({"steps": 300, "steady_tokens_per_s": 190000.0})
+            )
+            return "train", (0, "")
+        if any(a.endswith("compare.py") for a in argv):
+            out = Path(after("--out"))
+            out.mkdir(parents=True)
+            model = after("--model")
+            table = f"# compare: {model}\n\n| policy | tokens/s | MFU (bf16 peak) |\n|--|--:|--:|\n"
+            (out / "compare.md").write_text(table + "| autotune | 1 | 40% |\n")
+            return f"compare-{model}", (0, "")
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def _statuses(text: str) -> dict[str, str]:
+    """The steps table: step name -> status."""
+    names = {s.name for s in suite.STEPS}
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
+    return {row[0]: row[1] for row in cells if len(row) == 4 and row[0] in names}
+
+
+def _main(tmp_path: Path, runner: FakeRunner, *extra: str) -> tuple[int, str]:
+    out = tmp_path / "suite.md"
+    code = suite.main(
+        ["--out", str(out), "--work", str(tmp_path / "work"), *extra],
+        runner=runner,
+        has_cuda=lambda: True,
+        find=lambda module: object(),
+    )
+    return code, out.read_text()
+
+
+def test_every_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    code, text = _main(tmp_path, runner)
+    assert code == 0
+    assert _statuses(text) == {s.name: "ok" for s in suite.STEPS}
+    assert "| NVIDIA H100 80GB HBM3 | 85.00 GB | 9.0 |" in text  # probe
+    assert "9 passed, 1 skipped in 42.0s" in text  # the gpu-marked tests
+    assert "| oom " in text and "| ok " in text  # the oom burst, then one that runs
+    assert "6.50 GB: within" in text  # the budget check of the search's winner
+    assert "mb 16x2 seq 128 bf16 compile=default" in text
+    assert "| 20, 4.25% " in text  # the memory model's predictions and error
+    assert "|   300 |         200,000 |               190,000 |          0.95x |" in text
+    assert "#### compare: gpt2-124m" in text and "MFU (bf16 peak)" in text  # one level down
+    assert "#### compare: mu" in text
+    compare = next(c for c in runner.calls if "gpt2-124m" in c and c[1].endswith("compare.py"))
+    assert compare[compare.index("--seq-len") + 1] == "1024"
+    assert compare[compare.index("--budget") + 1] == "24GB"
+    assert (tmp_path / "suite.md").exists()
+
+
+def test_a_failing_step_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> None:
+    over = {"best": {"peak_memory_bytes": 9e9, "throughput": 1.0}, "counts": {}}
+    runner = FakeRunner(
+        **{
+            "gpu-tests": (1, "===== 1 failed, 8 passed in 40.0s =====\n"),
+            "search": (0, json.dumps(over)),
+            "oom-big": (0, json.dumps({"status": "ok", "peak_memory_bytes": 9e9})),
+            "compare-mu": None,  # killed at its time limit
+        }
+    )
+    code, text = _main(tmp_path, runner, "--steps", "probe,gpu-tests,oom,search,compare-mu")
+    assert code == 1
+    assert _statuses(text) == {
+        "probe": "ok",
+        "gpu-tests": "failed",
+        "oom": "failed",
+        "search": "failed",
+        "compare-mu": "timeout",
+    }
+    assert "1 failed, 8 passed" in text
+    assert "expected oom then ok, got ok then ok" in text
+    assert "9.00 GB is over the 8 GB budget" in text
+    assert "the last line" in text  # a failed step shows the end of its output
+    assert not any("train" in c for c in runner.calls)
+
+
+def test_steps_past_the_suite_limit_are_skipped(tmp_path: Path) -> None:
+    ticks = iter(range(0, 10_000, 60))  # each clock reading is a minute later
+    outcomes = suite.run_suite(
+        suite.STEPS[:3],
+        suite.Context(work=tmp_path),
+        runner=FakeRunner(),
+        limit_s=150,
+        log=lambda line: None,
+        clock=lambda: float(next(ticks)),
+    )
+    assert [o.status for o in outcomes] == ["ok", "ok", "skipped"]
+
+
+def test_without_cuda_the_suite_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runner = FakeRunner()
+    code = suite.main(
+        ["--out", str(tmp_path / "suite.md")],
+        runner=runner,
+        has_cuda=lambda: False,
+        find=lambda module: object(),
+    )
+    assert code == 2 and not runner.calls and not (tmp_path / "suite.md").exists()
+    assert "no CUDA device: the GPU suite needs one" in capsys.readouterr().err
+
+
+def test_the_real_check_finds_no_cuda_on_a_cpu_machine() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert suite.cuda_available() is False
+
+
+def test_missing_wheels_are_named_with_the_download_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = {"optuna", "alembic", "sqlalchemy", "mako", "colorlog"}
+    code = suite.main(
+        ["--out", str(tmp_path / "suite.md")],
+        runner=FakeRunner(),
+        has_cuda=lambda: True,
+        find=lambda module: None if module in absent else object(),
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "missing Python packages: optuna, alembic, SQLAlchemy, Mako, colorlog." in err
+    assert "--only-binary=:all: --python-version 3.12" in err
+    assert "optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0" in err
+    assert "--no-index --no-deps" in err
+
+
+def test_the_pinned_versions_are_the_installed_ones() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for _module, dist, pinned in suite.WHEELS:
+        try:
+            installed = version(dist)
+        except PackageNotFoundError:
+            continue
+        assert installed == pinned, f"{dist}: the suite pins {pinned}, {installed} is installed"
+
+
+def test_dry_run_and_bad_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["--dry-run", "--steps", "probe,search"]) == 0
+    out = capsys.readouterr().out
+    assert "autotune probe --json" in out and "search --model mu --budget 8GB" in out
+    with pytest.raises(SystemExit, match="unknown step"):
+        suite.main(["--dry-run", "--steps", "probe,nope"])
+    with pytest.raises(SystemExit, match="train needs search"):
+        suite.main(["--dry-run", "--steps", "train"])
