@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import sys
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmark_modules import load_benchmark
 from fake_caps import cpu_caps, cuda_caps
 
 from autotune.burst import BurstResult
@@ -21,22 +20,8 @@ from autotune.hardware import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str) -> types.ModuleType:
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # compare.py imports _common as a sibling
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _load("compare")
-common = _load("_common")
+compare = load_benchmark("compare")
+common = load_benchmark("_common")
 
 
 # -- the guides' configs ----------------------------------------------------------------

@@ -4,31 +4,15 @@ commands need a GPU; without one the suite refuses, which is tested here too."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmark_modules import load_benchmark
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str) -> types.ModuleType:
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # the suite imports _common as a sibling
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = _load("gpu_suite")
+suite = load_benchmark("gpu_suite")
 GB = 10**9
 
 
