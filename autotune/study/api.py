@@ -33,6 +33,7 @@ from autotune.study.optuna_glue import (
     check_storage_url,
     exclusive_search,
     open_study,
+    owner_alive,
     quiet_optuna,
     redact,
 )
@@ -53,6 +54,7 @@ from autotune.study.records import (
     skipped_reasons,
 )
 from autotune.study.state import Limits, SearchState
+from autotune.study.workers import Workers, describe_owner
 from autotune.units import format_bytes, parse_budget, parse_duration
 
 if TYPE_CHECKING:
@@ -122,6 +124,8 @@ def search(
     runs_dir: str | Path = DEFAULT_RUNS_DIR,
     watch: MachineWatch | bool | None = None,
     option_names: Mapping[str, str] | None = None,
+    worker: bool = False,
+    finish: bool = False,
 ) -> SearchResult:
     """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
 
@@ -148,6 +152,14 @@ def search(
     The finalist race: the ``finalists`` best distinct configs, the naive config and the
     expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each
     (default: ``steps``).
+
+    ``worker``: one of several processes searching this study together (other devices,
+    other machines, one shared ``storage``; see ``workers.py``): a config is measured by
+    one worker only, ``trials`` counts every worker's, and the race and the preset are
+    run by the one worker that claims them first; the others return with no race and no
+    preset (``preset_path`` None), naming the finisher. ``finish``: run no trials; wait
+    for the workers' last bursts, then race the study's trials and write the preset
+    (taking over from a finisher that died).
     """
     started = time.monotonic()
     goal = _check_goal(objective, train_steps)
@@ -179,19 +191,37 @@ def search(
     )
     for message in notes:
         state.note(message)
+    shared = worker or finish
     with quiet_optuna():
         opt_study = _open_study(
-            state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
+            state,
+            goal,
+            storage,
+            study_name,
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            joining=shared,
         )
         with (
-            exclusive_search(opt_study, study_name, storage=storage),
+            _claim(opt_study, study_name, storage, shared=shared),
             _watching(state, watch, burst_fn),
             shared_compile_cache(runs_dir),
         ):
             planner = Planner(state=state, caps=caps)
             state.reserve = lambda: race.reserve_s(state, planner.expert(), steps=steps)
-            measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
-            _optimize(opt_study, planner, measure, warm_start, storage)
+            workers = Workers(state=state, study=opt_study, name=study_name) if shared else None
+            measure = TrialObjective(
+                state=state, planner=planner, bursts=bursts, goal=goal, workers=workers
+            )
+            if not finish:
+                _optimize(opt_study, planner, measure, warm_start, storage)
+            if workers is not None:
+                holder = _finisher(workers, planner, finish=finish)
+                if holder != workers.owner:
+                    state.note(f"the race and the preset are {describe_owner(holder)}'s")
+                    return _worker_result(
+                        state, goal, study=opt_study, storage=storage, started=started
+                    )
             found = race.run(state, bursts, planner.expert(), score=measure.score)
             notes = [*notes, *_load_notes(state)]
             result = _result(
@@ -201,6 +231,72 @@ def search(
                 path = write_preset(result, found, spec=spec, hardware=hardware, path=Path(output))
                 result = replace(result, preset_path=str(path))
             return result
+
+
+# -- several workers on one study ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _claim(study: optuna.Study, name: str, storage: str, *, shared: bool) -> Iterator[None]:
+    """Alone, the study is this search's (``exclusive_search``); a worker of a shared
+    search joins the others, but not a study that a lone search holds."""
+    if not shared:
+        with exclusive_search(study, name, storage=storage):
+            yield
+        return
+    holder = study.user_attrs.get("searching")
+    if owner_alive(holder):
+        raise UsageError(
+            f"study {name!r} is being searched right now by {describe_owner(holder)}, "
+            "alone (without --worker): wait for it to finish, or search under another "
+            "--study name"
+        )
+    yield
+
+
+def _finisher(workers: Workers, planner: Planner, *, finish: bool) -> Any:
+    """After this worker's trials: wait for the others' last bursts, then claim the race
+    and the preset (``finish``: take them over); who holds them."""
+    state = workers.state
+    workers.wait_for_others()
+    holder = workers.claim_finish(force=finish)
+    if holder == workers.owner:
+        workers.sync()
+        planner.enqueue_experts(workers.study)  # (records the expert starts it knows)
+        if not state.stopped:
+            state.stopped = "finished by this worker"
+    return holder
+
+
+def _worker_result(
+    state: SearchState, goal: Goal, *, study: optuna.Study, storage: str, started: float
+) -> SearchResult:
+    """What a worker that does not finish the study returns: its trials, no race."""
+    records = state.trials_in_order()
+    return SearchResult(
+        model=_model_name(state.spec),
+        device=state.device,
+        budget_bytes=state.budget_bytes,
+        global_batch=state.space.global_batch,
+        seq_len=state.space.seq_len,
+        objective=goal.objective,
+        train_steps=goal.train_steps,
+        unit=state.unit,
+        study_name=study.study_name,
+        storage=redact(storage),
+        space_size=state.space.size(),
+        best=state.best(),
+        verified=None,
+        naive=state.record_of(state.space.naive()),
+        speedup=None,
+        top=tuple(distinct_best(records)[:5]),
+        trials=tuple(records),
+        skipped=skipped_reasons(records),
+        preset_path=None,
+        wall_s=time.monotonic() - started,
+        stopped=state.stopped or "stopped",
+        notes=("another worker runs the race and writes the preset",),
+    )
 
 
 # -- check the arguments --------------------------------------------------------------------
@@ -520,6 +616,7 @@ def _open_study(
     *,
     seed: int,
     n_startup_trials: int | None,
+    joining: bool = False,
 ) -> optuna.Study:
     """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
     them), and the start announced."""
@@ -532,6 +629,7 @@ def _open_study(
         n_startup_trials=n_startup_trials,
         space_size=state.space.size(),
         trials=state.limits.trials,
+        joining=joining,
     )
     for frozen in study.get_trials(deepcopy=False):
         state.absorb(TrialRecord.from_trial(frozen))
