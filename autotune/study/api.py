@@ -15,6 +15,8 @@ the study consistent.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 import tempfile
 import time
@@ -184,14 +186,14 @@ def search(
     state = SearchState(
         spec=spec, space=space, budget_bytes=budget_bytes, limits=limits, progress=progress
     )
-    study_name = study or _default_study_name(state, goal)
+    shared = worker or finish
+    study_name = study or _default_study_name(state, goal, shared=shared)
     storage = storage if storage is not None else _default_storage(runs_dir, study_name)
     bursts = _burst_runner(
         state, burst_fn, steps=steps, warmup=warmup, timeout_s=burst_timeout_s, seed=seed
     )
     for message in notes:
         state.note(message)
-    shared = worker or finish
     with quiet_optuna():
         opt_study = _open_study(
             state,
@@ -570,15 +572,25 @@ def default_study_name(
     return f"{name}-{space.fingerprint()}"
 
 
-def _default_study_name(state: SearchState, goal: Goal) -> str:
-    return default_study_name(
+def _default_study_name(state: SearchState, goal: Goal, *, shared: bool = False) -> str:
+    name = default_study_name(
         model=_model_name(state.spec),
-        device=state.device,
+        device=_study_device(state, shared=shared),
         budget_bytes=state.budget_bytes,
         space=state.space,
         objective=goal.objective,
         train_steps=goal.train_steps,
     )
+    if not shared:
+        return name
+    text = json.dumps(_space_setup(state, shared=True), sort_keys=True)
+    return f"{name.rsplit('-', 1)[0]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _space_setup(state: SearchState, *, shared: bool) -> dict[str, Any]:
+    """The space as a study records it; a shared study's, without the device's index."""
+    space = state.space.describe()
+    return {**space, "device": _study_device(state, shared=True)} if shared else space
 
 
 def _slug(text: str) -> str:
@@ -593,18 +605,25 @@ def _default_storage(runs_dir: str | Path, study_name: str) -> str:
     return f"sqlite:///{db}"
 
 
-def _study_setup(state: SearchState, goal: Goal) -> dict[str, Any]:
+def _study_device(state: SearchState, *, shared: bool) -> str:
+    """The device a study is for: ``cuda:1``; for workers of a shared study, which each
+    search on a device of their own, the kind (``cuda``: the space's device capabilities,
+    also in the study's set-up, tell one GPU model from another)."""
+    return re.sub(r":\d+$", "", state.device) if shared else state.device
+
+
+def _study_setup(state: SearchState, goal: Goal, *, shared: bool = False) -> dict[str, Any]:
     """What a study is made for: resuming it with other settings is refused."""
     spec = state.spec
     return {
         "model": _model_name(spec),
         "model_args": {k: repr(v) for k, v in spec.args.items()},
-        "device": state.device,
+        "device": _study_device(state, shared=shared),
         "budget_bytes": state.budget_bytes,
         "global_batch": state.space.global_batch,
         "objective": goal.objective,
         "train_steps": goal.train_steps,
-        "space": state.space.describe(),
+        "space": _space_setup(state, shared=shared),
     }
 
 
@@ -623,7 +642,7 @@ def _open_study(
     study = open_study(
         storage,
         name,
-        setup=_study_setup(state, goal),
+        setup=_study_setup(state, goal, shared=joining),
         pruner=SlowConfigPruner(state.best_throughput),
         seed=seed,
         n_startup_trials=n_startup_trials,

@@ -13,8 +13,10 @@ import functools
 import hashlib
 import logging
 import os
+import random
 import re
 import socket
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -332,8 +334,8 @@ def claim_running_trials(study: optuna.Study, name: str, *, joining: bool = Fals
     for frozen in running:
         owner = frozen.user_attrs.get("owner")
         alive = owner_alive(owner)
-        if joining and (alive or _is_me(owner)):  # a fellow worker's, or this one's
-            continue
+        if joining and (alive or owner is None or _is_me(owner)):
+            continue  # a fellow worker's (one without an owner yet is just starting)
         if alive:
             pid = owner.get("pid") if isinstance(owner, Mapping) else "?"
             raise UsageError(
@@ -459,14 +461,7 @@ def open_storage(url: str) -> Any:
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(str(_journal_path(url))))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            storage = optuna.storages.RDBStorage(
-                url,
-                heartbeat_interval=interval,
-                grace_period=grace,
-                heartbeat_stale_trial_callback=queue_again,
-            )
+        storage = _rdb_storage(url, interval, grace)
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)
         return storage
@@ -476,6 +471,29 @@ def open_storage(url: str) -> Any:
             "Give an Optuna storage URL (sqlite:///path/study.db, postgresql://..., "
             "mysql://...) or journal:PATH for a journal file"
         ) from exc
+
+
+def _rdb_storage(url: str, interval: int, grace: int) -> optuna.storages.RDBStorage:
+    """An RDB storage with heartbeats. Workers that open a new database at the same moment
+    all create its tables: the ones that lose that race (an IntegrityError on PostgreSQL)
+    open it again once the winner has made them."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=interval,
+                    grace_period=grace,
+                    heartbeat_stale_trial_callback=queue_again,
+                )
+        except (IntegrityError, ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
 
 
 def heartbeat_settings() -> tuple[int, int]:

@@ -30,30 +30,39 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
 import socket
+import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
+from autotune.errors import UsageError
 from autotune.study.optuna_glue import claim_running_trials, trial_owner
 from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config import TrainConfig
+    from autotune.hardware import HardwareProfile
     from autotune.study.state import SearchState
 
 __all__ = [
     "FINISHING",
     "POLL_S",
     "SEARCHING",
+    "WorkerSlot",
     "Workers",
     "claim_study_attr",
+    "plan_workers",
     "release_study_attr",
+    "run_workers",
 ]
 
 FINISHING = "autotune:finishing"
@@ -263,3 +272,105 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     return value
+
+
+# -- several workers on one machine ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One worker process of ``--devices``: its device, and on a CPU the cores it owns
+    (empty: not pinned)."""
+
+    device: str
+    cores: tuple[int, ...] = ()
+
+
+def plan_workers(
+    devices: str, hardware: HardwareProfile, *, cpu_workers: int | None = None
+) -> list[WorkerSlot]:
+    """The workers ``--devices`` asks for: ``all`` (every GPU here) or a list such as
+    ``cuda:0,cuda:1``, one worker per device; two workers never share a device. A CPU
+    runs one worker unless ``cpu_workers`` splits its cores between that many workers
+    (bursts on shared cores would measure each other)."""
+    if cpu_workers is not None:
+        return _cpu_slots(cpu_workers, devices)
+    names = [d.strip() for d in devices.split(",") if d.strip()]
+    if names == ["all"]:
+        names = [f"cuda:{gpu.index}" for gpu in hardware.gpus]
+        if not names:
+            raise UsageError(
+                "--devices all: this machine has no GPU. On a CPU, workers run one at a "
+                "time by default, as two bursts on the same cores measure each other; give "
+                "--cpu-workers N to run N workers, each pinned to its own share of the cores"
+            )
+    if not names or len(set(names)) != len(names):
+        raise UsageError(
+            f"--devices {devices!r}: give distinct devices, e.g. cuda:0,cuda:1, or all "
+            "(two workers never share a device)"
+        )
+    if any(name == "cpu" for name in names):
+        raise UsageError(
+            f"--devices {devices!r}: a CPU runs one worker by default (two bursts on the "
+            "same cores measure each other); give --cpu-workers N to split its cores "
+            "between N workers"
+        )
+    kinds = set()
+    for name in names:
+        kinds.add(hardware.device(name).name)  # UsageError for a device not here
+    if len(kinds) > 1:
+        raise UsageError(
+            f"--devices {devices!r} names different GPU models ({', '.join(sorted(kinds))}): "
+            "one study measures one kind of device; search each kind in its own study"
+        )
+    return [WorkerSlot(name) for name in names]
+
+
+def _cpu_slots(workers: int, devices: str) -> list[WorkerSlot]:
+    if devices not in ("", "cpu"):
+        raise UsageError(f"--cpu-workers runs workers on the CPU; got --devices {devices!r}")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not isinstance(workers, int) or workers < 1 or workers > len(cores):
+        raise UsageError(
+            f"--cpu-workers must be between 1 and the {len(cores)} cores this process may "
+            f"use (each worker gets cores of its own), got {workers!r}"
+        )
+    share = len(cores) // workers
+    return [WorkerSlot("cpu", tuple(cores[i * share : (i + 1) * share])) for i in range(workers)]
+
+
+def run_workers(command: list[str], slots: list[WorkerSlot], *, logs: Path) -> int:
+    """Run ``command`` (an ``autotune search`` command line) once per slot, with
+    ``--device`` and ``--worker`` added, each worker pinned to its cores (and torch's
+    threads to their number) on a CPU; each worker's progress goes to
+    ``logs/worker-<n>.log``. The highest exit code of the workers."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for n, slot in enumerate(slots):
+        env = dict(os.environ)
+        if slot.cores:
+            env["OMP_NUM_THREADS"] = str(len(slot.cores))
+        log = (logs / f"worker-{n}.log").open("w")
+        proc = subprocess.Popen(
+            [*command, "--device", slot.device, "--worker"],
+            env=env,
+            stderr=log,
+            preexec_fn=_pin(slot.cores) if slot.cores else None,
+        )
+        log.close()
+        procs.append(proc)
+    try:
+        return max(proc.wait() for proc in procs)
+    except KeyboardInterrupt:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            proc.wait()
+        raise
+
+
+def _pin(cores: tuple[int, ...]) -> Callable[[], None]:
+    def pin() -> None:
+        os.sched_setaffinity(0, cores)
+
+    return pin
