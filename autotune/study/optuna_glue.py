@@ -461,16 +461,34 @@ def open_storage(url: str) -> Any:
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(str(_journal_path(url))))
-        storage = _rdb_storage(url, interval, grace)
+        storage = _rdb_storage(_with_driver(url), interval, grace)
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)
         return storage
     except Exception as exc:
+        hint = (
+            ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
+            if isinstance(exc, ImportError) and url.startswith("postgresql")
+            else ""
+        )
+        why = " ".join(str(exc).split())  # one paragraph
         raise UsageError(
-            f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: {exc}. "
-            "Give an Optuna storage URL (sqlite:///path/study.db, postgresql://..., "
-            "mysql://...) or journal:PATH for a journal file"
+            f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
+            f"{why}{hint}. Give an Optuna storage URL (sqlite:///path/study.db, "
+            "postgresql://user@host/db, mysql://...) or journal:PATH for a journal file; "
+            "nothing was written"
         ) from exc
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 defaults to
+    psycopg 3, and the ``distributed`` extra installs psycopg2."""
+    import importlib.util
+
+    find = importlib.util.find_spec
+    if url.startswith("postgresql://") and find("psycopg") is None and find("psycopg2"):
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
 
 
 def _rdb_storage(url: str, interval: int, grace: int) -> optuna.storages.RDBStorage:
