@@ -56,7 +56,7 @@ from autotune.study.records import (
     skipped_reasons,
 )
 from autotune.study.state import Limits, SearchState
-from autotune.study.workers import Workers, describe_owner
+from autotune.study.workers import Workers, describe_owner, workers_root
 from autotune.units import format_bytes, parse_budget, parse_duration
 
 if TYPE_CHECKING:
@@ -341,7 +341,7 @@ def _watching(
             return
         from autotune.study.watch import MachineWatch
 
-        with MachineWatch(device=state.device) as started:
+        with MachineWatch(device=state.device, root_pid=workers_root()) as started:
             state.watch = started
             yield
         return

@@ -61,6 +61,7 @@ __all__ = [
     "Workers",
     "claim_study_attr",
     "plan_workers",
+    "workers_root",
     "release_study_attr",
     "run_workers",
 ]
@@ -339,6 +340,17 @@ def _cpu_slots(workers: int, devices: str) -> list[WorkerSlot]:
     return [WorkerSlot("cpu", tuple(cores[i * share : (i + 1) * share])) for i in range(workers)]
 
 
+ROOT_ENV = "AUTOTUNE_WORKERS_ROOT"  # set by run_workers: the launcher's pid
+
+
+def workers_root() -> int | None:
+    """The process whose tree the machine watch counts as this search's own: for a worker
+    that ``run_workers`` started, the launcher (the other workers, on their own devices
+    or cores, are not outside load); else None (this process)."""
+    raw = os.environ.get(ROOT_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) == os.getppid() else None
+
+
 def run_workers(command: list[str], slots: list[WorkerSlot], *, logs: Path) -> int:
     """Run ``command`` (an ``autotune search`` command line) once per slot, with
     ``--device`` and ``--worker`` added, each worker pinned to its cores (and torch's
@@ -347,7 +359,7 @@ def run_workers(command: list[str], slots: list[WorkerSlot], *, logs: Path) -> i
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
     for n, slot in enumerate(slots):
-        env = dict(os.environ)
+        env = {**os.environ, ROOT_ENV: str(os.getpid())}
         if slot.cores:
             env["OMP_NUM_THREADS"] = str(len(slot.cores))
         log = (logs / f"worker-{n}.log").open("w")
