@@ -264,7 +264,8 @@ def _finisher(workers: Workers, planner: Planner, *, finish: bool) -> Any:
     holder = workers.claim_finish(force=finish)
     if holder == workers.owner:
         workers.sync()
-        planner.enqueue_experts(workers.study)  # (records the expert starts it knows)
+        planner.use_experts = planner.use_experts or finish  # --finish ran no starts
+        planner.enqueue_experts(workers.study)  # (names the expert start of the race)
         if not state.stopped:
             state.stopped = "finished by this worker"
     return holder
