@@ -551,7 +551,8 @@ def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
                 f"{race.margin.describe()}"
                 + (" [dim](within noise)[/]" if race.margin.low <= 1.0 else "")
             )
-    elif result.naive is not None:
+    elif result.naive is not None and (race is not None or result.verified is not None):
+        # (a worker that left the race to another has neither: its notes say so)
         console.print(
             f"Naive config ({escape(result.naive.summary())}): {result.naive.status} "
             f"({escape(result.naive.reason)}), so no speedup figure"

@@ -44,6 +44,8 @@ def _postgres_missing() -> str:
         return "no PostgreSQL server (apt-get install postgresql; CI installs it)"
     if importlib.util.find_spec("psycopg2") is None:
         return 'no psycopg2 (pip install "autotune[distributed]"; CI installs it)'
+    if os.geteuid() == 0 and not shutil.which("runuser"):
+        return "running as root without runuser (initdb refuses root)"
     return ""
 
 
