@@ -14,6 +14,7 @@ the N workers split the cores between them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -44,12 +45,14 @@ def run(folder: Path, name: str, placement: list[str], args: argparse.Namespace)
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     done = [t for t in study.get_trials() if t.state.is_finished()]
     measured = [t for t in done if (t.user_attrs.get("outcome") or {}).get("ran")]
+    configs = [json.dumps(t.user_attrs.get("config"), sort_keys=True) for t in measured]
+    twice = len(configs) - len(set(configs))
     first = min(t.datetime_start for t in done if t.datetime_start)
     last = max(t.datetime_complete for t in done if t.datetime_complete)
     minutes = (last - first).total_seconds() / 60
     return (
         f"| {' '.join(placement)} | {len(measured)} | {minutes:.2f} | "
-        f"{len(measured) / minutes:.1f} | {wall:.0f} s | {load:.1f} |"
+        f"{len(measured) / minutes:.1f} | {twice} | {wall:.0f} s | {load:.1f} |"
     )
 
 
@@ -66,9 +69,9 @@ def main() -> None:
         if args.devices
         else [["--cpu-workers", n] for n in args.workers.split(",")]
     )
-    print("| workers | measured trials | trial phase (min) | trials/min | wall (with race) "
-          "| load average before |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("| workers | measured trials | trial phase (min) | trials/min | configs measured "
+          "twice | wall, race included | load average before |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for i, placement in enumerate(rows):
             print(run(Path(tmp), f"rate{i}", placement, args), flush=True)
