@@ -38,6 +38,7 @@ __all__ = [
     "make_sampler",
     "open_storage",
     "heartbeat_settings",
+    "host_name",
     "open_study",
     "owner_alive",
     "queue_again",
@@ -179,13 +180,19 @@ def open_study(
 # -- who owns a running trial ------------------------------------------------------------------
 
 
+def host_name() -> str:
+    """This machine's name as trial owners record it (``AUTOTUNE_HOST`` overrides it: the
+    tests play a worker on another machine with it)."""
+    return os.environ.get("AUTOTUNE_HOST") or socket.gethostname()
+
+
 def trial_owner() -> dict[str, Any]:
     """This process, as a RUNNING trial records it: host, pid and the process's start time
     (a pid alone can be reused by another process after a crash)."""
     import psutil
 
     return {
-        "host": socket.gethostname(),
+        "host": host_name(),
         "pid": os.getpid(),
         "started": psutil.Process().create_time(),
     }
@@ -194,7 +201,7 @@ def trial_owner() -> dict[str, Any]:
 def _is_me(owner: Any) -> bool:
     return (
         isinstance(owner, Mapping)
-        and owner.get("host") == socket.gethostname()
+        and owner.get("host") == host_name()
         and owner.get("pid") == os.getpid()
     )
 
@@ -204,7 +211,7 @@ def owner_alive(owner: Any) -> bool | None:
     trial on another machine, or recorded by no known process)."""
     import psutil
 
-    if not isinstance(owner, Mapping) or owner.get("host") != socket.gethostname():
+    if not isinstance(owner, Mapping) or owner.get("host") != host_name():
         return None
     try:
         if int(owner["pid"]) == os.getpid():  # this process opens the study: not running it

@@ -33,7 +33,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -45,7 +44,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.errors import UsageError
-from autotune.study.optuna_glue import claim_running_trials, trial_owner
+from autotune.study.optuna_glue import claim_running_trials, host_name, trial_owner
 from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
@@ -226,6 +225,7 @@ class Workers:
                 return "stopped", f"the study has its {limit} measured trials"
             time.sleep(random.uniform(POLL_S / 2, POLL_S * 2))
             claim_running_trials(self.study, self.name, joining=True)
+            optuna.storages.fail_stale_trials(self.study)  # remote workers' (heartbeats)
 
     def _queue_again(self, trial: optuna.Trial, config: TrainConfig) -> None:
         attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "refines")}
@@ -264,7 +264,7 @@ def describe_owner(owner: Any) -> str:
     if not isinstance(owner, Mapping):
         return "another process"
     host = owner.get("host")
-    here = " on this machine" if host == socket.gethostname() else f" on {host}"
+    here = " on this machine" if host == host_name() else f" on {host}"
     return f"process {owner.get('pid', '?')}{here}"
 
 

@@ -172,8 +172,22 @@ def test_two_workers_finish_the_study_once(tmp_path: Path, storage: str) -> None
 def test_a_killed_worker_loses_no_trial_and_the_other_completes(
     tmp_path: Path, storage: str
 ) -> None:
+    """The victim is on this machine: the survivor sees its process gone at once."""
+    _kill_one_worker(tmp_path, storage, victim_host="")
+
+
+def test_a_killed_remote_worker_is_found_by_its_heartbeats(tmp_path: Path, postgres: str) -> None:
+    """The victim plays a worker on another machine (``AUTOTUNE_HOST``), whose process the
+    survivor cannot see: Optuna's heartbeats (every second here, 4 s of grace) fail its
+    running trial, and the failed-trial callback queues its config again."""
+    storage = _database(postgres, tmp_path.name.lower()[:60])
+    _kill_one_worker(tmp_path, storage, victim_host="elsewhere")
+
+
+def _kill_one_worker(tmp_path: Path, storage: str, *, victim_host: str) -> None:
     slow = {"FAKE_BURST_S": "0.6"}
-    victim, survivor = _worker(tmp_path, storage, **slow), _worker(tmp_path, storage, **slow)
+    victim = _worker(tmp_path, storage, **slow, AUTOTUNE_HOST=victim_host)
+    survivor = _worker(tmp_path, storage, **slow)
     deadline = time.monotonic() + 120
     while len({b["pid"] for b in _bursts(tmp_path)}) < 2 or len(_bursts(tmp_path)) < 4:
         assert time.monotonic() < deadline, "the workers did not start measuring"
@@ -200,6 +214,11 @@ def test_a_killed_worker_loses_no_trial_and_the_other_completes(
     failed = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
     shown = [(t.number, t.state.name, t.user_attrs.get("outcome")) for t in study.get_trials()]
     assert failed, f"the killed worker's running trial was not failed: {shown}"
+    for trial in failed:  # its config queued again, and run (or replayed) later
+        again = [t for t in study.get_trials() if t.system_attrs.get("fixed_params")]
+        assert any(t.number > trial.number and t.params == trial.params for t in again)
+    if victim_host:  # failed by the heartbeats, not by the owner check on this machine
+        assert all(not t.user_attrs.get("outcome") for t in failed), shown
 
 
 def test_finish_writes_the_preset_from_the_stored_trials(tmp_path: Path) -> None:
