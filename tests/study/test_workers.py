@@ -290,3 +290,30 @@ def test_cpu_workers_are_pinned_to_cores_of_their_own(
     assert run_workers([sys.executable, "-c", show], slots, logs=tmp_path) == 0
     lines = sorted(capfd.readouterr().out.split("\n"))[1:]
     assert lines == sorted(f"[{core}] 1" for core in sorted(os.sched_getaffinity(0)))
+
+
+def test_a_claim_on_postgresql_has_one_winner(tmp_path: Path, postgres: str) -> None:
+    """Eight threads, each with its own connection, claim one study attribute at once on
+    the server (the race, the preset and a lone search are claimed this way): one wins,
+    and every thread reads that winner back."""
+    import threading
+
+    from autotune.study.optuna_glue import open_storage
+    from autotune.study.workers import claim_study_attr
+
+    url = _database(postgres, tmp_path.name.lower()[:60])
+    optuna.create_study(study_name="s", storage=open_storage(url))
+    barrier = threading.Barrier(8)
+    holders: list[Any] = []
+
+    def claim(n: int) -> None:
+        study = optuna.load_study(study_name="s", storage=open_storage(url))
+        barrier.wait()
+        holders.append(claim_study_attr(study, "k", {"n": n}))
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(holders) == 8 and all(h == holders[0] for h in holders), holders
