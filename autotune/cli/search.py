@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
+from autotune.errors import UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -144,6 +145,40 @@ NprocOption = Annotated[
     ),
 ]
 
+WorkerOption = Annotated[
+    bool,
+    typer.Option(
+        "--worker",
+        help="Join the other workers of this study (other devices, other machines, one "
+        "--storage): each config is measured once, --trials counts all workers' trials, "
+        "one worker runs the race and writes the preset.",
+    ),
+]
+FinishOption = Annotated[
+    str | None,
+    typer.Option(
+        "--finish",
+        metavar="STUDY",
+        help="Run no trials: wait for the workers of STUDY, then race its trials and "
+        "write the preset (with the workers' other options).",
+    ),
+]
+DevicesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--devices",
+        help="One worker per device, all on one study: cuda:0,cuda:1 or all (every GPU).",
+    ),
+]
+CpuWorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--cpu-workers",
+        help="N workers on the CPU, each pinned to its own 1/N of the cores (workers "
+        "sharing cores would measure each other, so a CPU runs one by default).",
+    ),
+]
+
 
 # How the library's errors name a parameter here: by its flag.
 _FLAGS = {
@@ -180,6 +215,10 @@ def search(
     finalists: FinalistsOption = None,
     race_rounds: RaceRoundsOption = None,
     nproc_per_node: NprocOption = 1,
+    worker: WorkerOption = False,
+    finish: FinishOption = None,
+    devices: DevicesOption = None,
+    cpu_workers: CpuWorkersOption = None,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -187,6 +226,13 @@ def search(
     command resumes the study; Ctrl-C, SIGTERM or SIGHUP leaves it consistent.
     """
     from rich.console import Console
+
+    if devices is not None or cpu_workers is not None:
+        raise typer.Exit(_launch_workers(devices or "", cpu_workers, study=study))
+    if finish is not None:
+        if study is not None and study != finish:
+            raise UsageError(f"--finish {finish!r} names another study than --study {study!r}")
+        study = finish
 
     from autotune.study import search as run_search
 
@@ -222,6 +268,8 @@ def search(
             progress=_LiveView(err),
             option_names=_FLAGS,
             nproc_per_node=nproc_per_node,
+            worker=worker,
+            finish=finish is not None,
         )
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
@@ -241,6 +289,38 @@ def search(
         print_json(result.to_dict())
         return
     render_result(result, Console(highlight=False))
+
+
+def _launch_workers(devices: str, cpu_workers: int | None, *, study: str | None) -> int:
+    """``--devices``/``--cpu-workers``: this command again once per device, as workers of
+    one study; their progress goes to autotune_runs/workers/<study>/worker-N.log."""
+    import sys
+    from pathlib import Path
+
+    from autotune.hardware import probe
+    from autotune.study.workers import plan_workers, run_workers
+
+    slots = plan_workers(devices, probe(), cpu_workers=cpu_workers)
+    args = _without(sys.argv[sys.argv.index("search") + 1 :], "--devices", "--cpu-workers")
+    if any(a in ("--device", "--worker") or a.startswith("--device=") for a in args):
+        raise UsageError("--devices and --cpu-workers choose each worker's --device themselves")
+    logs = Path("autotune_runs") / "workers" / (study or "default")
+    typer.echo(f"{len(slots)} workers on {', '.join(s.device for s in slots)}; logs in {logs}")
+    return run_workers([sys.executable, "-m", "autotune", "search", *args], slots, logs=logs)
+
+
+def _without(args: list[str], *flags: str) -> list[str]:
+    """``args`` without ``flags`` and their values (``--flag V`` or ``--flag=V``)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not any(arg.startswith(f"{flag}=") for flag in flags):
+            kept.append(arg)
+    return kept
 
 
 class StopSignal(KeyboardInterrupt):
@@ -483,7 +563,8 @@ def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
                 f"{race.margin.describe()}"
                 + (" [dim](within noise)[/]" if race.margin.low <= 1.0 else "")
             )
-    elif result.naive is not None:
+    elif result.naive is not None and (race is not None or result.verified is not None):
+        # (a worker that left the race to another has neither: its notes say so)
         console.print(
             f"Naive config ({escape(result.naive.summary())}): {result.naive.status} "
             f"({escape(result.naive.reason)}), so no speedup figure"

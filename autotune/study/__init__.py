@@ -17,7 +17,8 @@ The modules follow that flow:
 * ``state``: what the search knows so far (``SearchState``);
 * ``objective``: running one trial and classifying its outcome;
 * ``plan``: which config runs next (the starts, refinement, configs ruled out);
-* ``verify``: the final measurement and the preset.
+* ``race``, ``outcome``: the finalist race and the preset;
+* ``workers``: several search processes on one study (other devices, other machines).
 
 Importing this package imports optuna; ``import autotune`` does not (it loads
 ``autotune.search`` on first use).

@@ -15,6 +15,8 @@ the study consistent.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 import tempfile
 import time
@@ -33,6 +35,7 @@ from autotune.study.optuna_glue import (
     check_storage_url,
     exclusive_search,
     open_study,
+    owner_alive,
     quiet_optuna,
     redact,
 )
@@ -53,6 +56,7 @@ from autotune.study.records import (
     skipped_reasons,
 )
 from autotune.study.state import Limits, SearchState
+from autotune.study.workers import Workers, describe_owner, workers_root
 from autotune.units import format_bytes, parse_budget, parse_duration
 
 if TYPE_CHECKING:
@@ -123,6 +127,8 @@ def search(
     watch: MachineWatch | bool | None = None,
     option_names: Mapping[str, str] | None = None,
     nproc_per_node: int = 1,
+    worker: bool = False,
+    finish: bool = False,
 ) -> SearchResult:
     """Search the fastest config of ``model`` on ``device`` within a memory ``budget``.
 
@@ -152,6 +158,14 @@ def search(
 
     ``nproc_per_node`` > 1: every burst runs under torchrun with that many processes and
     the space adds the DDP/FSDP settings (autotune/parallel.py); the preset records them.
+
+    ``worker``: one of several processes searching this study together (other devices,
+    other machines, one shared ``storage``; see ``workers.py``): a config is measured by
+    one worker only, ``trials`` counts every worker's, and the race and the preset are
+    run by the one worker that claims them first; the others return with no race and no
+    preset (``preset_path`` None), naming the finisher. ``finish``: run no trials; wait
+    for the workers' last bursts, then race the study's trials and write the preset
+    (taking over from a finisher that died).
     """
     started = time.monotonic()
     goal = _check_goal(objective, train_steps)
@@ -184,7 +198,8 @@ def search(
     state = SearchState(
         spec=spec, space=space, budget_bytes=budget_bytes, limits=limits, progress=progress
     )
-    study_name = study or _default_study_name(state, goal)
+    shared = worker or finish
+    study_name = study or _default_study_name(state, goal, shared=shared)
     storage = storage if storage is not None else _default_storage(runs_dir, study_name)
     bursts = _burst_runner(
         state, burst_fn, steps=steps, warmup=warmup, timeout_s=burst_timeout_s, seed=seed
@@ -193,17 +208,34 @@ def search(
         state.note(message)
     with quiet_optuna():
         opt_study = _open_study(
-            state, goal, storage, study_name, seed=seed, n_startup_trials=n_startup_trials
+            state,
+            goal,
+            storage,
+            study_name,
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            joining=shared,
         )
         with (
-            exclusive_search(opt_study, study_name, storage=storage),
+            _claim(opt_study, study_name, storage, shared=shared),
             _watching(state, watch, burst_fn),
             shared_compile_cache(runs_dir),
         ):
             planner = Planner(state=state, caps=caps)
             state.reserve = lambda: race.reserve_s(state, planner.expert(), steps=steps)
-            measure = TrialObjective(state=state, planner=planner, bursts=bursts, goal=goal)
-            _optimize(opt_study, planner, measure, warm_start, storage)
+            workers = Workers(state=state, study=opt_study, name=study_name) if shared else None
+            measure = TrialObjective(
+                state=state, planner=planner, bursts=bursts, goal=goal, workers=workers
+            )
+            if not finish:
+                _optimize(opt_study, planner, measure, warm_start, storage)
+            if workers is not None:
+                holder = _finisher(workers, planner, finish=finish)
+                if holder != workers.owner:
+                    state.note(f"the race and the preset are {describe_owner(holder)}'s")
+                    return _worker_result(
+                        state, goal, study=opt_study, storage=storage, started=started
+                    )
             found = race.run(state, bursts, planner.expert(), score=measure.score)
             notes = [*notes, *_load_notes(state)]
             result = _result(
@@ -213,6 +245,73 @@ def search(
                 path = write_preset(result, found, spec=spec, hardware=hardware, path=Path(output))
                 result = replace(result, preset_path=str(path))
             return result
+
+
+# -- several workers on one study ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _claim(study: optuna.Study, name: str, storage: str, *, shared: bool) -> Iterator[None]:
+    """Alone, the study is this search's (``exclusive_search``); a worker of a shared
+    search joins the others, but not a study that a lone search holds."""
+    if not shared:
+        with exclusive_search(study, name, storage=storage):
+            yield
+        return
+    holder = study.user_attrs.get("searching")
+    if owner_alive(holder):
+        raise UsageError(
+            f"study {name!r} is being searched right now by {describe_owner(holder)}, "
+            "alone (without --worker): wait for it to finish, or search under another "
+            "--study name"
+        )
+    yield
+
+
+def _finisher(workers: Workers, planner: Planner, *, finish: bool) -> Any:
+    """After this worker's trials: wait for the others' last bursts, then claim the race
+    and the preset (``finish``: take them over); who holds them."""
+    state = workers.state
+    workers.wait_for_others()
+    holder = workers.claim_finish(force=finish)
+    if holder == workers.owner:
+        workers.sync()
+        planner.use_experts = planner.use_experts or finish  # --finish ran no starts
+        planner.enqueue_experts(workers.study)  # (names the expert start of the race)
+        if not state.stopped:
+            state.stopped = "finished by this worker"
+    return holder
+
+
+def _worker_result(
+    state: SearchState, goal: Goal, *, study: optuna.Study, storage: str, started: float
+) -> SearchResult:
+    """What a worker that does not finish the study returns: its trials, no race."""
+    records = state.trials_in_order()
+    return SearchResult(
+        model=_model_name(state.spec),
+        device=state.device,
+        budget_bytes=state.budget_bytes,
+        global_batch=state.space.global_batch,
+        seq_len=state.space.seq_len,
+        objective=goal.objective,
+        train_steps=goal.train_steps,
+        unit=state.unit,
+        study_name=study.study_name,
+        storage=redact(storage),
+        space_size=state.space.size(),
+        best=state.best(),
+        verified=None,
+        naive=state.record_of(state.space.naive()),
+        speedup=None,
+        top=tuple(distinct_best(records)[:5]),
+        trials=tuple(records),
+        skipped=skipped_reasons(records),
+        preset_path=None,
+        wall_s=time.monotonic() - started,
+        stopped=state.stopped or "stopped",
+        notes=("another worker runs the race and writes the preset",),
+    )
 
 
 # -- check the arguments --------------------------------------------------------------------
@@ -255,7 +354,7 @@ def _watching(
             return
         from autotune.study.watch import MachineWatch
 
-        with MachineWatch(device=state.device) as started:
+        with MachineWatch(device=state.device, root_pid=workers_root()) as started:
             state.watch = started
             yield
         return
@@ -488,15 +587,25 @@ def default_study_name(
     return f"{name}-{space.fingerprint()}"
 
 
-def _default_study_name(state: SearchState, goal: Goal) -> str:
-    return default_study_name(
+def _default_study_name(state: SearchState, goal: Goal, *, shared: bool = False) -> str:
+    name = default_study_name(
         model=_model_name(state.spec),
-        device=state.device,
+        device=_study_device(state, shared=shared),
         budget_bytes=state.budget_bytes,
         space=state.space,
         objective=goal.objective,
         train_steps=goal.train_steps,
     )
+    if not shared:
+        return name
+    text = json.dumps(_space_setup(state, shared=True), sort_keys=True)
+    return f"{name.rsplit('-', 1)[0]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _space_setup(state: SearchState, *, shared: bool) -> dict[str, Any]:
+    """The space as a study records it; a shared study's, without the device's index."""
+    space = state.space.describe()
+    return {**space, "device": _study_device(state, shared=True)} if shared else space
 
 
 def _slug(text: str) -> str:
@@ -511,18 +620,25 @@ def _default_storage(runs_dir: str | Path, study_name: str) -> str:
     return f"sqlite:///{db}"
 
 
-def _study_setup(state: SearchState, goal: Goal) -> dict[str, Any]:
+def _study_device(state: SearchState, *, shared: bool) -> str:
+    """The device a study is for: ``cuda:1``; for workers of a shared study, which each
+    search on a device of their own, the kind (``cuda``: the space's device capabilities,
+    also in the study's set-up, tell one GPU model from another)."""
+    return re.sub(r":\d+$", "", state.device) if shared else state.device
+
+
+def _study_setup(state: SearchState, goal: Goal, *, shared: bool = False) -> dict[str, Any]:
     """What a study is made for: resuming it with other settings is refused."""
     spec = state.spec
     return {
         "model": _model_name(spec),
         "model_args": {k: repr(v) for k, v in spec.args.items()},
-        "device": state.device,
+        "device": _study_device(state, shared=shared),
         "budget_bytes": state.budget_bytes,
         "global_batch": state.space.global_batch,
         "objective": goal.objective,
         "train_steps": goal.train_steps,
-        "space": state.space.describe(),
+        "space": _space_setup(state, shared=shared),
     }
 
 
@@ -534,18 +650,20 @@ def _open_study(
     *,
     seed: int,
     n_startup_trials: int | None,
+    joining: bool = False,
 ) -> optuna.Study:
     """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
     them), and the start announced."""
     study = open_study(
         storage,
         name,
-        setup=_study_setup(state, goal),
+        setup=_study_setup(state, goal, shared=joining),
         pruner=SlowConfigPruner(state.best_throughput),
         seed=seed,
         n_startup_trials=n_startup_trials,
         space_size=state.space.size(),
         trials=state.limits.trials,
+        joining=joining,
     )
     for frozen in study.get_trials(deepcopy=False):
         state.absorb(TrialRecord.from_trial(frozen))

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from autotune.models.spec import ModelSpec
     from autotune.study.plan import Planner
     from autotune.study.state import SearchState
+    from autotune.study.workers import Workers
 
 __all__ = ["INFEASIBLE_VALUE", "BurstFn", "BurstRunner", "Goal", "TrialObjective"]
 
@@ -146,6 +147,7 @@ class TrialObjective:
     bursts: BurstRunner
     goal: Goal
     cut_by_time: bool = False  # the running burst was stopped by the time limit
+    workers: Workers | None = None  # the other workers of a shared study (None: alone)
     _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
 
     def __call__(self, trial: optuna.Trial) -> float:
@@ -153,6 +155,8 @@ class TrialObjective:
         config = self.state.space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("size_name", self.state.spec.size_name)
+        if self.workers is not None:
+            self.workers.sync()  # what the other workers finished
         previous = self.state.record_of(config)
         remeasure = trial.user_attrs.get("role") == "re-measure"
         if previous is not None and not (remeasure and previous.disturbed):
@@ -164,6 +168,14 @@ class TrialObjective:
         if outdated and trial.user_attrs.get("role") == "refine":
             set_outcome(trial, status="skipped", reason=outdated, ran=False, constraint=0.0)
             raise optuna.TrialPruned(outdated)
+        if self.workers is not None:
+            status, reason = self.workers.gate(trial, config, again=remeasure)
+            if status:  # another worker measures it, or the study's budget is spent
+                set_outcome(trial, status=status, reason=reason, ran=False, constraint=0.0)
+                if status == "stopped":
+                    self.state.stopped = reason
+                    trial.study.stop()
+                raise optuna.TrialPruned(reason)
         return self._measure(trial, config)
 
     # -- a burst -----------------------------------------------------------------------

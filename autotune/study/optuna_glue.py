@@ -13,14 +13,17 @@ import functools
 import hashlib
 import logging
 import os
+import random
 import re
 import socket
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.errors import UsageError
 
@@ -34,7 +37,11 @@ __all__ = [
     "has_set_constraint",
     "make_sampler",
     "open_storage",
+    "heartbeat_settings",
+    "host_name",
     "open_study",
+    "owner_alive",
+    "queue_again",
     "quiet_optuna",
     "redact",
     "set_outcome",
@@ -140,9 +147,11 @@ def open_study(
     n_startup_trials: int | None,
     space_size: int,
     trials: int | None,
+    joining: bool = False,
 ) -> optuna.Study:
     """Create or load study ``name`` in the storage at ``url`` (maximized, with the TPE
-    sampler and ``pruner``) and check that it was made for the same search (``setup``)."""
+    sampler and ``pruner``) and check that it was made for the same search (``setup``).
+    ``joining``: a worker of a shared search (see ``claim_running_trials``)."""
     storage = open_storage(url)
     existing = _existing_trial_count(storage, name)
     sampler = make_sampler(
@@ -164,11 +173,17 @@ def open_study(
     except Exception as exc:
         raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {exc}") from exc
     check_study_setup(study, setup, name)
-    claim_running_trials(study, name)
+    claim_running_trials(study, name, joining=joining)
     return study
 
 
 # -- who owns a running trial ------------------------------------------------------------------
+
+
+def host_name() -> str:
+    """This machine's name as trial owners record it (``AUTOTUNE_HOST`` overrides it: the
+    tests play a worker on another machine with it)."""
+    return os.environ.get("AUTOTUNE_HOST") or socket.gethostname()
 
 
 def trial_owner() -> dict[str, Any]:
@@ -177,18 +192,26 @@ def trial_owner() -> dict[str, Any]:
     import psutil
 
     return {
-        "host": socket.gethostname(),
+        "host": host_name(),
         "pid": os.getpid(),
         "started": psutil.Process().create_time(),
     }
 
 
-def _owner_alive(owner: Any) -> bool | None:
+def _is_me(owner: Any) -> bool:
+    return (
+        isinstance(owner, Mapping)
+        and owner.get("host") == host_name()
+        and owner.get("pid") == os.getpid()
+    )
+
+
+def owner_alive(owner: Any) -> bool | None:
     """Whether the process that owns a trial still runs: None where it cannot be told (a
     trial on another machine, or recorded by no known process)."""
     import psutil
 
-    if not isinstance(owner, Mapping) or owner.get("host") != socket.gethostname():
+    if not isinstance(owner, Mapping) or owner.get("host") != host_name():
         return None
     try:
         if int(owner["pid"]) == os.getpid():  # this process opens the study: not running it
@@ -202,38 +225,61 @@ def _owner_alive(owner: Any) -> bool | None:
 @contextlib.contextmanager
 def exclusive_search(study: optuna.Study, name: str, *, storage: str) -> Iterator[None]:
     """One search process at a time on a study, from its first trial to its preset, so two
-    searches never both run the baseline or race to write the preset.
+    searches never both run the baseline or race to write the preset (workers of one
+    shared search, ``autotune search --worker``, do not take this: see ``workers.py``).
 
     In a SQLite or journal file (``storage``) the claim is an OS lock on a file beside it
     (``study.db.<study>-<hash>.lock``): atomic, so of two searches started at the same
     moment exactly one runs, and released by the OS when its process dies, kill -9
-    included. Any storage also records the holder in the study (``searching``): a second
-    search on this machine while that process lives is refused, and a PostgreSQL or MySQL
-    study, which has no file to lock, reads the record back after writing it, so the
-    search that wrote last runs and the other one, seeing it, is refused (that narrows the
-    race to a few storage round trips; it does not close it)."""
+    included; the holder is also recorded in the study (``searching``), so a second
+    search on this machine while that process lives is refused. A PostgreSQL or MySQL
+    study, which has no file to lock, is claimed in the database itself: a row of the
+    study's system attributes inserted against the table's unique key, so that of two
+    searches exactly one wins. A claim left by a search that died is taken over: on this
+    machine once its process is gone; from another machine once none of the study's
+    trials runs under it."""
     with _file_lock(storage, name) as locked:
         holder = study.user_attrs.get("searching")
-        if locked is False or _owner_alive(holder):
+        if locked is False or owner_alive(holder):
             _refuse(name, holder)
         me = trial_owner()
+        if locked is None:
+            _claim_search(study, name, me)
         study.set_user_attr("searching", me)
-        if locked is None and study.user_attrs.get("searching") != me:
-            _refuse(name, study.user_attrs.get("searching"))  # another search wrote after us
         try:
             yield
         finally:
             with contextlib.suppress(Exception):  # a storage gone away must not hide the error
                 if study.user_attrs.get("searching") == me:
                     study.set_user_attr("searching", None)
+                if locked is None:
+                    from autotune.study.workers import SEARCHING, release_study_attr
+
+                    release_study_attr(study, SEARCHING, me)
+
+
+def _claim_search(study: optuna.Study, name: str, me: dict[str, Any]) -> None:
+    """Claim the study for this search in the database (see ``exclusive_search``)."""
+    from autotune.study.workers import SEARCHING, claim_study_attr
+
+    holder = claim_study_attr(study, SEARCHING, me)
+    if holder == me:
+        return
+    alive = owner_alive(holder)
+    if alive is None:  # another machine's: alive while one of its trials runs
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        alive = any(t.user_attrs.get("owner") == holder for t in running)
+    if alive or claim_study_attr(study, SEARCHING, me, steal=True) != me:
+        _refuse(name, holder)
 
 
 def _refuse(name: str, holder: Any) -> NoReturn:
-    pid = holder.get("pid") if isinstance(holder, Mapping) and holder.get("pid") else None
-    who = f"process {pid}" if pid is not None else "another process"
+    from autotune.study.workers import describe_owner
+
     raise UsageError(
-        f"study {name!r} is being searched right now by {who} on this machine: wait for it "
-        "to finish, or search under another --study name"
+        f"study {name!r} is being searched right now by {describe_owner(holder)}: wait for "
+        "it to finish, or search under another --study name (several processes search one "
+        "study together with --worker)"
     )
 
 
@@ -284,16 +330,19 @@ def _storage_file(url: str) -> Path | None:
     return Path(database).expanduser() if database and database != ":memory:" else None
 
 
-def claim_running_trials(study: optuna.Study, name: str) -> None:
+def claim_running_trials(study: optuna.Study, name: str, *, joining: bool = False) -> None:
     """Before a search runs trials of ``study``: refuse when another live process on this
-    machine is searching it (one writer per study), and fail the RUNNING trials whose
-    search process died (kill -9, a crash, a lost machine's power), queueing their configs
-    again, so that no trial stays RUNNING forever. Trials owned on other machines are left
-    alone (heartbeats are for distributed searches)."""
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    machine is searching it (one writer per study; ``joining``: a worker of a shared
+    search, which runs beside the others), and fail the RUNNING trials whose search
+    process died (kill -9, a crash, a lost machine's power), queueing their configs again,
+    so that no trial stays RUNNING forever. Trials owned on other machines are left alone
+    (heartbeats are for distributed searches)."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for frozen in running:
         owner = frozen.user_attrs.get("owner")
-        alive = _owner_alive(owner)
+        alive = owner_alive(owner)
+        if joining and (alive or owner is None or _is_me(owner)):
+            continue  # a fellow worker's (one without an owner yet is just starting)
         if alive:
             pid = owner.get("pid") if isinstance(owner, Mapping) else "?"
             raise UsageError(
@@ -305,12 +354,24 @@ def claim_running_trials(study: optuna.Study, name: str) -> None:
             continue
         storage = study._storage
         outcome = {"status": "interrupted", "reason": "its search process died"}
-        storage.set_trial_user_attr(frozen._trial_id, "outcome", outcome)
-        storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
-        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-        queued = [t.system_attrs.get("fixed_params") for t in waiting]
-        if frozen.params and dict(frozen.params) not in queued:
-            study.enqueue_trial(dict(frozen.params))  # (skip_if_exists would see the dead one)
+        try:
+            storage.set_trial_user_attr(frozen._trial_id, "outcome", outcome)
+            if not storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker failed it first, and queued it again
+        queue_again(study, frozen)
+
+
+def queue_again(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+    """Queue the config of a trial whose process died (its role kept), unless it is queued
+    already. Also the failed-trial callback of an RDB storage's heartbeats."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    queued = [t.system_attrs.get("fixed_params") for t in waiting]
+    if frozen.params and dict(frozen.params) not in queued:
+        attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("role", "refines")}
+        # (skip_if_exists would see the dead one)
+        study.enqueue_trial(dict(frozen.params), user_attrs=attrs)
 
 
 def make_sampler(
@@ -401,23 +462,71 @@ def open_storage(url: str) -> Any:
     an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
     process was killed is marked FAIL by the next run."""
     check_storage_url(url)
+    interval, grace = heartbeat_settings()
     try:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(str(_journal_path(url))))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            storage = optuna.storages.RDBStorage(url, heartbeat_interval=30, grace_period=120)
+        storage = _rdb_storage(_with_driver(url), interval, grace)
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)
         return storage
     except Exception as exc:
+        hint = (
+            ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
+            if isinstance(exc, ImportError) and url.startswith("postgresql")
+            else ""
+        )
+        why = " ".join(str(exc).split())  # one paragraph
         raise UsageError(
-            f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: {exc}. "
-            "Give an Optuna storage URL (sqlite:///path/study.db, postgresql://..., "
-            "mysql://...) or journal:PATH for a journal file"
+            f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
+            f"{why}{hint}. Give an Optuna storage URL (sqlite:///path/study.db, "
+            "postgresql://user@host/db, mysql://...) or journal:PATH for a journal file; "
+            "nothing was written"
         ) from exc
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 defaults to
+    psycopg 3, and the ``distributed`` extra installs psycopg2."""
+    import importlib.util
+
+    find = importlib.util.find_spec
+    if url.startswith("postgresql://") and find("psycopg") is None and find("psycopg2"):
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _rdb_storage(url: str, interval: int, grace: int) -> optuna.storages.RDBStorage:
+    """An RDB storage with heartbeats. Workers that open a new database at the same moment
+    all create its tables: the ones that lose that race (an IntegrityError on PostgreSQL)
+    open it again once the winner has made them."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=interval,
+                    grace_period=grace,
+                    heartbeat_stale_trial_callback=queue_again,
+                )
+        except (IntegrityError, ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """An RDB storage's heartbeat interval and grace period in seconds: 30 s and 120 s, or
+    ``AUTOTUNE_HEARTBEAT_S`` seconds and 4x that (the kill tests use 1)."""
+    raw = os.environ.get("AUTOTUNE_HEARTBEAT_S", "")
+    interval = int(raw) if raw.isdigit() and int(raw) > 0 else 30
+    return interval, 4 * interval
 
 
 def _sqlite_wal(engine: Any) -> None:

@@ -131,6 +131,13 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--storage", "sqlite:///"], "names no database file"),
         (["--storage", "journal:nope/j.log"], "the folder 'nope' does not exist"),
         (["--warm-start", "nope.yaml"], "no preset file 'nope.yaml'"),
+        (["--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open the study storage"),
+        (["--storage", "postgresq://u@host/db"], "cannot open the study storage"),
+        (["--devices", "cuda:0,cuda:1"], "no NVIDIA GPU"),
+        (["--devices", "all"], "--cpu-workers N"),
+        (["--devices", "cpu"], "one worker by default"),
+        (["--cpu-workers", "999"], "--cpu-workers must be between 1"),
+        (["--finish", "a", "--study", "b"], "names another study"),
     ],
 )
 def test_usage_errors_exit_2(env: tuple[str, FakeBurst], args: list[str], expected: str) -> None:

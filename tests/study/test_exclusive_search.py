@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from fake_burst import FakeBurst, run
 from fake_lm import FAKE_LM
 
 from autotune.errors import UsageError
-from autotune.study import optuna_glue
+from autotune.study import optuna_glue, workers
 
 RACER = textwrap.dedent(
     """
@@ -84,29 +85,59 @@ def test_two_searches_started_at_once_on_one_study_one_runs(tmp_path: Path, kind
     assert (tmp_path / "best.yaml").is_file()
 
 
-def test_a_database_server_study_refuses_a_search_that_lost_the_race(
+def test_a_database_server_study_is_claimed_in_the_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without a file to lock (PostgreSQL, MySQL), the holder is read back after writing:
-    a search whose record another search overwrote in the meantime does not run."""
+    """Without a file to lock (PostgreSQL, MySQL), the claim is a row inserted against the
+    attribute table's unique key: a search that finds another's claim, with one of the
+    study's trials running under it, does not run; once nothing runs under it (that
+    search died on its machine), it is taken over."""
     monkeypatch.setattr(optuna_glue, "_storage_file", lambda url: None)
     first = run(tmp_path, FakeBurst(), trials=3)  # a study to claim
     study = optuna.load_study(study_name=first.study_name, storage=first.storage)
-    write = study.set_user_attr
     other = {"host": "elsewhere", "pid": 4242, "started": 0.0}
-
-    def then_another_search_writes(key: str, value: Any) -> None:
-        write(key, value)
-        if key == "searching" and value is not None:
-            write(key, other)
-
-    monkeypatch.setattr(study, "set_user_attr", then_another_search_writes)
+    assert workers.claim_study_attr(study, workers.SEARCHING, other) == other
+    running = study.ask()
+    study._storage.set_trial_user_attr(running._trial_id, "owner", other)
     with (
-        pytest.raises(UsageError, match="being searched right now by process 4242"),
+        pytest.raises(UsageError, match="being searched right now by process 4242 on elsewhere"),
         optuna_glue.exclusive_search(study, first.study_name, storage=first.storage),
     ):
         pass
-    assert study.user_attrs["searching"] == other  # the winner's record is left alone
+    assert (
+        study._storage.get_study_system_attrs(study._study_id)[workers.SEARCHING] == other
+    )  # the holder's claim is left alone
+    study.tell(running, state=optuna.trial.TrialState.FAIL)
+    with optuna_glue.exclusive_search(study, first.study_name, storage=first.storage):
+        assert (
+            study._storage.get_study_system_attrs(study._study_id)[workers.SEARCHING]["pid"]
+            == os.getpid()
+        )
+    assert workers.SEARCHING not in study._storage.get_study_system_attrs(
+        study._study_id
+    )  # released
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_study_attribute_claim_has_one_winner(tmp_path: Path, kind: str) -> None:
+    """Eight threads, each with its own connection, claim one key at once: one wins, and
+    every thread reads that winner back."""
+    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'j'}"
+    optuna.create_study(study_name="s", storage=optuna_glue.open_storage(url))
+    barrier = threading.Barrier(8)
+    holders: list[Any] = []
+
+    def claim(n: int) -> None:
+        study = optuna.load_study(study_name="s", storage=optuna_glue.open_storage(url))
+        barrier.wait()
+        holders.append(workers.claim_study_attr(study, "k", {"n": n}))
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(holders) == 8 and all(h == holders[0] for h in holders), holders
 
 
 def test_a_study_file_stays_locked_while_searched_and_is_freed_after(tmp_path: Path) -> None:

@@ -1,0 +1,68 @@
+"""One worker of a shared search with faked bursts (tests/study/test_workers*.py run it as a
+process): ``python _worker_script.py FOLDER STORAGE TRIALS [--finish] [--device D --worker]``
+(``--device``: the label its bursts are logged under, as ``run_workers`` gives it).
+Each trial's burst appends a line to FOLDER/bursts.jsonl: the worker's pid, the device,
+the config, and when the burst started and ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from fake_burst import FakeBurst, cpu_profile, toy_spec
+
+from autotune.study import search
+
+
+class LoggedBurst(FakeBurst):
+    def __init__(self, log: Path, delay: float, device: str | None) -> None:
+        super().__init__()
+        self.log = log
+        self.delay = delay
+        self.device = device  # the worker's device as --devices gave it (the burst: cpu)
+
+    def __call__(self, spec, config, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.time()
+        time.sleep(self.delay)
+        result = super().__call__(spec, config, **kwargs)
+        if kwargs.get("on_step") is not None and not kwargs.get("verify"):  # a trial's burst
+            line = {
+                "pid": os.getpid(),
+                "device": self.device or kwargs.get("device"),
+                "config": config.to_dict(),
+                "start": start,
+                "end": time.time(),
+            }
+            with self.log.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+        return result
+
+
+def main() -> None:
+    folder, storage, trials = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    finish = "--finish" in sys.argv
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else None
+    delay = float(os.environ.get("FAKE_BURST_S", "0.2"))
+    result = search(
+        toy_spec(),
+        budget="1GB",
+        hardware=cpu_profile(),
+        burst_fn=LoggedBurst(folder / "bursts.jsonl", delay, device),
+        trials=trials,
+        storage=storage,
+        study="shared",
+        output=folder / "best.yaml",
+        runs_dir=folder / "runs",
+        steps=2,
+        warmup=0,
+        worker=not finish,
+        finish=finish,
+    )
+    print(json.dumps({"pid": os.getpid(), "preset": result.preset_path}))
+
+
+if __name__ == "__main__":
+    main()
