@@ -238,7 +238,15 @@ def _probe_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
 
 
 # 2. the gpu-marked tests
-GPU_TEST_FILES = ("tests/test_burst.py", "tests/test_train.py", "tests/test_hardware.py")
+# every test file with a gpu-marked test (named: the device may lack the packages some
+# other test files import, such as transformers or lightning)
+GPU_TEST_FILES = (
+    "tests/test_burst.py",
+    "tests/test_gpu.py",
+    "tests/test_hardware.py",
+    "tests/test_parallel.py",
+    "tests/test_train.py",
+)
 
 
 def _tests_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:

@@ -216,3 +216,13 @@ def test_dry_run_and_bad_steps(capsys: pytest.CaptureFixture[str]) -> None:
         suite.main(["--dry-run", "--steps", "probe,nope"])
     with pytest.raises(SystemExit, match="train needs search"):
         suite.main(["--dry-run", "--steps", "train"])
+
+
+def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
+    tests = Path(__file__).resolve().parent
+    marked = {
+        f"tests/{path.relative_to(tests)}"
+        for path in tests.rglob("test_*.py")
+        if "pytest.mark.gpu" in path.read_text(encoding="utf-8") and path != Path(__file__)
+    }
+    assert marked and marked == set(suite.GPU_TEST_FILES)
