@@ -287,28 +287,16 @@ def _worker_result(
     state: SearchState, goal: Goal, *, study: optuna.Study, storage: str, started: float
 ) -> SearchResult:
     """What a worker that does not finish the study returns: its trials, no race."""
-    records = state.trials_in_order()
-    return SearchResult(
-        model=_model_name(state.spec),
-        device=state.device,
-        budget_bytes=state.budget_bytes,
-        global_batch=state.space.global_batch,
-        seq_len=state.space.seq_len,
-        objective=goal.objective,
-        train_steps=goal.train_steps,
-        unit=state.unit,
-        study_name=study.study_name,
-        storage=redact(storage),
-        space_size=state.space.size(),
+    return _search_result(
+        state,
+        goal,
+        study=study,
+        storage=storage,
+        started=started,
         best=state.best(),
         verified=None,
         naive=state.record_of(state.space.naive()),
         speedup=None,
-        top=tuple(distinct_best(records)[:5]),
-        trials=tuple(records),
-        skipped=skipped_reasons(records),
-        preset_path=None,
-        wall_s=time.monotonic() - started,
         stopped=state.stopped or "stopped",
         notes=("another worker runs the race and writes the preset",),
     )
@@ -731,8 +719,34 @@ def _result(
 ) -> SearchResult:
     """What the search found (the preset is not written yet)."""
     # Queued trials that never started (WAITING) stay in the study for the next run.
+    return _search_result(
+        state,
+        goal,
+        study=study,
+        storage=storage,
+        started=started,
+        best=found.winner.record,
+        verified=found.winner.verify_burst(),  # round 1: with the eval step and checkpoint
+        naive=state.record_of(state.space.naive()),
+        speedup=None if found.speedup is None else found.speedup.estimate,
+        stopped=state.stopped,
+        race=found,
+        notes=(*notes, *found.notes),
+    )
+
+
+def _search_result(
+    state: SearchState,
+    goal: Goal,
+    *,
+    study: optuna.Study,
+    storage: str,
+    started: float,
+    **found: Any,
+) -> SearchResult:
+    """The result's fields every search fills alike (the search, its trials); ``found``
+    holds what the race, or a worker's lack of one, decided."""
     records = state.trials_in_order()
-    naive = state.record_of(state.space.naive())
     return SearchResult(
         model=_model_name(state.spec),
         device=state.device,
@@ -745,16 +759,10 @@ def _result(
         study_name=study.study_name,
         storage=redact(storage),
         space_size=state.space.size(),
-        best=found.winner.record,
-        verified=found.winner.verify_burst(),  # round 1: with the eval step and checkpoint
-        naive=naive,
-        speedup=None if found.speedup is None else found.speedup.estimate,
         top=tuple(distinct_best(records)[:5]),
         trials=tuple(records),
         skipped=skipped_reasons(records),
         preset_path=None,
         wall_s=time.monotonic() - started,
-        stopped=state.stopped,
-        race=found,
-        notes=(*notes, *found.notes),
+        **found,
     )

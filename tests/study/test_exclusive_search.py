@@ -8,13 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
+from claim_race import claim_at_once
 from fake_burst import FakeBurst, run
 from fake_lm import FAKE_LM
 
@@ -123,20 +122,7 @@ def test_a_study_attribute_claim_has_one_winner(tmp_path: Path, kind: str) -> No
     """Eight threads, each with its own connection, claim one key at once: one wins, and
     every thread reads that winner back."""
     url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'j'}"
-    optuna.create_study(study_name="s", storage=optuna_glue.open_storage(url))
-    barrier = threading.Barrier(8)
-    holders: list[Any] = []
-
-    def claim(n: int) -> None:
-        study = optuna.load_study(study_name="s", storage=optuna_glue.open_storage(url))
-        barrier.wait()
-        holders.append(workers.claim_study_attr(study, "k", {"n": n}))
-
-    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    holders = claim_at_once(url)
     assert len(holders) == 8 and all(h == holders[0] for h in holders), holders
 
 

@@ -296,24 +296,7 @@ def test_a_claim_on_postgresql_has_one_winner(tmp_path: Path, postgres: str) -> 
     """Eight threads, each with its own connection, claim one study attribute at once on
     the server (the race, the preset and a lone search are claimed this way): one wins,
     and every thread reads that winner back."""
-    import threading
+    from claim_race import claim_at_once
 
-    from autotune.study.optuna_glue import open_storage
-    from autotune.study.workers import claim_study_attr
-
-    url = _database(postgres, tmp_path.name.lower()[:60])
-    optuna.create_study(study_name="s", storage=open_storage(url))
-    barrier = threading.Barrier(8)
-    holders: list[Any] = []
-
-    def claim(n: int) -> None:
-        study = optuna.load_study(study_name="s", storage=open_storage(url))
-        barrier.wait()
-        holders.append(claim_study_attr(study, "k", {"n": n}))
-
-    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    holders = claim_at_once(_database(postgres, tmp_path.name.lower()[:60]))
     assert len(holders) == 8 and all(h == holders[0] for h in holders), holders
