@@ -229,6 +229,7 @@ class Trainer:
         self.best_eval_loss: float | None = None
         self.oom_adaptations = 0
         self._stop_signal: int | None = None
+        self._old_mask: set[int | signal.Signals] | None = None
         self._old_handlers: dict[int, Any] = {}
         self.folder = RunFolder(
             self.out_dir,
@@ -493,15 +494,24 @@ class Trainer:
         )
 
     def _install_signals(self) -> None:
+        """The clean stop on SIGINT, SIGTERM and SIGHUP. A signal mask is inherited through
+        fork and exec: a parent that blocked one (a test runner did) would leave it pending
+        for the whole run, so the stop signals are unblocked here, and the mask restored
+        after."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in STOP_SIGNALS:  # SIGINT, SIGTERM and SIGHUP: the same clean stop
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        if hasattr(signal, "pthread_sigmask"):
+            self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def _restore_signals(self) -> None:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()
+        if self._old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+            self._old_mask = None
 
     def _adapt_to_oom(self) -> bool:
         """Halve the micro-batch and double the accumulation; False when impossible."""

@@ -63,9 +63,18 @@ def _group_alive(pgid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(
+    ("sig", "code", "blocked"),
+    [
+        (signal.SIGTERM, 143, False),
+        (signal.SIGHUP, 129, False),
+        # a parent that blocked the signal (a mask is inherited through exec; CI's test
+        # runner had SIGINT blocked once) must not leave the run deaf to it
+        (signal.SIGINT, 130, True),
+    ],
+)
 def test_a_signal_to_the_process_group_stops_training_cleanly(
-    tmp_path: Path, sig: signal.Signals, code: int
+    tmp_path: Path, sig: signal.Signals, code: int, blocked: bool
 ) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
@@ -79,9 +88,13 @@ def test_a_signal_to_the_process_group_stops_training_cleanly(
     ]  # fmt: skip
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(FAKE_LM).parent), env.get("PYTHONPATH", "")])
+
+    def block() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=block if blocked else None,
     )  # fmt: skip
     assert proc.stdout is not None
     seen: list[str] = []
