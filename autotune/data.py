@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset
 
 from autotune.errors import DataError
 from autotune.files import atomic_write_text, dir_mode, read_capped, regular_file_size
+from autotune.sampling import ResumableSampler, seeded_generator
 from autotune.signals import ignore_stop_signals
 from autotune.tokenizer import ByteTokenizer, WordVocab, split_words
 
@@ -76,7 +77,6 @@ __all__ = [
     "loader_kwargs",
     "seeded_generator",
     "prepare_lm_data",
-    "prepare_pipeline_data",
     "prepare_regression_data",
     "prepare_seq2seq_data",
     "split_validation",
@@ -876,46 +876,6 @@ def _encoder_of(spec: ModelSpec) -> Callable[..., dict[str, torch.Tensor]] | Non
     return _UserEncoder(spec, encode)
 
 
-def prepare_pipeline_data(
-    spec: ModelSpec,
-    *,
-    seq_len: int,
-    val_fraction: float = VAL_FRACTION,
-) -> TrainData:
-    """A spec's own pipeline (``data_fn``): its Dataset, the tail held out for validation.
-
-    The tail, not a random draw, so the split is the same on every run and every rank
-    without a seed; a data set whose order matters (time series) keeps its future out of
-    training.
-    """
-    from torch.utils.data import Subset
-
-    from autotune.models.spec import user_code
-
-    with user_code(spec, "data_fn"):
-        dataset, collate_fn = spec.dataset(seq_len)
-    n = len(dataset)
-    if n < 2:
-        raise DataError(
-            f"model {spec.name!r}: its data_fn gave {n} sample(s); training needs at least "
-            "2 (one to train on, one to validate)"
-        )
-    n_val = min(n - 1, max(1, round(n * val_fraction)))
-    train, val = Subset(dataset, range(n - n_val)), Subset(dataset, range(n - n_val, n))
-    line = (
-        f"data: {spec.name}'s own pipeline (data_fn): {n:,} samples, {n - n_val:,} to train "
-        f"on, the last {n_val:,} for validation"
-    )
-    return TrainData(
-        train=train,
-        val=val,
-        tokenizer=None,
-        summary=[line],
-        extra={"source": "data_fn", "samples": n, "validation": n_val},
-        collate_fn=collate_fn,
-    )
-
-
 def load_data(
     spec: ModelSpec,
     data: str | Path | None,
@@ -936,6 +896,8 @@ def load_data(
                 f"model {spec.name!r} reads its own data (its spec's data_fn), so --data is "
                 "not used; drop --data, or give the spec no data_fn to train on files"
             )
+        from autotune.pipeline_data import prepare_pipeline_data
+
         return prepare_pipeline_data(spec, seq_len=seq_len)
     if spec.task == "custom":
         raise DataError(
@@ -1009,48 +971,3 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
         if config.prefetch_factor is not None:
             kwargs["prefetch_factor"] = config.prefetch_factor
     return kwargs
-
-
-# -- sampling ---------------------------------------------------------------------------------
-
-
-class ResumableSampler(DistributedSampler[int]):
-    """``DistributedSampler`` (order a function of seed and epoch) that can start mid-epoch.
-
-    ``start`` skips that many of this rank's indices of the epoch: the data position a
-    resumed run continues from.
-    """
-
-    def __init__(
-        self,
-        dataset: Dataset[Any],
-        *,
-        num_replicas: int = 1,
-        rank: int = 0,
-        shuffle: bool = True,
-        seed: int = 0,
-        epoch: int = 0,
-        start: int = 0,
-    ) -> None:
-        super().__init__(
-            dataset,
-            num_replicas=num_replicas,
-            rank=rank,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=True,
-        )
-        self.set_epoch(epoch)
-        self.start = start
-
-    def __iter__(self) -> Iterator[int]:
-        indices = list(super().__iter__())
-        return iter(indices[self.start :])
-
-    def __len__(self) -> int:
-        return max(0, self.num_samples - self.start)
-
-
-def seeded_generator(seed: int, epoch: int) -> torch.Generator:
-    """The DataLoader's own generator, so creating an iterator never draws from torch's."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
