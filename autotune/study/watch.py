@@ -341,10 +341,11 @@ class MachineWatch:
 
         Why: torch's CPU kernels split each operation over its threads and wait for the
         slowest; a thread that shares its core with another process arrives a scheduler
-        slice late at every operation. Measured on the 2-core VM with one core busy, mu at
-        micro-batch 1 ran at 108 tokens/s on 2 threads and 771 on 1 (BENCHMARKS.md), while
-        large micro-batches slowed about 2x: contention distorts configs unequally unless
-        each burst runs on the cores it actually has.
+        slice late at every operation. Measured on the 2-core VM with one core busy
+        (``benchmarks/threads_under_load.py``, BENCHMARKS.md): mu at micro-batch 1 ran at
+        67 tokens/s on 2 threads and 777 on 1, and its ratio to micro-batch 8 went from
+        1.58x quiet to 3.19x; on the core left it stayed at 1.56x. Contention distorts
+        configs unequally unless each burst runs on the cores it actually has.
         """
         load = self.window(self._clock() - last_s)
         if not load.busy:
