@@ -533,7 +533,9 @@ def _race_table(result: SearchResult) -> Table:
             f"{e.spread:.1%}" if e.spread is not None else "-",
             f"{ratio.estimate:.2f}x" if ratio is not None else "-",
             rounds,
-            escape(e.record.summary()) + (f" [red]({escape(e.problem)})[/]" if e.problem else ""),
+            escape(e.record.summary())
+            + (f" [red]({escape(e.problem)})[/]" if e.problem else "")
+            + (f" [dim]({escape(e.eliminated)})[/]" if e.eliminated else ""),
         )
     return table
 

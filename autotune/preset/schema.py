@@ -442,6 +442,7 @@ class RaceEntry(_PresetSection):
     ratio_to_naive: float | None = None  # geometric mean of the per-round ratios
     problem: str = ""  # why it could not win ("" when it could)
     at_edge: str = ""  # why it fits the budget only narrowly ("" when it has headroom)
+    eliminated: str = ""  # why it left the race early ("" when it ran every round)
 
     _path: ClassVar[str] = "race.entries"
     _rules: ClassVar[Mapping[str, Rule]] = {

@@ -321,7 +321,7 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
                 f"{e['ratio_to_naive']:.2f}x"
                 if isinstance(e.get("ratio_to_naive"), (int, float))
                 else "-",
-                str(e.get("problem") or ""),
+                "; ".join(str(e.get(k) or "") for k in ("problem", "eliminated") if e.get(k)),
             )
         )
     columns = ["finalist", "trial", "config", f"median {unit}", "spread", "rounds", "vs naive"]

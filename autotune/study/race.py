@@ -20,10 +20,20 @@ config. Then:
   interval over the rounds. With two rounds the interval spans the two rounds' ratios,
   and says so.
 
+Rounds after the first measure only the contenders: an entrant that ran below
+``CUT`` (0.8) times the round's fastest in a quiet round leaves the race (a third rung of
+successive halving, after the trials' screening and their step-wise pruning), since a
+paired round that far behind is not this machine's noise (``benchmarks/burst_noise.py``:
+a few % between bursts). Naive never leaves (every ratio needs it); a busy round removes
+no one (load does not slow every config alike). An entrant that left cannot win; its
+figures stay in the table.
+
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
 search how long the race will take, from the entrants' own trials, and a round that would
 end past the limit is not started (the first round always runs: it is the eval and
-checkpoint check, and one paired round).
+checkpoint check, and one paired round). The time the entrants that left the race no
+longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each only
+if it ends within the limit): more paired rounds, a narrower interval.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FINALISTS",
+    "CUT",
     "DEFAULT_ROUNDS",
     "Entrant",
     "Paired",
@@ -70,6 +81,8 @@ DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
 # two rounds leave the trials about two thirds of it. More rounds narrow the interval.
 DEFAULT_ROUNDS = 2
 ROUND_GRACE_S = 20.0  # a round may end this far past the time limit
+CUT = 0.8  # below this fraction of a quiet round's fastest, an entrant leaves the race
+EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 
@@ -123,6 +136,7 @@ class Entrant:
     problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
     at_edge: str = ""  # why it fits the budget only narrowly (it wins only if all do)
     dropped: bool = False  # no longer measured
+    eliminated: str = ""  # why it left the race early (clearly slower in a quiet round)
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
 
     @property
@@ -138,7 +152,8 @@ class Entrant:
 
     @property
     def eligible(self) -> bool:
-        return not self.problem and self.median is not None
+        """Whether it can win: no problem, a figure, still in the race."""
+        return not self.problem and not self.eliminated and self.median is not None
 
     @property
     def median(self) -> float | None:
@@ -208,6 +223,7 @@ class RaceResult:
                     "ratio_to_naive": None if ratio is None else round(ratio.estimate, 4),
                     "problem": e.problem,
                     "at_edge": e.at_edge,
+                    "eliminated": e.eliminated,
                 }
             )
         return {
@@ -223,6 +239,9 @@ class RaceResult:
             "load": self.load,
             "busy_rounds": list(self.busy_rounds),
         }
+
+
+_NONE = Paired(0.0, 0.0, 0.0, 0)  # sorts last
 
 
 def _round(value: float | None) -> float | None:
@@ -309,7 +328,9 @@ def run_race(
     )
     done = 0
     busy: list[bool] = []
-    for round_ in range(rounds):
+    for round_ in range(rounds + EXTRA_ROUNDS):
+        if round_ >= rounds and not _extra_round_fits(state, entrants):
+            break
         if round_ >= 1 and _out_of_time(state, entrants):
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
@@ -324,11 +345,52 @@ def run_race(
         busy.append(load is not None and load.busy)
         if load is not None and load.busy:
             notes.append(f"race round {done} ran while the machine was busy ({load.describe()})")
+        else:
+            for message in _eliminate(state, entrants, round_):
+                state.note(message)
     notes += _count_quiet_rounds(entrants, busy)
     for message in notes:
         state.note(message)
     result = _decide(state, entrants, done, notes, load=_load(watch, started))
     return replace(result, busy_rounds=tuple(busy))
+
+
+def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list[str]:
+    """After quiet round ``round_``: every entrant still in (naive aside) whose figure is
+    below ``CUT`` times the round's fastest leaves the race. The fastest is taken among the
+    entrants with headroom when there is one (a config at the edge of the budget wins only
+    if every config is, so it must not push the others out). What it says about it."""
+    figures = {
+        id(e): e.throughputs[round_]
+        for e in entrants
+        if not e.dropped and not e.problem and len(e.throughputs) > round_
+    }
+    running = [e for e in entrants if figures.get(id(e))]
+    roomy = [e for e in running if not _edge(e, state.budget_bytes)]
+    leader = max(roomy or running, key=lambda e: figures[id(e)] or 0.0, default=None)
+    if leader is None:
+        return []
+    best = figures[id(leader)] or 0.0
+    said = []
+    for e in running:
+        share = (figures[id(e)] or 0.0) / best
+        if "naive" in e.roles or share >= CUT:
+            continue
+        e.eliminated = f"out after round {round_ + 1}: {share:.2f}x {leader.label}"
+        e.dropped = True
+        said.append(f"race: {e.label} {e.eliminated} (below {CUT:.1f}x the round's fastest)")
+    return said
+
+
+def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
+    """Whether a round beyond the planned ones fits: only under a time limit, only when
+    an entrant besides naive is still in, and only if it ends within the limit (no grace),
+    judged from the entrants' last bursts."""
+    left = state.time_left()
+    running = [e for e in entrants if not e.dropped]
+    if left is None or not any("naive" not in e.roles for e in running):
+        return False
+    return sum(b.wall_s or 0.0 for e in running for b in e.bursts[-1:]) <= left
 
 
 def _count_quiet_rounds(entrants: list[Entrant], busy: list[bool]) -> list[str]:
@@ -458,6 +520,13 @@ def _decide(
     memory = memory_model_note(state.trials_in_order())
     if memory:
         notes.append(memory)
+    # an entrant that left the race early was beaten in a paired round; as runner-up it
+    # comes after every contender, the closest to the winner first
+    gone = sorted(
+        (e for e in entrants if e.eliminated and not e.problem),
+        key=lambda e: -((paired_ratio(e.figures, winner.figures) or _NONE).estimate),
+    )
+    ranked += gone
     runner_up = ranked[1] if len(ranked) > 1 else None
     naive = next((e for e in entrants if "naive" in e.roles), None)
     speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)

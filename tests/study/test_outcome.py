@@ -33,7 +33,10 @@ def test_the_preset_written_loads_back(tmp_path: Path) -> None:
     assert preset.race is not None and result.race is not None
     assert preset.race.rounds == 2 and preset.race.winner == result.race.winner.label
     assert {e.label for e in preset.race.entries} == {e.label for e in result.race.entrants}
-    assert all(len(e.samples) == 2 for e in preset.race.entries)
+    assert all(len(e.samples) == (1 if e.eliminated else 2) for e in preset.race.entries)
+    assert [e.eliminated for e in preset.race.entries] == [
+        e.eliminated for e in result.race.entrants
+    ]
     assert preset.race.speedup_interval is not None
     low, high = preset.race.speedup_interval
     assert low <= preset.race.speedup <= high

@@ -112,9 +112,12 @@ def test_naive_and_the_expert_start_race_the_finalists(tmp_path: Path) -> None:
     assert sum("finalist" in e.roles for e in race.entrants) == 2
     expert = next(e for e in race.entrants if "expert" in e.roles)
     assert expert.record.role == "playbook"  # the toy model has no guide
-    # every entrant ran every round, in paired rounds
-    assert all(len(e.throughputs) == 2 for e in race.entrants)
-    assert len(burst.verify_calls) + len(burst.race_calls) == 2 * len(race.entrants)
+    # every entrant still in ran every round, in paired rounds; one that left after the
+    # first round ran that one
+    assert all(len(e.throughputs) == (1 if e.eliminated else 2) for e in race.entrants)
+    assert len(burst.verify_calls) + len(burst.race_calls) == sum(
+        len(e.throughputs) for e in race.entrants
+    )
 
 
 def test_naive_wins_when_nothing_beats_it(tmp_path: Path) -> None:
@@ -144,3 +147,82 @@ def test_the_race_counts_inside_the_time_limit(tmp_path: Path) -> None:
     assert result.race is not None and result.race.rounds >= 1
     assert wall < 3.0 + 1.0  # the race did not run past the limit by more than a burst
     assert "race" in result.stopped or "time limit" in result.stopped
+
+
+# -- clear losers leave the race; the time they saved buys rounds -----------------------------
+
+
+def _entrant(number: int, figures: list[float | None], *roles: str, edge: str = "") -> Entrant:
+    record = TrialRecord(number=number, state="COMPLETE", status="ok", at_edge=edge)
+    return Entrant(record=record, roles=list(roles) or ["finalist"], throughputs=list(figures))
+
+
+def _state(budget: int = 10**9) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(budget_bytes=budget, unit="tokens/s", trials_in_order=lambda: [])
+
+
+def test_an_entrant_clearly_behind_in_a_quiet_round_leaves_the_race() -> None:
+    from autotune.study.race import CUT, _eliminate
+
+    fast, behind, close = _entrant(1, [100.0]), _entrant(2, [79.0]), _entrant(3, [81.0])
+    naive = _entrant(4, [10.0], "naive")
+    edge = _entrant(5, [200.0], edge="peak 95% of the budget")  # faster, but at the edge
+    said = _eliminate(_state(), [fast, behind, close, naive, edge], 0)
+    assert CUT == 0.8
+    # measured against the fastest with headroom (100), not the config at the edge (200)
+    assert behind.eliminated == "out after round 1: 0.79x #1" and behind.dropped
+    assert not behind.eligible
+    assert [e.eliminated for e in (fast, close, naive, edge)] == ["", "", "", ""]
+    assert not naive.dropped  # naive is always measured: every ratio needs it
+    assert len(said) == 1 and "#2 out after round 1" in said[0]
+
+
+def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> None:
+    from autotune.study.race import _decide
+
+    # round 2 ran on a machine three times slower; #2 left after round 1 at 0.75x #1, so
+    # its one figure (75) is above #1's median (65): by medians alone it would win
+    winner, gone = _entrant(1, [100.0, 30.0]), _entrant(2, [75.0])
+    gone.eliminated, gone.dropped = "out after round 1: 0.75x #1", True
+    naive = _entrant(3, [40.0, 12.0], "naive")
+    result = _decide(_state(), [winner, gone, naive], 2, [], load=None)
+    assert result.winner is winner
+    assert result.runner_up is naive  # the contenders first
+    assert result.speedup is not None and result.speedup.estimate == pytest.approx(
+        math.sqrt(100 / 40 * 30 / 12)
+    )
+    alone = _decide(_state(), [winner, gone], 2, [], load=None)
+    assert alone.runner_up is gone  # then those that left, paired on their rounds
+    assert alone.margin is not None and alone.margin.estimate == pytest.approx(100 / 75)
+    entry = next(e for e in alone.to_dict()["entries"] if e["trial"] == 2)
+    assert entry["eliminated"] == "out after round 1: 0.75x #1"
+
+
+def test_a_busy_round_removes_no_one(tmp_path: Path) -> None:
+    from test_contention import FakeWatch
+
+    @dataclass
+    class Spread(FakeBurst):
+        def speed(self, c: TrainConfig) -> float:  # configs far apart
+            return super().speed(c) * (3.0 if c.precision == "bf16" else 1.0)
+
+    result = run(tmp_path, Spread(), trials=8, watch=FakeWatch(loaded=True))
+    assert result.race is not None and all(result.race.busy_rounds)
+    assert not any(e.eliminated for e in result.race.entrants)
+    assert all(len(e.throughputs) == result.race.rounds for e in result.race.entrants)
+    quiet = run(tmp_path / "quiet", Spread(), trials=8)
+    assert quiet.race is not None and any(e.eliminated for e in quiet.race.entrants)
+
+
+def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
+    tmp_path: Path,
+) -> None:
+    from autotune.study.race import DEFAULT_ROUNDS, EXTRA_ROUNDS
+
+    limited = run(tmp_path / "limited", FakeBurst(), trials=6, timeout="10m")
+    assert limited.race is not None and limited.race.rounds == DEFAULT_ROUNDS + EXTRA_ROUNDS
+    assert len(limited.race.winner.throughputs) == DEFAULT_ROUNDS + EXTRA_ROUNDS
+    unlimited = run(tmp_path / "unlimited", FakeBurst(), trials=6)
+    assert unlimited.race is not None and unlimited.race.rounds == DEFAULT_ROUNDS
