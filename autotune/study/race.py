@@ -20,13 +20,19 @@ config. Then:
   interval over the rounds. With two rounds the interval spans the two rounds' ratios,
   and says so.
 
-Rounds after the first measure only the contenders: an entrant that ran below
-``CUT`` (0.8) times the round's fastest in a quiet round leaves the race (a third rung of
-successive halving, after the trials' screening and their step-wise pruning), since a
-paired round that far behind is not this machine's noise (``benchmarks/burst_noise.py``:
-a few % between bursts). Naive never leaves (every ratio needs it); a busy round removes
-no one (load does not slow every config alike). An entrant that left cannot win; its
+Rounds after the first measure only the contenders: an entrant that ran below ``CUT``
+(0.8) times the round's fastest in a round measured alike (below) leaves the race (a
+third rung of successive halving, after the trials' screening and their step-wise
+pruning), since a paired round that far behind is not this machine's noise
+(``benchmarks/burst_noise.py``: a few % between bursts). Naive never leaves (every ratio
+needs it); a mixed round (below) removes no one. An entrant that left cannot win; its
 figures stay in the table.
+
+Outside load (``MachineWatch``): a burst runs on the cores other processes leave it when
+it starts under load, and a round counts only beside rounds measured alike: the quiet
+rounds when there are any, else the rounds run on the same cores left, whose ratios hold
+though every figure is lower; a round where load came or went between its bursts is
+mixed, and counts only when nothing else does (with a warning).
 
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
 search how long the race will take, from the entrants' own trials, and a round that would
@@ -81,7 +87,7 @@ DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
 # two rounds leave the trials about two thirds of it. More rounds narrow the interval.
 DEFAULT_ROUNDS = 2
 ROUND_GRACE_S = 20.0  # a round may end this far past the time limit
-CUT = 0.8  # below this fraction of a quiet round's fastest, an entrant leaves the race
+CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
@@ -328,6 +334,7 @@ def run_race(
     )
     done = 0
     busy: list[bool] = []
+    kinds: list[str] = []  # per round: quiet, capped N, or mixed (_round_kind)
     for round_ in range(rounds + EXTRA_ROUNDS):
         if round_ >= rounds and not _extra_round_fits(state, entrants):
             break
@@ -335,20 +342,33 @@ def run_race(
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
         round_started = watch.now() if watch is not None else 0.0
+        conditions = []
         for entrant in _order(entrants, round_):
             if not entrant.dropped:
+                burst_started = watch.now() if watch is not None else 0.0
+                threads = state.burst_threads()
                 with watch.burst() if watch is not None else contextlib.nullcontext():
-                    _run_one(state, bursts, entrant, steps=steps, first=round_ == 0, score=scorer)
+                    _run_one(
+                        state,
+                        bursts,
+                        entrant,
+                        steps=steps,
+                        first=round_ == 0,
+                        score=scorer,
+                        threads=threads,
+                    )
+                conditions.append(_condition(watch, burst_started, threads))
         done = round_ + 1
+        kinds.append(_round_kind(conditions))
         state.note(_round_line(round_, entrants, state.unit))
         load = watch.window(round_started) if watch is not None else None
         busy.append(load is not None and load.busy)
         if load is not None and load.busy:
             notes.append(f"race round {done} ran while the machine was busy ({load.describe()})")
-        else:
+        if kinds[-1] != MIXED:
             for message in _eliminate(state, entrants, round_):
                 state.note(message)
-    notes += _count_quiet_rounds(entrants, busy)
+    notes += _count_rounds(entrants, kinds)
     for message in notes:
         state.note(message)
     result = _decide(state, entrants, done, notes, load=_load(watch, started))
@@ -356,10 +376,11 @@ def run_race(
 
 
 def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list[str]:
-    """After quiet round ``round_``: every entrant still in (naive aside) whose figure is
-    below ``CUT`` times the round's fastest leaves the race. The fastest is taken among the
-    entrants with headroom when there is one (a config at the edge of the budget wins only
-    if every config is, so it must not push the others out). What it says about it."""
+    """After round ``round_`` (one measured alike: not mixed): every entrant still in (naive
+    aside) whose figure is below ``CUT`` times the round's fastest leaves the race. The
+    fastest is taken among the entrants with headroom when there is one (a config at the
+    edge of the budget wins only if every config is, so it must not push the others out).
+    What it says about it."""
     figures = {
         id(e): e.throughputs[round_]
         for e in entrants
@@ -393,23 +414,58 @@ def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
     return sum(b.wall_s or 0.0 for e in running for b in e.bursts[-1:]) <= left
 
 
-def _count_quiet_rounds(entrants: list[Entrant], busy: list[bool]) -> list[str]:
-    """Leave the busy rounds out of the figures when a quiet round exists: outside load
-    does not slow every config alike (on a CPU, contended cores slow small micro-batches
-    most), so a busy round's ratios are not a quiet machine's. What it says about it."""
-    if not any(busy):
+QUIET, MIXED = "quiet", "mixed"
+
+
+def _condition(watch: MachineWatch | None, since: float, threads: int | None) -> str:
+    """How one race burst ran: ``quiet`` (all of torch's threads, no outside load during
+    it), ``capped N`` (on the N cores outside load left it when it started), or ``hit``
+    (all threads, and load arrived during it: the figure of neither machine)."""
+    if threads is not None:
+        return f"capped {threads}"
+    if watch is not None and watch.window(since).busy:
+        return "hit"
+    return QUIET
+
+
+def _round_kind(conditions: list[str]) -> str:
+    """A round whose bursts all ran alike (all quiet, or all on the same cores left by
+    outside load) compares its configs fairly; any other round is ``mixed``."""
+    kinds = set(conditions)
+    if len(kinds) == 1 and "hit" not in kinds:
+        return kinds.pop()
+    return MIXED
+
+
+def _count_rounds(entrants: list[Entrant], kinds: list[str]) -> list[str]:
+    """Which rounds the figures come from, and what it says about it. A round counts only
+    beside rounds measured alike: outside load does not slow every config alike (on a CPU,
+    contended cores slow small micro-batches most), so a loaded round's ratios are not a
+    quiet machine's. Quiet rounds when there are any; else the rounds run on the cores
+    left by outside load, where the ratios hold (``benchmarks/threads_under_load.py``:
+    within 1.3% of the quiet ones) though every figure is lower; else (every round mixed)
+    all of them, with a warning."""
+    if all(k == QUIET for k in kinds):
         return []
-    if all(busy):
+    capped = [k for k in kinds if k.startswith("capped")]
+    kind = QUIET if QUIET in kinds else max(capped, key=capped.count) if capped else None
+    if kind is None:
         return [
-            "warning: every race round ran under outside load, and load does not slow every "
-            "config alike: the winner and its speedup may differ on a quiet machine; run "
-            "the search again when the machine is quiet to be sure"
+            "warning: every race round ran while outside load came or went, and load does "
+            "not slow every config alike: the winner and its speedup may differ on a quiet "
+            "machine; run the search again when the machine is quiet to be sure"
         ]
     for e in entrants:
-        e.counted = [None if b else t for t, b in zip(e.throughputs, busy, strict=False)]
-    quiet = len(busy) - sum(busy)
+        e.counted = [t if k == kind else None for t, k in zip(e.throughputs, kinds, strict=False)]
+    used, left = kinds.count(kind), len(kinds) - kinds.count(kind)
+    if kind == QUIET:
+        return [f"race: the {left} busy round(s) left out; the figures are the {used} quiet one(s)"]
+    cores = kind.split()[1]
     return [
-        f"race: the {sum(busy)} busy round(s) left out; the figures are the {quiet} quiet one(s)"
+        f"race: outside load held the machine in every round; the figures are the {used} "
+        f"round(s) measured on the {cores} core(s) it left (the ratios between configs "
+        "hold there, every figure is lower than a quiet machine's)"
+        + (f"; {left} round(s) measured otherwise left out" if left else "")
     ]
 
 
@@ -429,15 +485,13 @@ def _run_one(
     steps: int,
     first: bool,
     score: Callable[[TrainConfig, BurstResult], float],
+    threads: int | None,
 ) -> None:
-    """One burst of ``entrant``; the first round's adds the eval step and checkpoint save."""
+    """One burst of ``entrant`` on ``threads`` (None: torch's default); the first round's
+    adds the eval step and checkpoint save."""
     config = entrant.record.train_config()
     result = bursts.run(
-        config,
-        steps=steps,
-        timeout_s=2 * bursts.timeout_s,
-        verify=first,
-        threads=state.burst_threads(),
+        config, steps=steps, timeout_s=2 * bursts.timeout_s, verify=first, threads=threads
     )
     entrant.bursts.append(result)
     problem = ""

@@ -182,3 +182,45 @@ def test_bursts_on_a_busy_machine_run_on_the_cores_left_to_them(tmp_path: Path) 
     result = run(tmp_path / "busy", busy, trials=3, watch=FakeWatch(loaded=True))
     assert busy.threads and set(busy.threads) == {1}  # trials and race alike
     assert result.trials[0].disturbed.endswith("; measured on the 1 core(s) left to it")
+
+
+def test_load_from_mid_race_on_counts_the_rounds_run_on_the_cores_left(tmp_path: Path) -> None:
+    # Load arrives during the race's first round and stays. A burst on all threads under
+    # it is nobody's figure (naive 5x slower, the rest 1.2x: measured, mu on 2 cores); a
+    # burst on the core left is slower alike (threads_under_load.py: ratio within 1.3%).
+    # Round 1 is mixed; the later rounds ran alike, so the figures are theirs.
+    @dataclass
+    class LoadFromMidRace(FakeBurst):
+        watch: FakeWatch = field(default_factory=FakeWatch)
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            self.watch.loaded = self.watch.loaded or len(self.verify_calls) >= 2
+            result = super().__call__(spec, config, **kw)
+            if self.watch.loaded and result.tokens_per_s:
+                if kw.get("threads") is None:
+                    slow = 5.0 if config.micro_batch == 1 else 1.2
+                else:
+                    slow = 1.4
+                data = {**result.to_dict(), "tokens_per_s": result.tokens_per_s / slow}
+                data["step_times_s"] = tuple(data.get("step_times_s") or ())
+                data["losses"] = tuple(data.get("losses") or ())
+                result = BurstResult(**data)
+            return result
+
+    burst = LoadFromMidRace()
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        burst,
+        trials=6,
+        watch=burst.watch,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    race = result.race
+    assert race is not None and result.best is not None and result.naive is not None
+    assert race.busy_rounds == (True, True)
+    assert len(race.winner.figures) == 2 and race.winner.figures[0] is None  # round 1 out
+    quiet_ratio = burst.speed(result.best.train_config()) / burst.speed(result.naive.train_config())
+    assert result.speedup is not None and abs(result.speedup - quiet_ratio) < 1e-6 * quiet_ratio
+    assert any("measured on the 1 core(s) it left" in n for n in notes)
+    assert not any(n.startswith("warning: every race round") for n in notes)

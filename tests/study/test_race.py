@@ -200,20 +200,26 @@ def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> Non
     assert entry["eliminated"] == "out after round 1: 0.75x #1"
 
 
-def test_a_busy_round_removes_no_one(tmp_path: Path) -> None:
+def test_a_round_where_load_came_or_went_removes_no_one(tmp_path: Path) -> None:
     from test_contention import FakeWatch
+
+    class Uncapped(FakeWatch):  # load in every burst, and no cores left to run on
+        def burst_threads(self) -> int | None:
+            return None
 
     @dataclass
     class Spread(FakeBurst):
         def speed(self, c: TrainConfig) -> float:  # configs far apart
             return super().speed(c) * (3.0 if c.precision == "bf16" else 1.0)
 
-    result = run(tmp_path, Spread(), trials=8, watch=FakeWatch(loaded=True))
+    result = run(tmp_path, Spread(), trials=8, watch=Uncapped(loaded=True))
     assert result.race is not None and all(result.race.busy_rounds)
     assert not any(e.eliminated for e in result.race.entrants)
     assert all(len(e.throughputs) == result.race.rounds for e in result.race.entrants)
     quiet = run(tmp_path / "quiet", Spread(), trials=8)
     assert quiet.race is not None and any(e.eliminated for e in quiet.race.entrants)
+    capped = run(tmp_path / "capped", Spread(), trials=8, watch=FakeWatch(loaded=True))
+    assert capped.race is not None and any(e.eliminated for e in capped.race.entrants)
 
 
 def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
