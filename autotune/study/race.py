@@ -37,7 +37,8 @@ mixed, and counts only when nothing else does (with a warning).
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
 search how long the race will take, from the entrants' own trials, and a round that would
 end past the limit is not started (the first round always runs: it is the eval and
-checkpoint check, and one paired round). The time the entrants that left the race no
+checkpoint check, and one paired round; while no round was measured alike, a round may
+end up to ``UNFAIR_GRACE`` of the limit past it). The time the entrants that left the race no
 longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each only
 if it ends within the limit): more paired rounds, a narrower interval.
 """
@@ -89,6 +90,7 @@ DEFAULT_ROUNDS = 2
 ROUND_GRACE_S = 20.0  # a round may end this far past the time limit
 CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
+UNFAIR_GRACE = 0.5  # of the limit: how far past it a round may end when no round was fair
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 
@@ -338,9 +340,16 @@ def run_race(
     for round_ in range(rounds + EXTRA_ROUNDS):
         if round_ >= rounds and not _extra_round_fits(state, entrants):
             break
-        if round_ >= 1 and _out_of_time(state, entrants):
+        fair = any(k != MIXED for k in kinds)
+        if round_ >= 1 and _out_of_time(state, entrants, fair=fair):
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
+        if round_ >= 1 and not fair and _out_of_time(state, entrants, fair=True):
+            state.note(
+                f"race: outside load came or went during every round so far; round "
+                f"{round_ + 1} runs, past the time limit if need be (at most "
+                f"{UNFAIR_GRACE:.0%} of it), so that one round compares the configs alike"
+            )
         round_started = watch.now() if watch is not None else 0.0
         conditions = []
         for entrant in _order(entrants, round_):
@@ -521,15 +530,17 @@ def _run_one(
     )
 
 
-def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
+def _out_of_time(state: SearchState, entrants: list[Entrant], *, fair: bool = True) -> bool:
     """Whether another round would run past the search's time limit by more than
     ``ROUND_GRACE_S`` (the last round's bursts, the first with its eval and checkpoint,
-    overestimate the next)."""
-    left = state.time_left()
-    if left is None:
+    overestimate the next); by more than ``UNFAIR_GRACE`` of the limit when no round so
+    far was ``fair`` (measured alike), since without one the race has no figure to trust."""
+    left, limit = state.time_left(), state.limits.time_limit_s
+    if left is None or limit is None:
         return False
+    grace = ROUND_GRACE_S if fair else max(ROUND_GRACE_S, UNFAIR_GRACE * limit)
     round_s = sum(b.wall_s or 0.0 for e in entrants if not e.dropped for b in e.bursts[-1:])
-    return left + ROUND_GRACE_S < round_s
+    return left + grace < round_s
 
 
 def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:

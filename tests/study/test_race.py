@@ -232,3 +232,20 @@ def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
     assert len(limited.race.winner.throughputs) == DEFAULT_ROUNDS + EXTRA_ROUNDS
     unlimited = run(tmp_path / "unlimited", FakeBurst(), trials=6)
     assert unlimited.race is not None and unlimited.race.rounds == DEFAULT_ROUNDS
+
+
+def test_without_a_fair_round_one_more_round_may_run_past_the_limit() -> None:
+    from types import SimpleNamespace
+
+    from autotune.study.race import _out_of_time
+
+    state: Any = SimpleNamespace(time_left=lambda: 10.0, limits=SimpleNamespace(time_limit_s=100.0))
+    a, naive = _entrant(1, [100.0]), _entrant(2, [50.0], "naive")
+    for e in (a, naive):
+        e.bursts.append(BurstResult(status="ok", wall_s=25.0))  # a 50 s round, 10 s left
+    assert _out_of_time(state, [a, naive], fair=True)  # 20 s of grace
+    assert not _out_of_time(state, [a, naive], fair=False)  # half the limit: 50 s
+    a.bursts[-1] = BurstResult(status="ok", wall_s=60.0)
+    assert _out_of_time(state, [a, naive], fair=False)  # an 85 s round is too long even so
+    state.limits.time_limit_s = None
+    assert not _out_of_time(state, [a, naive], fair=True)  # no limit, no end
