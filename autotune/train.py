@@ -494,16 +494,19 @@ class Trainer:
         )
 
     def _install_signals(self) -> None:
-        """The clean stop on SIGINT, SIGTERM and SIGHUP. A signal mask is inherited through
-        fork and exec: a parent that blocked one (a test runner did) would leave it pending
-        for the whole run, so the stop signals are unblocked here, and the mask restored
-        after."""
+        """The clean stop on SIGINT, SIGTERM and SIGHUP, except a signal the parent had
+        ignored: ``nohup`` ignores SIGHUP so that closing the terminal leaves the run
+        alone, and a shell without job control starts ``cmd &`` with SIGINT ignored; Python
+        honours both, so does the trainer. A signal mask is inherited through fork and exec
+        too: a parent that blocked a stop signal would leave it pending for the whole run,
+        so the handled ones are unblocked here, and the mask restored after."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in STOP_SIGNALS:  # SIGINT, SIGTERM and SIGHUP: the same clean stop
+        handled = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+        for sig in handled:  # SIGINT, SIGTERM and SIGHUP: the same clean stop
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-        if hasattr(signal, "pthread_sigmask"):
-            self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if hasattr(signal, "pthread_sigmask") and handled:
+            self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
 
     def _restore_signals(self) -> None:
         for sig, handler in self._old_handlers.items():

@@ -34,6 +34,7 @@ from typing import Any
 import psutil
 import pytest
 import torch
+from child_signals import interactive
 from fake_lm import FAKE_LM
 
 pytestmark = [
@@ -101,7 +102,7 @@ def _command(out: Path, corpus: Path, *, resume: bool) -> list[str]:
 def _launch(cmd: list[str], env: Mapping[str, str]) -> Run:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(env),
-        start_new_session=True,
+        start_new_session=True, preexec_fn=interactive,
     )  # fmt: skip
     return Run(proc)
 

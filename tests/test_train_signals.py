@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_signals import interactive
 from fake_lm import FAKE_LM
 
 from autotune.config import TrainConfig
@@ -64,17 +65,19 @@ def _group_alive(pgid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("sig", "code", "blocked"),
+    ("sig", "code", "how"),
     [
-        (signal.SIGTERM, 143, False),
-        (signal.SIGHUP, 129, False),
-        # a parent that blocked the signal (a mask is inherited through exec; CI's test
-        # runner had SIGINT blocked once) must not leave the run deaf to it
-        (signal.SIGINT, 130, True),
+        (signal.SIGTERM, 143, ""),
+        (signal.SIGHUP, 129, ""),
+        # a parent that blocked the signal (a mask is inherited through exec) must not
+        # leave the run deaf to it
+        (signal.SIGINT, 130, "blocked"),
+        # a parent that ignored it (nohup: SIGHUP) has the run ignore it: SIGTERM stops it
+        (signal.SIGHUP, 143, "ignored"),
     ],
 )
 def test_a_signal_to_the_process_group_stops_training_cleanly(
-    tmp_path: Path, sig: signal.Signals, code: int, blocked: bool
+    tmp_path: Path, sig: signal.Signals, code: int, how: str
 ) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
@@ -89,22 +92,33 @@ def test_a_signal_to_the_process_group_stops_training_cleanly(
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(FAKE_LM).parent), env.get("PYTHONPATH", "")])
 
-    def block() -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    def start() -> None:
+        interactive()
+        if how == "blocked":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+        if how == "ignored":
+            signal.signal(sig, signal.SIG_IGN)
 
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True, preexec_fn=block if blocked else None,
+        start_new_session=True, preexec_fn=start,
     )  # fmt: skip
     assert proc.stdout is not None
     seen: list[str] = []
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:  # wait for the first logged steps: the workers are running
-        seen.append(line)
-        if line.startswith("step 3/") or time.monotonic() > deadline:
-            break
-    assert any(line.startswith("step 3/") for line in seen), "".join(seen)
+
+    def read_to(step: int) -> None:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout or ():  # the first logged steps: the workers are running
+            seen.append(line)
+            if line.startswith(f"step {step}/") or time.monotonic() > deadline:
+                break
+        assert any(line.startswith(f"step {step}/") for line in seen), "".join(seen)
+
+    read_to(3)
     os.killpg(proc.pid, sig)
+    if how == "ignored":
+        read_to(30)  # still training, its workers too
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         rest, err = proc.communicate(timeout=120)
     finally:
@@ -112,7 +126,8 @@ def test_a_signal_to_the_process_group_stops_training_cleanly(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err
     assert "Traceback" not in err and "killed by signal" not in err, err
-    assert f"{sig.name}: stopped at step" in "".join(seen) + rest + err
+    stopper = signal.SIGTERM if how == "ignored" else sig
+    assert f"{stopper.name}: stopped at step" in "".join(seen) + rest + err
     assert any(out.glob("ckpt-step*.pt")), "no checkpoint saved"
     deadline = time.monotonic() + 15  # the workers end with their parent
     while _group_alive(proc.pid) and time.monotonic() < deadline:

@@ -334,7 +334,8 @@ class StopSignal(KeyboardInterrupt):
 
 def _stop_signals_as_interrupt() -> Callable[[], None]:
     """Until the returned function is called, SIGTERM and SIGHUP (a scheduler, a closed
-    terminal) raise ``StopSignal`` as Ctrl-C raises KeyboardInterrupt."""
+    terminal) raise ``StopSignal`` as Ctrl-C raises KeyboardInterrupt, unless the parent
+    ignored them (``nohup``)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
@@ -343,7 +344,11 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
 
     from autotune.signals import STOP_SIGNALS
 
-    sigs = [sig for sig in STOP_SIGNALS if sig != signal.SIGINT]  # Ctrl-C raises by itself
+    sigs = [  # Ctrl-C raises by itself; a signal the parent ignored (nohup) stays ignored
+        sig
+        for sig in STOP_SIGNALS
+        if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN
+    ]
     old = {sig: signal.signal(sig, handler) for sig in sigs}
 
     def restore() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from child_signals import interactive
 from fake_lm import FAKE_LM
 from test_search_kills import _finished
 
@@ -155,7 +156,7 @@ def test_random_kills_of_a_search_with_real_bursts(
         launches += 1
         search = subprocess.Popen(
             _command(tmp_path), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interactive,
         )  # fmt: skip
         sent = _kill_at_random(search, rng)
         _, err = search.communicate(timeout=300)
