@@ -246,7 +246,7 @@ class TrialObjective:
         def on_step(index: int, step_time_s: float) -> bool:
             if exempt:
                 return True
-            if self.state.time_left() == 0.0:  # the time limit passed during this burst
+            if self.state.time_for_trials() == 0.0:  # the trials' time ran out during it
                 self.cut_by_time = True
                 return False
             if step_time_s > 0:
@@ -259,12 +259,13 @@ class TrialObjective:
         return on_step
 
     def _timeout(self, *, exempt: bool) -> tuple[float, bool]:
-        """The burst's timeout, and whether the time limit capped it. A burst may not
-        outlive the search's time limit by much: past it, its timeout is the time left (a
-        compile in the warm-up can take minutes), and running out of it is "stopped", not
-        a failure of the config."""
+        """The burst's timeout, and whether the time limit capped it. A trial may not eat
+        the time the finalist race needs: its timeout is at most the time left for trials
+        (the time left less the race's reserve; a compile in the warm-up can take minutes:
+        pointer-gen's took a default search's whole limit), and running out of it is
+        "stopped", not a failure of the config."""
         timeout_s = self.bursts.timeout_s
-        time_left = self.state.time_left()
+        time_left = self.state.time_for_trials()
         capped = not exempt and time_left is not None and time_left < timeout_s
         if capped and time_left is not None:
             timeout_s = max(time_left, MIN_CAPPED_BURST_S)
@@ -341,7 +342,10 @@ class TrialObjective:
     ) -> NoReturn:
         """Store why a burst was stopped early, and tell Optuna the trial was pruned."""
         if self.cut_by_time:
-            reason = "stopped: the search's time limit passed during its burst"
+            reason = (
+                "stopped: the time left for trials (the limit less the race's share) ran out "
+                "during its burst"
+            )
             set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
             raise optuna.TrialPruned(reason)
         best = self.state.best_throughput()

@@ -138,7 +138,7 @@ def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 9  # the playbook's burst alone would take 6.4 s
     cut = [t for t in result.trials if t.status == "stopped"]
     assert len(cut) == 1 and cut[0].state == "PRUNED"
-    assert cut[0].reason.startswith("stopped: the search's time limit")
+    assert cut[0].reason.startswith("stopped: the time left for trials")
     assert result.trials[0].status == "ok"  # the naive baseline is never cut
 
 
@@ -170,3 +170,24 @@ def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
     compiled = [t for t in by_trials.trials if t.ran and t.config["compile"] != "off"]
     assert compiled and all(t.status == "timeout" and t.failed for t in compiled)
     assert all(t == 300.0 for t in timeouts)
+
+
+def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: Path) -> None:
+    # pointer-gen on the 2-core CPU: the playbook's compiled trial compiled until the
+    # search's limit, and the race got one round past it. A trial's timeout is the time
+    # left less the race's reserve (here 10 rounds of a naive burst of 0.3 s: 3 s or more).
+    timeouts: list[float] = []
+
+    class SlowNaive(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.compile != "off" and kw.get("on_step") is not None:
+                timeouts.append(kw["timeout_s"])
+                time.sleep(min(kw["timeout_s"], 10.0))  # still compiling at its timeout
+                return BurstResult(status="timeout", reason="fake: still compiling")
+            if config.micro_batch == 1:
+                time.sleep(0.3)
+            return super().__call__(spec, config, **kw)
+
+    result = run(tmp_path, SlowNaive(), trials=None, timeout="8s", output=None, race_rounds=10)
+    assert timeouts and timeouts[0] <= 8.0 - 3.0
+    assert result.race is not None and result.race.rounds >= 2
