@@ -49,6 +49,7 @@ import contextlib
 import math
 import random
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -87,7 +88,8 @@ DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
 # of it process start and compilation), and a default search has 5 2/3 minutes in all:
 # two rounds leave the trials about two thirds of it. More rounds narrow the interval.
 DEFAULT_ROUNDS = 2
-ROUND_GRACE_S = 20.0  # a round may end this far past the time limit
+ROUND_GRACE_S = 20.0  # a round may end this far past the time limit,
+ROUND_GRACE_SHARE = 0.1  # or this share of the limit when less (a short search's limit)
 CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
 UNFAIR_GRACE = 0.5  # of the limit: how far past it a round may end when no round was fair
@@ -141,6 +143,7 @@ class Entrant:
     roles: list[str]  # "finalist", "naive", "expert"
     throughputs: list[float | None] = field(default_factory=list)  # per round
     bursts: list[BurstResult] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)  # per burst: its wall time, measured here
     problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
     at_edge: str = ""  # why it fits the budget only narrowly (it wins only if all do)
     dropped: bool = False  # no longer measured
@@ -420,7 +423,7 @@ def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
     running = [e for e in entrants if not e.dropped]
     if left is None or not any("naive" not in e.roles for e in running):
         return False
-    return sum(b.wall_s or 0.0 for e in running for b in e.bursts[-1:]) <= left
+    return 0 < sum(w for e in running for w in e.walls[-1:]) <= left
 
 
 QUIET, MIXED = "quiet", "mixed"
@@ -499,9 +502,11 @@ def _run_one(
     """One burst of ``entrant`` on ``threads`` (None: torch's default); the first round's
     adds the eval step and checkpoint save."""
     config = entrant.record.train_config()
+    started = time.monotonic()
     result = bursts.run(
         config, steps=steps, timeout_s=2 * bursts.timeout_s, verify=first, threads=threads
     )
+    entrant.walls.append(time.monotonic() - started)
     entrant.bursts.append(result)
     problem = ""
     if not result.ok:
@@ -532,14 +537,17 @@ def _run_one(
 
 def _out_of_time(state: SearchState, entrants: list[Entrant], *, fair: bool = True) -> bool:
     """Whether another round would run past the search's time limit by more than
-    ``ROUND_GRACE_S`` (the last round's bursts, the first with its eval and checkpoint,
-    overestimate the next); by more than ``UNFAIR_GRACE`` of the limit when no round so
-    far was ``fair`` (measured alike), since without one the race has no figure to trust."""
+    ``ROUND_GRACE_S`` (or ``ROUND_GRACE_SHARE`` of the limit, when less; the last round's
+    bursts, the first with its eval and checkpoint, overestimate the next); by more than
+    ``UNFAIR_GRACE`` of the limit when no round so far was ``fair`` (measured alike), since
+    without one the race has no figure to trust."""
     left, limit = state.time_left(), state.limits.time_limit_s
     if left is None or limit is None:
         return False
-    grace = ROUND_GRACE_S if fair else max(ROUND_GRACE_S, UNFAIR_GRACE * limit)
-    round_s = sum(b.wall_s or 0.0 for e in entrants if not e.dropped for b in e.bursts[-1:])
+    grace = min(ROUND_GRACE_S, ROUND_GRACE_SHARE * limit)
+    if not fair:
+        grace = max(grace, UNFAIR_GRACE * limit)
+    round_s = sum(w for e in entrants if not e.dropped for w in e.walls[-1:])
     return left + grace < round_s
 
 
@@ -585,14 +593,18 @@ def _decide(
     memory = memory_model_note(state.trials_in_order())
     if memory:
         notes.append(memory)
-    # an entrant that left the race early was beaten in a paired round; as runner-up it
-    # comes after every contender, the closest to the winner first
-    gone = sorted(
-        (e for e in entrants if e.eliminated and not e.problem),
-        key=lambda e: -((paired_ratio(e.figures, winner.figures) or _NONE).estimate),
+    # the runner-up is the closest rival: the highest paired ratio to the winner over the
+    # rounds both ran (an entrant that left the race early included; naive is only when
+    # nothing else is closer), one with headroom before one at the edge
+    rivals = [e for e in entrants if e is not winner and not e.problem and e.median is not None]
+    runner_up = max(
+        rivals,
+        key=lambda e: (
+            not e.at_edge,
+            (paired_ratio(e.figures, winner.figures) or _NONE).estimate,
+        ),
+        default=None,
     )
-    ranked += gone
-    runner_up = ranked[1] if len(ranked) > 1 else None
     naive = next((e for e in entrants if "naive" in e.roles), None)
     speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
     margin = None
