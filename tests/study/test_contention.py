@@ -18,6 +18,7 @@ from fake_burst import FakeBurst, run
 from autotune.burst import BurstResult
 from autotune.config import TrainConfig
 from autotune.models.spec import ModelSpec
+from autotune.study import SearchResult
 from autotune.study.records import SearchEvent
 from autotune.study.watch import Load
 
@@ -54,6 +55,27 @@ class FakeWatch:
         return self.window(0.0)
 
 
+def slowed(result: BurstResult, factor: float) -> BurstResult:
+    """``result`` as a machine ``factor`` times slower would have measured it."""
+    data = {**result.to_dict(), "tokens_per_s": (result.tokens_per_s or 0.0) / factor}
+    data["step_times_s"] = tuple(data.get("step_times_s") or ())
+    data["losses"] = tuple(data.get("losses") or ())
+    return BurstResult(**data)
+
+
+def run_noting(tmp_path: Path, burst: Any) -> tuple[SearchResult, list[str]]:
+    """A 6-trial search watched by ``burst.watch``, and the notes it printed."""
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        burst,
+        trials=6,
+        watch=burst.watch,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    return result, notes
+
+
 @dataclass
 class LoadedFrom(FakeBurst):
     """Trials ``loaded_calls`` (1-based, trials only) run on a loaded machine: half speed."""
@@ -66,10 +88,7 @@ class LoadedFrom(FakeBurst):
         self.watch.loaded = trial and len(self.calls) + 1 in self.loaded_calls
         result = super().__call__(spec, config, **kw)
         if self.watch.loaded and result.tokens_per_s:
-            data = {**result.to_dict(), "tokens_per_s": result.tokens_per_s / 2}
-            data["step_times_s"] = tuple(data.get("step_times_s") or ())
-            data["losses"] = tuple(data.get("losses") or ())
-            result = BurstResult(**data)
+            result = slowed(result, 2.0)
         return result
 
     def quiet(self) -> None:
@@ -148,21 +167,11 @@ def test_a_race_round_under_load_is_left_out_when_a_quiet_one_exists(tmp_path: P
             result = super().__call__(spec, config, **kw)
             if second_round and result.tokens_per_s:
                 slow = 5.0 if config.micro_batch == 1 else 1.2
-                data = {**result.to_dict(), "tokens_per_s": result.tokens_per_s / slow}
-                data["step_times_s"] = tuple(data.get("step_times_s") or ())
-                data["losses"] = tuple(data.get("losses") or ())
-                result = BurstResult(**data)
+                result = slowed(result, slow)
             return result
 
     burst = SecondRoundLoaded()
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        burst,
-        trials=6,
-        watch=burst.watch,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
+    result, notes = run_noting(tmp_path, burst)
     assert result.race is not None and result.best is not None and result.naive is not None
     assert result.race.busy_rounds == (False, True)
     quiet_ratio = burst.speed(result.best.train_config()) / burst.speed(result.naive.train_config())
@@ -201,21 +210,11 @@ def test_load_from_mid_race_on_counts_the_rounds_run_on_the_cores_left(tmp_path:
                     slow = 5.0 if config.micro_batch == 1 else 1.2
                 else:
                     slow = 1.4
-                data = {**result.to_dict(), "tokens_per_s": result.tokens_per_s / slow}
-                data["step_times_s"] = tuple(data.get("step_times_s") or ())
-                data["losses"] = tuple(data.get("losses") or ())
-                result = BurstResult(**data)
+                result = slowed(result, slow)
             return result
 
     burst = LoadFromMidRace()
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        burst,
-        trials=6,
-        watch=burst.watch,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
+    result, notes = run_noting(tmp_path, burst)
     race = result.race
     assert race is not None and result.best is not None and result.naive is not None
     assert race.busy_rounds == (True, True)
