@@ -11,6 +11,7 @@ Usage (from the repository root, with nothing else running)::
 
     python benchmarks/contention.py --model mu --budget 8GB
     python benchmarks/contention.py --model gpt-small --budget 8GB --delay 120
+    python benchmarks/contention.py --model mu --budget 8GB --keep runs/contention
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ def run_search(model: str, budget: str, device: str, folder: Path, delay: float 
     return result
 
 
+def keep(result: dict, folder: Path, to: Path) -> None:
+    """Keep a search's record: its ``--json`` result, its output and its preset."""
+    to.mkdir(parents=True, exist_ok=True)
+    record = {k: v for k, v in result.items() if k != "_stderr"}
+    (to / "result.json").write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    (to / "output.txt").write_text(result["_stderr"], encoding="utf-8")
+    preset = folder / "best.yaml"
+    if preset.exists():
+        (to / "best.yaml").write_bytes(preset.read_bytes())
+
+
 def row(name: str, result: dict, quiet_speedup: float | None) -> dict[str, str]:
     race = result.get("race") or {}
     speedup = race.get("speedup")
@@ -90,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", default="8GB")
     p.add_argument("--device", default="cpu")
     p.add_argument("--delay", type=float, default=150.0, help="seconds before the busy loop")
+    p.add_argument(
+        "--keep", type=Path, default=None,
+        help="folder for each search's --json result, output and preset (its race round by round)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     print(f"- date: {utc_now()}")
     print(f"- command: `{command_line(argv)}`")
@@ -101,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             print(f"[{name}] autotune search --model {args.model}", file=sys.stderr, flush=True)
             results[name] = run_search(args.model, args.budget, args.device, folder, delay)
+            if args.keep is not None:
+                keep(results[name], folder, args.keep / folder.name)
     print(f"- load average at the end: {load_average()}")
     quiet = (results[QUIET].get("race") or {}).get("speedup")
     rows = [row(name, result, quiet) for name, result in results.items()]
