@@ -147,7 +147,7 @@ class Entrant:
     problem: str = ""  # why it cannot win (its eval/checkpoint round failed, ...)
     at_edge: str = ""  # why it fits the budget only narrowly (it wins only if all do)
     dropped: bool = False  # no longer measured
-    eliminated: str = ""  # why it left the race early (clearly slower in a quiet round)
+    eliminated: str = ""  # why it left the race early (clearly slower in a fair round)
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
 
     @property
