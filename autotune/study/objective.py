@@ -71,6 +71,11 @@ __all__ = ["INFEASIBLE_VALUE", "BurstFn", "BurstRunner", "Goal", "TrialObjective
 
 INFEASIBLE_VALUE = 0.0
 MIN_CAPPED_BURST_S = 1.0  # the least time a burst gets when the time limit caps it
+# A compiled trial may take at most this share of the search's time limit. pointer-gen's
+# compile on the 2-core CPU outlasted a default search's whole limit (its decoder loops over
+# the target steps, which compile unrolls); once a compile mode has run out of it, the
+# search runs no more trials with that mode.
+COMPILE_SHARE = 1 / 3
 
 # A burst function has run_burst's signature (tests pass fakes).
 BurstFn = Callable[..., "BurstResult"]
@@ -147,6 +152,7 @@ class TrialObjective:
     bursts: BurstRunner
     goal: Goal
     cut_by_time: bool = False  # the running burst was stopped by the time limit
+    cut_compile: str = ""  # why the running burst was stopped while compiling, if it was
     workers: Workers | None = None  # the other workers of a shared study (None: alone)
     _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
 
@@ -164,6 +170,10 @@ class TrialObjective:
         verdict = self.planner.ruled_out(config)
         if verdict is not None:
             return _skip(trial, verdict)
+        slow = self.state.slow_compiles.get(config.compile)
+        if slow:
+            set_outcome(trial, status="skipped", reason=slow, ran=False, constraint=0.0)
+            raise optuna.TrialPruned(slow)
         outdated = self.planner.outdated(trial.user_attrs.get("refines"))
         if outdated and trial.user_attrs.get("role") == "refine":
             set_outcome(trial, status="skipped", reason=outdated, ran=False, constraint=0.0)
@@ -188,8 +198,11 @@ class TrialObjective:
         predicted = memory.bound(config) if predicted is None else predicted
         edge = memory.edge_micro_batch(config)
         t0 = time.monotonic()
-        self.cut_by_time = False
+        self.cut_by_time, self.cut_compile = False, ""
         timeout_s, capped = self._timeout(exempt=exempt)
+        compile_cap = self._compile_cap(config)
+        if compile_cap is not None and compile_cap < timeout_s:
+            timeout_s, capped = compile_cap, False
         watch = self.state.watch
         threads = self.state.burst_threads()
         try:
@@ -213,6 +226,17 @@ class TrialObjective:
             raise
         if capped and result.status == "timeout":
             self.cut_by_time = True
+            result = replace(result, status="pruned")
+        elif compile_cap is not None and timeout_s == compile_cap and result.status == "timeout":
+            self.cut_compile = (
+                f"stopped after {compile_cap:.0f} s ({COMPILE_SHARE:.0%} of the time limit), "
+                f"most likely still compiling"
+            )
+            self.state.slow_compiles[config.compile] = (
+                f"compile={config.compile} is not run again in this search: trial "
+                f"#{trial.number} {self.cut_compile}"
+            )
+            self.state.note(self.state.slow_compiles[config.compile])
             result = replace(result, status="pruned")
         if result.recompiles:
             self.state.note(
@@ -270,6 +294,14 @@ class TrialObjective:
         if capped and time_left is not None:
             timeout_s = max(time_left, MIN_CAPPED_BURST_S)
         return timeout_s, capped
+
+    def _compile_cap(self, config: TrainConfig) -> float | None:
+        """The most a compiled trial may take: ``COMPILE_SHARE`` of the time limit (None
+        without a limit, or without compile)."""
+        limit = self.state.limits.time_limit_s
+        if config.compile == "off" or limit is None:
+            return None
+        return max(COMPILE_SHARE * limit, MIN_CAPPED_BURST_S)
 
     def _tokens_per_step(self, config: TrainConfig) -> int:
         return self.state.space.global_batch * self.state.spec.tokens_per_sample(config.seq_len)
@@ -341,6 +373,10 @@ class TrialObjective:
         seen: Sequence[float],
     ) -> NoReturn:
         """Store why a burst was stopped early, and tell Optuna the trial was pruned."""
+        if self.cut_compile:
+            reason = f"stopped: {self.cut_compile}"
+            set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
+            raise optuna.TrialPruned(reason)
         if self.cut_by_time:
             reason = (
                 "stopped: the time left for trials (the limit less the race's share) ran out "

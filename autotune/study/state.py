@@ -52,6 +52,8 @@ class SearchState:
     memory: MemoryModel = field(init=False)
     consecutive_skips: int = 0
     stopped: str = ""  # why the search stopped ("" while it runs)
+    # compile modes whose compilation outlasted COMPILE_SHARE of the limit: not run again
+    slow_compiles: dict[str, str] = field(default_factory=dict)
     # The time the finalist race will need, kept out of the trials' share of the limit.
     reserve: Callable[[], float] = field(default=lambda: 0.0, repr=False)
     watch: MachineWatch | None = None  # what else the machine runs (None: not watched)

@@ -191,3 +191,40 @@ def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: 
     result = run(tmp_path, SlowNaive(), trials=None, timeout="8s", output=None, race_rounds=10)
     assert timeouts and timeouts[0] <= 8.0 - 3.0
     assert result.race is not None and result.race.rounds >= 2
+
+
+def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_again(
+    tmp_path: Path,
+) -> None:
+    # pointer-gen on the 2-core CPU: its compile outlasted a default search's whole limit.
+    timeouts: list[float] = []
+
+    class NeverCompiles(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.compile != "off" and kw.get("on_step") is not None:
+                timeouts.append(kw["timeout_s"])
+                time.sleep(kw["timeout_s"])  # still compiling at its timeout
+                return BurstResult(status="timeout", reason="fake: still compiling")
+            return super().__call__(spec, config, **kw)
+
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        NeverCompiles(),
+        trials=None,
+        timeout="9s",
+        output=None,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert timeouts == [pytest.approx(3.0)]  # a third of the 9 s limit, once
+    compiled = [t for t in result.trials if t.config["compile"] != "off"]
+    ran = [t for t in compiled if t.ran]
+    assert len(ran) == 1 and ran[0].status == "stopped" and not ran[0].failed
+    assert "most likely still compiling" in ran[0].reason
+    assert any("compile=default is not run again in this search" in n for n in notes)
+    assert all(t.status == "skipped" for t in compiled if not t.ran)
+    assert sum(t.ran and t.config["compile"] == "off" for t in result.trials) >= 3
+    # without a time limit there is no share to cap at: the burst's own timeout
+    timeouts.clear()
+    run(tmp_path / "b", NeverCompiles(), trials=3, output=None, burst_timeout=2)
+    assert timeouts and all(t == 2.0 for t in timeouts)
