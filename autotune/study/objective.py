@@ -229,12 +229,12 @@ class TrialObjective:
             result = replace(result, status="pruned")
         elif compile_cap is not None and timeout_s == compile_cap and result.status == "timeout":
             self.cut_compile = (
-                f"stopped after {compile_cap:.0f} s ({COMPILE_SHARE:.0%} of the time limit), "
-                f"most likely still compiling"
+                f"no result after {compile_cap:.0f} s ({COMPILE_SHARE:.0%} of the time "
+                "limit), most likely still compiling"
             )
             self.state.slow_compiles[config.compile] = (
                 f"compile={config.compile} is not run again in this search: trial "
-                f"#{trial.number} {self.cut_compile}"
+                f"#{trial.number} had {self.cut_compile}"
             )
             self.state.note(self.state.slow_compiles[config.compile])
             result = replace(result, status="pruned")
