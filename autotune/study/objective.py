@@ -172,12 +172,10 @@ class TrialObjective:
             return _skip(trial, verdict)
         slow = self.state.slow_compiles.get(config.compile)
         if slow:
-            set_outcome(trial, status="skipped", reason=slow, ran=False, constraint=0.0)
-            raise optuna.TrialPruned(slow)
+            _pass_over(trial, slow)
         outdated = self.planner.outdated(trial.user_attrs.get("refines"))
         if outdated and trial.user_attrs.get("role") == "refine":
-            set_outcome(trial, status="skipped", reason=outdated, ran=False, constraint=0.0)
-            raise optuna.TrialPruned(outdated)
+            _pass_over(trial, outdated)
         if self.workers is not None:
             status, reason = self.workers.gate(trial, config, again=remeasure)
             if status:  # another worker measures it, or the study's budget is spent
@@ -433,6 +431,12 @@ class TrialObjective:
         if previous.state == "PRUNED":
             raise optuna.TrialPruned(f"same config as pruned trial #{previous.number}")
         return float(previous.value if previous.value is not None else INFEASIBLE_VALUE)
+
+
+def _pass_over(trial: optuna.Trial, reason: str) -> NoReturn:
+    """Record a config not worth its burst now (``skipped``: not infeasible, no burst)."""
+    set_outcome(trial, status="skipped", reason=reason, ran=False, constraint=0.0)
+    raise optuna.TrialPruned(reason)
 
 
 def _skip(trial: optuna.Trial, verdict: Verdict) -> float:
