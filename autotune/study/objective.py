@@ -76,6 +76,11 @@ MIN_CAPPED_BURST_S = 1.0  # the least time a burst gets when the time limit caps
 # the target steps, which compile unrolls); once a compile mode has run out of it, the
 # search runs no more trials with that mode.
 COMPILE_SHARE = 1 / 3
+# Until a trial with a compile mode has finished, one may take at most this share of the
+# time left for trials, so that as much is left for the others as a compile that may never
+# end takes (pointer-gen: a third of the limit left time for one more config, and the
+# playbook's config without compile was not reached).
+UNPROVEN_COMPILE_SHARE = 1 / 2
 
 # A burst function has run_burst's signature (tests pass fakes).
 BurstFn = Callable[..., "BurstResult"]
@@ -198,7 +203,7 @@ class TrialObjective:
         t0 = time.monotonic()
         self.cut_by_time, self.cut_compile = False, ""
         timeout_s, capped = self._timeout(exempt=exempt)
-        compile_cap = self._compile_cap(config)
+        compile_cap, cap_share = self._compile_cap(config)
         if compile_cap is not None and compile_cap < timeout_s:
             timeout_s, capped = compile_cap, False
         watch = self.state.watch
@@ -227,8 +232,7 @@ class TrialObjective:
             result = replace(result, status="pruned")
         elif compile_cap is not None and timeout_s == compile_cap and result.status == "timeout":
             self.cut_compile = (
-                f"no result after {compile_cap:.0f} s ({COMPILE_SHARE:.0%} of the time "
-                "limit), most likely still compiling"
+                f"no result after {compile_cap:.0f} s ({cap_share}), most likely still compiling"
             )
             self.state.slow_compiles[config.compile] = (
                 f"compile={config.compile} is not run again in this search: trial "
@@ -293,13 +297,25 @@ class TrialObjective:
             timeout_s = max(time_left, MIN_CAPPED_BURST_S)
         return timeout_s, capped
 
-    def _compile_cap(self, config: TrainConfig) -> float | None:
-        """The most a compiled trial may take: ``COMPILE_SHARE`` of the time limit (None
-        without a limit, or without compile)."""
+    def _compile_cap(self, config: TrainConfig) -> tuple[float | None, str]:
+        """The most a compiled trial may take, and what share that is: ``COMPILE_SHARE``
+        of the time limit, and while no trial with its compile mode has finished,
+        ``UNPROVEN_COMPILE_SHARE`` of the time left for trials if that is less. (None
+        without a limit, or without compile.)"""
         limit = self.state.limits.time_limit_s
         if config.compile == "off" or limit is None:
-            return None
-        return max(COMPILE_SHARE * limit, MIN_CAPPED_BURST_S)
+            return None, ""
+        cap = max(COMPILE_SHARE * limit, MIN_CAPPED_BURST_S)
+        share = f"{COMPILE_SHARE:.0%} of the time limit"
+        left = self.state.time_for_trials()
+        proven = self.state.compiled_ok(config.compile)
+        if not proven and left is not None and UNPROVEN_COMPILE_SHARE * left < cap:
+            cap = max(UNPROVEN_COMPILE_SHARE * left, MIN_CAPPED_BURST_S)
+            share = (
+                f"{UNPROVEN_COMPILE_SHARE:.0%} of the time left for trials, as no trial "
+                f"with compile={config.compile} had finished"
+            )
+        return cap, share
 
     def _tokens_per_step(self, config: TrainConfig) -> int:
         return self.state.space.global_batch * self.state.spec.tokens_per_sample(config.seq_len)

@@ -5,10 +5,12 @@ The order of the first trials: the naive config (fp32, the smallest micro-batch,
 compile, no workers; never pruned), so the speedup over naive is measured in the same
 study; if it does not fit, the smallest config (to tell a too-small budget, exit code 2);
 else the expert starts (``autotune/study/playbook.py``: the model guide's hand-tuned
-config and the playbook's), or a warm start's preset config and its neighbours. Each
-time a trial becomes the best, its neighbours (one knob moved) are queued next. Between
-these, the sampler (TPE) proposes; a proposal that a known OOM dominates, or that the
-memory model predicts over the budget, is ruled out without a burst.
+config and the playbook's; the playbook's without compile when its compile gives no
+result), or a warm start's preset config and its neighbours. Each time a trial becomes the
+best, its neighbours (one knob moved) are queued next; while expert starts wait, they wait
+too, so the best of the starts is the first refined. Between these, the sampler (TPE)
+proposes; a proposal that a known OOM dominates, or that the memory model predicts over
+the budget, is ruled out without a burst.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Planner:
     experts_enqueued: bool = False
     smallest_enqueued: bool = False
     experts: list[TrainConfig] = field(default_factory=list)  # the expert starts, in order
+    refine_due: bool = False  # a new best came while expert starts waited: refine after
     remeasure: list[TrainConfig] = field(default_factory=list)  # disturbed, not yet queued
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
@@ -132,12 +135,37 @@ class Planner:
         self.state.record_trial(record)
         self.check_budget(study)
         self.enqueue_experts(study)
+        self.without_compile(study, record)
         self.refine(study, record)
         self.measure_again(study, record)
         reason = self.state.stop_reason()
         if reason:
             self.state.stopped = reason
             study.stop()
+
+    def without_compile(self, study: optuna.Study, record: TrialRecord) -> None:
+        """When the playbook's compiled start gives no result because of its compile
+        (still compiling at its cap, a compile error or crash), queue the same config
+        without compile as one more expert start: the playbook's other choices
+        (precision, micro-batch, workers) are then measured all the same. pointer-gen on
+        the 2-core CPU: its compile outlasted a whole default search, and bf16 without
+        compile was never tried."""
+        config = record.train_config()
+        failed = record.status in ("stopped", "timeout", "crash", "error")
+        if record.role != "playbook" or config.compile == "off" or not (record.ran and failed):
+            return
+        eager = config.replace(compile="off")
+        if self.state.space.contains(eager) and self._queue(study, eager, role="playbook-eager"):
+            self.experts.append(eager)
+            self.state.note(
+                f"trial #{record.number} (the playbook's start) gave no result with "
+                f"compile={config.compile}: its config without compile is queued next"
+            )
+
+    def starts_waiting(self, study: optuna.Study) -> bool:
+        """Whether an expert start is still queued in the study."""
+        space = self.state.space
+        return any(_waiting(study, space.params_of(config)) for config in self.experts)
 
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
         """When a measured trial becomes the best, queue its neighbours that have no
@@ -146,13 +174,21 @@ class Planner:
         such as MU's attention can double the speed, but only together with the right
         precision). TPE, sampling around its model, can take many trials to land on the
         one step next to the best, and a short search has few to spare. OOM neighbours
-        cost nothing (the memory model skips them)."""
+        cost nothing (the memory model skips them). While expert starts wait, the
+        neighbours wait too: the best of the starts is refined once they have run, and
+        no refinement of a start that a later start beats takes a trial."""
         best = self.state.best()
-        if not record.ran or record.role == "naive" or best is None or best.number != record.number:
+        due = best is not None and (best.number == record.number or self.refine_due)
+        if not due or self.starts_waiting(study):
+            self.refine_due = due or self.refine_due
+            return
+        self.refine_due = False
+        assert best is not None
+        if not best.ran or best.role == "naive":
             return
         space = self.state.space
-        for cand in space.neighbours(record.train_config(), workers=False, kernels=True):
-            self._queue(study, cand, role="refine", refines=record.number)
+        for cand in space.neighbours(best.train_config(), workers=False, kernels=True):
+            self._queue(study, cand, role="refine", refines=best.number)
 
     def outdated(self, refines: Any) -> str:
         """Why a queued refinement of trial ``refines`` is not worth its burst any more:

@@ -15,7 +15,9 @@ the race says by how much.
 
   - half precision where the device runs it natively (bf16; fp16 with a scaler on a CUDA
     device without bf16; else TF32 matmuls on CUDA), fp32 otherwise;
-  - ``torch.compile`` (its first mode in the space);
+  - ``torch.compile`` (its first mode in the space); when the compile gives no result
+    (an error, or still compiling at its cap), the same config without it runs next
+    (``Planner.without_compile``);
   - the micro-batch: on CUDA the largest one the memory model predicts to fit (the whole
     global batch when it knows nothing yet); on a CPU the guide's hand-tuned micro-batch,
     else a quarter of the global batch (a CPU gains little from a larger batch and pays in

@@ -94,6 +94,14 @@ class SearchState:
         number = self.by_key.get(self.space.key(config))
         return None if number is None else self.records.get(number)
 
+    def compiled_ok(self, mode: str) -> bool:
+        """Whether a trial with compile ``mode`` got through its compile: it has a
+        result, or the pruner stopped it after timed steps."""
+        return any(
+            r.ran and r.status in ("ok", "pruned") and r.config.get("compile") == mode
+            for r in self.records.values()
+        )
+
     def trials_in_order(self) -> list[TrialRecord]:
         """Every trial but those queued and never started (WAITING), by number."""
         return sorted(

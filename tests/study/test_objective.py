@@ -228,3 +228,69 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
     timeouts.clear()
     run(tmp_path / "b", NeverCompiles(), trials=3, output=None, burst_timeout=2)
     assert timeouts and all(t == 2.0 for t in timeouts)
+
+
+def test_a_first_compile_may_take_half_the_time_left_for_trials(tmp_path: Path) -> None:
+    # pointer-gen on the 2-core CPU: a third of the limit on a compile that never ended
+    # left time for one more config, and the playbook's config without compile was not
+    # reached. Until a compiled trial has finished, one may take half the time left for
+    # trials (here less than a third of the limit: the race's reserve is 10 rounds of a
+    # 0.4 s naive burst), and the same config without compile runs next.
+    timeouts: list[float] = []
+
+    class NeverCompiles(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.compile != "off" and kw.get("on_step") is not None:
+                timeouts.append(kw["timeout_s"])
+                time.sleep(kw["timeout_s"])
+                return BurstResult(status="timeout", reason="fake: still compiling")
+            if config.micro_batch == 1:
+                time.sleep(0.4)
+            return super().__call__(spec, config, **kw)
+
+    limit = 12.0
+    result = run(tmp_path, NeverCompiles(), trials=None, timeout="12s", output=None, race_rounds=10)
+    assert len(timeouts) == 1 and timeouts[0] <= (limit - 10 * 0.4) / 2
+    assert timeouts[0] < limit / 3 - 0.2  # the cap before: a third of the limit
+    stopped = result.trials[1]
+    assert stopped.role == "playbook" and stopped.status == "stopped"
+    assert "50% of the time left for trials, as no trial with compile=default" in stopped.reason
+    eager = result.trials[2]
+    assert eager.role == "playbook-eager" and eager.status == "ok"
+    assert eager.config == {**stopped.config, "compile": "off"}
+    # and the best start's neighbours come after it (the stopped start waits for nothing)
+    assert any(t.role == "refine" and t.ran for t in result.trials[3:])
+
+
+def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_limit(
+    tmp_path: Path,
+) -> None:
+    timeouts: list[float] = []
+
+    class OnlyThePlaybookCompiles(FakeBurst):
+        """The playbook's config (mb 8) compiles; any other compiled one never does."""
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            hangs = config.compile != "off" and config.micro_batch != 8
+            if hangs and kw.get("on_step") is not None:
+                timeouts.append(kw["timeout_s"])
+                time.sleep(kw["timeout_s"])
+                return BurstResult(status="timeout", reason="fake: still compiling")
+            if config.micro_batch == 1:
+                time.sleep(0.4)
+            return super().__call__(spec, config, **kw)
+
+    # the race's reserve (10 rounds of a 0.4 s naive burst) leaves the trials about 6 s,
+    # half of which is less than the third of the limit a proven compile may take
+    result = run(
+        tmp_path,
+        OnlyThePlaybookCompiles(),
+        trials=None,
+        timeout="12s",
+        output=None,
+        race_rounds=10,
+    )
+    assert result.trials[1].role == "playbook" and result.trials[1].status == "ok"
+    assert timeouts == [pytest.approx(4.0)]  # a third of the 12 s limit
+    cut = next(t for t in result.trials if t.status == "stopped")
+    assert "(33% of the time limit)" in cut.reason

@@ -3,7 +3,7 @@ the best, a warm start, configs ruled out by dominance or the memory model, a to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -207,3 +207,50 @@ def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path:
         t for t in result.trials if t.role == "refine" and t.ran and t.number > skipped[0].number
     ]
     assert later, "the new best's neighbours ran after the skip"
+
+
+# -- the expert starts come before any refinement ------------------------------------------
+
+
+def test_the_best_of_the_expert_starts_is_refined_once_they_have_all_run(
+    tmp_path: Path,
+) -> None:
+    # With the MU guide (hand-tuned mb 8 fp32, no compile; the playbook: the same with
+    # compile), the hand-tuned config leads after trial 1, but the playbook's start is
+    # still queued: no neighbour of #1 is queued, and those of the playbook's (faster,
+    # compiled) start come first after it.
+    import optuna
+
+    spec = replace(toy_spec(), family="mu")
+    burst = FakeBurst()
+    result = run(tmp_path, burst, trials=8, spec=spec)
+    assert [t.role for t in result.trials[:3]] == ["naive", "hand-tuned", "playbook"]
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    refines = [t.user_attrs.get("refines") for t in study.trials if t.number >= 3]
+    assert refines[:2] == [2, 2], refines  # mb 4 and 16, compiled (compile is on already)
+    assert 1 not in refines
+
+
+def test_the_playbooks_start_without_compile_runs_next_when_its_compile_fails(
+    tmp_path: Path,
+) -> None:
+    # A model whose compile fails on this device: the playbook's other choices are still
+    # measured, right after it, and the race's expert is that config.
+    burst = FakeBurst(fail=lambda c: "error" if c.compile != "off" else None)
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        burst,
+        trials=6,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert [t.role for t in result.trials[:3]] == ["naive", "playbook", "playbook-eager"]
+    assert result.trials[1].status == "error" and result.trials[2].status == "ok"
+    assert burst.calls[2] == burst.calls[1].replace(compile="off")
+    assert any("its config without compile is queued next" in n for n in notes)
+    assert result.race is not None
+    expert = next(e for e in result.race.entrants if "expert" in e.roles)
+    assert expert.record.role == "playbook-eager"
+    # a compile that works: no such trial
+    plain = run(tmp_path / "b", FakeBurst(), trials=6)
+    assert all(t.role != "playbook-eager" for t in plain.trials)
