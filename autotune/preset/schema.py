@@ -439,6 +439,7 @@ class RaceEntry(_PresetSection):
     median: float | None = None  # median throughput over the rounds (the race's unit)
     spread: float | None = None  # (best - worst) / median over the rounds
     samples: tuple[float | None, ...] = ()  # throughput per round (None: no figure)
+    walls_s: tuple[float, ...] = ()  # per round: its burst's wall time, start-up included
     ratio_to_naive: float | None = None  # geometric mean of the per-round ratios
     problem: str = ""  # why it could not win ("" when it could)
     at_edge: str = ""  # why it fits the budget only narrowly ("" when it has headroom)

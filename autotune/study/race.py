@@ -231,6 +231,7 @@ class RaceResult:
                     "median": _round(e.median),
                     "spread": _round(e.spread),
                     "samples": [_round(t) for t in e.throughputs],
+                    "walls_s": [round(w, 1) for w in e.walls],
                     "ratio_to_naive": None if ratio is None else round(ratio.estimate, 4),
                     "problem": e.problem,
                     "at_edge": e.at_edge,
