@@ -297,15 +297,25 @@ def race_reserve_s(
     """How long the race would take now: each entrant's trial wall time (scaled by the
     race's steps over the search's) times the rounds. A compiled entrant's compilation is
     counted at the quickest one the search saw: the race finds its code in the compile
-    cache (mu on the 2-core CPU: a 33 s compile in its trial, 7-9 s from the cache)."""
+    cache (mu on the 2-core CPU: a 33 s compile in its trial, 7-9 s from the cache).
+
+    While fewer than ``finalists`` configs are in the final on their own merit (not as
+    naive or the expert start as well, which race anyway), the next trial may make the
+    final and add its own rounds: the reserve keeps room for them (a median entrant's).
+    pointer-gen on the 2-core CPU: its fifth trial made the final, pushing out naive (which
+    races all the same) after the trials' time was spent; the reserve grew past the time
+    left, and the race ran one round."""
     compiles = [r.compile_s for r in state.records.values() if r.ran and r.compile_s]
     cached = min(compiles, default=0.0)
     walls = []
-    for e in entrants_for(state, finalists=finalists, expert=expert):
+    entrants = entrants_for(state, finalists=finalists, expert=expert)
+    for e in entrants:
         wall = e.record.wall_s or 0.0
         if e.record.compile_s:
             wall = max(0.0, wall - e.record.compile_s) + cached
         walls.append(wall * steps_ratio)
+    if walls and sum(e.roles == ["finalist"] for e in entrants) < finalists:
+        walls.append(statistics.median(walls))
     return sum(walls) * rounds
 
 

@@ -248,3 +248,44 @@ def test_without_a_fair_round_one_more_round_may_run_past_the_limit() -> None:
     assert _out_of_time(state, [a, naive], fair=False)  # an 85 s round is too long even so
     state.limits.time_limit_s = None
     assert not _out_of_time(state, [a, naive], fair=True)  # no limit, no end
+
+
+# -- the race's reserve ----------------------------------------------------------------------
+
+
+def test_the_reserve_keeps_room_for_a_finalist_the_next_trial_may_add() -> None:
+    # pointer-gen on the 2-core CPU: the fourth trial made the final three after the trials'
+    # time was spent, the reserve grew past the time left, and the race ran one round.
+    from fake_burst import cpu_profile, toy_spec
+
+    from autotune.space import SearchSpace
+    from autotune.study.race import race_reserve_s
+    from autotune.study.state import Limits, SearchState
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    configs = [space.naive().replace(micro_batch=m, grad_accum=32 // m) for m in (1, 2, 4, 8)]
+    walls = (30.0, 20.0, 10.0, 40.0)
+
+    def add(number: int) -> None:
+        state.absorb(
+            TrialRecord(
+                number=number,
+                state="COMPLETE",
+                status="ok",
+                config=configs[number].to_dict(),
+                value=100.0 * (number + 1),
+                ran=True,
+                wall_s=walls[number],
+            )
+        )
+
+    add(0)  # naive alone, a finalist too: room for it and for one more like it
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (30 + 30))
+    add(1)
+    add(2)  # three finalists, but naive races anyway: the next may still add an entrant
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (10 + 20 + 30 + 20))
+    add(3)  # the fastest so far pushes naive out of the final: three on their own merit
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (40 + 10 + 20 + 30))
+    assert race_reserve_s(state, finalists=5, rounds=2) == pytest.approx(2 * (100 + 25))
