@@ -257,13 +257,17 @@ def _inductor_cache_dir() -> str:
     )
 
 
-def _child_env(workdir: Path) -> dict[str, str]:
-    """The trial's environment. Its temporary files go in its own folder (``workdir``),
+def _child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
+    """The trial's environment: this process's, with the OpenMP wait policy ``config`` runs
+    with (``autotune/omp.py``: OpenMP reads it when torch loads, before the child can set
+    anything). Its temporary files go in its own folder (``workdir``),
     which is removed when the burst ends, or by the trial when its search was killed: a
     DataLoader worker's ``pymp-*`` folder (its worker ends by a signal, skipping the
     clean-up at exit) would otherwise be left in the user's temporary folder by every
     burst. torch.compile's cache stays where it was, shared by the bursts."""
-    env = dict(os.environ)
+    from autotune.omp import environment_for
+
+    env = environment_for(config, os.environ)
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
     env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
     if len(str(workdir)) <= _MAX_SOCKET_DIR:
@@ -439,6 +443,7 @@ def run_burst(
             )
         return _supervise(
             workdir=workdir,
+            config=config,
             nproc=config.parallel.nproc_per_node if config.parallel is not None else 1,
             progress=_Progress(warmup=warmup, steps=steps),
             started=started,
@@ -466,6 +471,7 @@ def _spec_payload(spec: ModelSpec) -> dict[str, Any]:
 def _supervise(
     *,
     workdir: Path,
+    config: TrainConfig,
     nproc: int = 1,
     progress: _Progress,
     started: float,
@@ -484,7 +490,12 @@ def _supervise(
     sampler: ProcessTreeSampler | None = None
     try:
         proc = _spawn_child(
-            workdir, write_fd=write_fd, log_path=log_path, channel=channel, nproc=nproc
+            workdir,
+            config,
+            write_fd=write_fd,
+            log_path=log_path,
+            channel=channel,
+            nproc=nproc,
         )
         if nproc == 1:  # a FIFO's write end stays open here: no end of file before rank 0 opens it
             os.close(write_fd)
@@ -572,7 +583,13 @@ def _tree_budget(budget_bytes: int | None, nproc: int) -> int | None:
 
 
 def _spawn_child(
-    workdir: Path, *, write_fd: int, log_path: Path, channel: str | None = None, nproc: int = 1
+    workdir: Path,
+    config: TrainConfig,
+    *,
+    write_fd: int,
+    log_path: Path,
+    channel: str | None = None,
+    nproc: int = 1,
 ) -> subprocess.Popen[bytes]:
     """The trial process, in a session (and process group) of its own, its output in
     ``log_path``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
@@ -589,7 +606,7 @@ def _spawn_child(
             stderr=log,
             pass_fds=(write_fd,) if nproc == 1 else (),
             start_new_session=True,
-            env=_child_env(workdir),
+            env=_child_env(workdir, config),
         )
 
 

@@ -82,6 +82,9 @@ class TrainConfig:
     cudnn_benchmark: bool = False
     channels_last: bool = False  # model and 4-D inputs in NHWC (convolutional models)
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    # OMP_WAIT_POLICY=ACTIVE: torch's OpenMP threads spin between parallel regions instead
+    # of sleeping (CPU only; set before torch starts: autotune/step.py, omp_wait_policy)
+    omp_spin: bool = False
     knobs: Mapping[str, Any] = field(default_factory=dict)
     # Several processes (torchrun): their count and the DDP/FSDP knobs (autotune/parallel.py).
     parallel: ParallelConfig | None = None
@@ -293,6 +296,7 @@ def _field_problems(cfg: TrainConfig, *, path: str) -> list[str]:
         "cudnn_benchmark",
         "channels_last",
         "expandable_segments",
+        "omp_spin",
     ):
         value = getattr(cfg, name)
         if not isinstance(value, bool):
@@ -355,7 +359,7 @@ def check_config(
     if config.cudnn_benchmark and device.kind != "cuda":
         problems.append("config.cudnn_benchmark: only available on a CUDA device")
     problems += parallel_device_problems(config, device)
-    problems += _cuda_knob_problems(config, spec=spec, device=device)
+    problems += _switch_problems(config, spec=spec, device=device)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:
@@ -373,8 +377,8 @@ def check_config(
         raise ConfigError(problems, context=f"config not runnable on {device.device}")
 
 
-def _cuda_knob_problems(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) -> list[str]:
-    """The CUDA-only settings ``config`` turns on where they cannot run."""
+def _switch_problems(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) -> list[str]:
+    """The on/off settings of one device kind that ``config`` turns on where they cannot run."""
     problems: list[str] = []
     if config.channels_last and not spec.convolutional:
         problems.append(
@@ -385,5 +389,10 @@ def _cuda_knob_problems(config: TrainConfig, *, spec: ModelSpec, device: DeviceC
         problems.append(
             "config.expandable_segments: a setting of the CUDA caching allocator; needs a "
             f"CUDA device, not {device.device}"
+        )
+    if config.omp_spin and device.kind != "cpu":
+        problems.append(
+            "config.omp_spin: how torch's OpenMP threads wait between CPU operations; "
+            f"searched and set for a CPU device only, not {device.device}"
         )
     return problems

@@ -19,10 +19,12 @@ Loading a preset here reads data only: its model reference is never imported.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune import omp
 from autotune.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -62,6 +64,8 @@ class PresetLoop:
         self.device = torch.device(device)
         self.grad_clip = grad_clip
         apply_allocator_settings(self.config)  # expandable segments, before CUDA starts
+        if (problem := omp.mismatch(self.config)) is not None:
+            warnings.warn(problem, RuntimeWarning, stacklevel=2)
 
     @classmethod
     def from_preset(

@@ -9,8 +9,9 @@ it, compile modes only where ``torch.compile`` works, DataLoader workers up to
 knobs. On CUDA only, the ``CUDA_KNOBS`` too: fused AdamW, the allocator's expandable
 segments, and for a convolutional model cuDNN autotuning and channels-last; and a model
 knob marked ``cuda_only`` (the SDPA backend). Elsewhere these stay off and are no
-dimension, so a CPU space is what it was before they existed. ``--knob NAME=V1,V2``
-restrictions narrow it (``parse_knob_args`` reads them).
+dimension. On a CPU with more than one core, the ``CPU_KNOBS``: ``omp_spin``, torch's
+OpenMP threads spinning between operations instead of sleeping (on CUDA it stays off).
+``--knob NAME=V1,V2`` restrictions narrow it (``parse_knob_args`` reads them).
 
 It also names the search's starting points: ``naive()`` (the untuned baseline),
 ``smallest()`` (the least memory), ``guess()`` (a hand-tuner's first try) and
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_KNOBS",
+    "CPU_KNOBS",
     "CUDA_KNOBS",
+    "SWITCHES",
     "SearchSpace",
     "parse_knob_args",
     "parse_seq_len",
@@ -66,6 +69,12 @@ CUDA_KNOBS = (
     "cudnn_benchmark",
     "channels_last",
 )
+# On/off knobs searched on a CPU device only (with more than one core): OpenMP threads
+# spinning between parallel regions (OMP_WAIT_POLICY=ACTIVE). A small-op model on the
+# 2-core dev VM: 1.38x with it, and bursts of the default policy vary up to 1.35x from one
+# process to the next (BENCHMARKS.md, the 3,839 vs 2,904 gap).
+CPU_KNOBS = ("omp_spin",)
+SWITCHES = (*CUDA_KNOBS, *CPU_KNOBS)  # every on/off knob that is one device kind's
 _DERIVED = {
     "grad_accum": "grad_accum is derived (global batch / micro_batch); restrict micro_batch "
     "or change --global-batch instead",
@@ -193,6 +202,7 @@ class SearchSpace:
     expandable_segments: tuple[bool, ...] = (False,)
     cudnn_benchmark: tuple[bool, ...] = (False,)
     channels_last: tuple[bool, ...] = (False,)
+    omp_spin: tuple[bool, ...] = (False,)  # the CPU_KNOBS
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
     default_seq_len: int | None = None
@@ -205,7 +215,7 @@ class SearchSpace:
     def __post_init__(self) -> None:
         problems = [
             f"search space: {name} has no allowed value"
-            for name in (*BUILTIN_KNOBS, *CUDA_KNOBS, *self.knobs)
+            for name in (*BUILTIN_KNOBS, *SWITCHES, *self.knobs)
             if not self.choices(name)
         ]
         bad_mb = [m for m in self.micro_batch if self.global_batch % m]
@@ -257,7 +267,7 @@ class SearchSpace:
             num_workers=chosen["num_workers"],
             pin_memory=chosen["pin_memory"],
             prefetch_factor=chosen["prefetch_factor"],
-            **{name: chosen[name] for name in CUDA_KNOBS},
+            **{name: chosen[name] for name in SWITCHES},
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
             default_seq_len=spec.seq_len,
@@ -269,7 +279,7 @@ class SearchSpace:
     # -- the dimensions -------------------------------------------------------------------
     def choices(self, name: str) -> tuple[Any, ...]:
         """Allowed values of a built-in knob or of a model knob (``knobs.NAME`` or ``NAME``)."""
-        if name in BUILTIN_KNOBS or name in CUDA_KNOBS:
+        if name in BUILTIN_KNOBS or name in SWITCHES:
             values: tuple[Any, ...] = getattr(self, name)
             return values
         if name == "parallel" and self.parallel:
@@ -281,9 +291,9 @@ class SearchSpace:
 
     def dimensions(self) -> list[tuple[str, tuple[Any, ...]]]:
         """(parameter name, choices) for every knob; model knobs as ``knobs.NAME``. A CUDA
-        knob is one only where the space holds more than ``False`` for it."""
+        or CPU switch is one only where the space holds more than ``False`` for it."""
         dims = [(name, self.choices(name)) for name in BUILTIN_KNOBS]
-        dims += [(name, self.choices(name)) for name in self.cuda_knobs()]
+        dims += [(name, self.choices(name)) for name in self.switches()]
         dims += [(f"knobs.{name}", values) for name, values in self.knobs.items()]
         if self.parallel:
             dims.append(("parallel", self.parallel))
@@ -292,6 +302,10 @@ class SearchSpace:
     def cuda_knobs(self) -> tuple[str, ...]:
         """The ``CUDA_KNOBS`` this space turns (the others stay off)."""
         return tuple(name for name in CUDA_KNOBS if self.choices(name) != (False,))
+
+    def switches(self) -> tuple[str, ...]:
+        """The ``SWITCHES`` (CUDA's and the CPU's) this space turns (the others stay off)."""
+        return tuple(name for name in SWITCHES if self.choices(name) != (False,))
 
     def size(self) -> int:
         """How many distinct configs the space holds (pin/prefetch only with workers)."""
@@ -334,16 +348,14 @@ class SearchSpace:
             num_workers=workers,
             pin_memory=bool(values.get("pin_memory", False)) if workers > 0 else False,
             prefetch_factor=values.get("prefetch_factor") if workers > 0 else None,
-            **{name: bool(values.get(name, False)) for name in CUDA_KNOBS},
+            **{name: bool(values.get(name, False)) for name in SWITCHES},
             knobs={name: values[f"knobs.{name}"] for name in self.knobs},
             parallel=self._parallel_of(values),
         )
 
     def values_of(self, config: TrainConfig) -> dict[str, Any]:
         """The knob values of ``config`` (the inverse of ``make_config``)."""
-        out: dict[str, Any] = {
-            name: getattr(config, name) for name in (*BUILTIN_KNOBS, *CUDA_KNOBS)
-        }
+        out: dict[str, Any] = {name: getattr(config, name) for name in (*BUILTIN_KNOBS, *SWITCHES)}
         for name in self.knobs:
             out[f"knobs.{name}"] = config.knobs.get(name, self.knob_defaults.get(name))
         if self.parallel:
@@ -362,7 +374,7 @@ class SearchSpace:
                 continue
             if values[name] not in allowed:
                 return False
-        if any(values[name] not in self.choices(name) for name in CUDA_KNOBS):
+        if any(values[name] not in self.choices(name) for name in SWITCHES):
             return False
         return all(  # a model knob this space does not turn stays at its default
             name in self.knobs or value == self.knob_defaults.get(name)
@@ -436,7 +448,7 @@ class SearchSpace:
                 "num_workers": self.num_workers[0],
                 "pin_memory": _prefer(self.pin_memory, (False,)),
                 "prefetch_factor": self.prefetch_factor[0],
-                **self._cuda_knob_values(on=()),
+                **self._switch_values(on=()),
                 **self._default_knobs(),
             }
         )
@@ -458,7 +470,7 @@ class SearchSpace:
                 "num_workers": self.num_workers[0],
                 "pin_memory": _prefer(self.pin_memory, (False,)),
                 "prefetch_factor": self.prefetch_factor[0],
-                **self._cuda_knob_values(on=()),
+                **self._switch_values(on=()),
                 **self._default_knobs(),
             }
         )
@@ -484,9 +496,7 @@ class SearchSpace:
                 "num_workers": workers,
                 "pin_memory": _prefer(self.pin_memory, (True,)),
                 "prefetch_factor": self.prefetch_factor[0],
-                **self._cuda_knob_values(
-                    on=("fused_optimizer", "cudnn_benchmark", "channels_last")
-                ),
+                **self._switch_values(on=("fused_optimizer", "cudnn_benchmark", "channels_last")),
                 **self._default_knobs(),
             }
         )
@@ -516,7 +526,7 @@ class SearchSpace:
             modes = [m for m in self.compile if m != "off"]
             if config.compile == "off" and modes:
                 changes.append({"compile": modes[0]})
-            changes += [{name: not values[name]} for name in self.cuda_knobs()]
+            changes += [{name: not values[name]} for name in self.switches()]
             for name, allowed in self.knobs.items():
                 current = values[f"knobs.{name}"]
                 moves: Sequence[Any] = allowed
@@ -548,11 +558,11 @@ class SearchSpace:
         label = values.get("parallel") or self.parallel[0]  # None: a single-process config's
         return par.parse_label(str(label), self.nproc_per_node)
 
-    def _cuda_knob_values(self, *, on: Sequence[str]) -> dict[str, bool]:
-        """Each CUDA knob off, or on where it is named in ``on`` (as far as the space allows)."""
+    def _switch_values(self, *, on: Sequence[str]) -> dict[str, bool]:
+        """Each switch off, or on where it is named in ``on`` (as far as the space allows)."""
         return {
             name: _prefer(self.choices(name), (True, False) if name in on else (False, True))
-            for name in CUDA_KNOBS
+            for name in SWITCHES
         }
 
     def _default_seq_len(self) -> int:
@@ -640,6 +650,7 @@ def _builtin_choices(
         "expandable_segments": both if cuda else (False,),
         "cudnn_benchmark": both if cuda and spec.convolutional else (False,),
         "channels_last": both if cuda and spec.convolutional else (False,),
+        "omp_spin": both if device.kind == "cpu" and cpu_count > 1 else (False,),
     }
 
 
@@ -678,7 +689,7 @@ def _restrict(
         "compile": COMPILE_MODES,
         "pin_memory": (False, True),
         "prefetch_factor": PREFETCH_CHOICES,
-        **{name: (False, True) for name in CUDA_KNOBS},
+        **{name: (False, True) for name in SWITCHES},
     }
     why_not = _unavailable_reasons(spec, device)
     chosen = dict(full)
@@ -695,7 +706,7 @@ def _restrict(
                 f"on {device.device} it stays at {_format_value(unsearched[name].default)}"
             )
         if not is_model_knob and name not in full:
-            turned = [n for n in CUDA_KNOBS if full[n] != (False,)]
+            turned = [n for n in SWITCHES if full[n] != (False,)]
             allowed_names = [*BUILTIN_KNOBS, *turned, *model_knobs]
             raise UsageError(
                 f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
@@ -764,6 +775,12 @@ def _unavailable_reasons(spec: ModelSpec, device: DeviceCaps) -> dict[tuple[str,
         reasons[("prefetch_factor", pf)] = "prefetch is only searched on a CUDA device"
     for name in CUDA_KNOBS:
         reasons[(name, True)] = f"{name} is only searched on a CUDA device"
+    for name in CPU_KNOBS:
+        reasons[(name, True)] = (
+            f"{name} is only searched on a CPU device with more than one core"
+            if device.kind == "cpu"
+            else f"{name} is only searched on a CPU device"
+        )
     if device.kind == "cuda":
         for name in ("cudnn_benchmark", "channels_last"):
             reasons[(name, True)] = (

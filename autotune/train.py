@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from autotune import omp
 from autotune.batches import BatchStream
 from autotune.checkpoint import CheckpointError, restore_rng_state
 from autotune.config import TrainConfig, TrainingDefaults
@@ -318,6 +319,8 @@ class Trainer:
         that fails is a ``ModelLoadError`` naming it (``user_code``)."""
         apply_allocator_settings(self.config)  # expandable segments, as the burst ran
         apply_backend_flags(self.config, self.device)
+        if (problem := omp.mismatch(self.config)) is not None:  # `autotune train` sets it
+            self.display.message(f"warning: {problem}")
         with user_code(self.spec, "build_fn"):
             self.raw_model = prepare_model(self.spec, self.config, self.device)
         # DDP with the config's knobs, or FSDP2 sharding raw_model in place (parallel.py)

@@ -1,9 +1,9 @@
 """A tiny convolutional ``ModelSpec`` (declared ``convolutional``) that can write down, from
 inside a trial's process, what the step really ran with: the layout of its input and of
-its convolution's weight, the allocator setting in its environment and, on CUDA, the
-allocator's reserved peak so far (written at every forward; the last one wins). The CUDA-knob
-tests load it by reference (``tests/fake_conv.py:conv_spec``) so that a burst's child
-process builds it itself."""
+its convolution's weight, the allocator setting and the OpenMP wait policy in its
+environment and, on CUDA, the allocator's reserved peak so far (written at every forward;
+the last one wins). The knob tests load it by reference (``tests/fake_conv.py:conv_spec``)
+so that a burst's child process builds it itself."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class ConvNet(nn.Module):
                         "input_channels_last": images.is_contiguous(memory_format=last),
                         "weight_channels_last": self.conv.weight.is_contiguous(memory_format=last),
                         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                         "max_reserved": torch.cuda.max_memory_reserved() if cuda else None,
                     }
                 )

@@ -444,7 +444,7 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     its parent is gone, removes its folder and ends."""
     from autotune.burst import _child_env
 
-    env = _child_env(tmp_path / "w")
+    env = _child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
     assert env["TMPDIR"] == str(tmp_path / "w")  # its temporary files: in its folder
     workdir = tmp_path / "autotune-burst-1-x"

@@ -64,12 +64,12 @@ def turing() -> DeviceCaps:
 # -- the space: offered only where supported ------------------------------------------------
 
 
-def test_cpu_space_gains_no_dimension() -> None:
+def test_cpu_space_gains_no_cuda_dimension() -> None:
     for spec in (toy_spec(), conv_spec(), tiny_gpt()):
         space = SearchSpace.for_model(spec, cpu_caps(), cpu_count=2)
         names = [name for name, _ in space.dimensions()]
         model_knobs = [f"knobs.{k.name}" for k in spec.knobs if k.name != "sdpa_backend"]
-        assert names == [*BUILTIN_KNOBS, *model_knobs]
+        assert names == [*BUILTIN_KNOBS, "omp_spin", *model_knobs]  # the CPU's own switch
         assert space.cuda_knobs() == ()
         assert "max-autotune-no-cudagraphs" not in space.compile
         for config in (space.naive(), space.guess(), space.smallest()):

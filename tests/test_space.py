@@ -270,6 +270,7 @@ def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
         {"micro_batch": 8},
         {"micro_batch": 2},
         {"compile": "default"},
+        {"omp_spin": True},  # a CPU switch, flipped on its own
         {"knobs.kernel": "fused"},
         {"knobs.kernel": "tiled"},
         {"knobs.group": 1},

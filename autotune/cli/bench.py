@@ -76,6 +76,13 @@ def bench(
             help="The CUDA caching allocator's expandable segments (CUDA only).",
         ),
     ] = False,
+    omp_spin: Annotated[
+        bool,
+        typer.Option(
+            "--omp-spin",
+            help="torch's CPU threads spin between operations: OMP_WAIT_POLICY=ACTIVE (CPU only).",
+        ),
+    ] = False,
     activation_checkpointing: Annotated[
         bool, typer.Option("--activation-checkpointing", help="Recompute activations.")
     ] = False,
@@ -126,6 +133,7 @@ def bench(
         cudnn_benchmark=cudnn_benchmark,
         channels_last=channels_last,
         expandable_segments=expandable_segments,
+        omp_spin=omp_spin,
         knobs=parse_knobs(knob or []),
     )
     check_config(config, spec=spec, device=caps)

@@ -30,6 +30,7 @@ from typing import Annotated
 
 import typer
 
+from autotune import omp
 from autotune.cli._common import cli_command
 from autotune.errors import UsageError
 
@@ -158,6 +159,20 @@ def _relaunch_under_torchrun(nproc: int) -> None:
     os.execv(command[0], command)
 
 
+def _relaunch_with_omp_policy() -> None:
+    """Replace this process by the same command, started with the OpenMP wait policy the
+    preset's config was measured with (already in ``os.environ``): OpenMP took this
+    process's from the environment when torch loaded (``autotune/omp.py``)."""
+    typer.echo(
+        f"the preset's config spins torch's CPU threads: starting again with "
+        f"{omp.OMP_WAIT_VAR}={os.environ[omp.OMP_WAIT_VAR]}",
+        err=True,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "autotune", *sys.argv[1:]])
+
+
 @cli_command
 def train(
     preset: _Preset = None,
@@ -197,6 +212,10 @@ def train(
         option_names=_FLAGS,
         trust_model=trust_model,
     )
+    if omp.restart_needed(run.config):  # OpenMP reads it when torch loads: start again
+        os.environ[omp.OMP_WAIT_VAR] = str(omp.wait_policy(run.config, None))
+        if run.config.parallel is None or os.environ.get("WORLD_SIZE"):
+            _relaunch_with_omp_policy()
     if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
         _relaunch_under_torchrun(run.config.parallel.nproc_per_node)
     with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code

@@ -154,6 +154,11 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
             "config.expandable_segments=true: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
             "in the environment before the script starts"
         )
+    if config.omp_spin:
+        lines.append(
+            "config.omp_spin=true: OMP_WAIT_POLICY=ACTIVE in the environment before the "
+            "script starts (torch's CPU threads spin between operations)"
+        )
     if preset.budget_bytes is not None:
         from autotune.units import format_bytes
 

@@ -27,6 +27,10 @@ the race says by how much.
   - on CUDA fused AdamW (one kernel for the whole update), and for a convolutional model
     cuDNN autotuning and channels-last; the allocator's expandable segments stay off (the
     search tries them where fragmentation decides whether a micro-batch fits);
+  - on a CPU with more than one core, torch's OpenMP threads spinning between operations
+    instead of sleeping (``omp_spin``, ``OMP_WAIT_POLICY=ACTIVE``): a step of many small
+    operations waits on a sleeping thread's wake-up at each of them (MU at micro-batch 1
+    on the 2-core EPYC: 1.38x);
   - no activation checkpointing (it trades about a third more compute for memory; the
     search tries it where memory is what limits the batch);
   - each model knob at its default (the search's refinement moves them one at a time).
@@ -221,13 +225,13 @@ def project(space: SearchSpace, config: TrainConfig) -> tuple[TrainConfig, list[
     """``config`` moved into ``space``: each knob the space does not allow takes the
     space's guess instead (the micro-batch: the largest allowed one not above it), with a
     note for each change. The global batch is the space's."""
-    from autotune.space import CUDA_KNOBS
+    from autotune.space import SWITCHES
 
     values = space.values_of(config)
     fallback = space.values_of(space.guess())
     notes: list[str] = []
-    fixed = [(n, space.choices(n)) for n in CUDA_KNOBS if n not in space.cuda_knobs()]
-    for name, allowed in [*space.dimensions(), *fixed]:  # a CUDA knob off where not searched
+    fixed = [(n, space.choices(n)) for n in SWITCHES if n not in space.switches()]
+    for name, allowed in [*space.dimensions(), *fixed]:  # a switch off where not searched
         if name in ("pin_memory", "prefetch_factor") and values.get("num_workers", 0) == 0:
             continue
         if values[name] in allowed:
@@ -269,6 +273,7 @@ def playbook_config(
         cudnn_benchmark=_first(space.cudnn_benchmark, (True,)),  # convolutional, on CUDA
         channels_last=_first(space.channels_last, (True,)),
         expandable_segments=_first(space.expandable_segments, (False,)),
+        omp_spin=_first(space.omp_spin, (True,)),  # a CPU with more than one core
     )
     values["micro_batch"] = _playbook_micro_batch(space, values, memory, guide_micro_batch)
     return space.make_config(values)

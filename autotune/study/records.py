@@ -164,11 +164,12 @@ class TrialRecord:
         )
 
 
-_CUDA_LABELS = {
+_SWITCH_LABELS = {
     "fused_optimizer": "fused-adamw",
     "expandable_segments": "expandable-segments",
     "cudnn_benchmark": "cudnn-benchmark",
     "channels_last": "channels-last",
+    "omp_spin": "omp-spin",
 }
 
 
@@ -190,7 +191,7 @@ def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
         prefetch = config.get("prefetch_factor")
         extra += f" pf{prefetch}" if prefetch else ""
         parts.append(f"workers={workers}{extra}")
-    for name, label in _CUDA_LABELS.items():  # set only on CUDA
+    for name, label in _SWITCH_LABELS.items():  # set only on the device kind they are for
         if config.get(name):
             parts.append(label)
     for name, value in (config.get("knobs") or {}).items():

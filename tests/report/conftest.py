@@ -38,7 +38,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Searched:
     # bf16 is 30x slower here (pruned after one step); a micro-batch of 8 runs out of
     # memory (the hand-tuner's guess among them); one config crashes.
     burst = FakeBurst(bf16_slowdown=30.0, oom_above=400 * MB, fail=_crash_one)
-    result = run(root, burst, trials=14, steps=4, knobs=["precision=fp32,bf16"])
+    result = run(root, burst, trials=14, steps=4, knobs=["precision=fp32,bf16", "omp_spin=false"])
     counts = result.counts()
     assert counts["infeasible"] and counts["pruned"] and counts["failed"], counts
     return Searched(root=root, result=result, preset=root / "best.yaml")

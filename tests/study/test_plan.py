@@ -63,7 +63,7 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
             return super().speed(c) * (2.0 if c.knobs["kernel"] == "plain" else 1.0)
 
     burst = KernelBurst()
-    result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10)
+    result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10, knobs=["omp_spin=false"])
     guess = burst.calls[1]
     assert result.trials[1].role == "playbook" and guess.compile == "default"
     moves = burst.calls[2:5]
@@ -197,7 +197,7 @@ def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path:
     # mb 16, beats it by 30% (the fake's speed grows with the micro-batch): the rest of
     # mb 8's neighbours are skipped without a burst, and mb 16's come next.
     burst = FakeBurst()
-    result = run(tmp_path, burst, trials=8, budget="8GB")
+    result = run(tmp_path, burst, trials=8, budget="8GB", knobs=["omp_spin=false"])
     skipped = [t for t in result.trials if t.status == "skipped"]
     assert skipped and all(t.state == "PRUNED" and not t.ran for t in skipped)
     assert all(t.reason.startswith("a refinement of #1, which #") for t in skipped)

@@ -1,0 +1,131 @@
+"""The ``omp_spin`` switch: OpenMP's wait policy in the environment of every process that
+runs a config that spins (autotune/omp.py), and never anywhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from fake_caps import cpu_caps, cuda_caps
+from fake_conv import CONV
+from fake_lm import FAKE_LM
+from toy_spec import toy_spec
+
+from autotune import omp
+from autotune.burst import run_burst
+from autotune.config import TrainConfig, check_config
+from autotune.errors import ConfigError
+from autotune.models.registry import load_model
+from autotune.space import SearchSpace
+from autotune.study.playbook import playbook_config
+
+SPIN = TrainConfig(micro_batch=2, seq_len=8, omp_spin=True)
+PLAIN = TrainConfig(micro_batch=2, seq_len=8)
+
+
+def test_a_spinning_config_asks_for_active_and_another_keeps_the_users_policy() -> None:
+    assert omp.wait_policy(SPIN, None) == "ACTIVE"
+    assert omp.wait_policy(SPIN, "PASSIVE") == "ACTIVE"
+    assert omp.wait_policy(PLAIN, None) is None
+    assert omp.wait_policy(PLAIN, "PASSIVE") == "PASSIVE"
+    assert omp.environment_for(SPIN, {"A": "1"}) == {"A": "1", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert omp.environment_for(PLAIN, {"A": "1"}) == {"A": "1"}
+
+
+def test_a_process_started_without_the_policy_is_told_to_set_it() -> None:
+    assert omp.restart_needed(SPIN, {})
+    assert omp.restart_needed(SPIN, {"OMP_WAIT_POLICY": "PASSIVE"})
+    assert not omp.restart_needed(SPIN, {"OMP_WAIT_POLICY": "ACTIVE"})
+    assert not omp.restart_needed(PLAIN, {})
+    problem = omp.mismatch(SPIN, {})
+    assert problem is not None and "OMP_WAIT_POLICY=ACTIVE python" in problem
+    assert omp.mismatch(SPIN, {"OMP_WAIT_POLICY": "ACTIVE"}) is None
+
+
+def test_the_switch_is_a_cpu_one_searched_with_more_than_one_core() -> None:
+    spec = toy_spec()
+    assert SearchSpace.for_model(spec, cpu_caps(), cpu_count=2).omp_spin == (False, True)
+    assert SearchSpace.for_model(spec, cpu_caps(), cpu_count=1).omp_spin == (False,)
+    assert SearchSpace.for_model(spec, cuda_caps(), cpu_count=16).omp_spin == (False,)
+    with pytest.raises(ConfigError, match=r"config.omp_spin: .*CPU device only"):
+        check_config(SPIN, spec=spec, device=cuda_caps())
+    check_config(SPIN, spec=spec, device=cpu_caps())
+
+
+def test_the_playbook_spins_on_a_cpu_and_naive_does_not() -> None:
+    space = SearchSpace.for_model(toy_spec(), cpu_caps(), cpu_count=2)
+    assert playbook_config(space, toy_spec()).omp_spin
+    assert not space.naive().omp_spin and not space.guess().omp_spin
+    one_core = SearchSpace.for_model(toy_spec(), cpu_caps(), cpu_count=1)
+    assert not playbook_config(one_core, toy_spec()).omp_spin
+
+
+@pytest.mark.parametrize(
+    ("config", "user", "seen"), [(SPIN, None, "ACTIVE"), (PLAIN, "PASSIVE", "PASSIVE")]
+)
+def test_a_burst_child_starts_with_the_configs_wait_policy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    config: TrainConfig,
+    user: str | None,
+    seen: str,
+) -> None:
+    """Through a real burst (its own process): the policy is in the child's environment
+    before torch loads, and a config that does not spin keeps the user's."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    if user is not None:
+        monkeypatch.setenv("OMP_WAIT_POLICY", user)
+    record = tmp_path / "record.json"
+    result = run_burst(
+        load_model(f"{CONV}:conv_spec").with_args(record_file=str(record)),
+        config,
+        steps=1,
+        warmup=0,
+        timeout_s=120,
+    )
+    assert result.status == "ok", result.reason
+    assert json.loads(record.read_text())["omp_wait_policy"] == seen
+
+
+def test_presetloop_warns_where_the_process_started_without_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autotune.loop import PresetLoop
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with pytest.warns(RuntimeWarning, match="config.omp_spin"):
+        PresetLoop(SPIN)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PresetLoop(SPIN)
+    assert not [w for w in caught if "omp_spin" in str(w.message)]
+
+
+@pytest.mark.parametrize("spin", [True, False])
+def test_autotune_train_starts_again_with_the_policy_its_config_spins_with(
+    tmp_path: Path, spin: bool
+) -> None:
+    """The trainer's own check (a warning when the policy is not in its environment) is
+    what shows that the training process ran with it."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 100)
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--model", f"{FAKE_LM}:spec",
+        "--data", str(corpus), "--out", str(tmp_path / "run"), "--max-steps", "2",
+        "--set", "config.micro_batch=2", "--set", "config.seq_len=16",
+        "--set", f"config.omp_spin={str(spin).lower()}", "--eval-interval", "100000",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["AUTOTUNE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(FAKE_LM).parent), env.get("PYTHONPATH", "")])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert ("starting again with OMP_WAIT_POLICY=ACTIVE" in out) == spin, out
+    assert "config.omp_spin" not in out, out
