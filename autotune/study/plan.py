@@ -178,13 +178,10 @@ class Planner:
         neighbours wait too: the best of the starts is refined once they have run, and
         no refinement of a start that a later start beats takes a trial."""
         best = self.state.best()
-        due = best is not None and (best.number == record.number or self.refine_due)
-        if not due or self.starts_waiting(study):
-            self.refine_due = due or self.refine_due
+        if best is None or not (best.number == record.number or self.refine_due):
             return
-        self.refine_due = False
-        assert best is not None
-        if not best.ran or best.role == "naive":
+        self.refine_due = self.starts_waiting(study)
+        if self.refine_due or not best.ran or best.role == "naive":
             return
         space = self.state.space
         for cand in space.neighbours(best.train_config(), workers=False, kernels=True):
