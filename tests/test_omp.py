@@ -57,12 +57,15 @@ def test_the_switch_is_a_cpu_one_searched_with_more_than_one_core() -> None:
     check_config(SPIN, spec=spec, device=cpu_caps())
 
 
-def test_the_playbook_spins_on_a_cpu_and_naive_does_not() -> None:
+def test_no_start_assumes_spinning_and_the_refinement_tries_it() -> None:
     space = SearchSpace.for_model(toy_spec(), cpu_caps(), cpu_count=2)
-    assert playbook_config(space, toy_spec()).omp_spin
-    assert not space.naive().omp_spin and not space.guess().omp_spin
-    one_core = SearchSpace.for_model(toy_spec(), cpu_caps(), cpu_count=1)
-    assert not playbook_config(one_core, toy_spec()).omp_spin
+    start = playbook_config(space, toy_spec())
+    assert not start.omp_spin and not space.naive().omp_spin and not space.guess().omp_spin
+    flipped = [c for c in space.neighbours(start, kernels=True) if c.omp_spin]
+    assert flipped == [start.replace(omp_spin=True)]
+    assert not space.neighbours(start, kernels=False) or not any(
+        c.omp_spin for c in space.neighbours(start, kernels=False)
+    )
 
 
 @pytest.mark.parametrize(

@@ -27,10 +27,11 @@ the race says by how much.
   - on CUDA fused AdamW (one kernel for the whole update), and for a convolutional model
     cuDNN autotuning and channels-last; the allocator's expandable segments stay off (the
     search tries them where fragmentation decides whether a micro-batch fits);
-  - on a CPU with more than one core, torch's OpenMP threads spinning between operations
-    instead of sleeping (``omp_spin``, ``OMP_WAIT_POLICY=ACTIVE``): a step of many small
-    operations waits on a sleeping thread's wake-up at each of them (MU at micro-batch 1
-    on the 2-core EPYC: 1.38x);
+  - OpenMP's wait policy as the user has it (``omp_spin`` off): spinning threads
+    (``OMP_WAIT_POLICY=ACTIVE``) measured 1.38x at MU's micro-batch 1 in plain torch on
+    the 2-core EPYC, but through bursts 0.92-1.09x of the default policy, config by
+    config (``benchmarks/omp_policy.py``), so the search's refinement tries it rather
+    than the playbook assuming it;
   - no activation checkpointing (it trades about a third more compute for memory; the
     search tries it where memory is what limits the batch);
   - each model knob at its default (the search's refinement moves them one at a time).
@@ -273,7 +274,7 @@ def playbook_config(
         cudnn_benchmark=_first(space.cudnn_benchmark, (True,)),  # convolutional, on CUDA
         channels_last=_first(space.channels_last, (True,)),
         expandable_segments=_first(space.expandable_segments, (False,)),
-        omp_spin=_first(space.omp_spin, (True,)),  # a CPU with more than one core
+        omp_spin=False,  # measured, not assumed: the refinement flips it (docstring)
     )
     values["micro_batch"] = _playbook_micro_batch(space, values, memory, guide_micro_batch)
     return space.make_config(values)
