@@ -289,3 +289,44 @@ def test_the_reserve_keeps_room_for_a_finalist_the_next_trial_may_add() -> None:
     add(3)  # the fastest so far pushes naive out of the final: three on their own merit
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (40 + 10 + 20 + 30))
     assert race_reserve_s(state, finalists=5, rounds=2) == pytest.approx(2 * (100 + 25))
+
+
+def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
+    # mu's first search on a fresh machine: every compile of the study was a first one, so
+    # the quickest the search saw was no cached one; the race's come from the cache.
+    from fake_burst import cpu_profile, toy_spec
+
+    from autotune.space import SearchSpace
+    from autotune.study.race import CACHED_COMPILE_SHARE, race_reserve_s
+    from autotune.study.state import Limits, SearchState
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    naive = space.naive()
+    compiled = naive.replace(micro_batch=8, grad_accum=4, compile="default")
+
+    def add(number: int, config: TrainConfig, wall: float, compile_s: float | None) -> None:
+        state.absorb(
+            TrialRecord(
+                number=number,
+                state="COMPLETE",
+                status="ok",
+                config=config.to_dict(),
+                value=100.0 * (number + 1),
+                ran=True,
+                wall_s=wall,
+                compile_s=compile_s,
+            )
+        )
+
+    add(0, naive, 20.0, None)
+    add(1, compiled, 70.0, 60.0)  # a first compile, then 10 s of steps
+    hit = CACHED_COMPILE_SHARE * 60.0
+    walls = [20.0, 10.0 + hit]
+    room = (walls[0] + walls[1]) / 2  # one more entrant: the median of those in
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (sum(walls) + room))
+    add(2, compiled.replace(micro_batch=16, grad_accum=2), 15.0, 8.0)  # a cached compile
+    walls = [20.0, 10.0 + 8.0, 7.0 + 8.0]  # the quickest compile seen is the cache's
+    room = sorted(walls)[1]
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (sum(walls) + room))
