@@ -510,7 +510,7 @@ class SearchSpace:
         mode) when it is off, and each model knob moved on its own (a numeric knob to the
         next value up and down, any other to each of its other values). A warm start's
         second guesses, and the search's refinement around a new best. With ``kernels``,
-        each CUDA knob the space turns is flipped on its own too."""
+        each switch the space turns (CUDA's, the CPU's) is flipped on its own too, last."""
         out: list[TrainConfig] = []
         values = self.values_of(config)
         changes: list[dict[str, Any]] = [
@@ -526,7 +526,6 @@ class SearchSpace:
             modes = [m for m in self.compile if m != "off"]
             if config.compile == "off" and modes:
                 changes.append({"compile": modes[0]})
-            changes += [{name: not values[name]} for name in self.switches()]
             for name, allowed in self.knobs.items():
                 current = values[f"knobs.{name}"]
                 moves: Sequence[Any] = allowed
@@ -535,6 +534,9 @@ class SearchSpace:
                     at = ordered.index(current)
                     moves = ordered[max(at - 1, 0) : at + 2]
                 changes += [{f"knobs.{name}": v} for v in moves if v != current]
+            # the switches last: a model's kernel choice moved mu 2x in bf16 on a CPU, the
+            # CPU's omp_spin 0.92-1.09x (BENCHMARKS.md), and a short search runs these in order
+            changes += [{name: not values[name]} for name in self.switches()]
         for change in changes:
             new = {**values, **change}
             if new["micro_batch"] < 1 or new["num_workers"] < 0:

@@ -270,11 +270,11 @@ def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
         {"micro_batch": 8},
         {"micro_batch": 2},
         {"compile": "default"},
-        {"omp_spin": True},  # a CPU switch, flipped on its own
         {"knobs.kernel": "fused"},
         {"knobs.kernel": "tiled"},
         {"knobs.group": 1},
         {"knobs.group": 4},
+        {"omp_spin": True},  # a switch: flipped on its own, after the model's knobs
     ]
     compiled = space.make_config({**values, "compile": "default"})
     assert not any(c.compile == "off" for c in space.neighbours(compiled, kernels=True))
