@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import command_line, fmt_ratio, hardware_lines, load_average, render_table, utc_now
+from burst_args import CONFIG as GAP_CONFIG
 
 from autotune.burst import run_burst
 from autotune.config import TrainConfig
@@ -36,14 +37,7 @@ from autotune.study import summarize_config
 CONFIGS = {  # mu: the search's naive, the guide's hand-tuned, and the config of the gap
     "naive": TrainConfig(micro_batch=1, grad_accum=32, seq_len=128),
     "hand-tuned": TrainConfig(micro_batch=8, grad_accum=4, seq_len=128),
-    "the gap's": TrainConfig(
-        micro_batch=8,
-        grad_accum=4,
-        seq_len=128,
-        precision="bf16",
-        compile="default",
-        knobs={"block_group": 8, "attention": "eager"},
-    ),
+    "the gap's": GAP_CONFIG,
 }
 POLICIES = ("default", "PASSIVE", "ACTIVE")
 
