@@ -746,7 +746,9 @@ class Trainer:
             + f" = global batch {global_batch} ({tokens:,} {self.spec.throughput_unit}/step), "
             f"{self.spec.size_label(cfg.seq_len)}, {cfg.precision}, compile {cfg.compile}, "
             f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
-            f"{cfg.num_workers} workers; eval batch {2 * cfg.micro_batch}"
+            f"{cfg.num_workers} workers"
+            + (", OpenMP threads spin (omp_spin)" if cfg.omp_spin else "")
+            + f"; eval batch {2 * cfg.micro_batch}"
         )
         t = self.training
         self.display.message(

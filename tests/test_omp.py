@@ -131,4 +131,5 @@ def test_autotune_train_starts_again_with_the_policy_its_config_spins_with(
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert ("starting again with OMP_WAIT_POLICY=ACTIVE" in out) == spin, out
-    assert "config.omp_spin" not in out, out
+    assert ("OpenMP threads spin (omp_spin)" in out) == spin, out  # the config line
+    assert "config.omp_spin: the search measured" not in out, out  # the trainer's warning

@@ -161,11 +161,11 @@ def _relaunch_under_torchrun(nproc: int) -> None:
 
 def _relaunch_with_omp_policy() -> None:
     """Replace this process by the same command, started with the OpenMP wait policy the
-    preset's config was measured with (already in ``os.environ``): OpenMP took this
+    run's config was measured with (already in ``os.environ``): OpenMP took this
     process's from the environment when torch loaded (``autotune/omp.py``)."""
     typer.echo(
-        f"the preset's config spins torch's CPU threads: starting again with "
-        f"{omp.OMP_WAIT_VAR}={os.environ[omp.OMP_WAIT_VAR]}",
+        f"config.omp_spin: torch's CPU threads spin between operations; starting again "
+        f"with {omp.OMP_WAIT_VAR}={os.environ[omp.OMP_WAIT_VAR]}",
         err=True,
     )
     sys.stdout.flush()
