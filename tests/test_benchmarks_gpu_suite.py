@@ -197,15 +197,26 @@ def test_missing_wheels_are_named_with_the_download_command(
     assert "--no-index --no-deps" in err
 
 
-def test_the_pinned_versions_are_the_installed_ones() -> None:
-    from importlib.metadata import PackageNotFoundError, version
+def test_the_pinned_versions_meet_autotunes_requirements() -> None:
+    """The wheels the suite names for a machine without network must satisfy autotune's
+    own requirements. Not the versions installed here: those follow the registry (PyYAML
+    6.0.3 -> 6.0.4 between two CI runs failed an equality check) and each environment
+    (a development machine's cloudpickle 2.1, CI's fresh 3.1)."""
+    from importlib.metadata import requires
 
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted = {}
+    for line in requires("autotune") or []:
+        req = Requirement(line)
+        if req.marker is None:  # the core requirements, not an extra's
+            wanted[canonicalize_name(req.name)] = req.specifier
+    named = {canonicalize_name(dist) for _module, dist, _pinned in suite.WHEELS}
+    assert {"optuna", "pyyaml", "typer", "rich", "cloudpickle"} <= named & set(wanted)
     for _module, dist, pinned in suite.WHEELS:
-        try:
-            installed = version(dist)
-        except PackageNotFoundError:
-            continue
-        assert installed == pinned, f"{dist}: the suite pins {pinned}, {installed} is installed"
+        spec = wanted.get(canonicalize_name(dist))
+        assert spec is None or spec.contains(pinned), f"{dist}: {pinned} is outside {spec}"
 
 
 def test_dry_run_and_bad_steps(capsys: pytest.CaptureFixture[str]) -> None:
