@@ -70,9 +70,9 @@ CUDA_KNOBS = (
     "channels_last",
 )
 # On/off knobs searched on a CPU device only (with more than one core): OpenMP threads
-# spinning between parallel regions (OMP_WAIT_POLICY=ACTIVE). A small-op model on the
-# 2-core dev VM: 1.38x with it, and bursts of the default policy vary up to 1.35x from one
-# process to the next (BENCHMARKS.md, the 3,839 vs 2,904 gap).
+# spinning between parallel regions (OMP_WAIT_POLICY=ACTIVE). On the 2-core dev VM, mu's
+# micro-batch 1 in plain torch: 1.38x with it; through bursts 0.92-1.09x of the default
+# policy, by config (BENCHMARKS.md, the 3,839 vs 2,904 gap): measured, not assumed.
 CPU_KNOBS = ("omp_spin",)
 SWITCHES = (*CUDA_KNOBS, *CPU_KNOBS)  # every on/off knob that is one device kind's
 _DERIVED = {
