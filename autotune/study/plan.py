@@ -36,7 +36,10 @@ __all__ = ["OUTDATED_MARGIN", "Planner"]
 
 # A queued refinement of a trial is skipped once a later best beats that trial by more
 # than this (within it, the two are within a burst's noise: its neighbours still count).
-OUTDATED_MARGIN = 0.10
+# One config's fresh bursts spread 1.10-1.36x on the 2-core dev VM (OpenMP's idle threads
+# spin or sleep per process: BENCHMARKS.md); at 10%, mu's search skipped eager attention
+# (2x in bf16 there) after a neighbour led by 12%.
+OUTDATED_MARGIN = 0.25
 
 
 @dataclass(kw_only=True)
