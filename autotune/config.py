@@ -83,7 +83,7 @@ class TrainConfig:
     channels_last: bool = False  # model and 4-D inputs in NHWC (convolutional models)
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     # OMP_WAIT_POLICY=ACTIVE: torch's OpenMP threads spin between parallel regions instead
-    # of sleeping (CPU only; set before torch starts: autotune/step.py, omp_wait_policy)
+    # of sleeping (CPU only; set before torch starts: autotune/omp.py)
     omp_spin: bool = False
     knobs: Mapping[str, Any] = field(default_factory=dict)
     # Several processes (torchrun): their count and the DDP/FSDP knobs (autotune/parallel.py).

@@ -5,7 +5,7 @@ for all of them at its end. Between operations an idle thread spins for a while,
 sleeps; a step of many small operations then pays a sleeping thread's wake-up at each of
 them (on a VM, a wake-up is a trip through the hypervisor). Under OpenMP's default policy,
 which of the two a process mostly does differs from one process to the next: MU at
-micro-batch 1 on the 2-core EPYC VM measured 1,281-1,750 tokens/s over eight fresh
+micro-batch 1 on the 2-core EPYC VM measured 1,281-1,713 tokens/s over eight fresh
 processes of plain torch, 1,202-1,311 with ``OMP_WAIT_POLICY=PASSIVE`` and 1,687-1,776 (one
 of six: 1,351) with ``ACTIVE`` (BENCHMARKS.md, "the 3,839 vs 2,904 gap").
 
