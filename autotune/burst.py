@@ -27,12 +27,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import getpass
 import json
 import math
 import os
 import pickle
-import re
 import select
 import shutil
 import signal
@@ -245,18 +243,6 @@ def _remove_orphaned_workdirs() -> None:
 _MAX_SOCKET_DIR = 70
 
 
-def _inductor_cache_dir() -> str:
-    """Where torch.compile caches its kernels by default (torch's own rule, which follows
-    the temporary folder)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid_{os.getuid()}"
-    return os.path.join(
-        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
-    )
-
-
 def _child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
     """The trial's environment: this process's, with the OpenMP wait policy ``config`` runs
     with (``autotune/omp.py``: OpenMP reads it when torch loads, before the child can set
@@ -265,13 +251,14 @@ def _child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
     DataLoader worker's ``pymp-*`` folder (its worker ends by a signal, skipping the
     clean-up at exit) would otherwise be left in the user's temporary folder by every
     burst. torch.compile's cache stays where it was, shared by the bursts."""
+    from autotune.compile_cache import CACHE_ENV, torch_default_dir
     from autotune.omp import environment_for
 
     env = environment_for(config, os.environ)
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
     env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
     if len(str(workdir)) <= _MAX_SOCKET_DIR:
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+        env.setdefault(CACHE_ENV, torch_default_dir())
         env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
     # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.

@@ -7,16 +7,24 @@ which a reboot or a tmp cleaner empties). A search and ``autotune train`` point 
 ``<runs dir>/compile-cache`` instead, unless the user set it: a config compiled in a trial
 loads its code in the race and in the training run (mu, bf16, compile: 58 s to compile
 cold, 5.6 s from the cache, measured on the 2-core Xeon).
+
+Importing ``torch._dynamo`` writes torch's default folder into the environment (its disk
+cache asks for the folder at import), so a process that has checked compile support
+holds ``TORCHINDUCTOR_CACHE_DIR`` without anyone having chosen it: that value is torch's
+default, not the user's choice, and the runs folder's is used instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
+import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "compile_cache_dir", "shared_compile_cache"]
+__all__ = ["CACHE_ENV", "compile_cache_dir", "shared_compile_cache", "torch_default_dir"]
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -29,13 +37,34 @@ def compile_cache_dir(runs_dir: str | Path) -> Path:
 def shared_compile_cache(runs_dir: str | Path) -> Iterator[Path]:
     """Point Inductor's cache (this process and the bursts it starts) at the runs
     folder's for the duration; a cache the user chose (the variable set) is kept."""
-    chosen = os.environ.get(CACHE_ENV)
-    if chosen:
-        yield Path(chosen)
+    before = os.environ.get(CACHE_ENV)
+    if before and not _torchs_default(before):
+        yield Path(before)
         return
     folder = compile_cache_dir(runs_dir).resolve()
     os.environ[CACHE_ENV] = str(folder)
     try:
         yield folder
     finally:
-        os.environ.pop(CACHE_ENV, None)
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+
+
+def torch_default_dir() -> str:
+    """Where Inductor caches when nobody chose (torch's own rule, which follows the
+    temporary folder)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+    )
+
+
+def _torchs_default(folder: str) -> bool:
+    """Whether ``folder`` is torch's default (which torch itself puts in the environment
+    on ``import torch._dynamo``)."""
+    return os.path.abspath(folder) == os.path.abspath(torch_default_dir())

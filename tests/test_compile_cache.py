@@ -39,6 +39,24 @@ def test_a_search_points_its_bursts_at_the_runs_folders_compile_cache(
     assert CACHE_ENV not in os.environ  # restored after the search
 
 
+def test_torchs_own_default_in_the_environment_is_not_a_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import torch._dynamo`` writes torch's default folder into the environment, and
+    the search's probe imports it: the bursts used /tmp/torchinductor_<user>, shared by
+    every search on the machine, not the runs folder's."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    import torch._dynamo  # noqa: F401  (puts torch's default in the environment)
+
+    from autotune.compile_cache import torch_default_dir
+
+    monkeypatch.setenv(CACHE_ENV, torch_default_dir())  # as torch leaves it, import or not
+    burst = CacheSeen()
+    run(tmp_path, burst, trials=3)
+    assert set(burst.seen) == {str(compile_cache_dir(tmp_path / "runs").resolve())}
+    assert os.environ[CACHE_ENV] == torch_default_dir()  # torch's value restored after
+
+
 def test_a_cache_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
     with shared_compile_cache(tmp_path / "runs") as folder:
