@@ -505,38 +505,47 @@ class SearchSpace:
         self, config: TrainConfig, *, workers: bool = True, kernels: bool = False
     ) -> list[TrainConfig]:
         """Configs one step away that the space holds: micro-batch x2 and /2; with
-        ``workers``, one DataLoader worker more or fewer; with ``kernels``, the choices
-        that change which kernels run but not the batch: compile turned on (its first
-        mode) when it is off, and each model knob moved on its own (a numeric knob to the
-        next value up and down, any other to each of its other values). A warm start's
-        second guesses, and the search's refinement around a new best. With ``kernels``,
-        each switch the space turns (CUDA's, the CPU's) is flipped on its own too, last."""
-        out: list[TrainConfig] = []
+        ``workers``, one DataLoader worker more or fewer. A warm start's second guesses.
+
+        With ``kernels`` (the search's refinement around a new best), also the choices
+        that change which kernels run but not the batch, the discrete ones first: compile
+        turned on (its first mode) when it is off, and each categorical model knob to each
+        of its other values; then the micro-batch and worker steps; then each numeric model
+        knob to the next value up and down; each switch the space turns (CUDA's, the CPU's)
+        flipped on its own last. A short search runs these in order, and on a CPU whose
+        compile cache is empty it has time for one or two: a kernel choice moved mu 1.54x
+        in bf16 with compile (eager attention), a micro-batch step 0.98-1.17x, block_group
+        0.80x, the CPU's omp_spin 0.92-1.09x (BENCHMARKS.md)."""
         values = self.values_of(config)
-        changes: list[dict[str, Any]] = [
+        steps: list[dict[str, Any]] = [
             {"micro_batch": config.micro_batch * 2},
             {"micro_batch": config.micro_batch // 2},
         ]
         if workers:
-            changes += [
+            steps += [
                 {"num_workers": config.num_workers + 1},
                 {"num_workers": config.num_workers - 1},
             ]
-        if kernels:
+        if not kernels:
+            changes = steps
+        else:
+            discrete: list[dict[str, Any]] = []
+            numeric: list[dict[str, Any]] = []
             modes = [m for m in self.compile if m != "off"]
             if config.compile == "off" and modes:
-                changes.append({"compile": modes[0]})
+                discrete.append({"compile": modes[0]})
             for name, allowed in self.knobs.items():
                 current = values[f"knobs.{name}"]
-                moves: Sequence[Any] = allowed
-                if _ordinal(allowed) and current in allowed:
+                if not _ordinal(allowed):
+                    discrete += [{f"knobs.{name}": v} for v in allowed if v != current]
+                elif current in allowed:
                     ordered = sorted(allowed)
                     at = ordered.index(current)
-                    moves = ordered[max(at - 1, 0) : at + 2]
-                changes += [{f"knobs.{name}": v} for v in moves if v != current]
-            # the switches last: a model's kernel choice moved mu 2x in bf16 on a CPU, the
-            # CPU's omp_spin 0.92-1.09x (BENCHMARKS.md), and a short search runs these in order
-            changes += [{name: not values[name]} for name in self.switches()]
+                    nearby = ordered[max(at - 1, 0) : at + 2]
+                    numeric += [{f"knobs.{name}": v} for v in nearby if v != current]
+            switches = [{name: not values[name]} for name in self.switches()]
+            changes = [*discrete, *steps, *numeric, *switches]
+        out: list[TrainConfig] = []
         for change in changes:
             new = {**values, **change}
             if new["micro_batch"] < 1 or new["num_workers"] < 0:

@@ -252,7 +252,7 @@ def test_neighbours_stay_in_the_space() -> None:
     assert found == {(8, 0), (2, 0), (4, 1)}
 
 
-def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
+def test_kernel_neighbours_put_the_discrete_choices_before_the_steps() -> None:
     knobs = (
         Knob(name="kernel", values=("fused", "plain", "tiled"), default="fused"),
         Knob(name="group", values=(1, 2, 4, 8), default=8),
@@ -267,14 +267,15 @@ def test_kernel_neighbours_turn_compile_on_and_move_each_model_knob() -> None:
         for c in found
     ]
     assert moved == [
-        {"micro_batch": 8},
-        {"micro_batch": 2},
+        # the discrete kernel choices first: a short search may have time for one or two
         {"compile": "default"},
         {"knobs.kernel": "fused"},
         {"knobs.kernel": "tiled"},
-        {"knobs.group": 1},
+        {"micro_batch": 8},
+        {"micro_batch": 2},
+        {"knobs.group": 1},  # a numeric knob: one value up and down
         {"knobs.group": 4},
-        {"omp_spin": True},  # a switch: flipped on its own, after the model's knobs
+        {"omp_spin": True},  # a switch: flipped on its own, last
     ]
     compiled = space.make_config({**values, "compile": "default"})
     assert not any(c.compile == "off" for c in space.neighbours(compiled, kernels=True))

@@ -7,8 +7,9 @@ study; if it does not fit, the smallest config (to tell a too-small budget, exit
 else the expert starts (``autotune/study/playbook.py``: the model guide's hand-tuned
 config and the playbook's; the playbook's without compile when its compile gives no
 result), or a warm start's preset config and its neighbours. Each time a trial becomes the
-best, its neighbours (one knob moved) are queued next; while expert starts wait, they wait
-too, so the best of the starts is the first refined. Between these, the sampler (TPE)
+best, its neighbours (one knob moved, the discrete kernel choices first) are queued next,
+and one that does not fit the budget once more with activation checkpointing; while expert
+starts wait, they wait too, so the best of the starts is the first refined. Between these, the sampler (TPE)
 proposes; a proposal that a known OOM dominates, or that the memory model predicts over
 the budget, is ruled out without a burst.
 """
@@ -140,6 +141,7 @@ class Planner:
         self.enqueue_experts(study)
         self.without_compile(study, record)
         self.refine(study, record)
+        self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.measure_again(study, record)
         reason = self.state.stop_reason()
         if reason:
@@ -172,11 +174,13 @@ class Planner:
 
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
         """When a measured trial becomes the best, queue its neighbours that have no
-        result yet, one knob moved at a time: the micro-batch (x2, /2) first, as it
-        matters most, then compile turned on and each model knob moved (a kernel choice
-        such as MU's attention can double the speed, but only together with the right
-        precision). TPE, sampling around its model, can take many trials to land on the
-        one step next to the best, and a short search has few to spare. OOM neighbours
+        result yet, one knob moved at a time: the discrete kernel choices first (compile
+        turned on, each categorical model knob: MU's eager attention moved it 1.54x, but
+        only together with bf16 and compile), then the micro-batch (x2, /2), then the
+        numeric model knobs and the switches (``SearchSpace.neighbours``). TPE, sampling
+        around its model, can take many trials to land on the one step next to the best,
+        and a short search has few to spare: on a CPU with an empty compile cache, mu's
+        default search has time for one refinement of the playbook's compiled start. OOM neighbours
         cost nothing (the memory model skips them). While expert starts wait, the
         neighbours wait too: the best of the starts is refined once they have run, and
         no refinement of a start that a later start beats takes a trial."""
@@ -189,6 +193,21 @@ class Planner:
         space = self.state.space
         for cand in space.neighbours(best.train_config(), workers=False, kernels=True):
             self._queue(study, cand, role="refine", refines=best.number)
+
+    def fit_with_checkpointing(
+        self, study: optuna.Study, record: TrialRecord, refines: Any
+    ) -> None:
+        """A refinement that does not fit the budget (the best's micro-batch doubled, most
+        often: out of memory, or predicted or known to be) is queued once more with
+        activation checkpointing, which trades recomputation for the memory to fit it: what
+        an engineer tries next at the edge of memory, one step that TPE, proposing each
+        knob from its own model, takes many trials to land on."""
+        config = record.train_config()
+        if record.role != "refine" or not record.infeasible or config.activation_checkpointing:
+            return
+        fitted = config.replace(activation_checkpointing=True)
+        if self.state.space.contains(fitted):
+            self._queue(study, fitted, role="refine", refines=refines)
 
     def outdated(self, refines: Any) -> str:
         """Why a queued refinement of trial ``refines`` is not worth its burst any more:

@@ -50,8 +50,9 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
 def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
     # A kernel choice that doubles the speed (as MU's eager attention does in bf16 on a
     # CPU): after the playbook's start becomes the best, its neighbours come next, one
-    # knob moved each: micro-batch x2 and /2, the categorical knob to its other value, the
-    # numeric knob one value down (8 is its top). Compile is on already (the playbook's).
+    # knob moved each: the categorical knob to its other value first (a short search may
+    # have time for one refinement), then micro-batch x2 and /2, then the numeric knob one
+    # value down (8 is its top). Compile is on already (the playbook's).
     knobs = (
         Knob(name="kernel", values=("fused", "plain"), default="fused"),
         Knob(name="group", values=(1, 2, 4, 8), default=8),
@@ -66,23 +67,26 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
     result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10, knobs=["omp_spin=false"])
     guess = burst.calls[1]
     assert result.trials[1].role == "playbook" and guess.compile == "default"
-    moves = burst.calls[2:5]
     assert [t.role for t in result.trials[2:6]] == ["refine"] * 4
-    changed = []
-    for config in moves:
-        diff = {
+
+    def moved(config: TrainConfig) -> set[str]:
+        return {
             name
             for name in ("micro_batch", "compile", "precision", "activation_checkpointing")
             if getattr(config, name) != getattr(guess, name)
         } | {f"knobs.{k}" for k, v in config.knobs.items() if v != guess.knobs[k]}
-        changed.append((diff, config.micro_batch, config.compile, dict(config.knobs)))
-    assert [d for d, *_ in changed] == [{"micro_batch"}, {"micro_batch"}, {"knobs.kernel"}]
-    assert {mb for _, mb, *_ in changed[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
-    assert changed[2][3]["kernel"] == "plain"
-    # the plain kernel doubled the speed: the group move of the playbook's config, queued
-    # before, is skipped without a burst (a refinement of a trial the best clearly beats)
-    group_move = result.trials[5]
-    assert group_move.status == "skipped" and group_move.config["knobs"]["group"] == 4
+
+    first = result.trials[2].train_config()
+    assert moved(first) == {"knobs.kernel"} and first.knobs["kernel"] == "plain"
+    assert result.trials[2].ran and burst.calls[2] == first
+    # the plain kernel doubled the speed: the playbook's other neighbours, queued after
+    # it (micro-batch x2 and /2, then the group one value down), are skipped without a
+    # burst (refinements of a trial the best clearly beats)
+    skipped = [t.train_config() for t in result.trials[3:6]]
+    assert all(t.status == "skipped" for t in result.trials[3:6])
+    assert [moved(c) for c in skipped] == [{"micro_batch"}, {"micro_batch"}, {"knobs.group"}]
+    assert {c.micro_batch for c in skipped[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
+    assert skipped[2].knobs["group"] == 4
     # the kernel and compile together win, within ten trials
     assert result.best is not None
     best = result.best.train_config()
@@ -190,6 +194,29 @@ def test_warm_start_runs_the_preset_config_and_its_neighbours_first(tmp_path: Pa
         )
         diff = {k for k, v in neighbour.to_dict().items() if warm.to_dict()[k] != v}
         assert diff <= {"micro_batch", "grad_accum", "num_workers"}
+
+
+def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(tmp_path: Path) -> None:
+    # 1 GB budget, 50 MB + 1 MB per token: the playbook's mb 8 fits, its refinement mb 16
+    # runs out of memory; mb 16 with activation checkpointing (a fifth of the activations
+    # here) fits, and is queued as a refinement of the same trial
+    import optuna
+
+    burst = FakeBurst(per_token=1 * MB, base=50 * MB)
+    result = run(tmp_path, burst, trials=8, knobs=["omp_spin=false"])
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    trials = {t.number: t for t in study.trials}
+    oom = next(t for t in result.trials if t.role == "refine" and t.status == "oom")
+    fitted = oom.train_config().replace(activation_checkpointing=True)
+    again = [t for t in result.trials if t.train_config() == fitted]
+    assert again and again[0].role == "refine" and again[0].number > oom.number
+    assert trials[again[0].number].user_attrs["refines"] == trials[oom.number].user_attrs["refines"]
+    assert again[0].status == "ok" and again[0].ran
+    # and never the other way round: a refinement with checkpointing that does not fit
+    assert not any(
+        t.role == "refine" and t.config["activation_checkpointing"] and t.number < oom.number
+        for t in result.trials
+    )
 
 
 def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path: Path) -> None:
