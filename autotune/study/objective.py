@@ -67,7 +67,14 @@ if TYPE_CHECKING:
     from autotune.study.state import SearchState
     from autotune.study.workers import Workers
 
-__all__ = ["INFEASIBLE_VALUE", "BurstFn", "BurstRunner", "Goal", "TrialObjective"]
+__all__ = [
+    "INFEASIBLE_VALUE",
+    "BurstFn",
+    "BurstRunner",
+    "Goal",
+    "TrialObjective",
+    "will_not_finish",
+]
 
 INFEASIBLE_VALUE = 0.0
 MIN_CAPPED_BURST_S = 1.0  # the least time a burst gets when the time limit caps it
@@ -181,6 +188,12 @@ class TrialObjective:
         outdated = self.planner.outdated(trial.user_attrs.get("refines"))
         if outdated and trial.user_attrs.get("role") == "refine":
             _pass_over(trial, outdated)
+        role = trial.user_attrs.get("role")
+        short = "" if role in ("naive", "re-measure") else will_not_finish(self.state, config)
+        if short:  # the race gets the time instead: it runs more rounds in time saved
+            self.state.stopped = short
+            trial.study.stop()
+            _pass_over(trial, short)
         if self.workers is not None:
             status, reason = self.workers.gate(trial, config, again=remeasure)
             if status:  # another worker measures it, or the study's budget is spent
@@ -447,6 +460,28 @@ class TrialObjective:
         if previous.state == "PRUNED":
             raise optuna.TrialPruned(f"same config as pruned trial #{previous.number}")
         return float(previous.value if previous.value is not None else INFEASIBLE_VALUE)
+
+
+def will_not_finish(state: SearchState, config: TrainConfig) -> str:
+    """Why a burst of the compiled ``config`` would not finish in the time left for trials
+    ("" when it may): each config compiles its own graph, and the quickest compiled trial
+    of this search so far is the least it takes. mu on the 2-core CPU with an empty cache:
+    a refinement started with 36 s left, where compiled trials had taken 44-52 s, and was
+    stopped at the limit with nothing measured."""
+    left = state.time_for_trials()
+    if config.compile == "off" or left is None:
+        return ""
+    walls = [
+        r.wall_s
+        for r in state.records.values()
+        if r.ran and r.feasible and r.wall_s and r.config.get("compile", "off") != "off"
+    ]
+    if not walls or left >= min(walls):
+        return ""
+    return (
+        f"the time left for trials ({left:.0f} s) is less than a compiled trial takes here "
+        f"({min(walls):.0f} s, the quickest so far)"
+    )
 
 
 def _pass_over(trial: optuna.Trial, reason: str) -> NoReturn:

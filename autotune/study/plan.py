@@ -9,9 +9,9 @@ config and the playbook's; the playbook's without compile when its compile gives
 result), or a warm start's preset config and its neighbours. Each time a trial becomes the
 best, its neighbours (one knob moved, the discrete kernel choices first) are queued next,
 and one that does not fit the budget once more with activation checkpointing; while expert
-starts wait, they wait too, so the best of the starts is the first refined. Between these, the sampler (TPE)
-proposes; a proposal that a known OOM dominates, or that the memory model predicts over
-the budget, is ruled out without a burst.
+starts wait, they wait too, so the best of the starts is the first refined. Between these,
+the sampler (TPE) proposes; a proposal that a known OOM dominates, or that the memory model
+predicts over the budget, is ruled out without a burst.
 """
 
 from __future__ import annotations

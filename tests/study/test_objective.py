@@ -297,3 +297,34 @@ def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_li
     assert timeouts == [pytest.approx(4.0)]  # a third of the 12 s limit
     cut = next(t for t in result.trials if t.status == "stopped")
     assert "(33% of the time limit)" in cut.reason
+
+
+def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -> None:
+    # mu, 2-core CPU, empty compile cache: compiled trials took 44-52 s, and a refinement
+    # started with 36 s left for trials was stopped at the limit with nothing measured
+    from types import SimpleNamespace
+
+    from autotune.study.objective import will_not_finish
+    from autotune.study.records import TrialRecord
+
+    def record(number: int, compile: str, wall_s: float, status: str = "ok") -> TrialRecord:
+        config = TrainConfig(micro_batch=8, seq_len=64, compile=compile).to_dict()
+        return TrialRecord(
+            number=number, state="COMPLETE", status=status, config=config, ran=True, wall_s=wall_s
+        )
+
+    records = {0: record(0, "off", 18.0), 1: record(1, "default", 52.0)}
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0)
+    compiled = TrainConfig(micro_batch=16, seq_len=64, compile="default")
+    eager = compiled.replace(compile="off")
+    assert "less than a compiled trial takes here (52 s" in will_not_finish(state, compiled)
+    assert will_not_finish(state, eager) == ""  # an uncompiled burst is not judged by it
+    records[2] = record(2, "default", 30.0)  # a quicker compile: 36 s may be enough
+    assert will_not_finish(state, compiled) == ""
+    records[2] = record(2, "default", 30.0, status="oom")  # only results count
+    assert will_not_finish(state, compiled) != ""
+    state.time_for_trials = lambda: None  # no time limit
+    assert will_not_finish(state, compiled) == ""
+    state.records = {0: records[0]}  # no compiled trial finished yet: nothing to go by
+    state.time_for_trials = lambda: 1.0
+    assert will_not_finish(state, compiled) == ""
