@@ -513,9 +513,9 @@ class SearchSpace:
         of its other values; then the micro-batch and worker steps; then each numeric model
         knob to the next value up and down; each switch the space turns (CUDA's, the CPU's)
         flipped on its own last. A short search runs these in order, and on a CPU whose
-        compile cache is empty it has time for one or two: a kernel choice moved mu 1.54x
-        in bf16 with compile (eager attention), a micro-batch step 0.98-1.17x, block_group
-        0.80x, the CPU's omp_spin 0.92-1.09x (BENCHMARKS.md)."""
+        compile cache is empty it has time for one or two: a kernel choice moved mu
+        1.48-1.54x in bf16 with compile (eager attention), a micro-batch step 0.98-1.17x,
+        block_group 0.80x, the CPU's omp_spin 0.92-1.09x (BENCHMARKS.md)."""
         values = self.values_of(config)
         steps: list[dict[str, Any]] = [
             {"micro_batch": config.micro_batch * 2},

@@ -56,7 +56,7 @@ import optuna
 
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome, trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.units import format_bytes
+from autotune.units import format_bytes, format_rate
 
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
@@ -185,10 +185,10 @@ class TrialObjective:
         slow = self.state.slow_compiles.get(config.compile)
         if slow:
             _pass_over(trial, slow)
-        outdated = self.planner.outdated(trial.user_attrs.get("refines"))
-        if outdated and trial.user_attrs.get("role") == "refine":
-            _pass_over(trial, outdated)
         role = trial.user_attrs.get("role")
+        outdated = self.planner.outdated(trial.user_attrs.get("refines"))
+        if outdated and role == "refine":
+            _pass_over(trial, outdated)
         short = "" if role in ("naive", "re-measure") else will_not_finish(self.state, config)
         if short:  # the race gets the time instead: it runs more rounds in time saved
             self.state.stopped = short
@@ -414,8 +414,8 @@ class TrialObjective:
         best = self.state.best_throughput()
         if seen and best:
             reason = (
-                f"pruned after {len(seen)} timed steps: at most {max(seen):,.4g} "
-                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far ({best:,.4g})"
+                f"pruned after {len(seen)} timed steps: at most {format_rate(max(seen))} "
+                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far ({format_rate(best)})"
             )
         else:
             reason = result.reason or "pruned"

@@ -175,14 +175,14 @@ class Planner:
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
         """When a measured trial becomes the best, queue its neighbours that have no
         result yet, one knob moved at a time: the discrete kernel choices first (compile
-        turned on, each categorical model knob: MU's eager attention moved it 1.54x, but
-        only together with bf16 and compile), then the micro-batch (x2, /2), then the
+        turned on, each categorical model knob: MU's eager attention moved it 1.48-1.54x,
+        but only together with bf16 and compile), then the micro-batch (x2, /2), then the
         numeric model knobs and the switches (``SearchSpace.neighbours``). TPE, sampling
         around its model, can take many trials to land on the one step next to the best,
         and a short search has few to spare: on a CPU with an empty compile cache, mu's
-        default search has time for one refinement of the playbook's compiled start. OOM neighbours
-        cost nothing (the memory model skips them). While expert starts wait, the
-        neighbours wait too: the best of the starts is refined once they have run, and
+        default search has time for one refinement of the playbook's compiled start. OOM
+        neighbours cost nothing (the memory model skips them). While expert starts wait,
+        the neighbours wait too: the best of the starts is refined once they have run, and
         no refinement of a start that a later start beats takes a trial."""
         best = self.state.best()
         if best is None or not (best.number == record.number or self.refine_due):

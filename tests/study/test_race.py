@@ -330,3 +330,11 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     walls = [20.0, 10.0 + 8.0, 7.0 + 8.0]  # the quickest compile seen is the cache's
     room = sorted(walls)[1]
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(2 * (sum(walls) + room))
+
+
+def test_a_round_line_writes_throughputs_as_people_read_them() -> None:
+    from autotune.study.race import _round_line
+
+    fast, slow, naive = _entrant(7, [10_630.4]), _entrant(4, [24.61]), _entrant(0, [None], "naive")
+    line = _round_line(0, [fast, slow, naive], "tokens/s")  # gpt-small printed 1.06e+04
+    assert line == "race round 1: #7 10,630, #4 24.6, #0 (naive) - tokens/s"
