@@ -239,8 +239,14 @@ def test_sigterm_and_sighup_take_the_ctrl_c_path(
         return fake(*args, **kwargs)
 
     monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    # under nohup SIGHUP is ignored, and the search rightly leaves it so: this test is
+    # about a process that receives it
+    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     before = signal.getsignal(signal.SIGTERM)
-    result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
+    try:
+        result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
+    finally:
+        signal.signal(signal.SIGHUP, hup)
     assert result.exit_code == code, result.output
     assert f"stopped by {sig}" in result.stderr and "rerun" in result.stderr
     assert signal.getsignal(signal.SIGTERM) == before  # the handlers are given back
