@@ -8,7 +8,7 @@ import re
 
 from autotune.errors import BudgetError, UsageError
 
-__all__ = ["format_bytes", "format_rate", "parse_budget", "parse_duration", "throughput_label"]
+__all__ = ["format_bytes", "format_figure", "parse_budget", "parse_duration", "throughput_label"]
 
 _UNITS = {
     "": 1,
@@ -80,9 +80,9 @@ _DURATION = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|m|min|h|hr)
 _DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
 
 
-def format_rate(value: float) -> str:
-    """A throughput as people read it: ``10,424`` (tokens/s), ``24.6`` (samples/s)."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+def format_figure(value: float) -> str:
+    """A measured figure as people read it: ``10,424`` (tokens/s), ``24.6`` (samples/s)."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def parse_duration(text: str | float | int, *, what: str = "duration") -> float:

@@ -17,7 +17,7 @@ import typer
 
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
 from autotune.errors import UsageError
-from autotune.units import format_rate
+from autotune.units import format_figure
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -380,7 +380,7 @@ def _warm_start(reference: str | None) -> Path | None:
 def _fmt_tp(value: float | None) -> str:
     if value is None:
         return "-"
-    return format_rate(value)
+    return format_figure(value)
 
 
 def _fmt_s(seconds: float | None) -> str:

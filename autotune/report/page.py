@@ -22,7 +22,7 @@ from autotune.study.records import (
     memory_model_note,
     summarize_config,
 )
-from autotune.units import format_bytes
+from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
     from autotune.report.data import ReportData
@@ -103,7 +103,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+        return format_figure(value)
     return str(value)
 
 

@@ -56,7 +56,7 @@ import optuna
 
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome, trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.units import format_bytes, format_rate
+from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
@@ -414,8 +414,9 @@ class TrialObjective:
         best = self.state.best_throughput()
         if seen and best:
             reason = (
-                f"pruned after {len(seen)} timed steps: at most {format_rate(max(seen))} "
-                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far ({format_rate(best)})"
+                f"pruned after {len(seen)} timed steps: at most {format_figure(max(seen))} "
+                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far "
+                f"({format_figure(best)})"
             )
         else:
             reason = result.reason or "pruned"

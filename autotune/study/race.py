@@ -61,7 +61,7 @@ from autotune.study.records import (
     distinct_best,
     memory_model_note,
 )
-from autotune.units import format_bytes, format_rate
+from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
     from autotune.burst import BurstResult
@@ -570,7 +570,7 @@ def _out_of_time(state: SearchState, entrants: list[Entrant], *, fair: bool = Tr
 
 def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:
     figures = ", ".join(
-        f"{e.label} {format_rate(e.throughputs[-1])}" if e.throughputs and e.throughputs[-1] else
+        f"{e.label} {format_figure(e.throughputs[-1])}" if e.throughputs and e.throughputs[-1] else
         f"{e.label} -"
         for e in entrants
         if len(e.throughputs) == round_ + 1
