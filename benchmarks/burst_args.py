@@ -1,7 +1,7 @@
 """One config, measured with the burst arguments of a search trial, of the old verification
 and of compare.py, in interleaved rounds: do the arguments change the figure?
 
-Issue 15 item 5: BENCHMARKS.md recorded one config at 3,839 tokens/s in a study and 2,904
+BENCHMARKS.md recorded one config at 3,839 tokens/s in a study and 2,904
 in compare.py's table. The calls differ only in their arguments (timed steps, warm-up,
 the eval step and checkpoint save, the device capabilities passed in); this script
 measures the three side by side.
@@ -17,9 +17,9 @@ import argparse
 import os
 import statistics
 
-from autotune.burst import run_burst
-from autotune.config import TrainConfig
-from autotune.hardware import probe
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig
+from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 
 CONFIG = TrainConfig(

@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from autotune.burst import run_burst
-    from autotune.config import TrainConfig, check_config
-    from autotune.hardware import probe
+    from autotune.burst.supervisor import run_burst
+    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
 
     spec = load_model(args.model)

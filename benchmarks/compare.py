@@ -76,7 +76,7 @@ from _common import (
     utc_now,
 )
 
-from autotune.files import atomic_write_text
+from autotune.core.files import atomic_write_text
 from autotune.study.playbook import (  # the guides' configs: one owner, the search uses them too
     hand_tuned_config,
     model_family,
@@ -84,10 +84,10 @@ from autotune.study.playbook import (  # the guides' configs: one owner, the sea
 )
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps, HardwareProfile
-    from autotune.models.spec import ModelSpec
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
     from autotune.study import SearchResult
     from autotune.study.watch import MachineWatch
 
@@ -235,7 +235,7 @@ def choose_finder(name: str) -> tuple[str, list[str]]:
     if name == "auto":
         name = "accelerate" if have["accelerate"] else "power"
     if name == "accelerate" and not have["accelerate"]:
-        from autotune.errors import UsageError
+        from autotune.core.errors import UsageError
 
         raise UsageError(
             "--batch-finder accelerate: the accelerate package is not installed here; "
@@ -263,7 +263,7 @@ def burst_probe(
 ) -> ProbeFn:
     """A probe that runs ``base`` at a micro-batch (accumulation keeps the global batch)
     for 3 optimizer steps under the budget: it fits if the burst is ok within the budget."""
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     def probe(micro: int) -> Probe:
         config = base.replace(micro_batch=micro, grad_accum=base.global_batch // micro)
@@ -561,7 +561,7 @@ def naive_throughput(rows: Sequence[Row]) -> float | None:
 def render_rows(rows: Sequence[Row], *, unit: str, budget_bytes: int) -> str:
     """The comparison table (Markdown), then each row's notes. An MFU column (against the
     device's dense bf16 peak) appears where the device's peak is known."""
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     base = naive_throughput(rows)
     with_mfu = any(r.measurement is not None and r.measurement.mfu_bf16 for r in rows)
@@ -666,7 +666,7 @@ def _log(message: str) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> list[str]:
-    from autotune.errors import UsageError
+    from autotune.core.errors import UsageError
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -694,7 +694,7 @@ def _check_args(args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from autotune.errors import AutotuneError, UsageError
+    from autotune.core.errors import AutotuneError, UsageError
 
     rows: list[Row] = []
     try:
@@ -729,7 +729,7 @@ class Task:
 
 
 def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None = None) -> int:
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
 
     policies = _check_args(args)
     task = _task(args)
@@ -759,11 +759,11 @@ def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None
 def _task(args: argparse.Namespace) -> Task:
     """The model, device, budget, global batch and sequence length the arguments name,
     and the output folder (made here)."""
-    from autotune.errors import UsageError
-    from autotune.hardware import probe
+    from autotune.core.errors import UsageError
+    from autotune.core.units import parse_budget
+    from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.space import parse_seq_len
-    from autotune.units import parse_budget
+    from autotune.study.space import parse_seq_len
 
     spec = load_model(args.model)
     profile = probe()
@@ -807,7 +807,7 @@ def _header(task: Task, settings: MeasureSettings, argv: Sequence[str] | None) -
     """The report's opening lines: what was run, where, and how it is measured."""
     import torch
 
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     spec, caps = task.spec, task.caps
     cmd = command_line(argv, script=__file__) if argv is not None else command_line()
@@ -884,7 +884,7 @@ def _write_report(
 
 
 def _largest_batch_row(task: Task) -> Row:
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
 
     args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
     gb, seq = task.global_batch, task.seq_len
@@ -921,7 +921,7 @@ def _largest_batch_row(task: Task) -> Row:
 
 
 def _autotune_row(task: Task) -> Row:
-    from autotune.errors import AutotuneError
+    from autotune.core.errors import AutotuneError
     from autotune.study import DEFAULT_STEPS, SearchEvent, search
 
     args = task.args
@@ -987,9 +987,9 @@ def _autotune_row(task: Task) -> Row:
 
 
 def _grid_row(task: Task) -> Row:
-    from autotune.burst import run_burst
-    from autotune.space import SearchSpace, parse_knob_args
+    from autotune.burst.supervisor import run_burst
     from autotune.study import DEFAULT_STEPS
+    from autotune.study.space import SearchSpace, parse_knob_args
 
     args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
     space = SearchSpace.for_model(

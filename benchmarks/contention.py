@@ -1,6 +1,6 @@
 """A search on a quiet machine against the same search with a CPU-bound job started halfway.
 
-Issue 15's target: with one CPU-bound process started halfway through a search, the
+The target: with one CPU-bound process started halfway through a search, the
 output warns, and the race's speedup stays within 15% of a quiet run's. This script runs
 ``autotune search`` (a fresh study each time, the command's defaults otherwise) once on
 the quiet machine and once with a busy loop (one core) started after ``--delay`` seconds,

@@ -1,6 +1,6 @@
 """One config, many fresh bursts: how much does OpenMP's wait policy move the figure?
 
-Issue 15 item 5: one config measured 3,839 tokens/s in a study and 2,904 in compare.py.
+One config measured 3,839 tokens/s in a study and 2,904 in compare.py.
 torch runs CPU operations on OpenMP threads; between operations an idle thread spins for a
 while, then sleeps, and which of the two a process mostly does under the default policy
 differs from one process to the next. This script runs each config under each policy
@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, fmt_ratio, hardware_lines, load_average, render_table, utc_now
 from burst_args import CONFIG as GAP_CONFIG
 
-from autotune.burst import run_burst
-from autotune.config import TrainConfig
-from autotune.hardware import probe
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
+from autotune.machine.hardware import probe
+from autotune.machine.omp import OMP_WAIT_VAR
 from autotune.models.registry import load_model
-from autotune.models.spec import ModelSpec
-from autotune.omp import OMP_WAIT_VAR
 from autotune.study import summarize_config
 
 CONFIGS = {  # mu: the search's naive, the guide's hand-tuned, and the config of the gap

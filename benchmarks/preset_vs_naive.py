@@ -7,7 +7,7 @@ records, its own and its baseline (the naive config of the same study), again in
 rounds so a change of load falls on both alike. It prints every burst, then each
 config's median and best, and the speedup from the medians and from the bests (interference
 only ever slows a step down, so the best is the less disturbed figure), against the
-target (default 2x: issue 5's target for MU on the 2-core CPU).
+target (default 2x: the target for MU on the 2-core CPU).
 
     python benchmarks/preset_vs_naive.py --preset best.yaml
     python benchmarks/preset_vs_naive.py --preset presets/cpu/mu-epyc.yaml --rounds 5
@@ -32,9 +32,9 @@ from _common import (
 )
 
 if TYPE_CHECKING:
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps, HardwareProfile
-    from autotune.models.spec import ModelSpec
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
     from autotune.preset import Preset
 
 TARGET = 2.0
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--rounds and --steps must be >= 1, --warmup >= 0")
 
-    from autotune.hardware import probe
+    from autotune.machine.hardware import probe
     from autotune.preset import default_device_for, load_preset, resolve_preset
     from autotune.study import summarize_config
 
@@ -136,7 +136,7 @@ def _measure(
 ) -> dict[str, list[float]] | None:
     """Every config's throughput in each round (the order alternating), with a table of
     the bursts printed; None if a burst failed (said on stderr)."""
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
 
     unit = spec.throughput_label
     measured: dict[str, list[float]] = {name: [] for name in configs}

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps, HardwareProfile
-    from autotune.models.spec import ModelSpec
-    from autotune.space import SearchSpace
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
     from autotune.study import SearchEvent, SearchResult, TrialRecord
+    from autotune.study.space import SearchSpace
 
 QUALITY_TARGET = 0.95
 TIME_TARGET = 0.30
@@ -73,7 +73,7 @@ class _Bench:
 
     def burst(self, config: TrainConfig) -> BurstResult:
         """One burst of ``config``, measured exactly as the grid and the re-measure do."""
-        from autotune.burst import run_burst
+        from autotune.burst.supervisor import run_burst
 
         return run_burst(
             self.spec,
@@ -119,10 +119,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _set_up(args: argparse.Namespace) -> _Bench:
-    from autotune.hardware import probe
+    from autotune.core.units import parse_budget
+    from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
-    from autotune.units import parse_budget
+    from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 
     knobs = args.knob or DEFAULT_KNOBS
     spec = load_model(args.model)

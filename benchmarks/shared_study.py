@@ -1,4 +1,4 @@
-"""Trials per minute of one study searched by 1, 2, ... workers (issue 19), printed as a
+"""Trials per minute of one study searched by 1, 2, ... workers, printed as a
 table: each row runs ``autotune search --cpu-workers N`` (or ``--devices`` for GPUs) on a
 fresh journal study and reads the rate back from the study's own timestamps (measured
 trials over the time from the first trial's start to the last one's end; the race is not

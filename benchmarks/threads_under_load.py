@@ -24,8 +24,8 @@ import sys
 
 from _common import command_line, load_average, render_table, utc_now
 
-from autotune.burst import run_burst
-from autotune.config import TrainConfig
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
 BURNER = "while True:\n    pass\n"

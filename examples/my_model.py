@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.models.spec import ModelSpec
+from autotune.contract.spec import ModelSpec
 
 
 class ConvLM(nn.Module):

@@ -1,7 +1,8 @@
 """The built-in model zoo (installed as ``autotune.models``)."""
 
+from autotune.contract.spec import Batch, Knob, ModelSpec, ParamCounts, count_parameters
+
 from .registry import builtin_names, get_model, list_models, load_model
-from .spec import Batch, Knob, ModelSpec, ParamCounts, count_parameters
 
 __all__ = [
     "Batch",

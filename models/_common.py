@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .spec import Batch, Knob, ParamCounts, count_parameters
+from autotune.contract.spec import Batch, Knob, ParamCounts, count_parameters
 
 __all__ = [
     "ATTENTION_IMPLS",

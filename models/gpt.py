@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from autotune.contract.spec import ModelSpec
+
 from ._common import (
     ATTENTION_KNOB,
     SDPA_BACKEND_KNOB,
@@ -34,7 +36,6 @@ from ._common import (
     transformer_flops,
 )
 from .registry import register
-from .spec import ModelSpec
 
 __all__ = ["GPT", "Block", "CausalSelfAttention", "gpt_spec"]
 

@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from autotune.contract.spec import Knob, ModelSpec
+
 from ._common import (
     ATTENTION_KNOB,
     SDPA_BACKEND_KNOB,
@@ -53,7 +55,6 @@ from ._common import (
     transformer_flops,
 )
 from .registry import register
-from .spec import Knob, ModelSpec
 
 __all__ = ["BLOCK_NAMES", "MU", "MULayer", "mu_spec", "to_grid"]
 

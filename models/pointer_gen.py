@@ -46,9 +46,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.utils.checkpoint import checkpoint
 
+from autotune.contract.spec import Batch, ModelSpec
+
 from ._common import IGNORE_INDEX, unwrap
 from .registry import register
-from .spec import Batch, ModelSpec
 
 __all__ = [
     "BOS",

@@ -10,10 +10,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.config import did_you_mean
-from autotune.errors import ModelLoadError
-
-from .spec import ModelSpec
+from autotune.config.train_config import did_you_mean
+from autotune.contract.spec import ModelSpec
+from autotune.core.errors import ModelLoadError
 
 __all__ = [
     "builtin_names",
@@ -80,7 +79,7 @@ def load_model(ref: str) -> ModelSpec:
     """
     import inspect
 
-    from autotune.errors import describe_exception
+    from autotune.core.errors import describe_exception
 
     def import_fix(exc: BaseException) -> str:
         if isinstance(exc, SystemExit):

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autotune.contract.spec import Batch, ModelSpec
+
 from ._common import (
     RMSNorm,
     SwiGLU,
@@ -36,7 +38,6 @@ from ._common import (
     unwrap,
 )
 from .registry import register
-from .spec import Batch, ModelSpec
 
 __all__ = ["PAD_ID", "TextRegressor", "smape", "text_regressor_spec"]
 

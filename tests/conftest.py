@@ -9,7 +9,7 @@ import pytest
 import torch
 from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 
-from autotune.hardware import HardwareProfile, probe
+from autotune.machine.hardware import HardwareProfile, probe
 
 
 @pytest.fixture

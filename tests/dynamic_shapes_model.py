@@ -3,7 +3,7 @@ import itertools
 import torch
 from torch import nn
 
-from autotune.models.spec import ModelSpec
+from autotune.contract.spec import ModelSpec
 
 _lengths = itertools.count(8)
 

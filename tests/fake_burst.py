@@ -15,10 +15,10 @@ from typing import Any
 import optuna
 from toy_spec import toy_spec as make_toy_spec
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig
-from autotune.hardware import CPUInfo, HardwareProfile, SoftwareInfo
-from autotune.models.spec import Knob, ModelSpec
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import Knob, ModelSpec
+from autotune.machine.hardware import CPUInfo, HardwareProfile, SoftwareInfo
 from autotune.study import SearchResult, search
 
 MB = 10**6

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.models.spec import Batch, ModelSpec
+from autotune.contract.spec import Batch, ModelSpec
 
 __all__ = ["CONV", "ConvNet", "conv_spec"]
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.models.spec import Batch, ModelSpec
+from autotune.contract.spec import Batch, ModelSpec
 
 FAKE_LM = str(Path(__file__).resolve())
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.models.spec import Batch, ModelSpec
+from autotune.contract.spec import Batch, ModelSpec
 
 FAKES = str(Path(__file__).resolve())
 

@@ -1,6 +1,6 @@
 """Fakes of ``pynvml`` and ``torch.cuda`` for probing GPUs on a machine without one.
 
-``FakeGPU`` describes one card; ``FakeNVML`` answers the NVML calls ``autotune.hardware``
+``FakeGPU`` describes one card; ``FakeNVML`` answers the NVML calls ``autotune.machine.hardware``
 makes (in NVML's order) and ``FakeCuda`` the torch.cuda ones (in torch's order, which may
 differ: the probe must match them by UUID). A query named in ``FakeGPU.failing`` raises
 ``NVMLError_NotSupported``, as real NVML does for, e.g., power limits inside some VMs.

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from autotune.config import TrainConfig
-from autotune.errors import PresetError
-from autotune.hardware import CPUInfo, GPUInfo, HardwareProfile, SoftwareInfo
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import PresetError
+from autotune.machine.hardware import CPUInfo, GPUInfo, HardwareProfile, SoftwareInfo
 from autotune.preset import (
     Baseline,
     Fingerprint,

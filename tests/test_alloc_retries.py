@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from autotune import _burst_child
-from autotune.burst import BurstResult, _memory_figures, _Progress
+from autotune.burst import child as _burst_child
+from autotune.burst.supervisor import BurstResult, _memory_figures, _Progress
 
 
 def test_the_child_reads_num_alloc_retries(monkeypatch: pytest.MonkeyPatch) -> None:

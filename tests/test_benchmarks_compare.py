@@ -14,9 +14,9 @@ import pytest
 from benchmark_modules import load_benchmark
 from fake_caps import cpu_caps, cuda_caps
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig, check_config
-from autotune.hardware import DeviceCaps
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.machine.hardware import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
 

@@ -21,8 +21,8 @@ import psutil
 import pytest
 import torch
 
-from autotune import _burst_child
-from autotune.burst import (
+from autotune.burst import child as _burst_child
+from autotune.burst.supervisor import (
     BurstResult,
     _describe_exit,
     _spec_payload,
@@ -30,7 +30,7 @@ from autotune.burst import (
     run_burst,
     step_figures,
 )
-from autotune.config import TrainConfig
+from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -403,8 +403,8 @@ def test_on_step_exception_ends_the_trial_and_propagates() -> None:
 def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids.json"
     script = (
-        "from autotune.burst import run_burst\n"
-        "from autotune.config import TrainConfig\n"
+        "from autotune.burst.supervisor import run_burst\n"
+        "from autotune.config.train_config import TrainConfig\n"
         "from autotune.models.registry import load_model\n"
         f"spec = load_model({FAKES!r} + ':sleep_spec').with_args(pid_file={str(pid_file)!r})\n"
         "run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, timeout_s=120)\n"
@@ -442,7 +442,7 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     """The parent killed while the trial's interpreter started: the trial, adopted by
     then, follows the pid its parent gave it (not its adopter's), so it still sees that
     its parent is gone, removes its folder and ends."""
-    from autotune.burst import _child_env
+    from autotune.burst.supervisor import _child_env
 
     env = _child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
@@ -450,7 +450,7 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     workdir = tmp_path / "autotune-burst-1-x"
     workdir.mkdir()
     script = (
-        "import time\nfrom pathlib import Path\nfrom autotune._burst_child import _follow_parent\n"
+        "import time\nfrom pathlib import Path\nfrom autotune.burst.child import _follow_parent\n"
         f"_follow_parent({_dead_pid()}, workdir=Path({str(workdir)!r}))\ntime.sleep(60)\n"
     )
     trial = subprocess.run(

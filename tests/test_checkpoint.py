@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from autotune.checkpoint import (
+from autotune.train.checkpoint import (
     BEST_NAME,
     CheckpointError,
     capture_rng_state,
@@ -68,7 +68,7 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys, time, torch
     from pathlib import Path
-    from autotune.checkpoint import checkpoint_path, save_checkpoint
+    from autotune.train.checkpoint import checkpoint_path, save_checkpoint
 
     folder = Path(sys.argv[1])
     save_checkpoint({"step": 1, "model": {"w": torch.ones(3)}}, checkpoint_path(folder, 1))

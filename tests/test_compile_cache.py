@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from fake_burst import FakeBurst, run
 
-from autotune.burst import BurstResult, _Progress
-from autotune.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache
-from autotune.config import TrainConfig
-from autotune.models.spec import ModelSpec
+from autotune.burst.supervisor import BurstResult, _Progress
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
+from autotune.machine.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache
 
 HERE = Path(__file__).parent
 
@@ -48,7 +48,7 @@ def test_torchs_own_default_in_the_environment_is_not_a_choice(
     monkeypatch.delenv(CACHE_ENV, raising=False)
     import torch._dynamo  # noqa: F401  (puts torch's default in the environment)
 
-    from autotune.compile_cache import torch_default_dir
+    from autotune.machine.compile_cache import torch_default_dir
 
     monkeypatch.setenv(CACHE_ENV, torch_default_dir())  # as torch leaves it, import or not
     burst = CacheSeen()
@@ -75,7 +75,7 @@ def test_recompiles_count_graphs_built_during_the_timed_steps() -> None:
 
 @pytest.mark.slow
 def test_a_burst_whose_shapes_change_reports_its_recompilation() -> None:
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
     from autotune.models.registry import load_model
 
     spec = load_model(f"{HERE / 'dynamic_shapes_model.py'}:spec")

@@ -13,13 +13,13 @@ from fake_models import FAKES
 from toy_spec import toy_spec
 from typer.testing import CliRunner
 
-import autotune.config
+import autotune.config.train_config
 from autotune.cli.main import app
-from autotune.config import MAX_NUM_WORKERS, TrainConfig, check_config, usable_cores
-from autotune.errors import ConfigError
-from autotune.hardware import probe
+from autotune.config.train_config import MAX_NUM_WORKERS, TrainConfig, check_config, usable_cores
+from autotune.core.errors import ConfigError
+from autotune.machine.hardware import probe
 from autotune.preset import Fingerprint, Measured, ModelRef, Preset, Task, save_preset
-from autotune.space import SearchSpace
+from autotune.study.space import SearchSpace
 
 runner = CliRunner()
 
@@ -27,7 +27,7 @@ runner = CliRunner()
 @pytest.fixture
 def one_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has one usable core (so at most 4 workers), and forks no DataLoader."""
-    monkeypatch.setattr(autotune.config, "usable_cores", lambda: 1)
+    monkeypatch.setattr(autotune.config.train_config, "usable_cores", lambda: 1)
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a DataLoader was built before the config was checked")
@@ -61,13 +61,13 @@ def test_usable_cores_follow_the_affinity_else_the_cpu_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        autotune.config.os, "sched_getaffinity", lambda _pid: {0, 3, 5}, raising=False
+        autotune.config.train_config.os, "sched_getaffinity", lambda _pid: {0, 3, 5}, raising=False
     )
     assert usable_cores() == 3
-    monkeypatch.delattr(autotune.config.os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(autotune.config.os, "cpu_count", lambda: 6)
+    monkeypatch.delattr(autotune.config.train_config.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(autotune.config.train_config.os, "cpu_count", lambda: 6)
     assert usable_cores() == 6
-    monkeypatch.setattr(autotune.config.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(autotune.config.train_config.os, "cpu_count", lambda: None)
     assert usable_cores() == 1
 
 

@@ -1,4 +1,4 @@
-"""The CUDA knobs (issue 16): fused AdamW, compile max-autotune-no-cudagraphs, the SDPA
+"""The CUDA knobs: fused AdamW, compile max-autotune-no-cudagraphs, the SDPA
 backend, expandable segments, cuDNN autotuning and channels-last for convolutional models.
 
 On a CPU, with hand-made CUDA capabilities: the space offers each only where the device
@@ -21,18 +21,13 @@ from fake_conv import CONV
 from fake_presets import gpu_fingerprint, make_config, make_preset
 from toy_spec import toy_spec
 
-from autotune import step as step_module
-from autotune._burst_child import _build
-from autotune.burst import run_burst
-from autotune.config import TrainConfig, check_config
-from autotune.errors import ConfigError, UsageError
-from autotune.hardware import DeviceCaps
-from autotune.models.registry import get_model, load_model
-from autotune.models.spec import ModelSpec
-from autotune.preset.export import export_preset
-from autotune.preset.io import preset_from_dict, preset_to_dict
-from autotune.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
-from autotune.step import (
+from autotune.burst.child import _build
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.contract.spec import ModelSpec
+from autotune.core.errors import ConfigError, UsageError
+from autotune.engine import step as step_module
+from autotune.engine.step import (
     ALLOC_CONF_VAR,
     Stepper,
     allocator_conf,
@@ -40,7 +35,12 @@ from autotune.step import (
     compile_model,
     prepare_model,
 )
+from autotune.machine.hardware import DeviceCaps
+from autotune.models.registry import get_model, load_model
+from autotune.preset.export import export_preset
+from autotune.preset.io import preset_from_dict, preset_to_dict
 from autotune.study.playbook import playbook_config
+from autotune.study.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
 
 CPU = torch.device("cpu")
 
@@ -319,7 +319,7 @@ def test_expandable_segments_reach_the_trainer_and_presetloop_environment(
 ) -> None:
     import os
 
-    from autotune.loop import PresetLoop
+    from autotune.train.loop import PresetLoop
 
     # setenv first, so that monkeypatch restores the variable (absent) after the test;
     # and this process's own allocator is left alone where CUDA runs in it (a GPU session).

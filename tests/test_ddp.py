@@ -16,10 +16,10 @@ import torch
 import torch.multiprocessing as mp
 from fake_lm import FAKE_LM, make_spec
 
-from autotune.checkpoint import list_checkpoints, load_checkpoint
-from autotune.config import TrainConfig, TrainingDefaults
-from autotune.distributed import per_rank_config
-from autotune.errors import ConfigError
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.core.errors import ConfigError
+from autotune.train.checkpoint import list_checkpoints, load_checkpoint
+from autotune.train.distributed import per_rank_config
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -42,8 +42,8 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
 
 
 def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
-    import autotune.run_folder as folder_module
-    from autotune.train import Trainer, train
+    import autotune.train.run_folder as folder_module
+    from autotune.train.trainer import Trainer, train
 
     torch.set_num_threads(1)
     root = Path(tmp)
@@ -144,4 +144,4 @@ def test_torchrun_cli(tmp_path: Path) -> None:
     assert proc.returncode != 0  # torchrun reports its own failure after the workers' exit 2
     assert "error: the preset's global batch does not split" in proc.stderr
     assert "not divisible by the world size 2" in proc.stderr
-    assert "autotune/train.py" not in proc.stderr  # a message, not a traceback of ours
+    assert "autotune/train/trainer.py" not in proc.stderr  # a message, not a traceback of ours

@@ -1,4 +1,4 @@
-"""autotune.files: the one atomic writer every saved file goes through."""
+"""autotune.core.files: the one atomic writer every saved file goes through."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.files import atomic_write_text, atomic_writer, file_mode
+from autotune.core.files import atomic_write_text, atomic_writer, file_mode
 
 
 def _strays(folder: Path) -> list[str]:

@@ -1,6 +1,6 @@
 """On a real CUDA GPU (marker ``gpu``; skipped with the reason where there is none).
 
-Issue 16, item 4: a real out-of-memory burst classified ``oom`` with the parent alive; the
+A real out-of-memory burst classified ``oom`` with the parent alive; the
 per-process cap holding at the budget; the CUDA peak being the allocator's reserved peak
 plus the context; bf16/fp16/tf32 steps keeping fp32's loss; a compiled burst. Item 1: each
 CUDA knob runs a real burst. The same knobs are unit-tested on a CPU with hand-made CUDA
@@ -19,11 +19,11 @@ import torch
 from fake_conv import CONV
 from fake_models import FAKES
 
-from autotune.burst import BurstResult, run_burst
-from autotune.config import TrainConfig, check_config
-from autotune.hardware import probe
+from autotune.burst.supervisor import BurstResult, run_burst
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.contract.spec import ModelSpec
+from autotune.machine.hardware import probe
 from autotune.models.registry import get_model, load_model
-from autotune.models.spec import ModelSpec
 
 pytestmark = [
     pytest.mark.gpu,
@@ -109,8 +109,8 @@ def test_cuda_peak_is_the_reserved_peak_plus_the_context(tmp_path: Path) -> None
 
 def _losses(precision: str, *, steps: int = 30, device: str = DEVICE) -> list[float]:
     """``steps`` optimizer steps of tiny gpt on four fixed batches, from the same seed,
-    through the step the burst and the trainer run (``autotune.step``)."""
-    from autotune.step import Stepper, apply_backend_flags, make_optimizer, prepare_model
+    through the step the burst and the trainer run (``autotune.engine.step``)."""
+    from autotune.engine.step import Stepper, apply_backend_flags, make_optimizer, prepare_model
 
     spec = tiny_gpt()
     config = TrainConfig(micro_batch=8, seq_len=64, precision=precision)

@@ -1,4 +1,4 @@
-"""autotune.hardware: the GPU path through a faked NVML / torch.cuda, the CPU path for real."""
+"""machine.hardware: the GPU path through a faked NVML / torch.cuda, the CPU path for real."""
 
 from __future__ import annotations
 
@@ -15,9 +15,15 @@ import yaml
 from fake_caps import cpu_caps, cuda_caps
 from fake_nvml import FakeCuda, FakeGPU, FakeNVML, GiB, gpu_stack, no_gpu_stack
 
-from autotune import hardware
-from autotune.errors import ConfigError, HardwareMismatchError, UsageError
-from autotune.hardware import HardwareProfile, parse_cpuinfo, parse_device, peak_flops, probe
+from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
+from autotune.machine import hardware
+from autotune.machine.hardware import (
+    HardwareProfile,
+    parse_cpuinfo,
+    parse_device,
+    peak_flops,
+    probe,
+)
 
 H100 = FakeGPU(processes=((4242, 3 * GiB), (4243, None)))
 A10G = FakeGPU(

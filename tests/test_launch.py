@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fake_lm import FAKE_LM
 
-from autotune.errors import ConfigError, UsageError
-from autotune.hardware import probe
-from autotune.launch import prepare_training
+from autotune.core.errors import ConfigError, UsageError
+from autotune.machine.hardware import probe
+from autotune.train.launch import prepare_training
 
 MODEL = f"{FAKE_LM}:spec"
 

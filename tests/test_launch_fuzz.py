@@ -1,6 +1,6 @@
 """`--set` overrides and the run's numbers, generated: whatever a user types, preparing a
 run either succeeds with a config that passes its own checks or raises a UsageError (exit
-2, one paragraph), never another exception (issue 20's fault suite)."""
+2, one paragraph), never another exception (the fault suite)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from fake_lm import FAKE_LM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from autotune.config import TrainConfig, TrainingDefaults
-from autotune.errors import UsageError
-from autotune.hardware import HardwareProfile, probe
-from autotune.launch import prepare_training
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.core.errors import UsageError
+from autotune.machine.hardware import HardwareProfile, probe
+from autotune.train.launch import prepare_training
 
 MODEL = f"{FAKE_LM}:spec"
 FIELDS = [f"config.{name}" for name in TrainConfig.__dataclass_fields__] + [

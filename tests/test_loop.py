@@ -1,4 +1,4 @@
-"""``autotune.loop.PresetLoop``: a preset's config in a hand-written loop runs the same
+"""``autotune.train.loop.PresetLoop``: a preset's config in a hand-written loop runs the same
 DataLoader arguments, autocast and step function as the burst that measured it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import torch
 from fake_presets import make_config, make_preset
 from torch import nn
 
-from autotune.data import loader_kwargs
-from autotune.errors import ConfigError
-from autotune.loop import PresetLoop
+from autotune.core.errors import ConfigError
+from autotune.data.datasets import loader_kwargs
 from autotune.preset import ModelRef, save_preset
+from autotune.train.loop import PresetLoop
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

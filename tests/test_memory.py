@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from autotune import memory
-from autotune.memory import ProcessTreeSampler, tree_memory_bytes
+from autotune.engine import memory
+from autotune.engine.memory import ProcessTreeSampler, tree_memory_bytes
 
 MB = 1_000_000
 
@@ -145,7 +145,11 @@ def test_own_peak_rss_is_not_the_parents() -> None:
     # getrusage's ru_maxrss would report this process's 300 MB for a fresh child.
     ballast = b"\x01" * 300_000_000
     out = subprocess.run(
-        [sys.executable, "-c", "from autotune.memory import own_peak_rss_bytes as f; print(f())"],
+        [
+            sys.executable,
+            "-c",
+            "from autotune.engine.memory import own_peak_rss_bytes as f; print(f())",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -166,7 +170,7 @@ GB = 1_000_000_000
 
 
 class FakeNVML:
-    """Enough of pynvml for autotune.memory."""
+    """Enough of pynvml for autotune.engine.memory."""
 
     def __init__(self, *, processes: dict[int, int], device_used: list[int]) -> None:
         self.processes = processes

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from autotune.config import TrainConfig
-from autotune.memory_model import (
+from autotune.config.train_config import TrainConfig
+from autotune.study.memory_model import (
     MemoryModel,
     edge_reason,
     mean_abs_error_pct,
@@ -59,7 +59,7 @@ def test_not_dominated_when_smaller_or_in_another_group() -> None:
 
 
 def test_expandable_segments_and_the_parallel_setting_are_their_own_groups() -> None:
-    from autotune.parallel import ParallelConfig
+    from autotune.config.parallel import ParallelConfig
 
     model = MemoryModel(budget_bytes=GB, device_kind="cuda")
     ddp = ParallelConfig(nproc_per_node=2)

@@ -1,5 +1,5 @@
 """The ``omp_spin`` switch: OpenMP's wait policy in the environment of every process that
-runs a config that spins (autotune/omp.py), and never anywhere else."""
+runs a config that spins (autotune/machine/omp.py), and never anywhere else."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from fake_conv import CONV
 from fake_lm import FAKE_LM
 from toy_spec import toy_spec
 
-from autotune import omp
-from autotune.burst import run_burst
-from autotune.config import TrainConfig, check_config
-from autotune.errors import ConfigError
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.core.errors import ConfigError
+from autotune.machine import omp
 from autotune.models.registry import load_model
-from autotune.space import SearchSpace
 from autotune.study.playbook import playbook_config
+from autotune.study.space import SearchSpace
 
 SPIN = TrainConfig(micro_batch=2, seq_len=8, omp_spin=True)
 PLAIN = TrainConfig(micro_batch=2, seq_len=8)
@@ -98,7 +98,7 @@ def test_a_burst_child_starts_with_the_configs_wait_policy(
 def test_presetloop_warns_where_the_process_started_without_the_policy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autotune.loop import PresetLoop
+    from autotune.train.loop import PresetLoop
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     with pytest.warns(RuntimeWarning, match="config.omp_spin"):

@@ -1,4 +1,4 @@
-"""Multi-process configs (autotune/parallel.py): the knobs, their checks, the search space,
+"""Multi-process configs (autotune/config/parallel.py): the knobs, their checks, the search space,
 presets and export; real 2-process gloo bursts and ``autotune train`` runs (slow); NCCL
 on GPUs (gpu)."""
 
@@ -17,13 +17,17 @@ from fake_caps import cpu_caps, cuda_caps
 from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
-from autotune.burst import run_burst
-from autotune.checkpoint import list_checkpoints
-from autotune.config import TrainConfig, TrainingDefaults, apply_overrides, check_config
-from autotune.errors import ConfigError, UsageError
-from autotune.hardware import probe
+from autotune.burst.supervisor import run_burst
+from autotune.config.parallel import ParallelConfig, parse_label, space_choices
+from autotune.config.train_config import (
+    TrainConfig,
+    TrainingDefaults,
+    apply_overrides,
+    check_config,
+)
+from autotune.core.errors import ConfigError, UsageError
+from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
-from autotune.parallel import ParallelConfig, parse_label, space_choices
 from autotune.preset import (
     Fingerprint,
     Measured,
@@ -34,7 +38,8 @@ from autotune.preset import (
     save_preset,
 )
 from autotune.preset.export import export_preset
-from autotune.space import SearchSpace
+from autotune.study.space import SearchSpace
+from autotune.train.checkpoint import list_checkpoints
 
 gloo = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

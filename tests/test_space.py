@@ -7,11 +7,11 @@ import pytest
 from fake_caps import cpu_caps, cuda_caps
 from toy_spec import toy_spec
 
-from autotune.config import TrainConfig, check_config
-from autotune.errors import ConfigError, UsageError
-from autotune.hardware import DeviceCaps
-from autotune.models.spec import Knob, ModelSpec
-from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.contract.spec import Knob, ModelSpec
+from autotune.core.errors import ConfigError, UsageError
+from autotune.machine.hardware import DeviceCaps
+from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 
 
 def _spec(

@@ -1,6 +1,6 @@
 """`autotune train` killed again and again at random moments (SIGKILL, SIGTERM or SIGINT,
 to the process or to its whole process group), each time rerun with ``--resume auto``,
-ends bit for bit where an uninterrupted run ends (issue 20's fault suite).
+ends bit for bit where an uninterrupted run ends (the fault suite).
 
 The kills land while Python and torch start, while the data and a checkpoint load, inside
 steps, inside checkpoint writes and evaluations. Compared with the uninterrupted run: the

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.burst import run_burst
-from autotune.config import TrainConfig
-from autotune.errors import UsageError
-from autotune.tuning import model_spec
+from autotune.burst.supervisor import run_burst
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import UsageError
+from autotune.study.tuning import model_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.config import TrainConfig
-from autotune.errors import ModelLoadError
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import ModelLoadError
+from autotune.engine.step import Stepper, make_optimizer, prepare_model
 from autotune.models import ModelSpec, load_model
-from autotune.step import Stepper, make_optimizer, prepare_model
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_model.py"
 
@@ -197,7 +197,7 @@ def test_a_seq2seq_models_encode_example_that_raises_is_named(tmp_path: Path) ->
     import dataclasses
     import json
 
-    from autotune.data import load_data
+    from autotune.data.datasets import load_data
     from autotune.models import get_model
 
     def encode_example(src: list[str], tgt: list[str], vocab: object, **kw: int) -> dict:

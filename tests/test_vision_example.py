@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotune.burst import run_burst
+from autotune.burst.supervisor import run_burst
 from autotune.cli.main import app
-from autotune.config import TrainConfig
+from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

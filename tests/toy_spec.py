@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.models.spec import Knob, ModelSpec
+from autotune.contract.spec import Knob, ModelSpec
 
 __all__ = ["toy_spec"]
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 __all__ = ["DeviceOption", "ModelOption", "cli_command", "print_json", "state"]
 

@@ -1,7 +1,7 @@
 """`autotune bench`: run one burst of one config and print what it measured.
 
 The tool to check a single config by hand: the same isolated, timed burst a search runs
-per trial (``autotune.burst.run_burst``), printed as a table or as JSON. A config this
+per trial (``autotune.burst.supervisor.run_burst``), printed as a table or as JSON. A config this
 model or device cannot run is refused before any process starts (exit 2); a burst that
 ends other than ``ok`` prints its figures, then its status and reason (exit 1).
 torch and rich are imported inside the command, so ``autotune --help`` stays instant.
@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
-from autotune.errors import AutotuneError, UsageError
+from autotune.core.errors import AutotuneError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps
-    from autotune.models.spec import ModelSpec
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps
 
 __all__ = ["bench", "parse_knobs", "render"]
 
@@ -110,10 +110,10 @@ def bench(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
-    from autotune.config import TrainConfig, check_config
-    from autotune.hardware import probe
+    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.core.units import parse_budget
+    from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.units import parse_budget
 
     _check_counts(steps=steps, warmup=warmup, timeout=timeout)
     spec = load_model(model)
@@ -187,7 +187,7 @@ def _run_with_progress(
     ``show_steps``)."""
     from rich.console import Console
 
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
 
     progress = Console(stderr=True, highlight=False)
     what = f"{spec.name} on {caps.device}: {warmup} warm-up + {steps} timed steps"
@@ -223,7 +223,7 @@ def _report(
     """Print the result (a table, or JSON); a burst that is not ok is an error (exit 1)."""
     from rich.console import Console
 
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     if json_output:
         print_json(_finite({"model": model, "budget_bytes": budget_bytes, **result.to_dict()}))
@@ -282,7 +282,7 @@ def render(
     (``seq``, ``image``: the model spec's)."""
     from rich.table import Table
 
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     def seconds(value: float | None, scale: float = 1.0, unit: str = "s") -> str:
         return "-" if value is None else f"{value * scale:.3f} {unit}"

@@ -9,7 +9,7 @@ import typer
 from autotune.cli._common import cli_command, print_json
 
 if TYPE_CHECKING:
-    from autotune.models.spec import ModelSpec
+    from autotune.contract.spec import ModelSpec
 
 __all__ = ["app", "model_info"]
 
@@ -25,7 +25,7 @@ def model_info(spec: ModelSpec, *, details: bool = False) -> dict[str, Any]:
     Each of the spec's own functions runs under ``user_code``: a user model that raises (or
     exits) is a one-paragraph ``ModelLoadError`` naming the function, not a traceback.
     """
-    from autotune.models.spec import user_code
+    from autotune.contract.spec import user_code
 
     with user_code(spec, "build_fn"):
         counts = spec.param_counts()

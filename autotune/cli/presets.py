@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import cli_command, print_json
-from autotune.errors import AutotuneError, PresetError, UsageError
+from autotune.core.errors import AutotuneError, PresetError, UsageError
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
+    from autotune.burst.supervisor import BurstResult
     from autotune.preset import PortabilityReport, Preset
 
 __all__ = ["app", "check", "diff", "export", "list_presets", "show"]
@@ -45,7 +45,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 def _fmt(value: Any, key: str = "") -> str:
     """One field's value for people: sizes in GiB, None as '-', short floats."""
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     if value is None:
         return "-"
@@ -163,8 +163,8 @@ def list_presets(json_out: JsonOpt = False) -> None:
 
 def render_preset(preset: Preset, path: Path | None = None) -> str:
     """The whole preset, readable: one block per section."""
+    from autotune.core.units import format_bytes
     from autotune.preset import preset_to_dict
-    from autotune.units import format_bytes
 
     data = preset_to_dict(preset)
     lines = [f"preset {preset.name}" + (f"  ({path})" if path else "")]
@@ -352,7 +352,8 @@ def check(
     json_out: JsonOpt = False,
 ) -> None:
     """Re-measure a preset here with a short burst: measured vs recorded figures."""
-    from autotune import burst, hardware
+    from autotune.burst import supervisor as burst
+    from autotune.machine import hardware
     from autotune.preset import check_portability
 
     path, loaded = _load(preset)
@@ -397,7 +398,7 @@ def check(
 
 
 def _comparison_table(rows: list[dict[str, Any]], *, elsewhere: bool) -> str:
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     def cell(value: float | None, unit: str) -> str:
         if value is None:
@@ -464,7 +465,7 @@ def export(
     What a format cannot carry (a model knob, the budget, the data's length) is listed in
     the file as comments where the format has them, and printed as notes on stderr.
     """
-    from autotune.files import atomic_write_text
+    from autotune.core.files import atomic_write_text
     from autotune.preset.export import EXPORT_FORMATS, export_preset
 
     if format_ not in EXPORT_FORMATS:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.hardware import DeviceCaps, GPUInfo, HardwareProfile
+    from autotune.machine.hardware import DeviceCaps, GPUInfo, HardwareProfile
 
 __all__ = ["probe", "render"]
 
@@ -28,7 +28,7 @@ def probe(
     ] = False,
 ) -> None:
     """Show the GPUs, CPU and software this machine trains with, and what they support."""
-    from autotune import hardware
+    from autotune.machine import hardware
 
     profile = hardware.probe()
     if json_output:
@@ -88,7 +88,7 @@ def _peaks(caps: DeviceCaps) -> str:
 
 
 def _gpu_rows(gpu: GPUInfo, profile: HardwareProfile) -> list[tuple[str, str]]:
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     caps = profile.device(f"cuda:{gpu.index}")
     if gpu.free_memory_bytes is not None:
@@ -127,7 +127,7 @@ def _gpu_rows(gpu: GPUInfo, profile: HardwareProfile) -> list[tuple[str, str]]:
 
 
 def _processes(gpu: GPUInfo) -> str:
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     if gpu.processes is None:
         return "unknown"
@@ -141,7 +141,7 @@ def _processes(gpu: GPUInfo) -> str:
 
 
 def _cpu_rows(profile: HardwareProfile) -> list[tuple[str, str]]:
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     cpu = profile.cpu
     caps = profile.device("cpu")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
-from autotune.errors import UsageError
-from autotune.units import format_figure
+from autotune.core.errors import UsageError
+from autotune.core.units import format_figure
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -298,7 +298,7 @@ def _launch_workers(devices: str, cpu_workers: int | None, *, study: str | None)
     import sys
     from pathlib import Path
 
-    from autotune.hardware import probe
+    from autotune.machine.hardware import probe
     from autotune.study.workers import plan_workers, run_workers
 
     slots = plan_workers(devices, probe(), cpu_workers=cpu_workers)
@@ -343,7 +343,7 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
     def handler(signum: int, frame: Any) -> None:
         raise StopSignal(signum)
 
-    from autotune.signals import STOP_SIGNALS
+    from autotune.core.signals import STOP_SIGNALS
 
     sigs = [  # Ctrl-C raises by itself; a signal the parent ignored (nohup) stays ignored
         sig
@@ -362,7 +362,7 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
 def _durations(timeout: str | None, burst_timeout: str) -> tuple[float | None, float]:
     """Seconds from ``--timeout`` and ``--burst-timeout``; a bad value is an error naming
     its flag."""
-    from autotune.units import parse_duration
+    from autotune.core.units import parse_duration
 
     timeout_s = None if timeout is None else parse_duration(timeout, what="--timeout")
     return timeout_s, parse_duration(burst_timeout, what="--burst-timeout")
@@ -463,7 +463,7 @@ class _LiveView:
 
 
 def _fmt_bytes(n: float | None) -> str:
-    from autotune.units import format_bytes
+    from autotune.core.units import format_bytes
 
     return format_bytes(n)
 

@@ -30,9 +30,9 @@ from typing import Annotated
 
 import typer
 
-from autotune import omp
 from autotune.cli._common import cli_command
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
+from autotune.machine import omp
 
 __all__ = ["train"]
 
@@ -150,7 +150,7 @@ def _relaunch_under_torchrun(nproc: int) -> None:
     (signals and the exit code are torchrun's from here on)."""
     import shlex
 
-    from autotune.parallel import torchrun_command
+    from autotune.config.parallel import torchrun_command
 
     command = torchrun_command(nproc, ["autotune", *sys.argv[1:]])
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)
@@ -162,7 +162,7 @@ def _relaunch_under_torchrun(nproc: int) -> None:
 def _relaunch_with_omp_policy() -> None:
     """Replace this process by the same command, started with the OpenMP wait policy the
     run's config was measured with (already in ``os.environ``): OpenMP took this
-    process's from the environment when torch loaded (``autotune/omp.py``)."""
+    process's from the environment when torch loaded (``autotune/machine/omp.py``)."""
     typer.echo(
         f"config.omp_spin: torch's CPU threads spin between operations; starting again "
         f"with {omp.OMP_WAIT_VAR}={os.environ[omp.OMP_WAIT_VAR]}",
@@ -193,9 +193,9 @@ def train(
     trust_model: _TrustModel = False,
 ) -> None:
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
-    from autotune.compile_cache import shared_compile_cache
-    from autotune.launch import prepare_training
-    from autotune.train import train as run_training
+    from autotune.machine.compile_cache import shared_compile_cache
+    from autotune.train.launch import prepare_training
+    from autotune.train.trainer import train as run_training
 
     if on_oom not in ("fail", "adapt"):
         raise UsageError(f"--on-oom: expected 'fail' or 'adapt', got {on_oom!r}")

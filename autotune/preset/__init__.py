@@ -3,7 +3,7 @@ principle 6).
 
 - ``schema``: the sections of a preset (``Preset``, ``ModelRef``, ``Task``,
   ``Fingerprint``, ``Measured``, ``Baseline``, ``SearchSummary``, ``Race``; ``TrainingDefaults``
-  lives in autotune/config.py), each validated on construction;
+  lives in autotune/config/train_config.py), each validated on construction;
 - ``io``: plain data, YAML text and files (``preset_from_dict``, ``load_preset``,
   ``save_preset``, ...);
 - ``migrate``: older schema versions, migrated on load;
@@ -15,7 +15,7 @@ The field reference is docs/preset-format.md.
 
 from __future__ import annotations
 
-from autotune.config import TrainingDefaults
+from autotune.config.train_config import TrainingDefaults
 from autotune.preset.io import (
     dump_preset,
     load_preset,

@@ -7,8 +7,8 @@ knob, the budget, the sequence length the data must have...), which the file lis
 comments where the format allows them and the CLI prints as notes. Nothing is dropped in
 silence. Exporting is reading data: no model code is imported.
 
-The DataLoader arguments come from ``autotune.data.loader_kwargs`` and the per-process
-accumulation from ``autotune.distributed.per_rank_config``, the rules the burst and the
+The DataLoader arguments come from ``autotune.data.datasets.loader_kwargs`` and the per-process
+accumulation from ``autotune.train.distributed.per_rank_config``, the rules the burst and the
 trainer use, so an export says what was measured.
 """
 
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from autotune.config import TrainConfig
+    from autotune.config.train_config import TrainConfig
     from autotune.preset.schema import Preset
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 
 EXPORT_FORMATS = ("json", "yaml", "hf", "lightning", "accelerate", "deepspeed", "torchrun")
 
-# autotune's AdamW (autotune.step.make_optimizer): these betas, decay on matrices only.
+# autotune's AdamW (autotune.engine.step.make_optimizer): these betas, decay on matrices only.
 ADAM_BETAS = (0.9, 0.95)
 _LIGHTNING_PRECISION = {
     "fp32": "32-true",
@@ -75,7 +75,7 @@ def export_preset(
         raise UsageError(f"nproc: expected a positive number of processes, got {nproc!r}")
     if format in ("json", "yaml"):
         return _plain(preset, format)
-    from autotune.distributed import per_rank_config
+    from autotune.train.distributed import per_rank_config
 
     rank_config = per_rank_config(preset.config, nproc)
     if format == "torchrun":
@@ -89,7 +89,7 @@ def export_preset(
 def dataloader_kwargs(config: TrainConfig) -> dict[str, Any]:
     """The DataLoader arguments ``config`` decides, as plain data (``loader_kwargs`` less
     its ``worker_init_fn``, which only makes workers leave Ctrl-C to the main process)."""
-    from autotune.data import loader_kwargs
+    from autotune.data.datasets import loader_kwargs
 
     return {k: v for k, v in loader_kwargs(config).items() if k != "worker_init_fn"}
 
@@ -108,7 +108,7 @@ def adamw_kwargs(preset: Preset) -> dict[str, Any]:
 
 
 def compile_kwargs(config: TrainConfig) -> dict[str, Any] | None:
-    """``torch.compile`` arguments (None: not compiled), as ``autotune.step.compile_model``."""
+    """``torch.compile`` arguments (None: not compiled), as ``engine.step.compile_model``."""
     if config.compile == "off":
         return None
     return {"mode": None if config.compile == "default" else config.compile}
@@ -160,7 +160,7 @@ def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
             "script starts (torch's CPU threads spin between operations)"
         )
     if preset.budget_bytes is not None:
-        from autotune.units import format_bytes
+        from autotune.core.units import format_bytes
 
         lines.append(
             f"budget_bytes={preset.budget_bytes}: measured under a memory budget of "

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.config import TrainConfig
-from autotune.errors import PresetError
-from autotune.files import atomic_write_text
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import PresetError
+from autotune.core.files import atomic_write_text
+from autotune.core.schema import Section, build, plain_copy, show, type_name
+from autotune.core.units import format_bytes
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
-from autotune.schema import Section, build, plain_copy, show, type_name
-from autotune.units import format_bytes
 
 __all__ = [
     "dump_preset",
@@ -167,7 +167,7 @@ def dump_preset(preset: Preset) -> str:
 
 
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
-    """Write ``preset`` to ``path`` atomically (``autotune.files.atomic_write_text``): a
+    """Write ``preset`` to ``path`` atomically (``autotune.core.files.atomic_write_text``): a
     crash leaves the old file or the new one, never half of one."""
     text = dump_preset(preset)  # before touching the disk: a failure here writes nothing
     target = Path(path).expanduser()

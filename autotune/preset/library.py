@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import PresetError
+from autotune.core.errors import PresetError
+from autotune.core.schema import did_you_mean
 from autotune.preset.io import load_preset, preset_error, read_yaml
-from autotune.schema import did_you_mean
 
 __all__ = [
     "builtin_preset_dir",

@@ -11,10 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.errors import BudgetError
+from autotune.core.errors import BudgetError
+from autotune.core.schema import did_you_mean, key_text
+from autotune.core.units import parse_budget
 from autotune.preset.schema import PRESET_SCHEMA_VERSION
-from autotune.schema import did_you_mean, key_text
-from autotune.units import parse_budget
 
 __all__ = ["migrate_v1", "v1_path"]
 

@@ -11,12 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import HardwareMismatchError
+from autotune.core.errors import HardwareMismatchError
+from autotune.core.units import format_bytes
 from autotune.preset.schema import Fingerprint, Preset, find_device
-from autotune.units import format_bytes
 
 if TYPE_CHECKING:
-    from autotune.hardware import DeviceCaps, HardwareProfile
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
 
 __all__ = ["PortabilityReport", "check_portability", "default_device_for"]
 

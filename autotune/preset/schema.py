@@ -3,8 +3,8 @@
 A preset says what it is (``model``, ``task``, ``config``, budget), where it was measured
 (the hardware ``fingerprint``), what was measured there (``measured``, with the naive
 ``baseline`` beside it), how it was found (``search``) and how to train with it
-(``training``, the ``TrainingDefaults`` of autotune/config.py). The field reference is
-docs/preset-format.md; the validation itself is autotune/schema.py.
+(``training``, the ``TrainingDefaults`` of autotune/config/train_config.py). The field reference is
+docs/preset-format.md; the validation itself is autotune/core/schema.py.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from autotune.config import TrainConfig, TrainingDefaults
-from autotune.errors import (
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.core.errors import (
     ConfigError,
     HardwareMismatchError,
     PresetError,
     UntrustedModelError,
     UsageError,
 )
-from autotune.schema import (
+from autotune.core.schema import (
     BAD,
     Converter,
     Rule,
@@ -35,14 +35,14 @@ from autotune.schema import (
     positive,
     show,
 )
-from autotune.units import format_bytes, throughput_label
+from autotune.core.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from autotune.burst import BurstResult
-    from autotune.hardware import GPUInfo, HardwareProfile
-    from autotune.models.spec import ModelSpec
+    from autotune.burst.supervisor import BurstResult
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import GPUInfo, HardwareProfile
 
 __all__ = [
     "OLDEST_SCHEMA_VERSION",
@@ -519,7 +519,7 @@ class Preset(_PresetSection):
 
     def _cross_problems(self) -> list[str]:
         # The config is the whole run's: under DDP each process takes grad_accum / world
-        # size of it (autotune/distributed.py), so micro_batch x grad_accum is the global
+        # size of it (autotune/train/distributed.py), so micro_batch x grad_accum is the global
         # batch whatever the process count (autotune/study/outcome.py writes it so).
         config, task = self.config, self.task
         if config.global_batch != task.global_batch:

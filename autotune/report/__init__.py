@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 from autotune.report.data import ReportData, load_report_data
 
 __all__ = ["ReportData", "load_report_data", "page_beside", "write_report"]
@@ -38,7 +38,7 @@ def write_report(
     ``out`` (HTML; None: not written) and, with ``png``, the summary image of its two main
     plots. Returns what the page shows. ``UsageError`` (exit code 2) for a source that
     names nothing, or when matplotlib is missing."""
-    from autotune.files import atomic_write_text
+    from autotune.core.files import atomic_write_text
     from autotune.report import page, plots
 
     plots.require_matplotlib()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import AutotuneError, PresetError, UsageError
+from autotune.core.errors import AutotuneError, PresetError, UsageError
 from autotune.study.records import TrialRecord, distinct_best
 
 if TYPE_CHECKING:

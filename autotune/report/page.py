@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.units import format_bytes, format_figure
 from autotune.report import plots
 from autotune.study.records import (
     TrialRecord,
@@ -22,7 +23,6 @@ from autotune.study.records import (
     memory_model_note,
     summarize_config,
 )
-from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
     from autotune.report.data import ReportData

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.space import BUILTIN_KNOBS
 from autotune.study.records import TrialRecord
+from autotune.study.space import BUILTIN_KNOBS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -56,7 +56,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        from autotune.errors import UsageError
+        from autotune.core.errors import UsageError
 
         raise UsageError(
             "autotune report draws its plots with matplotlib, which is not installed; "

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from autotune.compile_cache import shared_compile_cache
-from autotune.errors import BudgetError, UsageError
-from autotune.space import SearchSpace, parse_knob_args, parse_seq_len
+from autotune.core.errors import BudgetError, UsageError
+from autotune.core.units import format_bytes, parse_budget, parse_duration
+from autotune.machine.compile_cache import shared_compile_cache
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
 from autotune.study.optuna_glue import (
     PRUNE_MIN_STEPS,
@@ -55,17 +55,17 @@ from autotune.study.records import (
     distinct_best,
     skipped_reasons,
 )
+from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.study.state import Limits, SearchState
 from autotune.study.workers import Workers, describe_owner, workers_root
-from autotune.units import format_bytes, parse_budget, parse_duration
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps, HardwareProfile
-    from autotune.models.spec import ModelSpec
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
     from autotune.study.watch import MachineWatch
 
 __all__ = [
@@ -140,7 +140,7 @@ def search(
     ["bf16"]}`` or ``["precision=bf16", "compile=off"]``). ``storage``: any Optuna storage
     URL (default ``sqlite:///<runs_dir>/<study>/study.db``); rerunning resumes the study.
     ``output``: where the preset goes (None: not written). ``burst_fn``: the burst
-    function (default ``autotune.burst.run_burst``). ``progress`` receives a
+    function (default ``autotune.burst.supervisor.run_burst``). ``progress`` receives a
     ``SearchEvent`` per trial. ``option_names`` maps a parameter to the name errors give
     it (the CLI's flags; by default the parameter's own name).
 
@@ -157,7 +157,7 @@ def search(
     (default: ``steps``).
 
     ``nproc_per_node`` > 1: every burst runs under torchrun with that many processes and
-    the space adds the DDP/FSDP settings (autotune/parallel.py); the preset records them.
+    the space adds the DDP/FSDP settings (autotune/config/parallel.py); the preset records them.
 
     ``worker``: one of several processes searching this study together (other devices,
     other machines, one shared ``storage``; see ``workers.py``): a config is measured by
@@ -192,7 +192,7 @@ def search(
         restrict,
         global_batch=global_batch,
         seq_len=seq_len,
-        nproc_per_node=nproc_per_node,  # > 1: bursts under torchrun (autotune/parallel.py)
+        nproc_per_node=nproc_per_node,  # > 1: bursts under torchrun (autotune/config/parallel.py)
     )
     notes = _budget_notes(budget_bytes, caps)
     state = SearchState(
@@ -473,7 +473,7 @@ def _model_name(spec: ModelSpec) -> str:
 
 
 def _probe() -> HardwareProfile:
-    from autotune.hardware import probe
+    from autotune.machine.hardware import probe
 
     return probe()
 
@@ -533,7 +533,7 @@ def _burst_runner(
     """How this search runs its bursts: ``burst_fn`` defaults to ``run_burst``; the warm-up
     to 3 steps on CUDA (compilation, CUDA-graph recording), 1 on a CPU."""
     if burst_fn is None:
-        from autotune.burst import run_burst
+        from autotune.burst.supervisor import run_burst
 
         burst_fn = run_burst
     if warmup is None:

@@ -54,15 +54,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import optuna
 
+from autotune.core.units import format_bytes, format_figure
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome, trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
-    from autotune.memory_model import Verdict
-    from autotune.models.spec import ModelSpec
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.study.memory_model import Verdict
     from autotune.study.plan import Planner
     from autotune.study.state import SearchState
     from autotune.study.workers import Workers
@@ -144,7 +144,7 @@ class BurstRunner:
                 **options,
             )
         except Exception as exc:
-            from autotune.burst import BurstResult
+            from autotune.burst.supervisor import BurstResult
 
             return BurstResult(
                 status="error", reason=f"the burst raised {type(exc).__name__}: {exc}"
@@ -529,7 +529,7 @@ def _memory_figures(
     """The memory model against the burst: its prediction and the error in % (``ok``
     bursts only: an OOM's peak is where it was stopped, not what it needed), the predicted
     edge, the allocator's retries, and why the config is at the edge of the budget."""
-    from autotune.memory_model import edge_reason, prediction_error_pct
+    from autotune.study.memory_model import edge_reason, prediction_error_pct
 
     peak = result.peak_memory_bytes
     figures: dict[str, Any] = {

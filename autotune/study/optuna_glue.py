@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import TrialState
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 
 __all__ = [
     "PRUNE_MIN_STEPS",

@@ -7,11 +7,11 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.units import format_bytes
+from autotune.core.units import format_bytes
 
 if TYPE_CHECKING:
-    from autotune.hardware import HardwareProfile
-    from autotune.models.spec import ModelSpec
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import HardwareProfile
     from autotune.study.race import Entrant, RaceResult
     from autotune.study.records import SearchResult
 
@@ -94,8 +94,8 @@ def _baseline(race: RaceResult, baseline_type: Any) -> Any:
 
 def _race_section(race: RaceResult, race_type: Any) -> Any:
     """The preset's ``race`` section, validated like every other section."""
-    from autotune.errors import PresetError
-    from autotune.schema import BAD, build
+    from autotune.core.errors import PresetError
+    from autotune.core.schema import BAD, build
 
     problems: list[str] = []
     section = build(race_type, race.to_dict(), "race", problems)

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.units import format_bytes
 from autotune.study.records import TrialRecord, summarize_config
-from autotune.units import format_bytes
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps
-    from autotune.memory_model import Verdict
+    from autotune.config.train_config import TrainConfig
+    from autotune.machine.hardware import DeviceCaps
+    from autotune.study.memory_model import Verdict
     from autotune.study.state import SearchState
 
 __all__ = ["OUTDATED_MARGIN", "Planner"]

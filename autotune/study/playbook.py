@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autotune.config import TrainConfig
-    from autotune.hardware import DeviceCaps
-    from autotune.memory_model import MemoryModel
-    from autotune.models.spec import ModelSpec
-    from autotune.space import SearchSpace
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps
+    from autotune.study.memory_model import MemoryModel
+    from autotune.study.space import SearchSpace
 
 __all__ = [
     "HAND_TUNED",
@@ -154,7 +154,7 @@ def _default_knobs(spec: ModelSpec) -> dict[str, Any]:
 
 def naive_config(spec: ModelSpec, *, global_batch: int, seq_len: int) -> Recipe:
     """Where the model's guide started: fp32, no compile, no workers."""
-    from autotune.config import TrainConfig
+    from autotune.config.train_config import TrainConfig
 
     guide = NAIVE.get(model_family(spec))
     notes: list[str] = []
@@ -173,8 +173,8 @@ def naive_config(spec: ModelSpec, *, global_batch: int, seq_len: int) -> Recipe:
 
 def device_refusal(config: TrainConfig, spec: ModelSpec, caps: DeviceCaps) -> str | None:
     """Why ``config`` cannot (or should not) run on the device; None if it can."""
-    from autotune.config import check_config
-    from autotune.errors import ConfigError
+    from autotune.config.train_config import check_config
+    from autotune.core.errors import ConfigError
 
     try:
         check_config(config, spec=spec, device=caps)
@@ -226,7 +226,7 @@ def project(space: SearchSpace, config: TrainConfig) -> tuple[TrainConfig, list[
     """``config`` moved into ``space``: each knob the space does not allow takes the
     space's guess instead (the micro-batch: the largest allowed one not above it), with a
     note for each change. The global batch is the space's."""
-    from autotune.space import SWITCHES
+    from autotune.study.space import SWITCHES
 
     values = space.values_of(config)
     fallback = space.values_of(space.guess())

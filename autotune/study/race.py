@@ -54,18 +54,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
+from autotune.core.units import format_bytes, format_figure
 from autotune.study.records import (
     SearchEvent,
     TrialRecord,
     distinct_best,
     memory_model_note,
 )
-from autotune.units import format_bytes, format_figure
 
 if TYPE_CHECKING:
-    from autotune.burst import BurstResult
-    from autotune.config import TrainConfig
+    from autotune.burst.supervisor import BurstResult
+    from autotune.config.train_config import TrainConfig
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState
     from autotune.study.watch import MachineWatch
@@ -643,7 +643,7 @@ def _decide(
 
 def _edge(entrant: Entrant, budget: int) -> str:
     """Why ``entrant`` is at the edge of the budget: in its trial, or in a race burst."""
-    from autotune.memory_model import edge_reason
+    from autotune.study.memory_model import edge_reason
 
     if entrant.record.at_edge:
         return entrant.record.at_edge

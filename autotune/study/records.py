@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from autotune.config import TrainConfig
+from autotune.config.train_config import TrainConfig
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.burst import BurstResult
+    from autotune.burst.supervisor import BurstResult
     from autotune.study.race import RaceResult
 
 __all__ = [
@@ -197,7 +197,7 @@ def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
     for name, value in (config.get("knobs") or {}).items():
         parts.append(f"{name}={value}")
     if config.get("parallel"):
-        from autotune.parallel import summarize
+        from autotune.config.parallel import summarize
 
         parts.append(summarize(config["parallel"]))
     return " ".join(parts)
@@ -330,7 +330,7 @@ def memory_model_summary(records: Sequence[TrialRecord]) -> dict[str, Any]:
     measured peak, their mean and largest absolute error in %, the latest predicted edge
     (largest micro-batch) per class, the trials at the edge and the OOMs executed per
     class."""
-    from autotune.memory_model import mean_abs_error_pct
+    from autotune.study.memory_model import mean_abs_error_pct
 
     ran = [r for r in records if r.ran and r.duplicate_of is None]
     errors = [r.prediction_error_pct for r in ran if r.prediction_error_pct is not None]

@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.memory_model import MemoryModel
+from autotune.study.memory_model import MemoryModel
 from autotune.study.records import SearchEvent, TrialRecord
 
 if TYPE_CHECKING:
-    from autotune.config import TrainConfig
-    from autotune.models.spec import ModelSpec
-    from autotune.space import SearchSpace
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.study.space import SearchSpace
     from autotune.study.watch import MachineWatch
 
 __all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]

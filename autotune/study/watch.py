@@ -48,9 +48,9 @@ from typing import Any, Literal
 
 import psutil
 
-from autotune.burst import percentile
-from autotune.errors import describe_exception
-from autotune.memory import nvml_handle
+from autotune.burst.supervisor import percentile
+from autotune.core.errors import describe_exception
+from autotune.engine.memory import nvml_handle
 
 __all__ = [
     "BUSY_CORES",
@@ -75,7 +75,7 @@ BUSY_GPU_UTIL = 10.0
 # after our burst ended may still see our own kernels.
 GPU_SETTLE_S = 1.0
 # A quiet burst's p90/median on this machine is 1.0-1.1; one disturbed by an outside
-# CPU-bound job measured 21.8 s p90 against a 2.8 s median (issue 15).
+# CPU-bound job measured 21.8 s p90 against a 2.8 s median.
 DISTURBED_RATIO = 2.0
 
 # One process as the sampler reads it: pid, ppid, create_time (epoch seconds, as psutil
@@ -181,10 +181,10 @@ def disturbed_steps(step_times: Sequence[float], *, ratio: float = DISTURBED_RAT
     """True when a burst's step times show interference: p90 > ``ratio`` x median.
 
     Needs at least 3 steps (fewer say nothing). The p90 is the burst's own
-    (nearest-rank, ``autotune.burst.percentile``). A quiet burst's p90/median here is
+    (nearest-rank, ``autotune.burst.supervisor.percentile``). A quiet burst's p90/median here is
     1.0-1.1 and a step's own variation (an allocator growth, a GC pause) stays under 2x;
     an outside job that takes the cores for part of the burst makes the slowed steps
-    several times the median (21.8 s p90 against 2.8 s, issue 15).
+    several times the median (21.8 s p90 against 2.8 s).
     """
     if not ratio > 1:
         raise ValueError(f"ratio must be > 1, got {ratio=}")

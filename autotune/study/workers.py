@@ -1,4 +1,4 @@
-"""Several search processes on one study (issue 19): one worker per device of a machine,
+"""Several search processes on one study: one worker per device of a machine,
 or workers on many machines, all on one Optuna storage (PostgreSQL or MySQL, a journal
 file; a SQLite file on one machine).
 
@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 from autotune.study.optuna_glue import claim_running_trials, host_name, trial_owner
 from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
-    from autotune.config import TrainConfig
-    from autotune.hardware import HardwareProfile
+    from autotune.config.train_config import TrainConfig
+    from autotune.machine.hardware import HardwareProfile
     from autotune.study.state import SearchState
 
 __all__ = [

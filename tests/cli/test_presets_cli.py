@@ -21,9 +21,10 @@ from fake_presets import (
 )
 from typer.testing import CliRunner, Result
 
-from autotune import burst, hardware
-from autotune.burst import BurstResult
+from autotune.burst import supervisor as burst
+from autotune.burst.supervisor import BurstResult
 from autotune.cli.main import app
+from autotune.machine import hardware
 from autotune.preset import (
     Measured,
     ModelRef,
@@ -39,7 +40,7 @@ TINY_MODEL = textwrap.dedent(
     import torch
     from torch import nn
 
-    from autotune.models.spec import ModelSpec
+    from autotune.contract.spec import ModelSpec
 
 
     def build(*, width: int = 8) -> nn.Module:
@@ -225,7 +226,7 @@ def test_diff_of_a_missing_preset_exits_2(places: dict[str, Path]) -> None:
 
 
 class FakeBurst:
-    """Stands in for autotune.burst.run_burst; records its call."""
+    """Stands in for autotune.burst.supervisor.run_burst; records its call."""
 
     def __init__(self, result: BurstResult) -> None:
         self.result = result

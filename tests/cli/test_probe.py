@@ -11,8 +11,8 @@ import torch
 from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 from typer.testing import CliRunner
 
-from autotune import hardware
 from autotune.cli.main import app
+from autotune.machine import hardware
 
 runner = CliRunner()
 
@@ -82,7 +82,7 @@ def test_probe_rejects_an_unknown_option() -> None:
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("module", ["autotune.cli.probe", "autotune.hardware"])
+@pytest.mark.parametrize("module", ["autotune.cli.probe", "autotune.machine.hardware"])
 def test_importing_the_probe_command_does_not_import_torch(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
     out = subprocess.run(

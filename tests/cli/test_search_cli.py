@@ -13,15 +13,15 @@ import pytest
 from fake_burst import FakeBurst, cpu_profile
 from typer.testing import CliRunner
 
-import autotune.burst
-import autotune.hardware
+import autotune.burst.supervisor
+import autotune.machine.hardware
 from autotune.cli.main import app
 
 MODEL_FILE = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from autotune.models.spec import Knob, ModelSpec
+    from autotune.contract.spec import Knob, ModelSpec
 
     def build(width=4, block_group=1, activation_checkpointing=False):
         return nn.Linear(width, width)
@@ -48,8 +48,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, FakeBurst
     model.write_text(MODEL_FILE)
     monkeypatch.chdir(tmp_path)
     burst = FakeBurst()
-    monkeypatch.setattr(autotune.burst, "run_burst", burst)
-    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
+    monkeypatch.setattr(autotune.machine.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
     return f"{model}:spec", burst
 
 
@@ -98,7 +98,7 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
     env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     model, _ = env
-    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst(base=3 * 10**9))
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", FakeBurst(base=3 * 10**9))
     result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "2GB"])
     assert result.exit_code == 2, result.output
     assert "too small" in result.stderr and "smallest config" in result.stderr
@@ -211,7 +211,7 @@ def test_ctrl_c_exits_130_and_leaves_the_study_consistent(
     env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     model, _ = env
-    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst(interrupt_at=3))
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", FakeBurst(interrupt_at=3))
     result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
     assert result.exit_code == 130
     assert "rerun" in result.stderr
@@ -238,7 +238,7 @@ def test_sigterm_and_sighup_take_the_ctrl_c_path(
             os.kill(os.getpid(), getattr(signal, sig))
         return fake(*args, **kwargs)
 
-    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
     # under nohup SIGHUP is ignored, and the search rightly leaves it so: this test is
     # about a process that receives it
     hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -10,8 +10,8 @@ from fake_lm import FAKE_LM
 from typer.testing import CliRunner, Result
 
 from autotune.cli.main import app
-from autotune.config import TrainConfig
-from autotune.hardware import probe
+from autotune.config.train_config import TrainConfig
+from autotune.machine.hardware import probe
 from autotune.preset import (
     Fingerprint,
     Measured,
@@ -194,7 +194,7 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_last_good_one(
 ) -> None:
     import errno
 
-    from autotune import run_folder
+    from autotune.train import run_folder
 
     real_save = run_folder.save_checkpoint
     calls: list[Path] = []

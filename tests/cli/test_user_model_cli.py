@@ -14,8 +14,8 @@ from fake_burst import FakeBurst, cpu_profile
 from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
-import autotune.burst
-import autotune.hardware
+import autotune.burst.supervisor
+import autotune.machine.hardware
 from autotune.cli.main import app
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,8 +64,8 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     burst = FakeBurst()  # a search or bench that got as far as a burst would not exit 2
-    monkeypatch.setattr(autotune.burst, "run_burst", burst)
-    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
+    monkeypatch.setattr(autotune.machine.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
     return tmp_path
 
 

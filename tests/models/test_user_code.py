@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.errors import ModelLoadError, UsageError, describe_exception
+from autotune.contract.spec import user_code
+from autotune.core.errors import ModelLoadError, UsageError, describe_exception
 from autotune.models import get_model
-from autotune.models.spec import user_code
 
 
 def test_an_exception_names_the_model_the_function_and_the_place() -> None:

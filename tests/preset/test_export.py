@@ -14,7 +14,7 @@ from fake_presets import gpu_fingerprint, make_config, make_preset, wire_preset_
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
-from autotune.errors import ConfigError, UsageError
+from autotune.core.errors import ConfigError, UsageError
 from autotune.preset import ModelRef, Preset, save_preset
 from autotune.preset.export import EXPORT_FORMATS, export_preset
 

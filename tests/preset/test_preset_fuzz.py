@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
-from autotune.config import TrainConfig
-from autotune.errors import PresetError
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import PresetError
 from autotune.preset import (
     Baseline,
     Fingerprint,

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from fake_presets import make_preset, problems_of
 
-from autotune import files
-from autotune.config import TrainConfig
-from autotune.errors import PresetError
+from autotune.config.train_config import TrainConfig
+from autotune.core import files
+from autotune.core.errors import PresetError
 from autotune.preset import (
     PRESET_SCHEMA_VERSION,
     Baseline,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fake_presets import make_preset, wire_preset_places
 
-from autotune.errors import PresetError
+from autotune.core.errors import PresetError
 from autotune.preset import find_presets, library, resolve_preset, save_preset
 
 

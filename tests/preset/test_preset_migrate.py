@@ -8,7 +8,7 @@ import pytest
 import yaml
 from fake_presets import A100, CPU_MODEL, GiB, make_config
 
-from autotune.errors import PresetError
+from autotune.core.errors import PresetError
 from autotune.preset import (
     PRESET_SCHEMA_VERSION,
     ModelRef,

@@ -14,7 +14,7 @@ from fake_presets import (
     make_profile,
 )
 
-from autotune.errors import HardwareMismatchError
+from autotune.core.errors import HardwareMismatchError
 from autotune.preset import Measured, check_portability
 
 

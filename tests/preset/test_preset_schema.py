@@ -17,8 +17,8 @@ from fake_presets import (
     problems_of,
 )
 
-from autotune.burst import BurstResult
-from autotune.errors import HardwareMismatchError, PresetError
+from autotune.burst.supervisor import BurstResult
+from autotune.core.errors import HardwareMismatchError, PresetError
 from autotune.preset import (
     PRESET_SCHEMA_VERSION,
     Fingerprint,

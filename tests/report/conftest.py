@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fake_burst import MB, FakeBurst, run
 
-from autotune.config import TrainConfig
+from autotune.config.train_config import TrainConfig
 from autotune.study import SearchResult
 
 

@@ -13,10 +13,10 @@ from conftest import Searched
 from fake_burst import FakeBurst, cpu_profile, run
 from typer.testing import CliRunner, Result
 
-import autotune.burst
-import autotune.hardware
+import autotune.burst.supervisor
+import autotune.machine.hardware
 from autotune.cli.main import app
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
 
@@ -131,7 +131,7 @@ def test_without_matplotlib_the_error_names_the_extra(
 TOY_MODEL = """
 import torch
 from torch import nn
-from autotune.models.spec import ModelSpec
+from autotune.contract.spec import ModelSpec
 
 spec = ModelSpec(name="toy", description="a toy", task="lm",
                  build_fn=lambda width=4: nn.Linear(width, width),
@@ -147,8 +147,8 @@ def test_search_report_writes_the_page_beside_the_preset(
     model = tmp_path / "toy_model.py"
     model.write_text(TOY_MODEL)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(autotune.burst, "run_burst", FakeBurst())
-    monkeypatch.setattr(autotune.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", FakeBurst())
+    monkeypatch.setattr(autotune.machine.hardware, "probe", lambda: cpu_profile(ram=16 * 10**9))
     args = ["search", "--model", f"{model}:spec", "--budget", "1GB", "--trials", "3"]
     result = CliRunner().invoke(app, [*args, "--output", "out/best.yaml", "--report"])
     assert result.exit_code == 0, result.output
@@ -163,7 +163,7 @@ def test_search_report_without_matplotlib_stops_before_the_search(
 ) -> None:
     burst = FakeBurst()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(autotune.burst, "run_burst", burst)
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     args = ["search", "--model", "gpt-small", "--budget", "1GB", "--report"]
     result = CliRunner().invoke(app, args)

@@ -13,11 +13,11 @@ import pytest
 import torch
 from fake_lm import make_spec
 
-from autotune.config import TrainConfig, TrainingDefaults
-from autotune.data import TrainData, prepare_lm_data
-from autotune.models.spec import ModelSpec
-from autotune.train import Trainer, TrainResult
-from autotune.train_log import CURVES_FILE, write_curves
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.contract.spec import ModelSpec
+from autotune.data.datasets import TrainData, prepare_lm_data
+from autotune.train.log import CURVES_FILE, write_curves
+from autotune.train.trainer import Trainer, TrainResult
 
 SEQ = 16
 

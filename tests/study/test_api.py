@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from fake_burst import GB, FakeBurst, cpu_profile, run, toy_spec
 
-from autotune.config import TrainConfig
-from autotune.errors import BudgetError, UsageError
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import BudgetError, UsageError
+from autotune.core.units import parse_duration
 from autotune.study import search
-from autotune.units import parse_duration
 
 
 def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ _TINY_MODEL = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from autotune.models.spec import ModelSpec
+    from autotune.contract.spec import ModelSpec
 
     class Tiny(nn.Module):
         def __init__(self, vocab=32, dim=16):
@@ -187,7 +187,7 @@ _TINY_MODEL = textwrap.dedent(
 
 
 def _real_burst_available() -> bool:
-    from autotune.burst import run_burst
+    from autotune.burst.supervisor import run_burst
 
     try:
         run_burst(toy_spec(), toy_spec_config(), steps=1, timeout_s=1.0)
@@ -205,8 +205,8 @@ def toy_spec_config() -> TrainConfig:
 @pytest.mark.slow
 def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
     if not _real_burst_available():
-        pytest.skip("autotune.burst.run_burst is not implemented yet")
-    from autotune.hardware import probe
+        pytest.skip("autotune.burst.supervisor.run_burst is not implemented yet")
+    from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
     from autotune.preset import load_preset
 

@@ -1,7 +1,7 @@
 """The search's arguments, generated: whatever a user passes (budgets, lengths, knobs,
 durations, names, counts), `search()` finishes with a result or raises an AutotuneError (a
 one-paragraph message: exit 2 for bad input, 1 when, say, nothing fits a tiny budget),
-never another exception (issue 20's fault suite). Bursts are faked, so
+never another exception (the fault suite). Bursts are faked, so
 each example is a real search of a few trials in milliseconds."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fake_burst import FakeBurst, cpu_profile, toy_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 from autotune.study import search
 
 TEXTS = st.one_of(

@@ -15,9 +15,9 @@ from typing import Any
 
 from fake_burst import FakeBurst, run
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig
-from autotune.models.spec import ModelSpec
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
 from autotune.study import SearchResult
 from autotune.study.records import SearchEvent
 from autotune.study.watch import Load

@@ -17,7 +17,7 @@ from claim_race import claim_at_once
 from fake_burst import FakeBurst, run
 from fake_lm import FAKE_LM
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 from autotune.study import optuna_glue, workers
 
 RACER = textwrap.dedent(
@@ -25,7 +25,7 @@ RACER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from fake_burst import FakeBurst, cpu_profile
-    import autotune.burst, autotune.hardware
+    import autotune.burst.supervisor, autotune.machine.hardware
     import autotune.study.api as api
     from autotune.cli.main import main
 
@@ -39,8 +39,8 @@ RACER = textwrap.dedent(
         return claim(*args, **kwargs)
 
     api.exclusive_search = at_the_barrier
-    autotune.burst.run_burst = FakeBurst()
-    autotune.hardware.probe = lambda: cpu_profile()
+    autotune.burst.supervisor.run_burst = FakeBurst()
+    autotune.machine.hardware.probe = lambda: cpu_profile()
     sys.argv = ["autotune", "search", "--model", model, "--budget", "1GB", "--trials", "3",
                 "--study", "raced", "--storage", storage, "--output", str(folder / "best.yaml")]
     main()

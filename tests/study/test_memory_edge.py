@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fake_burst import MB, FakeBurst, run, toy_spec
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -10,10 +10,10 @@ import optuna
 import pytest
 from fake_burst import GB, MB, FakeBurst, run, study_of
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig
-from autotune.errors import UsageError
-from autotune.models.spec import ModelSpec
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
+from autotune.core.errors import UsageError
 
 
 def test_infeasible_trials_are_complete_with_a_positive_constraint(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from fake_burst import FakeBurst, run
 
-from autotune.errors import UsageError
+from autotune.core.errors import UsageError
 from autotune.study import SlowConfigPruner
 from autotune.study.optuna_glue import open_study
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fake_burst import GB, FakeBurst, run, toy_spec
 
-from autotune.config import TrainConfig
-from autotune.errors import AutotuneError
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import AutotuneError
 
 # -- verification and the preset ---------------------------------------------------------
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fake_burst import GB, MB, FakeBurst, run, toy_spec
 
-from autotune.config import TrainConfig
-from autotune.errors import BudgetError
-from autotune.models.spec import Knob
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import Knob
+from autotune.core.errors import BudgetError
 
 # -- the naive baseline -----------------------------------------------------------------
 

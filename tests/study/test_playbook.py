@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from fake_caps import cpu_caps, cuda_caps
 
-from autotune.memory_model import MemoryModel
 from autotune.models.registry import builtin_names, get_model
-from autotune.space import SearchSpace
+from autotune.study.memory_model import MemoryModel
 from autotune.study.playbook import (
     HAND_TUNED,
     expert_starts,
@@ -17,6 +16,7 @@ from autotune.study.playbook import (
     playbook_config,
     project,
 )
+from autotune.study.space import SearchSpace
 
 GB = 10**9
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fake_burst import FakeBurst, run
 
-from autotune.burst import BurstResult
-from autotune.config import TrainConfig
-from autotune.models.spec import ModelSpec
+from autotune.burst.supervisor import BurstResult
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
 from autotune.study.race import Entrant, _order, paired_ratio
 from autotune.study.records import TrialRecord
 
@@ -258,8 +258,8 @@ def test_the_reserve_keeps_room_for_a_finalist_the_next_trial_may_add() -> None:
     # time was spent, the reserve grew past the time left, and the race ran one round.
     from fake_burst import cpu_profile, toy_spec
 
-    from autotune.space import SearchSpace
     from autotune.study.race import race_reserve_s
+    from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
 
     spec = toy_spec()
@@ -296,8 +296,8 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     # the quickest the search saw was no cached one; the race's come from the cache.
     from fake_burst import cpu_profile, toy_spec
 
-    from autotune.space import SearchSpace
     from autotune.study.race import CACHED_COMPILE_SHARE, race_reserve_s
+    from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
 
     spec = toy_spec()

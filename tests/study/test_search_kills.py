@@ -1,6 +1,6 @@
 """A search killed with SIGKILL at random points, again and again, then resumed: no
 finished trial is lost or changed, no trial stays RUNNING, and the resumed search
-completes (issue 20's fault suite). The bursts are fakes that take a little time, so the
+completes (the fault suite). The bursts are fakes that take a little time, so the
 kills land inside trials, between them and while the study is being written."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`autotune search` with real bursts, stopped again and again at random moments (SIGKILL
 to its process group, or SIGTERM, SIGHUP or SIGINT to the search), each time rerun to
-resume it (issue 20's fault suite; tests/study/test_search_kills.py does the same with
+resume it (the fault suite; tests/study/test_search_kills.py does the same with
 faked bursts, at a higher rate).
 
 The kills land while the search starts, while a burst's own process (and its DataLoader
@@ -42,7 +42,7 @@ pytestmark = [
     pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX signals and process groups"),
 ]
 
-KILLS = 50  # issue 20: at least 50 random kills of a search with real bursts
+KILLS = 50  # the fault suite: at least 50 random kills of a search with real bursts
 TRIALS = 24
 SEED = int(os.environ.get("AUTOTUNE_KILL_SEED", "20"))
 SETTLE_S = 10.0  # a burst whose search died notices within 0.5 s; DataLoader workers, 5 s
@@ -92,7 +92,7 @@ def _settled(folder: Path, tmp: Path, before: set[int]) -> tuple[list[str], list
 def _burst_running(search: subprocess.Popen[bytes]) -> bool:
     with contextlib.suppress(psutil.Error):
         return any(
-            "autotune._burst_child" in " ".join(p.cmdline())
+            "autotune.burst.child" in " ".join(p.cmdline())
             for p in psutil.Process(search.pid).children()
         )
     return False

@@ -544,7 +544,7 @@ def test_a_real_burner_counts_outside_the_tree_and_not_inside_it() -> None:
         ([1.0, 50.0], False),  # too few to say
         ([1.0, 1.0, 1.0], False),
         ([1.0, 1.1, 1.05, 0.98, 1.02, 1.1, 1.0, 1.0, 1.03, 1.08], False),  # quiet: ~1.1x
-        ([2.8] * 8 + [21.8, 21.8], True),  # issue 15's disturbed burst
+        ([2.8] * 8 + [21.8, 21.8], True),  # the disturbed burst the watch was built on
         ([1.0, 1.0, 5.0], True),
         ([1.0] * 8 + [2.0, 2.0], False),  # p90 exactly 2x the median is not "more than"
         ([1.0] * 9 + [2.01], False),  # one slow step in ten is the p100, not the p90

@@ -8,8 +8,8 @@ import os
 import pytest
 from fake_burst import cpu_profile
 
-from autotune.errors import AutotuneError, UsageError
-from autotune.hardware import GPUInfo, HardwareProfile
+from autotune.core.errors import AutotuneError, UsageError
+from autotune.machine.hardware import GPUInfo, HardwareProfile
 from autotune.study.workers import WorkerSlot, plan_workers
 
 

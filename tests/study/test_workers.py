@@ -1,4 +1,4 @@
-"""Two workers on one study (issue 19), on a real PostgreSQL server and on a journal file:
+"""Two workers on one study, on a real PostgreSQL server and on a journal file:
 together they finish the study's trials with no config measured twice and one preset; a
 worker killed with SIGKILL loses no finished trial, its running trial is failed and its
 config queued again, and the other worker completes the study. The bursts are fakes

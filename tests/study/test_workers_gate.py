@@ -9,8 +9,8 @@ import optuna
 import pytest
 from fake_burst import cpu_profile, toy_spec
 
-from autotune.space import SearchSpace
 from autotune.study import workers
+from autotune.study.space import SearchSpace
 from autotune.study.state import Limits, SearchState
 
 

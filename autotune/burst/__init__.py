@@ -1,0 +1,1 @@
+"""One isolated measurement: the parent's supervision and the trial's own process (child)."""

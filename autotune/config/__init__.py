@@ -1,0 +1,1 @@
+"""What a config is: TrainConfig, its checks, and the parallel (multi-process) record."""

@@ -1,0 +1,358 @@
+"""Multi-process training configs: the distributed knobs and the one place they are applied.
+
+A config that runs on ``nproc_per_node`` > 1 processes carries a ``ParallelConfig``
+(``TrainConfig.parallel``; None is a single process, as before): the process count, the
+strategy and its knobs.
+
+- ``ddp``: ``DistributedDataParallel`` with ``bucket_cap_mb`` (gradients all-reduced per
+  bucket of that size), ``gradient_as_bucket_view`` (gradients are views into the
+  buckets: one copy less) and ``static_graph`` (the graph is the same every step, which
+  lets DDP skip its per-step bookkeeping).
+- ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard``) on each top-level child module
+  and on the root, with ``reshard_after_forward`` (free the gathered parameters after the
+  forward, gather them again for the backward: less memory, more communication) and
+  ``mixed_precision`` (``bf16``: parameters gathered in bf16, gradients reduced in fp32;
+  ``none``: as the parameters are).
+
+The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run's, so
+``micro_batch x grad_accum`` stays the global batch; each process accumulates
+``grad_accum / nproc_per_node`` micro-batches (``autotune.train.distributed.per_rank_config``).
+
+``wrap_model`` is the one function that applies the knobs: the burst child and the
+trainer (``autotune train`` under torchrun) both call it, so what was measured is what
+trains. ``space_choices`` names the values a search tries (``SearchSpace`` holds them as
+one categorical dimension, ``parallel``, whose values are ``ParallelConfig.label()``
+texts such as ``ddp-b100-view`` or ``fsdp-keep-bf16``); ``config_problems`` is
+``check_config``'s part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from autotune.config.train_config import TrainConfig
+    from autotune.machine.hardware import DeviceCaps
+
+__all__ = [
+    "BUCKET_CAP_CHOICES",
+    "MIXED_PRECISIONS",
+    "STRATEGIES",
+    "ParallelConfig",
+    "coerce",
+    "config_problems",
+    "full_state",
+    "is_sharded",
+    "load_full_state",
+    "parse_label",
+    "space_choices",
+    "split_problems",
+    "summarize",
+    "torchrun_command",
+    "wrap_model",
+]
+
+STRATEGIES = ("ddp", "fsdp")
+MIXED_PRECISIONS = ("none", "bf16")
+BUCKET_CAP_CHOICES = (25, 100)  # MB; 25 is DistributedDataParallel's default
+MAX_NPROC = 1024
+_DDP_DEFAULTS = {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
+_FSDP_DEFAULTS = {"reshard_after_forward": True, "mixed_precision": "none"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """How one config runs over several processes (defaults: plain DDP, as torch has it)."""
+
+    nproc_per_node: int
+    strategy: str = "ddp"
+    bucket_cap_mb: int = 25  # ddp only
+    gradient_as_bucket_view: bool = False  # ddp only
+    static_graph: bool = False  # ddp only
+    reshard_after_forward: bool = True  # fsdp only
+    mixed_precision: str = "none"  # fsdp only: "bf16" gathers bf16, reduces fp32
+
+    def problems(self, path: str = "config.parallel") -> list[str]:
+        """Every problem with the fields on their own (types, ranges, strategy)."""
+        out: list[str] = []
+        n = self.nproc_per_node
+        if not _is_int(n) or not 2 <= n <= MAX_NPROC:
+            out.append(
+                f"{path}.nproc_per_node: expected an integer from 2 to {MAX_NPROC} (one "
+                f"process needs no parallel section: leave it out), got {n!r}"
+            )
+        if self.strategy not in STRATEGIES:
+            out.append(
+                f"{path}.strategy: expected one of {', '.join(STRATEGIES)}; got {self.strategy!r}"
+            )
+        if not _is_int(self.bucket_cap_mb) or self.bucket_cap_mb < 1:
+            out.append(
+                f"{path}.bucket_cap_mb: expected a positive integer, got {self.bucket_cap_mb!r}"
+            )
+        for name in ("gradient_as_bucket_view", "static_graph", "reshard_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                out.append(f"{path}.{name}: expected true or false, got {getattr(self, name)!r}")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            out.append(
+                f"{path}.mixed_precision: expected one of {', '.join(MIXED_PRECISIONS)}; "
+                f"got {self.mixed_precision!r}"
+            )
+        if out:
+            return out
+        other, own = (_FSDP_DEFAULTS, "ddp") if self.strategy == "ddp" else (_DDP_DEFAULTS, "fsdp")
+        for name, default in other.items():
+            if getattr(self, name) != default:
+                out.append(
+                    f"{path}.{name}: not a knob of strategy {own!r} (leave it at {default!r})"
+                )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_mapping(cls, data: Any, *, path: str = "config.parallel") -> ParallelConfig:
+        """From plain data; raises ``UsageError`` naming every unknown field."""
+        if isinstance(data, ParallelConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{path}: expected a mapping, got {type(data).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise UsageError(f"{path}: unknown field(s) {unknown}; fields: {', '.join(names)}")
+        if "nproc_per_node" not in data:
+            raise UsageError(f"{path}.nproc_per_node: missing")
+        return cls(**data)
+
+    def label(self) -> str:
+        """A short name of the knobs (not of the process count): ``ddp-b25``,
+        ``ddp-b100-view-static``, ``fsdp``, ``fsdp-keep-bf16`` (keep: no resharding)."""
+        if self.strategy == "ddp":
+            parts = [f"ddp-b{self.bucket_cap_mb}"]
+            parts += ["view"] if self.gradient_as_bucket_view else []
+            parts += ["static"] if self.static_graph else []
+        else:
+            parts = ["fsdp"]
+            parts += [] if self.reshard_after_forward else ["keep"]
+            parts += ["bf16"] if self.mixed_precision == "bf16" else []
+        return "-".join(parts)
+
+    def describe(self) -> str:
+        return f"{self.label()} x {self.nproc_per_node} processes"
+
+
+def coerce(value: Any, path: str = "config.parallel") -> tuple[ParallelConfig | None, list[str]]:
+    """``TrainConfig.parallel`` from a ``ParallelConfig``, a mapping or None, with every
+    problem (each with its path); the config is None where there are problems."""
+    if value is None:
+        return None, []
+    try:
+        par = ParallelConfig.from_mapping(value, path=path)
+    except (UsageError, TypeError) as exc:
+        return None, [str(exc)]
+    problems = par.problems(path)
+    return (None if problems else par), problems
+
+
+def split_problems(grad_accum: int, par: ParallelConfig) -> list[str]:
+    """The whole run's accumulation must split evenly over the processes (a config as a
+    preset or a search holds it, before ``per_rank_config``)."""
+    if grad_accum % par.nproc_per_node == 0:
+        return []
+    return [
+        f"config.grad_accum: {grad_accum} does not split over nproc_per_node "
+        f"{par.nproc_per_node} processes (each accumulates grad_accum / nproc_per_node "
+        "micro-batches); use a grad_accum that the process count divides"
+    ]
+
+
+def summarize(data: Any) -> str:
+    """``ddp-b100-view x2`` for a ``parallel`` mapping in a table (``parallel?`` if bad)."""
+    try:
+        par = ParallelConfig.from_mapping(data)
+    except (UsageError, TypeError):
+        return "parallel?"
+    return f"{par.label()} x{par.nproc_per_node}"
+
+
+def parse_label(label: str, nproc_per_node: int) -> ParallelConfig:
+    """The ``ParallelConfig`` a ``label()`` names, on ``nproc_per_node`` processes."""
+    parts = label.strip().lower().split("-")
+    head, flags = parts[0], parts[1:]
+    fields: dict[str, Any] = {"nproc_per_node": nproc_per_node, "strategy": head}
+    bad = head not in STRATEGIES
+    for flag in flags:
+        if head == "ddp" and flag.startswith("b") and flag[1:].isdigit():
+            fields["bucket_cap_mb"] = int(flag[1:])
+        elif head == "ddp" and flag in ("view", "static"):
+            fields["gradient_as_bucket_view" if flag == "view" else "static_graph"] = True
+        elif head == "fsdp" and flag == "keep":
+            fields["reshard_after_forward"] = False
+        elif head == "fsdp" and flag == "bf16":
+            fields["mixed_precision"] = "bf16"
+        else:
+            bad = True
+    if bad:
+        raise UsageError(
+            f"cannot read the parallel setting {label!r}: expected ddp-bMB[-view][-static] "
+            "(e.g. ddp-b25, ddp-b100-view-static) or fsdp[-keep][-bf16]"
+        )
+    return ParallelConfig(**fields)
+
+
+def space_choices(device: DeviceCaps) -> tuple[str, ...]:
+    """The labels a search on ``device`` tries, the plain-DDP default first: every DDP
+    bucket size x bucket view x static graph, FSDP2 with and without resharding, and
+    its bf16 policy where the device runs bf16."""
+    out = [
+        ParallelConfig(
+            nproc_per_node=2, bucket_cap_mb=b, gradient_as_bucket_view=v, static_graph=s
+        ).label()
+        for b in BUCKET_CAP_CHOICES
+        for v in (False, True)
+        for s in (False, True)
+    ]
+    policies = MIXED_PRECISIONS if device.precision_problem("bf16") is None else ("none",)
+    out += [
+        ParallelConfig(
+            nproc_per_node=2, strategy="fsdp", reshard_after_forward=r, mixed_precision=m
+        ).label()
+        for m in policies
+        for r in (True, False)
+    ]
+    return tuple(out)
+
+
+def config_problems(config: TrainConfig, device: DeviceCaps) -> list[str]:
+    """What keeps ``config.parallel`` from running on ``device`` (``check_config``'s part)."""
+    par = config.parallel
+    if par is None:
+        return []
+    out = split_problems(config.grad_accum, par)
+    if par.strategy == "fsdp" and config.precision == "fp16":
+        out.append(
+            "config.parallel.strategy: fsdp runs with fp32 or bf16 here, not fp16 (its "
+            "GradScaler would need sharded gradients); use precision bf16 or strategy ddp"
+        )
+    if par.mixed_precision == "bf16":
+        problem = device.precision_problem("bf16")
+        if problem is not None:
+            out.append(f"config.parallel.mixed_precision: bf16 on {device.device}: {problem}")
+    if device.kind == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        if par.nproc_per_node > count:
+            out.append(
+                f"config.parallel.nproc_per_node: {par.nproc_per_node} processes need as "
+                f"many GPUs, this machine has {count}"
+            )
+    return out
+
+
+def wrap_model(
+    model: nn.Module, config: TrainConfig, device: torch.device, *, world_size: int
+) -> nn.Module:
+    """``model`` ready for a step on this rank: DDP with the config's knobs, or sharded in
+    place by FSDP2; unchanged on one process. Build the optimizer after this (FSDP2
+    replaces the parameters with sharded ones)."""
+    if world_size <= 1:
+        return model
+    from torch import nn
+
+    par = config.parallel or ParallelConfig(nproc_per_node=world_size)
+    if par.strategy == "ddp":
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=par.bucket_cap_mb,
+            gradient_as_bucket_view=par.gradient_as_bucket_view,
+            static_graph=par.static_graph,
+        )
+    return _fully_shard(model, par)
+
+
+def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if par.mixed_precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs: dict[str, Any] = {
+        "reshard_after_forward": par.reshard_after_forward,
+        "mp_policy": policy,
+    }
+    # Each child with parameters is its own unit (its all-gather overlaps the previous
+    # one's compute); the root takes what is left (embeddings, heads, norms).
+    for child in model.children():
+        if any(p.requires_grad for p in child.parameters()):
+            fully_shard(child, **kwargs)
+    sharded: nn.Module = fully_shard(model, **kwargs)  # type: ignore[assignment]
+    return sharded
+
+
+def is_sharded(config: TrainConfig, world_size: int) -> bool:
+    """Whether ``config`` shards its parameters on ``world_size`` processes (FSDP): then
+    evaluation and checkpoints are collectives."""
+    return world_size > 1 and config.parallel is not None and config.parallel.strategy == "fsdp"
+
+
+def full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's and the optimizer's whole (unsharded) state on CPU: a collective, every
+    rank must call it; rank 0 writes what it returns."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    return dict(model_state), dict(optim_state)
+
+
+def load_full_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state: Mapping[str, Any],
+    optim_state: Mapping[str, Any],
+) -> None:
+    """``full_state``'s output back into a sharded model and its optimizer (every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=dict(model_state),
+        optim_state_dict=dict(optim_state),
+        options=StateDictOptions(full_state_dict=True),
+    )
+
+
+def torchrun_command(nproc_per_node: int, module_args: list[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N -m ...``: one
+    machine, a free port picked by torchrun's own rendezvous."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "-m",
+        *module_args,
+    ]

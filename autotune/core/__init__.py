@@ -1,0 +1,1 @@
+"""Foundations without torch: errors, units, atomic files, the one validator, signals."""

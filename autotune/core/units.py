@@ -1,0 +1,111 @@
+"""Parsing and printing of units: memory sizes ("8GB", "8GiB", "8000MB", or a fraction
+"0.5") and durations ("600", "600s", "10m", "1.5h")."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from autotune.core.errors import BudgetError, UsageError
+
+__all__ = ["format_bytes", "format_figure", "parse_budget", "parse_duration", "throughput_label"]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+}
+_PATTERN = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[a-zA-Z]*)\s*$")
+
+
+def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
+    """Return a memory budget in bytes.
+
+    ``text`` is a size with a unit (``8GB``, ``8GiB``, ``8000MB``) or a bare fraction of
+    the device's memory in (0, 1] (``0.5``). A bare number above 1 is refused: it is
+    ambiguous (bytes? GB?), so the user must give a unit.
+    """
+    match = _PATTERN.match(text)
+    if match is None:
+        raise BudgetError(
+            f"cannot read budget {text!r}: expected a size such as 8GB, 8GiB or 8000MB, "
+            "or a fraction of the device's memory such as 0.5"
+        )
+    number = float(match["num"])
+    unit = match["unit"].lower()
+    if not unit:
+        if not 0 < number <= 1:
+            raise BudgetError(
+                f"budget {text!r} has no unit: give a size such as {text}GB, or a fraction "
+                "of the device's memory in (0, 1] such as 0.5"
+            )
+        if device_memory_bytes is None:
+            raise BudgetError(
+                f"budget {text!r} is a fraction, but this device's memory is unknown; "
+                "give a size such as 8GB"
+            )
+        return int(number * device_memory_bytes)
+    if unit not in _UNITS:
+        raise BudgetError(
+            f"unknown unit {match['unit']!r} in budget {text!r}; use B, KB, MB, GB, TB, "
+            "KiB, MiB, GiB or TiB"
+        )
+    value = int(number * _UNITS[unit])
+    if value <= 0:
+        raise BudgetError(f"budget must be positive, got {text!r}")
+    return value
+
+
+def format_bytes(n: float | None) -> str:
+    """Human-readable binary size: ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+_DURATION = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|m|min|h|hr)?\s*$", re.I)
+_DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
+
+
+def format_figure(value: float) -> str:
+    """A measured figure as people read it: ``10,424`` (tokens/s), ``24.6`` (samples/s)."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
+    """Seconds from ``"600"``, ``"600s"``, ``"10m"``, ``"1.5h"`` (or a number).
+
+    ``what`` names the value in the error: the parameter (``timeout``) from the Python
+    API, the flag (``--timeout``) from the CLI.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if match is None:
+            raise UsageError(
+                f"cannot read {what} {text!r}: expected a duration such as 600, 600s, 10m or 1.5h"
+            )
+        seconds = float(match["num"]) * _DURATION_UNITS[(match["unit"] or "").lower()]
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise UsageError(f"{what} must be a positive duration, got {text!r}")
+    return seconds
+
+
+def throughput_label(unit: str) -> str:
+    """The label of a throughput unit: ``"tokens"`` reads as tokens/s, anything else as
+    samples/s. The one place that spells it (torch-free, so presets and the CLI can use it)."""
+    return "tokens/s" if unit == "tokens" else "samples/s"

@@ -1,0 +1,1 @@
+"""What the burst and the trainer share: the step function, model wrapping, memory."""

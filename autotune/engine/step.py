@@ -1,0 +1,247 @@
+"""The one step function (docs/design.md, principle 1).
+
+The burst that measures a config and the trainer that runs it both call ``Stepper.step``:
+autocast, the fp16 GradScaler, gradient accumulation (with ``no_sync`` under DDP), grad
+clipping, the optimizer step and ``zero_grad(set_to_none=True)`` live here and nowhere
+else. What was measured is what is run.
+
+So do the settings around it that both share: the model's build and placement
+(``prepare_model``: channels-last for a convolutional model, with the step laying its
+inputs out to match), the optimizer (fused AdamW), ``torch.compile``'s mode, the process's
+numerics flags (TF32, cuDNN autotuning) and the CUDA allocator's expandable segments
+(``apply_allocator_settings``, before CUDA starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from autotune.config.train_config import TrainConfig
+
+if TYPE_CHECKING:
+    from autotune.contract.spec import Batch, ModelSpec
+
+__all__ = [
+    "StepOutput",
+    "Stepper",
+    "ALLOC_CONF_VAR",
+    "allocator_conf",
+    "apply_allocator_settings",
+    "apply_backend_flags",
+    "autocast_context",
+    "channels_last_batch",
+    "compile_model",
+    "make_optimizer",
+    "place_model",
+    "prepare_model",
+    "to_device",
+]
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def allocator_conf(config: TrainConfig, current: str | None) -> str | None:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` a run of ``config`` needs, given the one it has
+    (``current``): ``expandable_segments:True`` added (any other setting of it replaced)
+    where the config asks for it; otherwise ``current`` as it is."""
+    if not config.expandable_segments:
+        return current
+    kept = [
+        item
+        for item in (current or "").split(",")
+        if item.strip() and item.split(":")[0].strip() != "expandable_segments"
+    ]
+    return ",".join([*kept, "expandable_segments:True"])
+
+
+def apply_allocator_settings(config: TrainConfig) -> None:
+    """Set the CUDA caching allocator up for ``config`` (expandable segments), in this
+    process's environment: call it before CUDA starts, where the allocator reads it.
+
+    Where a GPU is present the setting is also passed to this process's allocator
+    directly: torch may have read the variable already (when it was imported, or when
+    CUDA started); it applies to the segments reserved from then on."""
+    wanted = allocator_conf(config, os.environ.get(ALLOC_CONF_VAR))
+    if wanted is None or wanted == os.environ.get(ALLOC_CONF_VAR):
+        return
+    os.environ[ALLOC_CONF_VAR] = wanted
+    if torch.cuda.is_available():  # asks the driver; does not start CUDA
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+
+
+def apply_backend_flags(config: TrainConfig, device: torch.device) -> None:
+    """Process-wide numerics flags: TF32 matmuls and cuDNN autotuning."""
+    tf32 = config.precision == "tf32"
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = config.cudnn_benchmark
+
+
+def autocast_context(
+    config: TrainConfig, device: torch.device
+) -> contextlib.AbstractContextManager[Any]:
+    dtype = _AUTOCAST_DTYPES.get(config.precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def prepare_model(spec: ModelSpec, config: TrainConfig, device: torch.device) -> nn.Module:
+    """Build the model with the config's checkpointing and knobs, on ``device`` (its 4-D
+    weights channels-last where the config says)."""
+    model = spec.build(activation_checkpointing=config.activation_checkpointing, knobs=config.knobs)
+    return place_model(model, config, device)
+
+
+def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
+    """``model`` on ``device``, channels-last where the config says (the step lays its
+    inputs out to match: ``channels_last_batch``)."""
+    model = model.to(device)
+    if config.channels_last:  # torch's stubs lack the keyword that Module.to takes
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return model
+
+
+def channels_last_batch(batch: Batch) -> Batch:
+    """The batch with its 4-D floating-point tensors (NCHW images) in channels-last layout;
+    other tensors (labels, token ids) as they are."""
+    return {
+        k: v.contiguous(memory_format=torch.channels_last)
+        if v.dim() == 4 and v.is_floating_point()
+        else v
+        for k, v in batch.items()
+    }
+
+
+def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
+    if config.compile == "off":
+        return model
+    mode = None if config.compile == "default" else config.compile
+    compiled: nn.Module = torch.compile(model, mode=mode)  # type: ignore[assignment]
+    return compiled
+
+
+def make_optimizer(
+    model: nn.Module,
+    config: TrainConfig,
+    *,
+    lr: float = 3e-4,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.95),
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not biases, norms or gains)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    kwargs: dict[str, Any] = {"lr": lr, "betas": betas}
+    if config.fused_optimizer:
+        kwargs["fused"] = True
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+def to_device(batch: Batch, device: torch.device, *, non_blocking: bool = False) -> Batch:
+    return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    loss: torch.Tensor  # mean loss over the micro-batches, detached, on the device
+    grad_norm: torch.Tensor | None  # before clipping; None when clipping is off
+
+    def loss_value(self) -> float:
+        return float(self.loss.item())
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(set_sync: Callable[[bool], None]) -> Iterator[None]:
+    set_sync(False)
+    try:
+        yield
+    finally:
+        set_sync(True)
+
+
+class Stepper:
+    """Runs one optimizer step over ``config.grad_accum`` micro-batches."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        config: TrainConfig,
+        device: torch.device,
+        loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+        grad_clip: float | None = 1.0,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.config = config
+        self.device = device
+        self.loss_fn = loss_fn
+        self.grad_clip = grad_clip
+        self.scheduler = scheduler
+        self.scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
+
+    def _no_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """No gradient reduction before the last micro-batch: DDP's ``no_sync`` (not with
+        ``static_graph``), FSDP2's ``set_requires_gradient_sync(False)``."""
+        if last:
+            return contextlib.nullcontext()
+        no_sync = getattr(self.model, "no_sync", None)  # DistributedDataParallel
+        if getattr(self.model, "static_graph", False):
+            # DDP's static graph asserts under no_sync (torch 2.13): it reduces every
+            # micro-batch instead, a cost its measurement includes.
+            return contextlib.nullcontext()
+        if no_sync is not None:
+            ctx: contextlib.AbstractContextManager[Any] = no_sync()
+            return ctx
+        set_sync = getattr(self.model, "set_requires_gradient_sync", None)  # fully_shard
+        if set_sync is not None:
+            return _gradient_sync_off(set_sync)
+        return contextlib.nullcontext()
+
+    def step(self, micro_batches: Sequence[Batch]) -> StepOutput:
+        if not micro_batches:
+            raise ValueError("a step needs at least one micro-batch")
+        n = len(micro_batches)
+        if self.config.channels_last:
+            micro_batches = [channels_last_batch(batch) for batch in micro_batches]
+        total = torch.zeros((), device=self.device)
+        for i, batch in enumerate(micro_batches):
+            with self._no_sync(last=i == n - 1):
+                with autocast_context(self.config, self.device):
+                    loss = self.loss_fn(self.model, batch)
+                self.scaler.scale(loss / n).backward()
+            total += loss.detach().float()
+        grad_norm = None
+        if self.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return StepOutput(loss=total / n, grad_norm=grad_norm)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,1 @@
+"""The full training run: trainer, log, checkpoints, run folder, schedule, launch, your own loop."""

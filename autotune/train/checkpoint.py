@@ -1,0 +1,202 @@
+"""Checkpoints: written atomically, the last K and the best kept, loaded with weights_only.
+
+A checkpoint is ``ckpt-step00000200.pt`` in the run's folder: a dict of tensors and plain
+containers (the model and optimizer state, the scaler, the scheduler, RNG states stored as
+tensors, the data position, the config as a dict), so ``torch.load(weights_only=True)``
+reads it and loading one never runs code. ``best.pt`` is the checkpoint with the lowest
+validation loss (a hard link to its step file where the file system allows, else a copy).
+
+Writes go through :func:`autotune.core.files.atomic_writer` (a temporary file in the same folder,
+flushed and fsynced, then renamed over the target): a process killed mid-write leaves a
+stray ``.*.tmp`` file (removed by ``clean_stale``) and every earlier checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.core.errors import CheckpointError
+from autotune.core.files import atomic_writer, fsync_dir
+
+__all__ = [
+    "BEST_NAME",
+    "CheckpointError",
+    "capture_rng_state",
+    "checkpoint_path",
+    "clean_stale",
+    "find_resumable",
+    "link_best",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "restore_rng_state",
+    "save_checkpoint",
+]
+
+BEST_NAME = "best.pt"
+_STEP_RE = re.compile(r"^ckpt-step(\d+)\.pt$")
+
+
+def checkpoint_path(folder: Path, step: int) -> Path:
+    return Path(folder) / f"ckpt-step{step:08d}.pt"
+
+
+def save_checkpoint(state: Mapping[str, Any], path: Path) -> int:
+    """Write ``state`` to ``path`` atomically; return its size in bytes."""
+    path = Path(path)
+    with atomic_writer(path, binary=True) as f:
+        torch.save(dict(state), f)
+    return path.stat().st_size
+
+
+def link_best(path: Path) -> Path:
+    """Make ``best.pt`` next to ``path`` the same checkpoint, atomically."""
+    path = Path(path)
+    best = path.parent / BEST_NAME
+    tmp = path.parent / f".{BEST_NAME}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.link(path, tmp)
+    except OSError:  # no hard links here (some network and FAT file systems): copy
+        shutil.copyfile(path, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    os.replace(tmp, best)
+    fsync_dir(path.parent)
+    return best
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the step checkpoints in ``folder``, oldest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for p in folder.iterdir():
+        m = _STEP_RE.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def prune_checkpoints(folder: Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` step checkpoints (``best.pt`` is separate)."""
+    removed = []
+    for _, p in list_checkpoints(folder)[:-keep_last] if keep_last > 0 else []:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def clean_stale(folder: Path) -> list[Path]:
+    """Remove temporary files that a killed process left behind."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in folder.glob(".*.tmp"):
+        if p.name.startswith((".ckpt-step", f".{BEST_NAME}")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True``; a bad file is a ``CheckpointError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if "WeightsUnpickler" in ln), lines[0] if lines else "")
+        raise CheckpointError(
+            f"cannot load checkpoint {str(path)!r} ({type(exc).__name__}: {detail}); it is "
+            "damaged or not an autotune checkpoint"
+        ) from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise CheckpointError(f"{str(path)!r} is not an autotune training checkpoint")
+    return state
+
+
+def find_resumable(
+    folder: Path, *, map_location: str | torch.device = "cpu", warn: Any = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest step checkpoint in ``folder`` that loads, and its state (None: none)."""
+    for _, path in reversed(list_checkpoints(folder)):
+        try:
+            return path, load_checkpoint(path, map_location=map_location)
+        except CheckpointError as exc:
+            if warn is not None:
+                warn(f"warning: skipping {path.name}: {exc}")
+    return None
+
+
+# -- RNG states as tensors (weights_only-loadable) -----------------------------------------
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, numpy, torch and (current device) CUDA generator states, as tensors."""
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": torch.tensor(list(internal), dtype=torch.int64),
+        "python_version": int(version),
+        "python_gauss": torch.tensor(
+            [0.0 if gauss is None else 1.0, 0.0 if gauss is None else gauss],
+            dtype=torch.float64,
+        ),
+        "torch": torch.get_rng_state(),
+    }
+    try:
+        import numpy as np
+
+        _, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+        state["numpy"] = torch.from_numpy(np.asarray(keys).astype("int64"))
+        state["numpy_extra"] = torch.tensor([pos, has_gauss, cached], dtype=torch.float64)
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # the current device's (one per process)
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Undo ``capture_rng_state``: the same random numbers come next."""
+    has_gauss, gauss = state["python_gauss"].tolist()
+    random.setstate(
+        (
+            int(state["python_version"]),
+            tuple(int(x) for x in state["python"].tolist()),
+            gauss if has_gauss else None,
+        )
+    )
+    torch.set_rng_state(state["torch"].cpu())
+    if "numpy" in state:
+        with contextlib.suppress(ImportError):
+            import numpy as np
+
+            pos, has_g, cached = state["numpy_extra"].tolist()
+            np.random.set_state(
+                (
+                    "MT19937",
+                    state["numpy"].numpy().astype("uint32"),
+                    int(pos),
+                    int(has_g),
+                    float(cached),
+                )
+            )
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())

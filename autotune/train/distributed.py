@@ -1,0 +1,160 @@
+"""torchrun / DistributedDataParallel plumbing for ``autotune train``.
+
+``torchrun --nproc-per-node N -m autotune train --preset P`` (add ``--nnodes`` and a
+rendezvous for several machines) sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and
+``MASTER_ADDR``/``MASTER_PORT``; ``init_distributed`` reads them and joins the process
+group: NCCL on CUDA, gloo on CPU. Without them (a plain ``autotune train``) it is a no-op
+that returns a world of one.
+
+Several machines: ``torchrun --nnodes M --nproc-per-node N --rdzv-backend c10d
+--rdzv-endpoint HOST:PORT -m autotune train ...`` on each. Rank 0 alone writes checkpoints
+and metrics, and every rank reads the checkpoint it resumes from, so ``--out`` must be on
+storage every machine sees for ``--resume``. (The token cache may be per machine: writers
+racing on one cache entry keep the first complete copy.)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autotune.config.train_config import TrainConfig
+from autotune.core.errors import ConfigError, UsageError
+
+__all__ = [
+    "DistInfo",
+    "all_gather_objects",
+    "any_flag",
+    "barrier",
+    "broadcast_object",
+    "destroy_distributed",
+    "init_distributed",
+    "per_rank_config",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    backend: str | None = None  # None: not distributed
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInfo, str]:
+    """Join the torchrun process group if there is one; return it and this rank's device.
+
+    ``device`` is the requested kind (``cpu``, ``cuda``, ``cuda:N``); under torchrun on CUDA
+    each process takes ``cuda:LOCAL_RANK``.
+    """
+    world = _env_int("WORLD_SIZE", 1)
+    if world <= 1:
+        return DistInfo(), device
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", rank)
+    if not dist.is_available():
+        raise UsageError("this torch build has no torch.distributed; run without torchrun")
+    cuda = device.startswith("cuda")
+    if cuda:
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {device!r} asked for, but CUDA is not available here")
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError(
+                f"LOCAL_RANK={local_rank} but this machine has {torch.cuda.device_count()} "
+                "GPU(s); use --nproc-per-node at most the number of GPUs"
+            )
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    backend = "nccl" if cuda else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend=backend,
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    return DistInfo(rank=rank, local_rank=local_rank, world_size=world, backend=backend), device
+
+
+def destroy_distributed(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
+    """The config one rank runs so that the global batch stays the preset's.
+
+    ``micro_batch * grad_accum`` samples per step on one process become ``micro_batch *
+    grad_accum / world_size`` per rank: the accumulation is divided by the world size.
+    """
+    if world_size <= 1:
+        return config
+    if config.grad_accum % world_size != 0:
+        raise ConfigError(
+            [
+                f"config.grad_accum: {config.grad_accum} is not divisible by the world size "
+                f"{world_size}, so the global batch of {config.global_batch} samples "
+                f"(micro_batch {config.micro_batch} x grad_accum {config.grad_accum}) cannot "
+                f"be kept over {world_size} processes; use a process count that divides "
+                f"{config.grad_accum}, or --set config.grad_accum=... and config.micro_batch"
+                "=... so that micro_batch x grad_accum stays the same"
+            ],
+            context="the preset's global batch does not split over the processes",
+        )
+    return config.replace(grad_accum=config.grad_accum // world_size)
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
+def any_flag(info: DistInfo, flag: bool, device: torch.device) -> bool:
+    """True on every rank if ``flag`` is true on any (e.g. a signal arrived on one)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def broadcast_object(info: DistInfo, obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_gather_objects(info: DistInfo, obj: Any) -> Sequence[Any]:
+    """Every rank's ``obj``, in rank order."""
+    if not info.enabled:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out

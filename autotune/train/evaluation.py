@@ -1,0 +1,94 @@
+"""The trainer's evaluation: validation loss (and the model's own metric) without
+gradients, and a short sample of text from a language model.
+
+Rank 0 alone evaluates (autotune/train/trainer.py broadcasts the result); the model is put in eval
+mode for the pass and given back in the mode it was in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from autotune.data.tokenizer import ByteTokenizer
+from autotune.engine.step import autocast_context, to_device
+
+if TYPE_CHECKING:
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import Batch, ModelSpec
+    from autotune.data.datasets import TrainData
+
+__all__ = ["eval_metrics", "sample_text"]
+
+SAMPLE_PROMPT_TOKENS = 32
+SAMPLE_NEW_TOKENS = 64
+
+
+def eval_metrics(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    device: torch.device,
+    max_batches: int,
+) -> dict[str, Any]:
+    """Validation loss (and the model's metric) averaged over samples of at most
+    ``max_batches`` batches; language models add the perplexity, ``samples`` the count."""
+    metric_fn = spec.extras.get("metric")
+    was_training = model.training
+    model.eval()
+    totals: dict[str, float] = {}
+    n = 0
+    try:
+        with torch.no_grad():
+            for i, batch in enumerate(batches):
+                if i >= max_batches:
+                    break
+                batch = to_device(batch, device)
+                size = int(next(iter(batch.values())).shape[0])
+                with autocast_context(config, device):
+                    values: dict[str, float] = {}
+                    if metric_fn is not None:
+                        values = {k: float(v) for k, v in metric_fn(model, batch).items()}
+                    if "loss" not in values:
+                        values["loss"] = float(spec.loss_fn(model, batch).item())
+                for k, v in values.items():
+                    totals[k] = totals.get(k, 0.0) + v * size
+                n += size
+    finally:
+        model.train(was_training)
+    out: dict[str, Any] = {k: v / max(n, 1) for k, v in totals.items()}
+    if spec.task == "lm":
+        out["perplexity"] = math.exp(min(out["loss"], 50.0))
+    out["samples"] = n
+    return out
+
+
+def sample_text(
+    model: nn.Module,
+    data: TrainData,
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    device: torch.device,
+    seed: int,
+) -> tuple[str, str] | None:
+    """A short continuation of the first validation chunk's start (language models with a
+    ``generate`` extra and a byte tokenizer): the prompt and the new text."""
+    generate = spec.extras.get("generate")
+    tokenizer = data.tokenizer
+    if spec.task != "lm" or generate is None or not isinstance(tokenizer, ByteTokenizer):
+        return None
+    first = data.val[0]
+    prompt = first["input_ids"][:SAMPLE_PROMPT_TOKENS].unsqueeze(0).to(device)  # (1, P)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with autocast_context(config, device):
+        out = generate(model, prompt, SAMPLE_NEW_TOKENS, 0.9, gen)
+    prompt_text = tokenizer.decode(prompt[0].tolist())
+    new_text = tokenizer.decode(out[0, prompt.shape[1] :].tolist())
+    return prompt_text, new_text

@@ -1,0 +1,191 @@
+"""What a training run is decided from, before it starts: the function behind ``autotune
+train`` that a Python caller can use too.
+
+``prepare_training`` loads the preset (or takes a bare model: fp32, the micro-batch its
+global batch), checks that this machine can run it, applies the changes asked for
+(``max_steps``, ``lr``, ``eval_interval``, ``section.field=value`` overrides), picks the
+device and checks the config on it. What it returns is what ``autotune.train.trainer.train``
+takes::
+
+    run = prepare_training(preset="best.yaml", max_steps=2000)
+    train(run.spec, run.config, run.training, out_dir="runs/a", device=run.device,
+          device_caps=run.caps)
+
+Errors name the parameter (``max_steps: expected a positive integer, got 0``); the CLI
+passes ``option_names`` so that its messages name its flags instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.config.train_config import TrainConfig, apply_overrides, check_config
+from autotune.core.errors import UsageError
+from autotune.preset import (
+    ModelRef,
+    PortabilityReport,
+    TrainingDefaults,
+    check_portability,
+    default_device_for,
+    load_preset,
+    resolve_preset,
+)
+
+if TYPE_CHECKING:
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.hardware import DeviceCaps, HardwareProfile
+
+__all__ = ["PreparedRun", "prepare_training"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRun:
+    """A run ready for ``autotune.train.trainer.train``."""
+
+    spec: ModelSpec
+    config: TrainConfig
+    training: TrainingDefaults
+    device: str  # as asked for: under torchrun, "cuda" trains on each process's own GPU
+    caps: DeviceCaps  # what this process's device can do
+    name: str  # the preset's name, or the model's (the CLI's default run folder)
+    report: PortabilityReport | None  # the preset's portability check; None for a bare model
+
+
+def rank_device(device: str) -> str:
+    """The device this process trains on: under torchrun on CUDA, ``cuda:LOCAL_RANK``."""
+    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}"
+    return device
+
+
+def _check_arguments(
+    preset: str | Path | None,
+    model: str | None,
+    *,
+    max_steps: int | None,
+    lr: float | None,
+    eval_interval: int | None,
+    names: Mapping[str, str],
+) -> None:
+    def name(parameter: str) -> str:
+        return names.get(parameter, parameter)
+
+    if preset is None and model is None:
+        raise UsageError(
+            f"give {name('preset')} (a tuned config from `autotune search`) or "
+            f"{name('model')} (an untuned fp32 run)"
+        )
+    for parameter, value in (("max_steps", max_steps), ("eval_interval", eval_interval)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name(parameter)}: expected a positive integer, got {value}")
+    if lr is not None and not lr > 0:
+        raise UsageError(f"{name('lr')}: expected a number > 0, got {lr}")
+
+
+def _load_preset_model(
+    ref: ModelRef,
+    model: str | None,
+    *,
+    trust: bool,
+    warn: Callable[[str], None] | None,
+    names: Mapping[str, str],
+) -> ModelSpec:
+    """The preset's model; ``model``, when given too, must name the same one (and is then
+    the user's consent to run it)."""
+    if model is not None and model != ref.name:
+        flag = names.get("model", "model").split()[0]
+        raise UsageError(
+            f"{flag} {model!r} is not the preset's model {ref.name!r}: give {flag} only to "
+            "train without a preset, or to allow the preset's own model code to run"
+        )
+    notes: list[str] = []
+    spec = ref.load(trust=trust or model is not None, notes=notes)
+    for text in notes:
+        if warn is not None:
+            warn(text)
+    return spec
+
+
+def prepare_training(
+    *,
+    preset: str | Path | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    force: bool = False,
+    max_steps: int | None = None,
+    lr: float | None = None,
+    eval_interval: int | None = None,
+    overrides: Sequence[str] = (),
+    profile: HardwareProfile | None = None,
+    warn: Callable[[str], None] | None = None,
+    option_names: Mapping[str, str] | None = None,
+    trust_model: bool = False,
+) -> PreparedRun:
+    """The spec, config, training settings and device of a run (see the module docstring).
+
+    ``preset``: a preset file or the name of one; or ``model``: a built-in name,
+    ``pkg.module:attr`` or ``path/to/file.py:attr``. A preset is data: where it names
+    user code, that code runs only with ``trust_model`` or with the same reference given
+    as ``model`` (the user's consent); ``warn`` then hears which file runs. ``device``: default
+    the preset's kind (a bare model: the best device here). ``force`` runs a preset whose
+    recorded memory may not fit. ``max_steps`` replaces the preset's steps and epochs.
+    ``overrides``: ``config.micro_batch=4``, ``training.lr=1e-3``, ... ``profile``: this
+    machine (default: probed). ``warn`` hears the portability warnings as they come.
+    ``option_names`` maps a parameter to the name errors give it (the CLI's flags).
+    """
+    from autotune.machine.hardware import probe
+    from autotune.models import load_model
+
+    names = option_names or {}
+    _check_arguments(
+        preset,
+        model,
+        max_steps=max_steps,
+        lr=lr,
+        eval_interval=eval_interval,
+        names=names,
+    )
+    profile = profile or probe()
+    report: PortabilityReport | None = None
+    if preset is not None:
+        loaded = load_preset(resolve_preset(str(preset)))
+        wanted = device or default_device_for(loaded, profile)
+        report = check_portability(loaded, profile, rank_device(wanted), force=force)
+        if warn is not None:
+            for text in report.warnings:
+                warn(text)
+        spec = _load_preset_model(loaded.model, model, trust=trust_model, warn=warn, names=names)
+        config, training, name = loaded.config, loaded.training, loaded.name
+    else:
+        spec = load_model(str(model))
+        wanted = device or profile.default_device
+        config = TrainConfig(micro_batch=spec.global_batch, seq_len=spec.seq_len)
+        training, name = TrainingDefaults(), spec.name
+
+    changes: dict[str, object] = {}
+    if max_steps is not None:
+        changes.update(max_steps=max_steps, epochs=None)
+    if lr is not None:
+        changes["lr"] = lr
+    if eval_interval is not None:
+        changes["eval_interval"] = eval_interval
+    if changes:
+        training = dataclasses.replace(training, **changes)  # type: ignore[arg-type]
+    config, training = apply_overrides(config, training, overrides)
+
+    caps = profile.device(rank_device(wanted))
+    check_config(config, spec=spec, device=caps)
+    return PreparedRun(
+        spec=spec,
+        config=config,
+        training=training,
+        device=wanted,
+        caps=caps,
+        name=name,
+        report=report,
+    )

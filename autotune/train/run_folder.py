@@ -1,0 +1,158 @@
+"""A training run's folder and its checkpoints.
+
+Which checkpoint a run resumes from (``--resume auto``, a file or a folder), that a fresh
+run never writes over another run's checkpoints, and each step's checkpoint: written by
+rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
+them. The checkpoint's contents are the trainer's (``Trainer._state``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.core.errors import AutotuneError, UsageError
+from autotune.train.checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_path,
+    clean_stale,
+    find_resumable,
+    link_best,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from autotune.train.distributed import DistInfo, all_gather_objects, barrier
+
+__all__ = ["RunFolder"]
+
+StateFn = Callable[[Sequence[Any]], dict[str, Any]]
+
+
+class RunFolder:
+    """The run folder ``path``; ``message`` reports (rank 0's display). Errors name the
+    folder's parameter as ``option_names["out_dir"]`` says (the CLI: its flag)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        dist: DistInfo,
+        keep_last: int,
+        message: Callable[[str], None],
+        option_names: Mapping[str, str] | None = None,
+    ) -> None:
+        self.path = path
+        self.out_name = (option_names or {}).get("out_dir", "out_dir")
+        self.dist = dist
+        self.keep_last = keep_last
+        self.message = message
+        self.last_saved: int | None = None  # the step of the last checkpoint written
+        self.last_checkpoint: Path | None = None  # its file (rank 0; None on the others)
+
+    def find_resume(self, resume: str | Path | None) -> tuple[Path, dict[str, Any]] | None:
+        """The checkpoint ``resume`` names, loaded: ``"auto"`` (this folder's latest, or
+        None for a fresh start), a checkpoint file, or a folder of them."""
+        if resume is None:
+            return None
+        where = str(resume)
+        if where == "auto":
+            skipped: list[str] = []
+            found = find_resumable(self.path, warn=lambda text: self._skip(text, skipped))
+            if found is None and skipped:
+                raise CheckpointError(
+                    f"none of the {len(skipped)} checkpoint(s) in {str(self.path)!r} loads "
+                    f"({skipped[0]}), so there is nothing to resume from: move them away to "
+                    f"start afresh in this folder, or train into a new folder with {self.out_name}"
+                )
+            if found is None:
+                self.message(f"no checkpoint in {self.path} to resume from: starting from step 0")
+            return found
+        path = Path(where).expanduser()
+        if path.is_dir():
+            found = find_resumable(path, warn=self.message)
+            if found is None:
+                raise CheckpointError(f"no loadable checkpoint (ckpt-step*.pt) in {str(path)!r}")
+            return found
+        return path, load_checkpoint(path)
+
+    def _skip(self, text: str, skipped: list[str]) -> None:
+        skipped.append(text.removeprefix("warning: "))
+        self.message(text)
+
+    def prepare(self, resumed_from: Path | None) -> None:
+        """Create the folder and drop a killed write's leftovers; a run that does not
+        continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.path, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        except OSError as exc:
+            what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
+            raise UsageError(
+                f"cannot use {str(self.path)!r} as the run folder: {what}; give "
+                f"{self.out_name} a folder you can write to"
+            ) from None
+        clean_stale(self.path)
+        elsewhere = resumed_from is not None and (
+            resumed_from.parent.resolve() != self.path.resolve()
+        )
+        if resumed_from is None or elsewhere:  # never mix two runs' checkpoints in one folder
+            existing = list_checkpoints(self.path)
+            if existing:
+                step, path = existing[-1]
+                raise UsageError(
+                    f"{self.path} already holds checkpoints of a run (latest {path.name}, step "
+                    f"{step}); continue it with --resume auto, or train into a new folder with "
+                    f"{self.out_name}"
+                )
+
+    def save(self, step: int, state: StateFn, *, best: bool = False) -> Path | None:
+        """Checkpoint ``step`` with ``state(every rank's RNG state)`` (collective under DDP:
+        every rank must call it); rank 0 writes it, links best.pt and prunes the old ones."""
+        rngs = all_gather_objects(self.dist, capture_rng_state())
+        path: Path | None = None
+        barrier(self.dist)
+        if self.dist.is_main:
+            path = checkpoint_path(self.path, step)
+            if self.last_saved != step or not path.exists():
+                size = self._write(path, state(rngs))
+                self.message(f"saved {path} ({size / 2**20:.1f} MiB)")
+            if best:
+                link_best(path)
+            prune_checkpoints(self.path, self.keep_last)
+        self.last_saved = step
+        self.last_checkpoint = path
+        barrier(self.dist)
+        return path
+
+    def _write(self, path: Path, state: dict[str, Any]) -> int:
+        """Write one checkpoint; a full disk (checked first against the last checkpoint's
+        size, then by the write itself) is an error that keeps the last good checkpoint."""
+        kept = (
+            f"the last good checkpoint {self.last_checkpoint} is kept"
+            if self.last_checkpoint is not None
+            else "no checkpoint of this run was written yet"
+        )
+        if self.last_checkpoint is not None and self.last_checkpoint.exists():
+            need = self.last_checkpoint.stat().st_size
+            free = shutil.disk_usage(self.path).free
+            if free < need:
+                raise AutotuneError(
+                    f"not enough disk space for checkpoint {path.name} in {self.path}: "
+                    f"{free / 2**20:.1f} MiB free, about {need / 2**20:.1f} MiB needed; {kept}. "
+                    "Free some space, then continue with --resume auto"
+                )
+        try:
+            return save_checkpoint(state, path)
+        except OSError as exc:
+            raise AutotuneError(
+                f"cannot write checkpoint {path}: {exc.strerror or exc}; {kept}. Free some "
+                "space (or fix the folder), then continue with --resume auto"
+            ) from None
