@@ -1,16 +1,29 @@
 """autotune: find the fastest way to train a PyTorch model on this machine, by measurement.
 
-The public Python API mirrors the CLI. Heavy imports (torch, optuna) happen inside the
-functions that need them, so ``import autotune`` and ``autotune --help`` stay instant.
+The public Python API mirrors the CLI, and every name a user needs is importable from here:
+
+- ``autotune.search(model, budget=...)``: the function behind ``autotune search``;
+- ``autotune.tune(build=..., loss=..., batch=...)``: a search of a model defined in a
+  notebook or a script, with no spec file;
+- ``autotune.PresetLoop``: a preset's config in your own training loop;
+- ``autotune.ModelSpec`` (with ``Batch`` and ``Knob``): the contract a model implements;
+- ``autotune.load_preset``: a preset file, checked, as a ``Preset``;
+- the errors, one hierarchy under ``AutotuneError``.
+
+The package follows the flow, one folder per stage (each ``__init__`` says what it owns):
+core, contract, config, machine, engine, burst, study, train, data, preset, report, cli.
+Heavy imports (torch, optuna) happen on first use of a name, so ``import autotune`` and
+``autotune --help`` stay instant.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from autotune.errors import (
+from autotune.core.errors import (
     AutotuneError,
     BudgetError,
     ConfigError,
@@ -21,41 +34,50 @@ from autotune.errors import (
 )
 
 if TYPE_CHECKING:
+    from autotune.contract.spec import Batch, Knob, ModelSpec
+    from autotune.preset import Preset, load_preset
     from autotune.study import SearchResult, search
-    from autotune.tuning import tune
+    from autotune.study.tuning import tune
+    from autotune.train.loop import PresetLoop
 
 __all__ = [
     "AutotuneError",
+    "Batch",
     "BudgetError",
     "ConfigError",
     "DataError",
+    "Knob",
     "ModelLoadError",
+    "ModelSpec",
+    "Preset",
     "PresetError",
+    "PresetLoop",
     "SearchResult",
     "UsageError",
     "__version__",
+    "load_preset",
     "search",
     "tune",
 ]
 
-# ``autotune.search(model, budget=...)`` is the function behind ``autotune search`` (it
-# returns the SearchResult the CLI prints); it lives in ``autotune.study``. That package
-# imports optuna, so it is loaded on first use of these names, not by ``import autotune``.
-_FROM_STUDY = ("SearchResult", "search")
+# Where each lazily loaded name lives. ``tune``'s module is not named ``tune``: importing
+# a submodule sets the package attribute of its name, which would hide the function.
+_LAZY = {
+    "Batch": "autotune.contract.spec",
+    "Knob": "autotune.contract.spec",
+    "ModelSpec": "autotune.contract.spec",
+    "Preset": "autotune.preset",
+    "load_preset": "autotune.preset",
+    "PresetLoop": "autotune.train.loop",
+    "SearchResult": "autotune.study",
+    "search": "autotune.study",
+    "tune": "autotune.study.tuning",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # ``autotune.tune(build=..., loss=..., batch=...)``. Its module is not named ``tune``:
-    # importing a submodule sets the package attribute of its name, hiding the function.
-    if name == "tune":
-        from autotune.tuning import tune
-
-        globals()[name] = tune
-        return tune
-    if name in _FROM_STUDY:
-        import autotune.study
-
-        value = getattr(autotune.study, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
