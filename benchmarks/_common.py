@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotune.machine.hardware import HardwareProfile
+    from autotune.machine.profile import HardwareProfile
 
 __all__ = [
     "command_line",

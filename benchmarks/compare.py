@@ -87,7 +87,8 @@ if TYPE_CHECKING:
     from autotune.burst.supervisor import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps, HardwareProfile
+    from autotune.machine.caps import DeviceCaps
+    from autotune.machine.profile import HardwareProfile
     from autotune.study import SearchResult
     from autotune.study.watch import MachineWatch
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 
-from autotune.machine.hardware import HardwareProfile, probe
+from autotune.machine.hardware import probe
+from autotune.machine.profile import HardwareProfile
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from toy_spec import toy_spec as make_toy_spec
 from autotune.burst.supervisor import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
-from autotune.machine.hardware import CPUInfo, HardwareProfile, SoftwareInfo
+from autotune.machine.profile import CPUInfo, HardwareProfile, SoftwareInfo
 from autotune.study import SearchResult, search
 
 MB = 10**6

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import PresetError
-from autotune.machine.hardware import CPUInfo, GPUInfo, HardwareProfile, SoftwareInfo
+from autotune.machine.profile import CPUInfo, GPUInfo, HardwareProfile, SoftwareInfo
 from autotune.preset import (
     Baseline,
     Fingerprint,

@@ -16,7 +16,7 @@ from fake_caps import cpu_caps, cuda_caps
 
 from autotune.burst.supervisor import BurstResult
 from autotune.config.train_config import TrainConfig, check_config
-from autotune.machine.hardware import DeviceCaps
+from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
 

@@ -35,7 +35,7 @@ from autotune.engine.step import (
     compile_model,
     prepare_model,
 )
-from autotune.machine.hardware import DeviceCaps
+from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import get_model, load_model
 from autotune.preset.export import export_preset
 from autotune.preset.io import preset_from_dict, preset_to_dict

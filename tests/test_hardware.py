@@ -1,4 +1,4 @@
-"""machine.hardware: the GPU path through a faked NVML / torch.cuda, the CPU path for real."""
+"""machine: the GPU path through a faked NVML / torch.cuda, the CPU path for real."""
 
 from __future__ import annotations
 
@@ -17,13 +17,9 @@ from fake_nvml import FakeCuda, FakeGPU, FakeNVML, GiB, gpu_stack, no_gpu_stack
 
 from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
 from autotune.machine import hardware
-from autotune.machine.hardware import (
-    HardwareProfile,
-    parse_cpuinfo,
-    parse_device,
-    peak_flops,
-    probe,
-)
+from autotune.machine.caps import parse_device, peak_flops
+from autotune.machine.hardware import parse_cpuinfo, probe
+from autotune.machine.profile import ISA_FLAGS, SCHEMA_VERSION, HardwareProfile
 
 H100 = FakeGPU(processes=((4242, 3 * GiB), (4243, None)))
 A10G = FakeGPU(
@@ -390,7 +386,7 @@ def test_to_dict_is_plain_json_and_yaml_and_documented_key_by_key(
     assert json.loads(json.dumps(data)) == data  # no tuples, nothing JSON cannot hold
     assert yaml.safe_load(yaml.safe_dump(data)) == data  # presets embed it
     assert list(data) == ["schema_version", "default_device", "gpus", "cpu", "software", "notes"]
-    assert data["schema_version"] == hardware.SCHEMA_VERSION
+    assert data["schema_version"] == SCHEMA_VERSION
     gpu = data["gpus"][0]
     assert gpu["compute_capability"] == [9, 0]
     assert gpu["peak_flops_bf16"] == 989.4e12
@@ -448,12 +444,12 @@ def test_probe_of_this_machine_cpu_and_software() -> None:
     assert cpu.total_ram_bytes == psutil.virtual_memory().total
     assert 0 < cpu.available_ram_bytes <= cpu.total_ram_bytes
     assert cpu.torch_threads == torch.get_num_threads()
-    assert set(cpu.isa_flags) <= set(hardware.ISA_FLAGS)
+    assert set(cpu.isa_flags) <= set(ISA_FLAGS)
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             name, flags = parse_cpuinfo(f.read())
         assert cpu.model_name == (name or cpu.model_name)
-        assert set(cpu.isa_flags) == flags & set(hardware.ISA_FLAGS)
+        assert set(cpu.isa_flags) == flags & set(ISA_FLAGS)
     software = profile.software
     assert software.torch_version == torch.__version__
     assert software.torch_cuda_version == torch.version.cuda

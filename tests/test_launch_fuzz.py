@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.core.errors import UsageError
-from autotune.machine.hardware import HardwareProfile, probe
+from autotune.machine.hardware import probe
+from autotune.machine.profile import HardwareProfile
 from autotune.train.launch import prepare_training
 
 MODEL = f"{FAKE_LM}:spec"

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.errors import ConfigError, PresetError
 from autotune.core.schema import BAD, Rule, Section, build, did_you_mean, positive
-from autotune.machine.hardware import HardwareProfile
+from autotune.machine.profile import HardwareProfile
 
 
 @dataclass(frozen=True)

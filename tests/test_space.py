@@ -10,7 +10,7 @@ from toy_spec import toy_spec
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import ConfigError, UsageError
-from autotune.machine.hardware import DeviceCaps
+from autotune.machine.caps import DeviceCaps
 from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 
 

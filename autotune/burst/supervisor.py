@@ -52,7 +52,7 @@ from autotune.engine.memory import ProcessTreeSampler
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = ["BurstResult", "BurstStatus", "run_burst"]
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from autotune.burst.supervisor import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = ["bench", "parse_knobs", "render"]
 

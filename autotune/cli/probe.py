@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.machine.hardware import DeviceCaps, GPUInfo, HardwareProfile
+    from autotune.machine.caps import DeviceCaps
+    from autotune.machine.profile import GPUInfo, HardwareProfile
 
 __all__ = ["probe", "render"]
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from autotune.config.train_config import TrainConfig
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "BUCKET_CAP_CHOICES",

@@ -34,7 +34,7 @@ from autotune.core.schema import (
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "COMPILE_MODES",

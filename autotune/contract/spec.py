@@ -25,7 +25,7 @@ from autotune.core.errors import AutotuneError, ModelLoadError, describe_excepti
 from autotune.core.units import throughput_label
 
 if TYPE_CHECKING:
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "Batch",

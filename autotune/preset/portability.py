@@ -16,7 +16,8 @@ from autotune.core.units import format_bytes
 from autotune.preset.schema import Fingerprint, Preset, find_device
 
 if TYPE_CHECKING:
-    from autotune.machine.hardware import DeviceCaps, HardwareProfile
+    from autotune.machine.caps import DeviceCaps
+    from autotune.machine.profile import HardwareProfile
 
 __all__ = ["PortabilityReport", "check_portability", "default_device_for"]
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from autotune.burst.supervisor import BurstResult
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import GPUInfo, HardwareProfile
+    from autotune.machine.profile import GPUInfo, HardwareProfile
 
 __all__ = [
     "OLDEST_SCHEMA_VERSION",

@@ -11,7 +11,7 @@ from autotune.core.units import format_bytes
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import HardwareProfile
+    from autotune.machine.profile import HardwareProfile
     from autotune.study.race import Entrant, RaceResult
     from autotune.study.records import SearchResult
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config.train_config import TrainConfig
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
     from autotune.study.memory_model import Verdict
     from autotune.study.state import SearchState
 

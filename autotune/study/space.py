@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "BUILTIN_KNOBS",

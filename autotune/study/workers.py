@@ -49,7 +49,7 @@ from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.machine.hardware import HardwareProfile
+    from autotune.machine.profile import HardwareProfile
     from autotune.study.state import SearchState
 
 __all__ = [

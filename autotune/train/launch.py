@@ -38,7 +38,8 @@ from autotune.preset import (
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.hardware import DeviceCaps, HardwareProfile
+    from autotune.machine.caps import DeviceCaps
+    from autotune.machine.profile import HardwareProfile
 
 __all__ = ["PreparedRun", "prepare_training"]
 

@@ -87,7 +87,7 @@ from autotune.train.schedule import make_scheduler, set_peak_lr
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
-    from autotune.machine.hardware import DeviceCaps
+    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "OnOOM",

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from autotune.cli.main import app
 from autotune.machine import hardware
+from autotune.machine.profile import SCHEMA_VERSION, HardwareProfile
 
 runner = CliRunner()
 
@@ -26,12 +27,12 @@ def test_probe_json_parses_and_has_the_documented_keys() -> None:
     result = runner.invoke(app, ["probe", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["schema_version"] == hardware.SCHEMA_VERSION
+    assert data["schema_version"] == SCHEMA_VERSION
     assert set(data) == {"schema_version", "default_device", "gpus", "cpu", "software", "notes"}
     assert data["software"]["torch_version"] == torch.__version__
     assert data["cpu"]["logical_cores"] >= 1
     assert data["default_device"] == ("cuda:0" if data["gpus"] else "cpu")
-    assert hardware.HardwareProfile.from_dict(data).cpu.model_name == data["cpu"]["model_name"]
+    assert HardwareProfile.from_dict(data).cpu.model_name == data["cpu"]["model_name"]
 
 
 def test_probe_json_with_a_faked_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +83,9 @@ def test_probe_rejects_an_unknown_option() -> None:
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("module", ["autotune.cli.probe", "autotune.machine.hardware"])
+@pytest.mark.parametrize(
+    "module", ["autotune.cli.probe", "autotune.machine", "autotune.machine.hardware"]
+)
 def test_importing_the_probe_command_does_not_import_torch(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'rich') if m in sys.modules))"
     out = subprocess.run(

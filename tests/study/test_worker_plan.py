@@ -9,7 +9,7 @@ import pytest
 from fake_burst import cpu_profile
 
 from autotune.core.errors import AutotuneError, UsageError
-from autotune.machine.hardware import GPUInfo, HardwareProfile
+from autotune.machine.profile import GPUInfo, HardwareProfile
 from autotune.study.workers import WorkerSlot, plan_workers
 
 
