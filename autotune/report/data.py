@@ -244,7 +244,8 @@ def _storage_problem(url: str) -> str | None:
 def study_data(name: str, url: str) -> ReportData:
     """A study's report: its trials (as the search records them), the verification attempts
     and, with enough measured trials, Optuna's parameter importances."""
-    from autotune.study.optuna_glue import check_storage_url, quiet_optuna, redact
+    from autotune.core.redact import redact
+    from autotune.study.optuna_glue import check_storage_url, quiet_optuna
 
     check_storage_url(url)
     problem = _storage_problem(url)
@@ -287,7 +288,8 @@ def _verify_order(key: str) -> tuple[int, str]:
 def _load_study(name: str, url: str) -> optuna.Study:
     import optuna
 
-    from autotune.study.optuna_glue import open_storage, redact
+    from autotune.core.redact import redact
+    from autotune.study.optuna_glue import open_storage
 
     storage = open_storage(url)
     try:

@@ -119,8 +119,11 @@ def set_outcome(trial: optuna.Trial, **attrs: Any) -> None:
 
 
 def redact(url: str) -> str:
-    """A storage URL without its password (``postgresql://user:***@host/db``)."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """A storage URL without its password (``postgresql://user:***@host/db``): the one
+    rule, ``autotune.core.redact.redact``."""
+    from autotune.core.redact import redact as redact_url
+
+    return redact_url(url)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,86 @@
+"""The one rule that takes secrets out of a storage URL before it is printed or written.
+
+A study's storage URL may carry a password in three places: the user information
+(``postgresql://user:pw@host/db``, the user name possibly empty, the password possibly
+holding an unencoded ``@``), and a query parameter (``?password=pw``, which libpq and
+SQLAlchemy accept; likewise ``sslpassword``, ``token``, ``secret``...). :func:`redact`
+hides all three: SQLAlchemy's own URL parser renders the user information with the
+password as ``***``, and every password-like query value becomes ``***``. A string the
+parser cannot read, or reads ambiguously (more than one ``@`` before the path), loses
+everything between ``://`` and its last ``@``. A URL with nothing to hide comes back
+unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote_plus
+
+__all__ = ["MASK", "is_secret_key", "redact"]
+
+MASK = "***"
+
+# Query keys whose value is a secret: compared lower-case, '-' read as '_', by substring
+# (``password``, ``sslpassword``, ``PGPASSWORD``, ``api_key``, ``access_token``...).
+_SECRET_PARTS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "signature")
+_QUERY_ITEM = re.compile(r"(?P<sep>^|[&;\s])(?P<key>[^&;=\s]*)=(?P<value>[^&;\s]*)")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a query parameter named ``key`` holds a secret (case-insensitive)."""
+    name = unquote_plus(key).strip().lower().replace("-", "_")
+    return any(part in name for part in _SECRET_PARTS)
+
+
+def redact(url: str) -> str:
+    """``url`` with every password it holds replaced by ``***``.
+
+    >>> redact("postgresql://user:pw@host/db?password=pw&sslmode=require")
+    'postgresql://user:***@host/db?password=***&sslmode=require'
+    """
+    if "://" not in url:  # not a URL (a libpq "key=value" string?): hide secret values
+        return _redact_items(url) if "?" not in url else _redact_query(url)
+    head, rest = url.split("://", 1)
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    rendered = None if authority.count("@") > 1 else _rendered(url)
+    if rendered is None:  # unparsable or ambiguous: hide all the user information
+        if "@" in rest:
+            rest = MASK + rest[rest.rindex("@") :]
+        return _redact_query(f"{head}://{rest}")
+    return _redact_query(rendered)
+
+
+def _rendered(url: str) -> str | None:
+    """``url`` with its password hidden by SQLAlchemy's renderer (``url`` itself where it
+    has none), or None where SQLAlchemy cannot parse it."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # any parse failure: the caller falls back to the blunt rule
+        return None
+    if parsed.password is None:
+        return url
+    if "@" in (parsed.host or "") or "@" in (parsed.username or ""):
+        return None
+    return parsed.render_as_string(hide_password=True)
+
+
+def _redact_query(url: str) -> str:
+    """Every password-like query value of ``url`` as ``***``."""
+    if "?" not in url:
+        return url
+    base, _, query = url.partition("?")
+    return f"{base}?{_redact_items(query)}"
+
+
+def _redact_items(text: str) -> str:
+    """Every ``key=value`` of ``text`` (separated by ``&``, ``;`` or blanks) whose key is
+    password-like, with its value as ``***``."""
+
+    def hide(match: re.Match[str]) -> str:
+        if not is_secret_key(match["key"]):
+            return match[0]
+        return f"{match['sep']}{match['key']}={MASK}"
+
+    return _QUERY_ITEM.sub(hide, text)

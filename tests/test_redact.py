@@ -1,0 +1,72 @@
+"""The one redaction rule (autotune/core/redact.py): a storage password never reaches a
+message, a preset or a report page, in whichever form the URL carries it."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.core.redact import is_secret_key, redact
+from autotune.study import optuna_glue
+
+SECRET = "S3cr3tPw"
+
+# Every form a password takes in a storage URL, and what the rule must leave of it.
+FORMS = [
+    ("postgresql://user:S3cr3tPw@db.example/study", "postgresql://user:***@db.example/study"),
+    ("postgresql://:S3cr3tPw@db.example/study", "postgresql://:***@db.example/study"),
+    ("postgresql://user:S3cr@3tPw@db.example/study", "postgresql://***@db.example/study"),
+    ("postgresql://user:S3c/r@3tPw@db.example/study", "postgresql://***@db.example/study"),
+    ("mysql+pymysql://user:S3cr%403tPw@db:3306/study", "mysql+pymysql://user:***@db:3306/study"),
+    (
+        "postgresql://user@db.example/study?password=S3cr3tPw&sslmode=require",
+        "postgresql://user@db.example/study?password=***&sslmode=require",
+    ),
+    (
+        "postgresql://user@db/study?sslmode=require&PassWord=S3cr3tPw",
+        "postgresql://user@db/study?sslmode=require&PassWord=***",
+    ),
+    ("postgresql://db/study?sslpassword=S3cr3tPw", "postgresql://db/study?sslpassword=***"),
+    ("postgresql://db/study?api-key=S3cr3tPw;x=1", "postgresql://db/study?api-key=***;x=1"),
+    ("redis://:S3cr3tPw@cache:6379/0", "redis://:***@cache:6379/0"),
+    ("not a url://user:S3cr3tPw@@host", "not a url://***@host"),
+    ("host=db password=S3cr3tPw dbname=study", "host=db password=*** dbname=study"),
+]
+
+
+@pytest.mark.parametrize(("url", "expected"), FORMS)
+def test_every_form_of_a_password_is_hidden(url: str, expected: str) -> None:
+    redacted = redact(url)
+    assert redacted == expected
+    for piece in (SECRET, "S3cr", "3tPw"):
+        assert piece not in redacted
+    assert optuna_glue.redact(url) == expected  # the search's name for the same rule
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///autotune_runs/mu-cpu/study.db",
+        "sqlite:///a b/study.db?timeout=30",
+        "journal:study.log",
+        "postgresql://user@db.example:5432/study?sslmode=require",
+    ],
+)
+def test_a_url_with_nothing_to_hide_is_unchanged(url: str) -> None:
+    assert redact(url) == url
+
+
+def test_secret_query_keys() -> None:
+    for key in ("password", "PASSWD", "pwd", "secret", "token", "sslpassword", "api_key"):
+        assert is_secret_key(key), key
+    for key in ("sslmode", "host", "dbname", "timeout", "application_name"):
+        assert not is_secret_key(key), key
+
+
+def test_the_report_page_uses_the_rule() -> None:
+    from autotune.core.errors import UsageError
+    from autotune.report import data
+
+    with pytest.raises(UsageError) as caught:  # nothing listens on port 1
+        data.study_data("s", f"postgresql://user:{SECRET}@127.0.0.1:1/x?password={SECRET}")
+    assert "user:***@127.0.0.1:1/x?password=***" in str(caught.value)
+    assert SECRET not in str(caught.value)
