@@ -3,7 +3,8 @@
 - ``data``: what a page shows, gathered from a study, a preset, or both (``ReportData``,
   ``load_report_data``);
 - ``plots``: the plots, drawn with matplotlib (inline SVG for the page, PNG for ``--png``);
-- ``page``: the HTML, one section per question (``render_html``, ``race_html``).
+- ``page``: the HTML, one section per question (``render_html``, ``race_html``), from the
+  Jinja2 templates in ``templates/`` (autoescaped: every string is data, never markup).
 
 matplotlib is an optional extra (``pip install "autotune[report]"``); without it
 ``write_report`` raises a ``UsageError`` that says so. Nothing here imports a model.

@@ -1,19 +1,29 @@
 """The report page: one self-contained HTML file (inline CSS and SVG, no script, nothing
 fetched from a network), one ``<section>`` per question a reader asks of a search.
 
-``render_html(data)`` builds it; each ``_section_*`` function renders one section and says
-in a sentence why it is empty when it has nothing to show. ``race_html(race, unit)`` renders
-a preset's finalist race from its plain mapping.
+The markup lives in ``templates/report.html.j2`` (its building blocks in
+``templates/_blocks.html.j2``), rendered by a Jinja2 environment with autoescaping and
+strict undefined names: every preset or study string reaches the page as data, escaped by
+the template, never pasted into markup (principle 6). This module gathers what each section
+says: ``render_html(data)`` builds the page; each ``_section_*`` function returns the
+section's blocks (paragraphs, tables, figures) and says in a sentence why it is empty when
+it has nothing to show. ``race_html(race, unit)`` renders a preset's finalist race from its
+plain mapping.
 """
 
 from __future__ import annotations
 
-import html
+import functools
 import math
 import shlex
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import jinja2
+from markupsafe import Markup
 
 from autotune.core.units import format_bytes, format_figure
 from autotune.report import plots
@@ -41,60 +51,76 @@ SECTIONS = (
     ("reproduce", "Reproduce"),
 )
 
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
-       max-width: 1000px; padding: 1.5rem; color: #222; line-height: 1.45; }
-h1 { font-size: 1.6rem; margin-bottom: 0.2rem; }
-h2 { font-size: 1.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem;
-     margin-top: 2rem; }
-nav a { margin-right: 0.8rem; font-size: 0.9rem; }
-table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: left; }
-th { background: #f4f4f4; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.changed td { background: #fff6d6; }
-tr.same td { color: #888; }
-pre { background: #f6f8fa; padding: 0.7rem; overflow-x: auto; }
-.note { color: #666; font-style: italic; }
-.big { font-size: 1.15rem; }
-figure { margin: 0.5rem 0; }
-svg { max-width: 100%; height: auto; }
-"""
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+# -- the blocks a section is made of (the template turns each into markup) ---------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    """A paragraph: ``style`` is p, note, big, pre or h3; ``code`` follows the text in a
+    ``<code>`` element."""
+
+    text: str
+    style: str = "p"
+    code: str = ""
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    num: bool = False  # right-aligned, tabular figures
+
+
+@dataclass(frozen=True)
+class Row:
+    cells: tuple[Cell, ...]
+    cls: str = ""  # changed / same in the config diff
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table; with ``details``, folded under a ``<details>`` whose summary it is."""
+
+    header: tuple[str, ...]
+    rows: tuple[Row, ...]
+    details: str = ""
+    kind: ClassVar[str] = "table"
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    svg: Markup
+    caption: str
+    kind: ClassVar[str] = "figure"
+
+
+Block = Text | Table | Figure
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    """The one environment every page and fragment is rendered with."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
 
 
 def render_html(data: ReportData) -> str:
     """The whole page as text."""
-    renderers: dict[str, Callable[[ReportData], str]] = {
-        "summary": _section_summary,
-        "history": _section_history,
-        "memory": _section_memory,
-        "knobs": _section_knobs,
-        "finalists": _section_finalists,
-        "hardware": _section_hardware,
-        "config": _section_config,
-        "reproduce": _section_reproduce,
-    }
-    nav = " ".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title in SECTIONS)
-    body = "\n".join(
-        f'<section id="{sid}">\n<h2>{_e(title)}</h2>\n{renderers[sid](data)}\n</section>'
-        for sid, title in SECTIONS
-    )
-    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in data.notes)
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        # nothing on this page may load from anywhere: it is one file, read offline
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'; img-src data:\">\n"
-        f"<title>{_e(data.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{_e(data.title)}</h1>\n<nav>{nav}</nav>\n{notes}\n{body}\n"
-        "</body>\n</html>\n"
-    )
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    sections = [
+        {"id": sid, "title": title, "blocks": _RENDERERS[sid](data)} for sid, title in SECTIONS
+    ]
+    template = _environment().get_template("report.html.j2")
+    return template.render(title=data.title, notes=data.notes, sections=sections)
 
 
 def _fmt(value: Any) -> str:
@@ -107,38 +133,43 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _cell(value: Any) -> Cell:
+    return Cell(_fmt(value), num=isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
 def _table(
-    header: Sequence[str] | None, rows: Sequence[Sequence[Any]], *, classes: Sequence[str] = ()
-) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header or ())
-    thead = f"<thead><tr>{head}</tr></thead>" if header else ""
-    lines = []
-    for i, row in enumerate(rows):
-        cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
-        cells = "".join(
-            f'<td class="num">{_e(_fmt(c))}</td>'
-            if isinstance(c, (int, float)) and not isinstance(c, bool)
-            else f"<td>{_e(_fmt(c))}</td>"
-            for c in row
-        )
-        lines.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table>{thead}<tbody>{''.join(lines)}</tbody></table>"
+    header: Sequence[str] | None,
+    rows: Sequence[Sequence[Any]],
+    *,
+    classes: Sequence[str] = (),
+    details: str = "",
+) -> Table:
+    return Table(
+        header=tuple(header or ()),
+        rows=tuple(
+            Row(tuple(_cell(c) for c in row), classes[i] if i < len(classes) else "")
+            for i, row in enumerate(rows)
+        ),
+        details=details,
+    )
 
 
-def _figure(fig: Any, name: str, caption: str) -> str:
-    svg = plots.figure_svg(fig, name=name)
-    caption_html = f'<figcaption class="note">{_e(caption)}</figcaption>'
-    return f'<figure id="plot-{name}">{svg}{caption_html}</figure>'
+def _figure(fig: Any, name: str, caption: str) -> Figure:
+    # The one string that reaches the page unescaped: matplotlib's SVG of a figure our own
+    # code drew from numbers. Its XML writer escapes every text it writes (labels are drawn
+    # as paths; their text survives only in escaped comments), and figure_svg only renames
+    # ids after our own figure names. Nothing from a preset or a study is pasted into it.
+    return Figure(name=name, svg=Markup(plots.figure_svg(fig, name=name)), caption=caption)
 
 
-def _note(text: str) -> str:
-    return f'<p class="note">{_e(text)}</p>'
+def _note(text: str) -> Text:
+    return Text(text, style="note")
 
 
 # -- the sections ------------------------------------------------------------------------------
 
 
-def _section_summary(data: ReportData) -> str:
+def _section_summary(data: ReportData) -> list[Block]:
     rows: list[tuple[str, Any]] = [("model", data.model), ("device", data.device)]
     if data.budget_bytes:
         rows.append(("memory budget", format_bytes(data.budget_bytes)))
@@ -158,8 +189,8 @@ def _section_summary(data: ReportData) -> str:
             ("trials", f"{len(done)} (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")")
         )
     headline = _headline(data)
-    out = f'<p class="big">{_e(headline)}</p>' if headline else ""
-    return out + _table(None, rows)
+    out: list[Block] = [Text(headline, style="big")] if headline else []
+    return [*out, _table(None, rows)]
 
 
 def _headline(data: ReportData) -> str:
@@ -191,18 +222,18 @@ def _speedup(data: ReportData) -> float | None:
     return None
 
 
-def _section_history(data: ReportData) -> str:
+def _section_history(data: ReportData) -> list[Block]:
     if not data.finished():
-        return _note("No trials to show: the study has none, or this page has no study.")
+        return [_note("No trials to show: the study has none, or this page has no study.")]
     caption = (
         "Every trial in the order it ran; the line is the best so far. Infeasible trials "
         "(out of memory, over the budget, or skipped as such) and failed ones sit at 0, "
         "pruned ones at what they reached before they were stopped, each with its own marker."
     )
-    return _figure(plots.history_figure(data), "history", caption) + _trial_table(data)
+    return [_figure(plots.history_figure(data), "history", caption), _trial_table(data)]
 
 
-def _trial_table(data: ReportData) -> str:
+def _trial_table(data: ReportData) -> Table:
     rows = []
     for t in data.finished():
         rows.append(
@@ -218,24 +249,23 @@ def _trial_table(data: ReportData) -> str:
             )
         )
     header = ["#", "status", data.unit, "peak", "predicted", "error", "config", "reason"]
-    table = _table(header, rows)
-    return f"<details><summary>All {len(rows)} trials</summary>{table}</details>"
+    return _table(header, rows, details=f"All {len(rows)} trials")
 
 
-def _section_memory(data: ReportData) -> str:
+def _section_memory(data: ReportData) -> list[Block]:
     if not any(t.peak_memory_bytes for t in data.finished()):
-        return _note("No trial recorded its peak memory, so there is nothing to plot.")
+        return [_note("No trial recorded its peak memory, so there is nothing to plot.")]
     caption = (
         "One point per trial with a measured peak; the dashed line is the budget. "
         "The winner is circled; the naive and hand-tuned starts are labelled."
     )
     model = memory_model_note(data.finished())
-    extra = _note(model[0].upper() + model[1:]) if model else ""
-    return _figure(plots.memory_figure(data), "memory", caption) + extra
+    extra = [_note(model[0].upper() + model[1:])] if model else []
+    return [_figure(plots.memory_figure(data), "memory", caption), *extra]
 
 
-def _section_knobs(data: ReportData) -> str:
-    parts = []
+def _section_knobs(data: ReportData) -> list[Block]:
+    parts: list[Block] = []
     if data.importances:
         parts.append(
             _figure(plots.importance_figure(data.importances), "importance", data.importance_note)
@@ -253,7 +283,7 @@ def _section_knobs(data: ReportData) -> str:
             "the bar is the median. Other knobs vary too, so read it as a tendency."
         )
         parts.append(_figure(fig, "knobs", caption))
-    return "\n".join(parts)
+    return parts
 
 
 def finalist_entries(data: ReportData) -> list[dict[str, Any]]:
@@ -284,6 +314,12 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
     """A preset's finalist race (``rounds``, ``winner``, ``speedup`` with its interval,
     ``margin`` with its interval, ``entries``) as a sentence, a table and a plot. Tolerant of
     missing fields: it renders what is there."""
+    template = _environment().get_template("fragment.html.j2")
+    return template.render(items=_race_blocks(race, unit))
+
+
+def _race_blocks(race: Mapping[str, Any], unit: str) -> list[Block]:
+    """The blocks of ``race_html``."""
     unit = str(race.get("unit") or unit)
     entries = [e for e in race.get("entries") or () if isinstance(e, Mapping)]
     said = []
@@ -302,7 +338,7 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
         if isinstance(rounds, int)
         else "The race"
     )
-    out = [f'<p class="big">{_e(head + (": " + "; ".join(said) if said else "") + ".")}</p>']
+    out: list[Block] = [Text(head + (": " + "; ".join(said) if said else "") + ".", style="big")]
     load_said = _race_load(race)
     if load_said:
         out.append(_note(load_said))
@@ -335,7 +371,7 @@ def race_html(race: Mapping[str, Any], unit: str) -> str:
                 "Each round's measurement; the bar is the median, the whiskers the range.",
             )
         )
-    return "\n".join(out)
+    return out
 
 
 def _race_load(race: Mapping[str, Any]) -> str:
@@ -376,15 +412,15 @@ def _interval(value: Any, kind: str) -> str:
     return f" (interval {lo:.2f}x to {hi:.2f}x)"
 
 
-def _section_finalists(data: ReportData) -> str:
+def _section_finalists(data: ReportData) -> list[Block]:
+    preset = _preset_figures(data) if data.preset is not None else []
     if data.race:
-        raced = race_html(data.race, data.unit)
-        return raced + ("\n" + _preset_figures(data) if data.preset is not None else "")
+        return [*_race_blocks(data.race, data.unit), *preset]
     entries = finalist_entries(data)
     if not entries:
-        if data.preset is not None:
-            return _preset_figures(data)
-        return _note("No config ran successfully within the budget, so there are no finalists.")
+        if preset:
+            return preset
+        return [_note("No config ran successfully within the budget, so there are no finalists.")]
     rows = []
     for e in entries:
         samples = e["samples"]
@@ -399,7 +435,7 @@ def _section_finalists(data: ReportData) -> str:
                 " / ".join(_fmt(x) for x in samples),
             )
         )
-    out = [
+    out: list[Block] = [
         _note(
             "This search recorded no race: each finalist's figures are its search trial and, "
             "where it was verified, its longer verification burst."
@@ -409,12 +445,10 @@ def _section_finalists(data: ReportData) -> str:
     fig = plots.finalists_figure(entries, data.unit)
     if fig is not None:
         out.append(_figure(fig, "finalists", "Each measurement; the bar is the median."))
-    if data.preset is not None:
-        out.append(_preset_figures(data))
-    return "\n".join(out)
+    return [*out, *preset]
 
 
-def _preset_figures(data: ReportData) -> str:
+def _preset_figures(data: ReportData) -> list[Block]:
     preset = data.preset
     assert preset is not None
     m, b = preset.measured, preset.baseline
@@ -427,15 +461,17 @@ def _preset_figures(data: ReportData) -> str:
     speedup = _speedup(data)
     table = _table(["", "preset", "naive"], rows)
     said = f"Speedup over naive: {speedup:.2f}x." if speedup else "No naive figure to compare."
-    return f"<h3>The preset's measurement</h3>{table}<p>{_e(said)}</p>"
+    return [Text("The preset's measurement", style="h3"), table, Text(said)]
 
 
-def _section_hardware(data: ReportData) -> str:
+def _section_hardware(data: ReportData) -> list[Block]:
     if data.preset is None:
-        return _note(
-            f"The study records the device ({data.device}) but not the machine; the preset "
-            "a search writes carries the full fingerprint."
-        )
+        return [
+            _note(
+                f"The study records the device ({data.device}) but not the machine; the preset "
+                "a search writes carries the full fingerprint."
+            )
+        ]
     fp = data.preset.fingerprint
     rows = [
         ("device", fp.describe()),
@@ -447,7 +483,7 @@ def _section_hardware(data: ReportData) -> str:
         ("autotune", fp.autotune_version),
         ("measured", data.preset.created),
     ]
-    return _table(None, rows)
+    return [_table(None, rows)]
 
 
 def _flat(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -456,14 +492,15 @@ def _flat(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _section_config(data: ReportData) -> str:
+def _section_config(data: ReportData) -> list[Block]:
     winner, naive = data.winner_config(), data.naive_config()
     if winner is None:
-        return _note("There is no winner, so no config to show.")
+        return [_note("There is no winner, so no config to show.")]
     if naive is None:
-        return _note("No naive config ran, so the winner is shown alone.") + _table(
-            ["field", "winner"], sorted(_flat(winner).items())
-        )
+        return [
+            _note("No naive config ran, so the winner is shown alone."),
+            _table(["field", "winner"], sorted(_flat(winner).items())),
+        ]
     w, n = _flat(winner), _flat(naive)
     keys = sorted(set(w) | set(n), key=lambda k: (w.get(k) == n.get(k), k))
     rows = [(k, n.get(k, "-"), w.get(k, "-")) for k in keys]
@@ -471,12 +508,13 @@ def _section_config(data: ReportData) -> str:
     changed = classes.count("changed")
     size = "seq" if data.preset is None else data.preset.task.size_name
     summary = f"{summarize_config(naive, size)}  ->  {summarize_config(winner, size)}"
-    return f"<p>{changed} fields changed: <code>{_e(summary)}</code></p>" + _table(
-        ["field", "naive", "winner"], rows, classes=classes
-    )
+    return [
+        Text(f"{changed} fields changed: ", code=summary),
+        _table(["field", "naive", "winner"], rows, classes=classes),
+    ]
 
 
-def _section_reproduce(data: ReportData) -> str:
+def _section_reproduce(data: ReportData) -> list[Block]:
     lines = []
     preset = shlex.quote(data.preset_path or "best.yaml")
     if data.preset_path is None:
@@ -487,4 +525,17 @@ def _section_reproduce(data: ReportData) -> str:
         lines.append(f"optuna-dashboard {data.storage}    # browse the study")
     if data.study_name:
         lines.append(f"autotune report {shlex.quote(data.study_name)}    # this page")
-    return f"<pre>{_e(chr(10).join(lines))}</pre>"
+    return [Text("\n".join(lines), style="pre")]
+
+
+# Each section's blocks, by the section's id.
+_RENDERERS: dict[str, Callable[[ReportData], list[Block]]] = {
+    "summary": _section_summary,
+    "history": _section_history,
+    "memory": _section_memory,
+    "knobs": _section_knobs,
+    "finalists": _section_finalists,
+    "hardware": _section_hardware,
+    "config": _section_config,
+    "reproduce": _section_reproduce,
+}

@@ -198,3 +198,39 @@ def test_reading_a_preset_for_a_report_never_runs_its_model(
     preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     page = render_html(load_report_data(preset))
     assert f"{model}:spec" in page and not marker.exists()
+
+
+HOSTILE = "</td><script>alert(1)</script><!-- --> & 'q\""
+
+
+def test_every_preset_and_race_string_reaches_the_page_escaped(
+    searched: Searched, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["model"] = {"name": f"{HOSTILE}:spec", "args": {}}
+    hostile = {"label": HOSTILE, "config": HOSTILE, "problem": HOSTILE}
+    entries = [{**e, **hostile} for e in RACE["entries"]]
+    raw["race"] = {**RACE, "winner": HOSTILE, "entries": entries}
+    preset = tmp_path / "hostile.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    page = render_html(load_report_data(preset))
+    # the race's labels are drawn in its plot too: matplotlib writes them only as paths
+    # and escaped comments, so the SVG (the one part passed unescaped) holds no markup
+    assert "<script" not in page and HOSTILE not in page
+    escaped = "&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;!-- --&gt; &amp; &#39;q&#34;"
+    assert f"<td>{escaped}:spec</td>" in _sections(page)["summary"]
+    assert page.count(escaped) >= 6  # model, winner, and each entry's label, config, problem
+    _assert_offline(page)
+
+
+def test_the_templates_ship_in_the_wheel() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from fnmatch import fnmatch
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    globs = config["tool"]["setuptools"]["package-data"]["autotune.report"]
+    folder = root / "autotune" / "report"
+    templates = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.j2"))
+    assert "templates/report.html.j2" in templates
+    assert [t for t in templates if not any(fnmatch(t, g) for g in globs)] == []
