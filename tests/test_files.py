@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core.errors import UsageError
 from autotune.core.files import atomic_write_text, atomic_writer, file_mode
 
 
@@ -59,3 +60,33 @@ def test_no_overwrite_refuses_an_existing_file(tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.txt"
     atomic_write_text(fresh, "mine", overwrite=False)
     assert fresh.read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link to a device"])
+def test_an_output_that_is_no_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "out"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        target.symlink_to("/dev/null")
+    before = os.lstat(target)
+    with pytest.raises(UsageError, match="regular files"):
+        atomic_write_text(target, "x")
+    after = os.lstat(target)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left
+
+
+def test_a_device_node_is_not_replaced(tmp_path: Path) -> None:
+    """What ``--output /dev/full --overwrite`` did: the device node renamed away (made here,
+    in a temporary folder, as a copy of /dev/null's numbers)."""
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with pytest.raises(UsageError, match="character device"):
+        atomic_write_text(node, "x")
+    assert node.is_char_device()

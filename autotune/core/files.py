@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.core.errors import DataError
+from autotune.core.errors import DataError, UsageError
 from autotune.core.units import format_bytes
 
 __all__ = [
@@ -75,6 +75,7 @@ def atomic_writer(
     as it was.
     """
     target = Path(path)
+    _refuse_special(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
@@ -98,6 +99,23 @@ def atomic_writer(
             tmp.unlink()
         raise
     fsync_dir(target.parent)
+
+
+def _refuse_special(target: Path) -> None:
+    """A UsageError where ``target`` exists and is no regular file (a device, a FIFO, a
+    folder, or a link to one): renaming a file over ``/dev/full`` would replace the device
+    node and report success."""
+    try:
+        st = target.stat()
+    except OSError:
+        return  # missing (or a dangling link): the rename creates a regular file
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
+    raise UsageError(
+        f"{str(target)!r} is {kind or 'no regular file'}; autotune writes its outputs only as "
+        "regular files: choose another path"
+    )
 
 
 def _link_new(tmp: Path, target: Path) -> None:
