@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from autotune.data.datasets import unigram_entropy
+    from autotune.data.lm import unigram_entropy
     from autotune.preset import load_preset, resolve_preset
 
     preset = load_preset(resolve_preset(args.preset))

@@ -14,12 +14,12 @@ import pytest
 import torch
 from fake_lm import make_spec
 
-import autotune.data.datasets
+import autotune.data.corpus
 from autotune.burst import child as _burst_child
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import DataError
 from autotune.core.signals import ignore_stop_signals
-from autotune.data.datasets import (
+from autotune.data import (
     Document,
     LMDataset,
     ResumableSampler,
@@ -198,7 +198,7 @@ def test_special_files_are_refused_by_every_reader(
 def test_a_data_file_over_the_size_limit_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(autotune.data.datasets, "MAX_FILE_BYTES", 64)
+    monkeypatch.setattr(autotune.data.corpus, "MAX_FILE_BYTES", 64)
     (tmp_path / "ok.txt").write_text("x" * 64)
     assert load_documents(tmp_path / "ok.txt")[0].text == "x" * 64
     too_large = "is larger than 64 B, the most autotune reads from one file"
@@ -216,7 +216,7 @@ def test_a_file_longer_than_its_size_is_still_capped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A file reporting no size (as /proc files do) is read up to the limit, no further."""
-    monkeypatch.setattr(autotune.data.datasets, "MAX_FILE_BYTES", 64)
+    monkeypatch.setattr(autotune.data.corpus, "MAX_FILE_BYTES", 64)
     path = tmp_path / "grows.txt"
     path.write_text("y" * 100)
     real_stat = Path.stat

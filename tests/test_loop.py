@@ -11,7 +11,7 @@ from fake_presets import make_config, make_preset
 from torch import nn
 
 from autotune.core.errors import ConfigError
-from autotune.data.datasets import loader_kwargs
+from autotune.data import loader_kwargs
 from autotune.preset import ModelRef, save_preset
 from autotune.train.loop import PresetLoop
 

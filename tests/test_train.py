@@ -20,7 +20,7 @@ from fake_lm import make_spec
 from autotune.config.train_config import TrainConfig, TrainingDefaults, apply_overrides
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import AutotuneError, ConfigError, UsageError
-from autotune.data.datasets import TrainData, prepare_lm_data
+from autotune.data import TrainData, prepare_lm_data
 from autotune.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from autotune.train.schedule import lr_factor
 from autotune.train.trainer import (

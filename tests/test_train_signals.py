@@ -18,7 +18,7 @@ from fake_lm import FAKE_LM
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.signals import ignore_stop_signals
-from autotune.data.datasets import loader_kwargs
+from autotune.data import loader_kwargs
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
 
@@ -142,7 +142,7 @@ def test_a_worker_still_ends_when_its_parent_exits(tmp_path: Path) -> None:
         """
         from torch.utils.data import DataLoader
         from autotune.config.train_config import TrainConfig
-        from autotune.data.datasets import loader_kwargs
+        from autotune.data import loader_kwargs
 
         cfg = TrainConfig(micro_batch=2, seq_len=8, num_workers=1)
         it = iter(DataLoader(list(range(100)), **loader_kwargs(cfg)))

@@ -197,7 +197,7 @@ def test_a_seq2seq_models_encode_example_that_raises_is_named(tmp_path: Path) ->
     import dataclasses
     import json
 
-    from autotune.data.datasets import load_data
+    from autotune.data import load_data
     from autotune.models import get_model
 
     def encode_example(src: list[str], tgt: list[str], vocab: object, **kw: int) -> dict:

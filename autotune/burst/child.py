@@ -139,7 +139,7 @@ def make_loader(
     from torch.utils.data import DataLoader, Dataset
 
     from autotune.contract.spec import user_code
-    from autotune.data.datasets import loader_kwargs
+    from autotune.data.loader import loader_kwargs
 
     with user_code(spec, "data_fn"):
         real, collate_fn = spec.dataset(config.seq_len)
@@ -470,7 +470,7 @@ def _build(
 ) -> tuple[nn.Module, torch.optim.Optimizer, Stepper]:
     """The model, its optimizer and the step function, as the trainer builds them (under
     torchrun: wrapped in DDP or sharded by FSDP2 with the config's knobs)."""
-    from autotune.config.parallel import wrap_model
+    from autotune.engine.parallel import wrap_model
     from autotune.engine.step import (
         Stepper,
         apply_backend_flags,
@@ -582,7 +582,7 @@ def _across_ranks(
 def _rank_state(
     module: nn.Module, optimizer: Any, config: TrainConfig, dist: DistInfo | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from autotune.config.parallel import full_state, is_sharded
+    from autotune.engine.parallel import full_state, is_sharded
 
     if dist is not None and is_sharded(config, dist.world_size):
         return full_state(module, optimizer)

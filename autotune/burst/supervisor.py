@@ -581,7 +581,7 @@ def _spawn_child(
     """The trial process, in a session (and process group) of its own, its output in
     ``log_path``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
     processes, to the FIFO named ``channel``)."""
-    from autotune.config.parallel import torchrun_command
+    from autotune.train.distributed import torchrun_command
 
     args = ["autotune.burst.child", str(workdir / "request.pkl"), channel or str(write_fd)]
     command = [sys.executable, "-m", *args] if nproc == 1 else torchrun_command(nproc, args)

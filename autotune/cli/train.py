@@ -150,7 +150,7 @@ def _relaunch_under_torchrun(nproc: int) -> None:
     (signals and the exit code are torchrun's from here on)."""
     import shlex
 
-    from autotune.config.parallel import torchrun_command
+    from autotune.train.distributed import torchrun_command
 
     command = torchrun_command(nproc, ["autotune", *sys.argv[1:]])
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)

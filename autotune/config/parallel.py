@@ -1,4 +1,4 @@
-"""Multi-process training configs: the distributed knobs and the one place they are applied.
+"""Multi-process training configs: the distributed knobs, their search values and checks.
 
 A config that runs on ``nproc_per_node`` > 1 processes carries a ``ParallelConfig``
 (``TrainConfig.parallel``; None is a single process, as before): the process count, the
@@ -18,12 +18,13 @@ The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run'
 ``micro_batch x grad_accum`` stays the global batch; each process accumulates
 ``grad_accum / nproc_per_node`` micro-batches (``autotune.train.distributed.per_rank_config``).
 
-``wrap_model`` is the one function that applies the knobs: the burst child and the
-trainer (``autotune train`` under torchrun) both call it, so what was measured is what
-trains. ``space_choices`` names the values a search tries (``SearchSpace`` holds them as
-one categorical dimension, ``parallel``, whose values are ``ParallelConfig.label()``
-texts such as ``ddp-b100-view`` or ``fsdp-keep-bf16``); ``config_problems`` is
-``check_config``'s part.
+This module is the record and its checks; it imports no torch. The knobs are applied
+by ``autotune.engine.parallel.wrap_model`` (the burst child and the trainer both call it,
+so what was measured is what trains), and processes are started by
+``autotune.train.distributed.torchrun_command``. ``space_choices`` names the values a
+search tries (``SearchSpace`` holds them as one categorical dimension, ``parallel``, whose
+values are ``ParallelConfig.label()`` texts such as ``ddp-b100-view`` or
+``fsdp-keep-bf16``); ``config_problems`` is ``check_config``'s part.
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.errors import UsageError
 
 if TYPE_CHECKING:
-    import torch
-    from torch import nn
-
     from autotune.config.train_config import TrainConfig
     from autotune.machine.caps import DeviceCaps
 
@@ -49,15 +47,10 @@ __all__ = [
     "ParallelConfig",
     "coerce",
     "config_problems",
-    "full_state",
-    "is_sharded",
-    "load_full_state",
     "parse_label",
     "space_choices",
     "split_problems",
     "summarize",
-    "torchrun_command",
-    "wrap_model",
 ]
 
 STRATEGIES = ("ddp", "fsdp")
@@ -261,98 +254,3 @@ def config_problems(config: TrainConfig, device: DeviceCaps) -> list[str]:
                 f"many GPUs, this machine has {count}"
             )
     return out
-
-
-def wrap_model(
-    model: nn.Module, config: TrainConfig, device: torch.device, *, world_size: int
-) -> nn.Module:
-    """``model`` ready for a step on this rank: DDP with the config's knobs, or sharded in
-    place by FSDP2; unchanged on one process. Build the optimizer after this (FSDP2
-    replaces the parameters with sharded ones)."""
-    if world_size <= 1:
-        return model
-    from torch import nn
-
-    par = config.parallel or ParallelConfig(nproc_per_node=world_size)
-    if par.strategy == "ddp":
-        return nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=par.bucket_cap_mb,
-            gradient_as_bucket_view=par.gradient_as_bucket_view,
-            static_graph=par.static_graph,
-        )
-    return _fully_shard(model, par)
-
-
-def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    policy = MixedPrecisionPolicy()
-    if par.mixed_precision == "bf16":
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    kwargs: dict[str, Any] = {
-        "reshard_after_forward": par.reshard_after_forward,
-        "mp_policy": policy,
-    }
-    # Each child with parameters is its own unit (its all-gather overlaps the previous
-    # one's compute); the root takes what is left (embeddings, heads, norms).
-    for child in model.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child, **kwargs)
-    sharded: nn.Module = fully_shard(model, **kwargs)  # type: ignore[assignment]
-    return sharded
-
-
-def is_sharded(config: TrainConfig, world_size: int) -> bool:
-    """Whether ``config`` shards its parameters on ``world_size`` processes (FSDP): then
-    evaluation and checkpoints are collectives."""
-    return world_size > 1 and config.parallel is not None and config.parallel.strategy == "fsdp"
-
-
-def full_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The model's and the optimizer's whole (unsharded) state on CPU: a collective, every
-    rank must call it; rank 0 writes what it returns."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state, optim_state = get_state_dict(model, optimizer, options=options)
-    return dict(model_state), dict(optim_state)
-
-
-def load_full_state(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    model_state: Mapping[str, Any],
-    optim_state: Mapping[str, Any],
-) -> None:
-    """``full_state``'s output back into a sharded model and its optimizer (every rank)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=dict(model_state),
-        optim_state_dict=dict(optim_state),
-        options=StateDictOptions(full_state_dict=True),
-    )
-
-
-def torchrun_command(nproc_per_node: int, module_args: list[str]) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc-per-node N -m ...``: one
-    machine, a free port picked by torchrun's own rendezvous."""
-    import sys
-
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc_per_node),
-        "-m",
-        *module_args,
-    ]

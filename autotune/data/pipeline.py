@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.core.errors import DataError
-from autotune.data.datasets import VAL_FRACTION, TrainData
+from autotune.data.train_data import VAL_FRACTION, TrainData
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec

@@ -7,7 +7,7 @@ knob, the budget, the sequence length the data must have...), which the file lis
 comments where the format allows them and the CLI prints as notes. Nothing is dropped in
 silence. Exporting is reading data: no model code is imported.
 
-The DataLoader arguments come from ``autotune.data.datasets.loader_kwargs`` and the per-process
+The DataLoader arguments come from ``autotune.data.loader.loader_kwargs`` and the per-process
 accumulation from ``autotune.train.distributed.per_rank_config``, the rules the burst and the
 trainer use, so an export says what was measured.
 """
@@ -89,7 +89,7 @@ def export_preset(
 def dataloader_kwargs(config: TrainConfig) -> dict[str, Any]:
     """The DataLoader arguments ``config`` decides, as plain data (``loader_kwargs`` less
     its ``worker_init_fn``, which only makes workers leave Ctrl-C to the main process)."""
-    from autotune.data.datasets import loader_kwargs
+    from autotune.data.loader import loader_kwargs
 
     return {k: v for k, v in loader_kwargs(config).items() if k != "worker_init_fn"}
 

@@ -14,7 +14,9 @@ from torch.utils.data import DataLoader
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import DataError
-from autotune.data.datasets import ResumableSampler, TrainData, loader_kwargs, seeded_generator
+from autotune.data.loader import loader_kwargs
+from autotune.data.sampling import ResumableSampler, seeded_generator
+from autotune.data.train_data import TrainData
 from autotune.train.distributed import DistInfo
 
 if TYPE_CHECKING:

@@ -1,4 +1,9 @@
-"""torchrun / DistributedDataParallel plumbing for ``autotune train``.
+"""torchrun plumbing: the command that starts the processes, the group they join, the
+per-rank config and the few collectives the trainer and the burst use.
+
+``torchrun_command`` is how autotune starts several processes itself (a burst of a
+multi-process config, ``autotune train`` of a preset with ``parallel``). How a model is
+wrapped or sharded across them (DDP, FSDP2) is ``autotune/engine/parallel.py``.
 
 ``torchrun --nproc-per-node N -m autotune train --preset P`` (add ``--nnodes`` and a
 rendezvous for several machines) sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +42,7 @@ __all__ = [
     "destroy_distributed",
     "init_distributed",
     "per_rank_config",
+    "torchrun_command",
 ]
 
 
@@ -158,3 +165,18 @@ def all_gather_objects(info: DistInfo, obj: Any) -> Sequence[Any]:
     out: list[Any] = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def torchrun_command(nproc_per_node: int, module_args: list[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N -m ...``: one
+    machine, a free port picked by torchrun's own rendezvous."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "-m",
+        *module_args,
+    ]

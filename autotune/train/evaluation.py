@@ -20,7 +20,7 @@ from autotune.engine.step import autocast_context, to_device
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import Batch, ModelSpec
-    from autotune.data.datasets import TrainData
+    from autotune.data.train_data import TrainData
 
 __all__ = ["eval_metrics", "sample_text"]
 

@@ -1,7 +1,7 @@
 """A preset's config in your own training loop: exactly what the burst measured.
 
 ``PresetLoop`` hands out the pieces autotune's trainer uses, each from the one function
-that owns its rule: the DataLoader arguments (``autotune.data.datasets.loader_kwargs``), the model
+that owns its rule: the DataLoader arguments (``autotune.data.loader.loader_kwargs``), the model
 on its device with the backend flags and ``torch.compile`` (``autotune.engine.step``), AdamW
 (fused where the config says), the autocast context, and the step itself (``Stepper``:
 autocast, the fp16 GradScaler, accumulation with ``no_sync`` under DDP, clipping)::
@@ -101,7 +101,7 @@ class PresetLoop:
     def loader_kwargs(self) -> dict[str, Any]:
         """The DataLoader arguments the config decides (batch size, workers, pinning,
         prefetch, persistent workers, ``drop_last``)."""
-        from autotune.data.datasets import loader_kwargs
+        from autotune.data.loader import loader_kwargs
 
         return loader_kwargs(self.config)
 

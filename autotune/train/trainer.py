@@ -51,13 +51,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from autotune.config.parallel import full_state, is_sharded, load_full_state, wrap_model
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import user_code
 from autotune.core.errors import AutotuneError, TrainingOOMError, UsageError
 from autotune.core.files import atomic_write_text
 from autotune.core.signals import STOP_SIGNALS
-from autotune.data.datasets import TrainData, load_data, loader_kwargs
+from autotune.data.loader import loader_kwargs
+from autotune.data.tasks import load_data
+from autotune.data.train_data import TrainData
+from autotune.engine.parallel import full_state, is_sharded, load_full_state, wrap_model
 from autotune.engine.step import (
     Stepper,
     apply_allocator_settings,
@@ -916,7 +918,7 @@ def train(
 ) -> TrainResult:
     """Train ``spec`` with ``config`` (see ``Trainer``); under torchrun, as one rank of DDP.
 
-    ``data``: a path (see autotune/data/datasets.py for the formats), prepared ``TrainData``, or
+    ``data``: a path (see autotune/data/tasks.py for the formats), prepared ``TrainData``, or
     None for the default corpus (language models only). ``option_names`` maps a parameter
     to the name errors give it (the CLI's flags: ``{"out_dir": "--out"}``).
     """

@@ -15,7 +15,7 @@ from fake_lm import make_spec
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import ModelSpec
-from autotune.data.datasets import TrainData, prepare_lm_data
+from autotune.data import TrainData, prepare_lm_data
 from autotune.train.log import CURVES_FILE, write_curves
 from autotune.train.trainer import Trainer, TrainResult
 

@@ -1,0 +1,103 @@
+"""Several processes per step: the config's DDP/FSDP2 knobs applied to a model, and the
+whole (unsharded) state of a sharded one.
+
+``wrap_model`` is the one function that applies ``TrainConfig.parallel``
+(``autotune/config/parallel.py`` holds the record and its checks): the burst child and the
+trainer (``autotune train`` under torchrun) both call it, so what was measured is what
+trains. ``is_sharded`` says when evaluation and checkpoints are collectives (FSDP), and
+``full_state``/``load_full_state`` gather and scatter a sharded model's state for a
+checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune.config.parallel import ParallelConfig
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from autotune.config.train_config import TrainConfig
+
+__all__ = ["full_state", "is_sharded", "load_full_state", "wrap_model"]
+
+
+def wrap_model(
+    model: nn.Module, config: TrainConfig, device: torch.device, *, world_size: int
+) -> nn.Module:
+    """``model`` ready for a step on this rank: DDP with the config's knobs, or sharded in
+    place by FSDP2; unchanged on one process. Build the optimizer after this (FSDP2
+    replaces the parameters with sharded ones)."""
+    if world_size <= 1:
+        return model
+    from torch import nn
+
+    par = config.parallel or ParallelConfig(nproc_per_node=world_size)
+    if par.strategy == "ddp":
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=par.bucket_cap_mb,
+            gradient_as_bucket_view=par.gradient_as_bucket_view,
+            static_graph=par.static_graph,
+        )
+    return _fully_shard(model, par)
+
+
+def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if par.mixed_precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs: dict[str, Any] = {
+        "reshard_after_forward": par.reshard_after_forward,
+        "mp_policy": policy,
+    }
+    # Each child with parameters is its own unit (its all-gather overlaps the previous
+    # one's compute); the root takes what is left (embeddings, heads, norms).
+    for child in model.children():
+        if any(p.requires_grad for p in child.parameters()):
+            fully_shard(child, **kwargs)
+    sharded: nn.Module = fully_shard(model, **kwargs)  # type: ignore[assignment]
+    return sharded
+
+
+def is_sharded(config: TrainConfig, world_size: int) -> bool:
+    """Whether ``config`` shards its parameters on ``world_size`` processes (FSDP): then
+    evaluation and checkpoints are collectives."""
+    return world_size > 1 and config.parallel is not None and config.parallel.strategy == "fsdp"
+
+
+def full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's and the optimizer's whole (unsharded) state on CPU: a collective, every
+    rank must call it; rank 0 writes what it returns."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    return dict(model_state), dict(optim_state)
+
+
+def load_full_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state: Mapping[str, Any],
+    optim_state: Mapping[str, Any],
+) -> None:
+    """``full_state``'s output back into a sharded model and its optimizer (every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=dict(model_state),
+        optim_state_dict=dict(optim_state),
+        options=StateDictOptions(full_state_dict=True),
+    )
