@@ -19,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help text is plain text: with rich markup, `pip install "autotune[report]"` lost its
+    # "[report]" as an unknown style tag.
+    rich_markup_mode=None,
 )
 
 
