@@ -1,5 +1,5 @@
-"""The examples of the README's "Use the preset in your trainer" section, run as a user
-would: a preset exported with `autotune presets export`, then the example script."""
+"""The examples of the docs' "Use the preset in your trainer" page, run as a user would: a
+preset exported with `autotune presets export`, then the example script."""
 
 from __future__ import annotations
 
@@ -79,16 +79,17 @@ def test_tune_example(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "page"),
     [
-        "hf_trainer.py",
-        "lightning_trainer.py",
-        "own_loop.py",
-        "tune_in_a_script.py",
-        "vision_model.py",
+        ("hf_trainer.py", "exports.md"),
+        ("lightning_trainer.py", "exports.md"),
+        ("own_loop.py", "exports.md"),
+        ("tune_in_a_script.py", "exports.md"),
+        ("vision_model.py", "models.md"),
+        ("my_model.py", "models.md"),
     ],
 )
-def test_the_readme_shows_the_tested_file(name: str) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_show_the_tested_file(name: str, page: str) -> None:
+    text = (ROOT / "docs" / page).read_text()
     body = (EXAMPLES / name).read_text()
-    assert body.strip() in readme, f"README.md does not show examples/{name} as it is"
+    assert body.strip() in text, f"docs/{page} does not show examples/{name} as it is"

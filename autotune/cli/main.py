@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from autotune import __version__
@@ -52,3 +54,11 @@ app.command("report")(report.report)
 
 def main() -> None:
     app(prog_name="autotune")
+
+
+def __getattr__(name: str) -> Any:
+    """``cli``: the click command behind ``app``, for the docs' CLI reference (mkdocs-click).
+    Built on first access, so ``autotune --help`` does not build it twice."""
+    if name == "cli":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
