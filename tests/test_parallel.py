@@ -92,7 +92,7 @@ def test_a_config_without_parallel_is_todays_single_process_record() -> None:
         ({**FSDP_KNOBS, "static_graph": True}, "static_graph: not a knob of strategy 'fsdp'"),
         ({"nproc_per_node": 2, "reshard_after_forward": False}, "not a knob of strategy 'ddp'"),
         ({"nproc_per_node": 2, "mixed_precision": "fp8"}, "mixed_precision: expected one of"),
-        ({"nproc_per_node": 2, "bucket": 5}, r"unknown field\(s\) \['bucket'\]"),
+        ({"nproc_per_node": 2, "bucket": 5}, r"parallel.bucket: unknown field \(did you mean"),
         ({"strategy": "ddp"}, "nproc_per_node: missing"),
         (3, "config.parallel: expected a mapping"),
     ],
@@ -321,3 +321,29 @@ def test_a_two_gpu_nccl_burst(parallel: dict[str, Any]) -> None:
     result = run_burst(fake_lm(), cfg, steps=3, warmup=1, timeout_s=300, device="cuda")
     assert result.status == "ok", result.reason
     assert result.tokens_per_s and result.peak_memory_bytes
+
+
+@pytest.mark.parametrize(
+    ("nproc", "cores", "refused"), [(512, 2, True), (3, 2, True), (2, 2, False)]
+)
+def test_a_cpu_runs_at_most_one_process_per_usable_core(
+    nproc: int, cores: int, refused: bool
+) -> None:
+    cfg = config(grad_accum=nproc * 2, parallel={"nproc_per_node": nproc})
+    if refused:
+        with pytest.raises(ConfigError, match=f"{nproc} processes on a CPU need as many usable"):
+            check_config(cfg, spec=fake_lm(), device=cpu_caps(), cores=cores)
+    else:
+        check_config(cfg, spec=fake_lm(), device=cpu_caps(), cores=cores)
+
+
+def test_parallel_problems_come_all_at_once_in_the_house_format() -> None:
+    with pytest.raises(ConfigError) as info:
+        ParallelConfig.from_mapping({"nproc_per_node": 1, "strategy": "zero", "bucket": 5})
+    text = str(info.value)
+    for part in (
+        "config.parallel.bucket: unknown field",
+        "config.parallel.nproc_per_node: expected an integer from 2",
+        "config.parallel.strategy: expected one of ddp, fsdp; got 'zero'",
+    ):
+        assert part in text

@@ -32,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
-from autotune.core.errors import UsageError
+from autotune.core.errors import ConfigError, UsageError
+from autotune.core.schema import BAD, Rule, Section, build, positive
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -61,74 +62,53 @@ _DDP_DEFAULTS = {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_
 _FSDP_DEFAULTS = {"reshard_after_forward": True, "mixed_precision": "none"}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _nproc(value: int) -> str | None:
+    if 2 <= value <= MAX_NPROC:
+        return None
+    return (
+        f"expected an integer from 2 to {MAX_NPROC} (one process needs no parallel section: "
+        f"leave it out); got {value!r}"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
-class ParallelConfig:
+class ParallelConfig(Section):
     """How one config runs over several processes (defaults: plain DDP, as torch has it)."""
 
     nproc_per_node: int
-    strategy: str = "ddp"
+    strategy: Literal["ddp", "fsdp"] = "ddp"
     bucket_cap_mb: int = 25  # ddp only
     gradient_as_bucket_view: bool = False  # ddp only
     static_graph: bool = False  # ddp only
     reshard_after_forward: bool = True  # fsdp only
-    mixed_precision: str = "none"  # fsdp only: "bf16" gathers bf16, reduces fp32
+    mixed_precision: Literal["none", "bf16"] = "none"  # fsdp only: "bf16" gathers bf16
 
-    def problems(self, path: str = "config.parallel") -> list[str]:
-        """Every problem with the fields on their own (types, ranges, strategy)."""
-        out: list[str] = []
-        n = self.nproc_per_node
-        if not _is_int(n) or not 2 <= n <= MAX_NPROC:
-            out.append(
-                f"{path}.nproc_per_node: expected an integer from 2 to {MAX_NPROC} (one "
-                f"process needs no parallel section: leave it out), got {n!r}"
-            )
-        if self.strategy not in STRATEGIES:
-            out.append(
-                f"{path}.strategy: expected one of {', '.join(STRATEGIES)}; got {self.strategy!r}"
-            )
-        if not _is_int(self.bucket_cap_mb) or self.bucket_cap_mb < 1:
-            out.append(
-                f"{path}.bucket_cap_mb: expected a positive integer, got {self.bucket_cap_mb!r}"
-            )
-        for name in ("gradient_as_bucket_view", "static_graph", "reshard_after_forward"):
-            if not isinstance(getattr(self, name), bool):
-                out.append(f"{path}.{name}: expected true or false, got {getattr(self, name)!r}")
-        if self.mixed_precision not in MIXED_PRECISIONS:
-            out.append(
-                f"{path}.mixed_precision: expected one of {', '.join(MIXED_PRECISIONS)}; "
-                f"got {self.mixed_precision!r}"
-            )
-        if out:
-            return out
+    _path: ClassVar[str] = "config.parallel"
+    _rules: ClassVar[Mapping[str, Rule]] = {"nproc_per_node": _nproc, "bucket_cap_mb": positive}
+
+    def _cross_problems(self) -> list[str]:
+        """A knob of the other strategy must stay at its default."""
         other, own = (_FSDP_DEFAULTS, "ddp") if self.strategy == "ddp" else (_DDP_DEFAULTS, "fsdp")
-        for name, default in other.items():
-            if getattr(self, name) != default:
-                out.append(
-                    f"{path}.{name}: not a knob of strategy {own!r} (leave it at {default!r})"
-                )
-        return out
+        return [
+            f"{self._path}.{name}: not a knob of strategy {own!r} (leave it at {default!r})"
+            for name, default in other.items()
+            if getattr(self, name) != default
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_mapping(cls, data: Any, *, path: str = "config.parallel") -> ParallelConfig:
-        """From plain data; raises ``UsageError`` naming every unknown field."""
+        """From plain data (or a ``ParallelConfig``); a ``ConfigError`` lists every problem
+        (unknown and missing fields, types, ranges), each with its path."""
         if isinstance(data, ParallelConfig):
             return data
-        if not isinstance(data, Mapping):
-            raise UsageError(f"{path}: expected a mapping, got {type(data).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = [k for k in data if k not in names]
-        if unknown:
-            raise UsageError(f"{path}: unknown field(s) {unknown}; fields: {', '.join(names)}")
-        if "nproc_per_node" not in data:
-            raise UsageError(f"{path}.nproc_per_node: missing")
-        return cls(**data)
+        problems: list[str] = []
+        built = build(cls, data, path, problems)
+        if built is BAD:
+            raise ConfigError(problems, context="invalid parallel section")
+        return cast(ParallelConfig, built)
 
     def label(self) -> str:
         """A short name of the knobs (not of the process count): ``ddp-b25``,
@@ -153,11 +133,9 @@ def coerce(value: Any, path: str = "config.parallel") -> tuple[ParallelConfig | 
     if value is None:
         return None, []
     try:
-        par = ParallelConfig.from_mapping(value, path=path)
-    except (UsageError, TypeError) as exc:
-        return None, [str(exc)]
-    problems = par.problems(path)
-    return (None if problems else par), problems
+        return ParallelConfig.from_mapping(value, path=path), []
+    except ConfigError as exc:
+        return None, exc.problems
 
 
 def split_problems(grad_accum: int, par: ParallelConfig) -> list[str]:
@@ -176,7 +154,7 @@ def summarize(data: Any) -> str:
     """``ddp-b100-view x2`` for a ``parallel`` mapping in a table (``parallel?`` if bad)."""
     try:
         par = ParallelConfig.from_mapping(data)
-    except (UsageError, TypeError):
+    except ConfigError:
         return "parallel?"
     return f"{par.label()} x{par.nproc_per_node}"
 
@@ -229,12 +207,18 @@ def space_choices(device: DeviceCaps) -> tuple[str, ...]:
     return tuple(out)
 
 
-def config_problems(config: TrainConfig, device: DeviceCaps) -> list[str]:
-    """What keeps ``config.parallel`` from running on ``device`` (``check_config``'s part)."""
+def config_problems(config: TrainConfig, device: DeviceCaps, *, cores: int) -> list[str]:
+    """What keeps ``config.parallel`` from running on ``device`` with ``cores`` usable CPU
+    cores (``check_config``'s part): at most one process per GPU, or per core on a CPU."""
     par = config.parallel
     if par is None:
         return []
     out = split_problems(config.grad_accum, par)
+    if device.kind == "cpu" and par.nproc_per_node > cores:
+        out.append(
+            f"config.parallel.nproc_per_node: {par.nproc_per_node} processes on a CPU need as "
+            f"many usable cores, this process may use {cores}"
+        )
     if par.strategy == "fsdp" and config.precision == "fp16":
         out.append(
             "config.parallel.strategy: fsdp runs with fp32 or bf16 here, not fp16 (its "

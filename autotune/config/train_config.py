@@ -358,7 +358,7 @@ def check_config(
         problems.append("config.pin_memory: only useful with a CUDA device")
     if config.cudnn_benchmark and device.kind != "cuda":
         problems.append("config.cudnn_benchmark: only available on a CUDA device")
-    problems += parallel_device_problems(config, device)
+    problems += parallel_device_problems(config, device, cores=cores)
     problems += _switch_problems(config, spec=spec, device=device)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
