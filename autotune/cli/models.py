@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import cli_command, print_json
+from autotune.cli._tables import keep_column_whole
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
@@ -105,6 +106,7 @@ def list_command(
     table = Table(title="built-in models (use your own with --model pkg.mod:attr or file.py:attr)")
     for column in ("name", "params", "non-emb", "seq len", "FLOPs/token", "global batch", "knobs"):
         table.add_column(column, justify="left" if column in ("name", "knobs") else "right")
+    keep_column_whole(table, 0, [info["name"] for info in infos])  # what --model takes
     for info in infos:
         table.add_row(
             info["name"],

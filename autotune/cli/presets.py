@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import cli_command, print_json
+from autotune.cli._tables import keep_column_whole
 from autotune.core.errors import AutotuneError, PresetError, UsageError
 
 if TYPE_CHECKING:
@@ -136,20 +137,21 @@ def list_presets(json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table("origin", "name", "model", "device", "throughput", "speedup")
-    for column in table.columns[-2:]:  # figures stay whole; names wrap on a narrow terminal
+    refs = [_text(row["ref"]) for row in rows]
+    # the name is what a user types next (presets show NAME): whole on any terminal
+    keep_column_whole(table, 1, refs)
+    for column in table.columns[-2:]:  # figures stay whole too; the other columns wrap
         column.no_wrap = True
-    for row in rows:
+    for row, ref in zip(rows, refs, strict=True):
         if "error" in row:
-            table.add_row(
-                row["origin"], _text(row["ref"]), "", _text(f"invalid: {row['error']}"), "", ""
-            )
+            table.add_row(row["origin"], ref, "", _text(f"invalid: {row['error']}"), "", "")
             continue
         unit = row["throughput_unit"] or ""
         speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
         device = f"{row['device']} ({row['device_kind']})"
         table.add_row(
             row["origin"],
-            _text(row["ref"]),
+            ref,
             _text(row["model"]),
             _text(device),
             _throughput(row["throughput"], unit),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
@@ -72,3 +73,13 @@ def test_unknown_model_exits_2_with_a_message() -> None:
     assert "Traceback" not in result.output
     missing = runner.invoke(app, ["models", "show", "nowhere/model.py:spec"])
     assert missing.exit_code == 2 and "does not exist" in missing.stderr
+
+
+def test_list_never_cuts_a_name_on_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["models", "list"])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    for name in BUILTINS:
+        assert any(line.startswith(f"│ {name} ") for line in rows), (name, result.stdout)
+    assert "…" not in result.stdout

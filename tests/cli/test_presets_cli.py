@@ -411,3 +411,30 @@ def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
         "error: --format: expected one of json, yaml, hf, lightning, accelerate, deepspeed, "
         "torchrun; got 'xml'"
     )
+
+
+# -- list on a narrow terminal ---------------------------------------------------------------
+
+
+def test_list_never_cuts_a_name_on_an_80_column_terminal(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name is what a user types next (``presets show NAME``): whole on an 80-column
+    terminal, however long it and the other columns are; the other columns wrap."""
+    shipped = ["cpu/gpt-small-epyc-7b13-64-core", "cuda/h100/gpt2-124m-bf16-compiled"]
+    for ref in shipped:
+        path = places["builtin"] / f"{ref}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_preset(make_preset(name=ref.replace("/", "-"), fingerprint=gpu_fingerprint()), path)
+    places["user"].mkdir(parents=True)
+    save_preset(make_preset(name="mine"), places["user"] / "my-own-long-preset-name.yaml")
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for ref in [*shipped, "my-own-long-preset-name"]:
+        assert any(f" {ref} " in line for line in lines), (ref, result.stdout)
+    assert "…" not in result.stdout  # the other columns fold; nothing is cut off either
+    listed = json.loads(invoke("list", "--json").stdout)
+    assert sorted(row["ref"] for row in listed) == sorted([*shipped, "my-own-long-preset-name"])
