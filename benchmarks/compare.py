@@ -84,7 +84,7 @@ from autotune.study.playbook import (  # the guides' configs: one owner, the sea
 )
 
 if TYPE_CHECKING:
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps

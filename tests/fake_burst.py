@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from toy_spec import toy_spec as make_toy_spec
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.machine.profile import CPUInfo, HardwareProfile, SoftwareInfo

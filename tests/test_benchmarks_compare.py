@@ -14,7 +14,7 @@ import pytest
 from benchmark_modules import load_benchmark
 from fake_caps import cpu_caps, cuda_caps
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model

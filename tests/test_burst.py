@@ -21,15 +21,11 @@ import psutil
 import pytest
 import torch
 
-from autotune.burst import child as _burst_child
-from autotune.burst.supervisor import (
-    BurstResult,
-    _describe_exit,
-    _spec_payload,
-    percentile,
-    run_burst,
-    step_figures,
-)
+from autotune.burst import trial as _trial
+from autotune.burst.outcome import describe_exit
+from autotune.burst.request import spec_payload
+from autotune.burst.result import BurstResult, percentile, step_figures
+from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
@@ -187,7 +183,7 @@ def test_abort_is_a_crash() -> None:
     ],
 )
 def test_a_dead_trial_is_described_by_its_signal_name(returncode: int | None, text: str) -> None:
-    assert _describe_exit(returncode) == text
+    assert describe_exit(returncode) == text
 
 
 def test_nan_loss() -> None:
@@ -260,7 +256,7 @@ def test_timed_step_synchronizes_cuda_before_each_clock_read(
         events.append("step")
         return "out"
 
-    seconds, out = _burst_child.timed_step(step, torch.device("cuda", 0), clock=clock)
+    seconds, out = _trial.timed_step(step, torch.device("cuda", 0), clock=clock)
     assert (seconds, out) == (2.5, "out")
     assert events == ["sync", "clock", "step", "sync", "clock"]
 
@@ -270,7 +266,7 @@ def test_timed_step_on_cpu_does_not_touch_cuda(monkeypatch: pytest.MonkeyPatch) 
         raise AssertionError("synchronize called on CPU")
 
     monkeypatch.setattr(torch.cuda, "synchronize", boom)
-    seconds, _ = _burst_child.timed_step(lambda: None, torch.device("cpu"))
+    seconds, _ = _trial.timed_step(lambda: None, torch.device("cpu"))
     assert seconds >= 0
 
 
@@ -281,14 +277,14 @@ def test_classify_exception() -> None:
         except BaseException as caught:
             return caught
 
-    assert _burst_child.classify_exception(raised(torch.cuda.OutOfMemoryError("x")))[0] == "oom"
-    assert _burst_child.classify_exception(raised(MemoryError()))[0] == "oom"
+    assert _trial.classify_exception(raised(torch.cuda.OutOfMemoryError("x")))[0] == "oom"
+    assert _trial.classify_exception(raised(MemoryError()))[0] == "oom"
     text = RuntimeError("CUDA error: out of memory")
-    assert _burst_child.classify_exception(raised(text))[0] == "oom"
+    assert _trial.classify_exception(raised(text))[0] == "oom"
     wrapped = RuntimeError("backend compiler failed")
     wrapped.__cause__ = torch.cuda.OutOfMemoryError("inner")
-    assert _burst_child.classify_exception(raised(wrapped))[0] == "oom"
-    status, reason = _burst_child.classify_exception(raised(KeyError("missing")))
+    assert _trial.classify_exception(raised(wrapped))[0] == "oom"
+    status, reason = _trial.classify_exception(raised(KeyError("missing")))
     assert status == "error"
     assert reason.startswith("KeyError: 'missing' [test_burst.py:")
 
@@ -332,11 +328,11 @@ def test_step_figures_compile_and_mfu_peak_choice() -> None:
 
 def test_spec_payload_prefers_the_source() -> None:
     spec = fake("oom_spec", width=4)
-    payload = _spec_payload(spec)
+    payload = spec_payload(spec)
     assert payload["spec"] is None
     assert payload["spec_source"] == f"{FAKES}:oom_spec"
     assert payload["spec_args"]["width"] == 4
-    pickled = _spec_payload(dataclasses.replace(spec, source=""))
+    pickled = spec_payload(dataclasses.replace(spec, source=""))
     assert pickled["spec"] is not None and pickled["spec_source"] is None
 
 
@@ -442,9 +438,9 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     """The parent killed while the trial's interpreter started: the trial, adopted by
     then, follows the pid its parent gave it (not its adopter's), so it still sees that
     its parent is gone, removes its folder and ends."""
-    from autotune.burst.supervisor import _child_env
+    from autotune.burst.process import child_env
 
-    env = _child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
+    env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
     assert env["TMPDIR"] == str(tmp_path / "w")  # its temporary files: in its folder
     workdir = tmp_path / "autotune-burst-1-x"

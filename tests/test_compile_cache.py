@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from fake_burst import FakeBurst, run
 
-from autotune.burst.supervisor import BurstResult, _Progress
+from autotune.burst.outcome import Progress
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.machine.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache
@@ -65,7 +66,7 @@ def test_a_cache_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_recompiles_count_graphs_built_during_the_timed_steps() -> None:
-    progress = _Progress()
+    progress = Progress()
     assert progress.recompiles() is None  # no compile
     progress.graphs_after_warmup, progress.graphs = 2, 2
     assert progress.recompiles() == 0

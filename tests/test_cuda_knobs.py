@@ -21,8 +21,8 @@ from fake_conv import CONV
 from fake_presets import gpu_fingerprint, make_config, make_preset
 from toy_spec import toy_spec
 
-from autotune.burst.child import _build
 from autotune.burst.supervisor import run_burst
+from autotune.burst.trial import _build
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import ConfigError, UsageError

@@ -19,7 +19,8 @@ import torch
 from fake_conv import CONV
 from fake_models import FAKES
 
-from autotune.burst.supervisor import BurstResult, run_burst
+from autotune.burst.result import BurstResult
+from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import ModelSpec
 from autotune.machine.hardware import probe

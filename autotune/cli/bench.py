@@ -20,7 +20,7 @@ from autotune.core.errors import AutotuneError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps

@@ -17,7 +17,7 @@ from autotune.cli._tables import keep_column_whole
 from autotune.core.errors import AutotuneError, PresetError, UsageError
 
 if TYPE_CHECKING:
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.preset import PortabilityReport, Preset
 
 __all__ = ["app", "check", "diff", "export", "list_presets", "show"]

@@ -135,7 +135,6 @@ def parse_device(name: str) -> tuple[Literal["cpu", "cuda"], int | None]:
     return "cuda", int(match[1]) if match[1] is not None else None
 
 
-
 # Dense (no sparsity) peak FLOP/s from the vendors' datasheets: NVIDIA H100 (SXM5 and
 # PCIe), H200 (SXM), A100, L4, A10, GeForce RTX 4090 (Ada whitepaper, FP32 accumulate),
 # V100. First match wins, so variants come before the family. Unknown cards get None.

@@ -40,7 +40,7 @@ from autotune.core.units import format_bytes, throughput_label
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.contract.spec import ModelSpec
     from autotune.machine.profile import GPUInfo, HardwareProfile
 

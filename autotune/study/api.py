@@ -62,7 +62,7 @@ from autotune.study.workers import Workers, describe_owner, workers_root
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps

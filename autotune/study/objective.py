@@ -59,7 +59,7 @@ from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome, trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
 
 if TYPE_CHECKING:
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.study.memory_model import Verdict
@@ -144,7 +144,7 @@ class BurstRunner:
                 **options,
             )
         except Exception as exc:
-            from autotune.burst.supervisor import BurstResult
+            from autotune.burst.result import BurstResult
 
             return BurstResult(
                 status="error", reason=f"the burst raised {type(exc).__name__}: {exc}"

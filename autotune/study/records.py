@@ -17,7 +17,7 @@ from autotune.config.train_config import TrainConfig
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.study.race import RaceResult
 
 __all__ = [

@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 import psutil
 
-from autotune.burst.supervisor import percentile
+from autotune.burst.result import percentile
 from autotune.core.errors import describe_exception
 from autotune.engine.memory import nvml_handle
 

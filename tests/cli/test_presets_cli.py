@@ -22,7 +22,7 @@ from fake_presets import (
 from typer.testing import CliRunner, Result
 
 from autotune.burst import supervisor as burst
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.cli.main import app
 from autotune.machine import hardware
 from autotune.preset import (

@@ -17,7 +17,7 @@ from fake_presets import (
     problems_of,
 )
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.core.errors import HardwareMismatchError, PresetError
 from autotune.preset import (
     PRESET_SCHEMA_VERSION,

@@ -15,7 +15,7 @@ from typing import Any
 
 from fake_burst import FakeBurst, run
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study import SearchResult

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fake_burst import MB, FakeBurst, run, toy_spec
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 
 

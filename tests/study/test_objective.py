@@ -10,7 +10,7 @@ import optuna
 import pytest
 from fake_burst import GB, MB, FakeBurst, run, study_of
 
-from autotune.burst.supervisor import BurstResult
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError

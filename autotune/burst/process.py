@@ -1,0 +1,169 @@
+"""The trial's process, from the parent's side: its folder, its environment, starting it
+in a session (and process group) of its own, and ending its whole tree.
+
+``start_new_session`` puts the trial in its own session between fork and exec, with no
+window in which it shares the parent's group; ``os.killpg`` then ends the trial and its
+DataLoader workers together, and Ctrl-C in the terminal reaches only the parent. POSIX
+only (sessions, ``killpg``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+if TYPE_CHECKING:
+    from autotune.config.train_config import TrainConfig
+    from autotune.engine.memory import ProcessTreeSampler
+
+__all__ = [
+    "REQUEST_FILE",
+    "child_env",
+    "exited",
+    "kill_group",
+    "make_workdir",
+    "reap_tree",
+    "remove_orphaned_workdirs",
+    "spawn_child",
+    "tree_budget",
+    "wait_exit",
+]
+
+WORKDIR_PREFIX = "autotune-burst-"  # then the pid of the process that made it
+REQUEST_FILE = "request.pkl"  # in the trial's folder: what the parent sends it
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def exited(proc: psutil.Process | None) -> bool:
+    """Whether the trial's main process has ended (without reaping it: the pid, and with it
+    the process group id, stays reserved until we wait on it)."""
+    if proc is None:
+        return True
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+
+
+def wait_exit(proc: psutil.Process | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not exited(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def remove_orphaned_workdirs() -> None:
+    """Remove the trial folders whose maker died. A trial removes its folder when its
+    search was killed (``autotune.burst.child._follow_parent``), except when the search was
+    killed in the moment between making the folder and starting the trial: then the
+    next burst on this machine removes it."""
+    for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(WORKDIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def make_workdir() -> Path:
+    """A fresh temporary folder for one trial, named after this process (see
+    ``remove_orphaned_workdirs``)."""
+    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+
+
+# The longest temporary folder whose files can still be AF_UNIX sockets (108 bytes with
+# the name multiprocessing gives them: pymp-XXXXXXXX/listener-XXXXXXXX).
+_MAX_SOCKET_DIR = 70
+
+
+def child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
+    """The trial's environment: this process's, with the OpenMP wait policy ``config`` runs
+    with (``autotune/machine/omp.py``: OpenMP reads it when torch loads, before the child can set
+    anything). Its temporary files go in its own folder (``workdir``),
+    which is removed when the burst ends, or by the trial when its search was killed: a
+    DataLoader worker's ``pymp-*`` folder (its worker ends by a signal, skipping the
+    clean-up at exit) would otherwise be left in the user's temporary folder by every
+    burst. torch.compile's cache stays where it was, shared by the bursts."""
+    from autotune.machine.compile_cache import CACHE_ENV, torch_default_dir
+    from autotune.machine.omp import environment_for
+
+    env = environment_for(config, os.environ)
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
+    env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
+    if len(str(workdir)) <= _MAX_SOCKET_DIR:
+        env.setdefault(CACHE_ENV, torch_default_dir())
+        env["TMPDIR"] = str(workdir)
+    # From a source checkout (not installed), make this autotune importable in the child.
+    # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(root) + (os.pathsep + path if path else "")
+    return env
+
+
+def tree_budget(budget_bytes: int | None, nproc: int) -> int | None:
+    """What the CPU watchdog allows the whole tree: the budget is each rank's, and the
+    torchrun launcher counts like one more process."""
+    if budget_bytes is None or nproc == 1:
+        return budget_bytes
+    return budget_bytes * (nproc + 1)
+
+
+def spawn_child(
+    workdir: Path,
+    config: TrainConfig,
+    *,
+    write_fd: int,
+    log_path: Path,
+    channel: str | None = None,
+    nproc: int = 1,
+) -> subprocess.Popen[bytes]:
+    """The trial process, in a session (and process group) of its own, its output in
+    ``log_path``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
+    processes, to the FIFO named ``channel``)."""
+    from autotune.train.distributed import torchrun_command
+
+    args = ["autotune.burst.child", str(workdir / REQUEST_FILE), channel or str(write_fd)]
+    command = [sys.executable, "-m", *args] if nproc == 1 else torchrun_command(nproc, args)
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_fd,) if nproc == 1 else (),
+            start_new_session=True,
+            env=child_env(workdir, config),
+        )
+
+
+def reap_tree(sampler: ProcessTreeSampler) -> None:
+    """Make sure no process of the trial's tree is left (one that left the group too)."""
+    procs = [p for p in sampler.processes()[1:] if _alive(p)]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    if procs:
+        psutil.wait_procs(procs, timeout=5)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

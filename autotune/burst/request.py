@@ -1,0 +1,81 @@
+"""What the parent sends the trial: one pickle in the trial's folder, written by
+``write_request`` and read back by the trial (``read_request``, ``load_spec``).
+
+It holds the config, the step counts, the budget, the device, the seed and the spec: by
+its source (a built-in name, ``pkg.mod:attr`` or ``file.py:attr``) with its arguments,
+re-loaded in the trial, or pickled whole where it has no source.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+
+__all__ = ["load_spec", "read_request", "spec_payload", "write_request"]
+
+
+def write_request(
+    path: Path,
+    spec: ModelSpec,
+    config: TrainConfig,
+    *,
+    steps: int,
+    warmup: int,
+    budget_bytes: int | None,
+    device: str,
+    seed: int,
+    verify: bool,
+    threads: int | None,
+) -> None:
+    """Write the trial's request to ``path``; raises if the spec cannot travel."""
+    request: dict[str, Any] = {
+        "config": config,
+        "steps": steps,
+        "warmup": warmup,
+        "budget_bytes": budget_bytes,
+        "device": device,
+        "seed": seed,
+        "verify": verify,
+        "workdir": str(path.parent),
+        "threads": threads,
+    }
+    request.update(spec_payload(spec))
+    with open(path, "wb") as f:
+        pickle.dump(request, f)
+
+
+def spec_payload(spec: ModelSpec) -> dict[str, Any]:
+    """How the child gets the spec: re-loaded from its source with these args, or pickled."""
+    if spec.source:
+        args = dict(spec.args)
+        pickle.dumps(args)  # fail here, with a clear message, if the args cannot travel
+        return {"spec_source": spec.source, "spec_args": args, "spec": None}
+    pickle.dumps(spec)  # fail here, with a clear message, rather than in the child
+    return {"spec_source": None, "spec_args": None, "spec": spec}
+
+
+def read_request(path: Path | str) -> dict[str, Any]:
+    """The request ``write_request`` wrote (in the trial)."""
+    with open(path, "rb") as f:
+        request: dict[str, Any] = pickle.load(f)
+    return request
+
+
+def load_spec(request: Mapping[str, Any]) -> ModelSpec:
+    """The request's spec: the pickled one, or its source loaded with the request's args."""
+    from autotune.models.registry import load_model
+
+    if request.get("spec") is not None:
+        spec: ModelSpec = request["spec"]
+        return spec
+    spec = load_model(request["spec_source"])
+    args = dict(request["spec_args"])
+    if dict(spec.args) != args:
+        spec = spec.with_args(**args)
+    return spec

@@ -1,0 +1,150 @@
+"""What a burst reports: ``BurstResult`` (status, throughput, step times, peak memory,
+compile seconds, losses) and the rule that turns step times into those figures.
+
+``step_figures`` is the one place where throughput (tokens/s or samples/s), the step-time
+median and p90, warm-up and compile seconds and MFU come from; the statuses are those of
+``BurstStatus`` (see ``autotune.burst.supervisor`` for who decides which).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from autotune.core.units import throughput_label
+
+if TYPE_CHECKING:
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.caps import DeviceCaps
+
+__all__ = ["BurstResult", "BurstStatus", "percentile", "step_figures"]
+
+BurstStatus = Literal["ok", "oom", "timeout", "crash", "nan", "error", "pruned"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BurstResult:
+    """One burst's outcome and its figures (None where the burst did not get that far)."""
+
+    status: BurstStatus
+    reason: str = ""
+    device: str = "cpu"
+    config: Mapping[str, Any] = field(default_factory=dict)
+    timed_steps: int = 0
+    warmup_steps: int = 0
+    tokens_per_s: float | None = None  # None for a model measured in samples
+    samples_per_s: float | None = None
+    step_time_median_s: float | None = None
+    step_time_p90_s: float | None = None
+    warmup_s: float | None = None  # wall time of the warm-up steps, compilation included
+    compile_s: float | None = None  # the first step's excess over the median: compilation
+    peak_memory_bytes: int | None = None  # as the budget counts it (see autotune.engine.memory)
+    mfu: float | None = None
+    losses: tuple[float, ...] = ()
+    step_times_s: tuple[float, ...] = ()
+    overhead_s: float | None = None  # process start, imports, model build, data set-up
+    wall_s: float | None = None
+    eval_loss: float | None = None  # set by a verification burst
+    checkpoint_bytes: int | None = None  # set by a verification burst
+    throughput_unit: Literal["tokens", "samples"] = "tokens"
+    memory_source: str = ""  # how peak_memory_bytes was measured
+    host_peak_bytes: int | None = None  # CPU memory of the process tree (also on CUDA)
+    peak_processes: int | None = None  # most processes seen in the tree (workers + 1)
+    cuda_context_bytes: int | None = None
+    recompiles: int | None = None  # graphs torch.compile built during the timed steps
+    threads: int | None = None  # torch's intra-op threads in the trial (fewer when shared)
+    alloc_retries: int | None = None  # CUDA: the caching allocator's num_alloc_retries
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def throughput(self) -> float | None:
+        """The figure a search maximises: tokens/s, or samples/s for a samples model."""
+        return self.tokens_per_s if self.throughput_unit == "tokens" else self.samples_per_s
+
+    @property
+    def throughput_label(self) -> str:
+        """``"tokens/s"`` or ``"samples/s"``: the unit of :attr:`throughput`."""
+        return throughput_label(self.throughput_unit)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["config"] = dict(self.config)
+        data["losses"] = list(self.losses)
+        data["step_times_s"] = list(self.step_times_s)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BurstResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["losses"] = tuple(kwargs.get("losses", ()))
+        kwargs["step_times_s"] = tuple(kwargs.get("step_times_s", ()))
+        return cls(**kwargs)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in [0, 100]) of a non-empty list."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q=}")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def step_figures(
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    step_times: list[float],
+    warmup_times: list[float],
+    caps: DeviceCaps | None,
+) -> dict[str, Any]:
+    """Throughput, step-time median/p90, warm-up, compile seconds and MFU from step times."""
+    figures: dict[str, Any] = {
+        "timed_steps": len(step_times),
+        "warmup_steps": len(warmup_times),
+        "step_times_s": tuple(step_times),
+        "warmup_s": sum(warmup_times) if warmup_times else None,
+        "throughput_unit": spec.throughput_unit,
+    }
+    if not step_times:
+        return figures
+    median = statistics.median(step_times)
+    samples_per_s = config.global_batch / median if median > 0 else None
+    figures["step_time_median_s"] = median
+    figures["step_time_p90_s"] = percentile(step_times, 90)
+    figures["samples_per_s"] = samples_per_s
+    if samples_per_s is not None and spec.throughput_unit == "tokens":
+        figures["tokens_per_s"] = samples_per_s * spec.tokens_per_sample(config.seq_len)
+    if config.compile != "off":
+        first = (warmup_times or step_times)[0]
+        figures["compile_s"] = max(0.0, first - median)
+    figures["mfu"] = _mfu(spec, config, samples_per_s, caps)
+    return figures
+
+
+def _mfu(
+    spec: ModelSpec, config: TrainConfig, samples_per_s: float | None, caps: DeviceCaps | None
+) -> float | None:
+    if samples_per_s is None or caps is None:
+        return None
+    peak = caps.peak_flops(config.precision)
+    if not peak:
+        return None
+    try:
+        flops = spec.flops_per_sample(config.seq_len)
+    except Exception:  # a user's FLOPs formula must not sink the measurement
+        return None
+    if not flops or flops <= 0:
+        return None
+    return flops * samples_per_s / peak
