@@ -1,6 +1,8 @@
-"""Terminal tables whose key column is never cut: the column a user types back (a preset's
-name, a model's name) keeps its whole width on any terminal, and the other columns wrap,
-folding a word too long for them rather than cutting its end off with an ellipsis."""
+"""Terminal tables that never cut the column a user types back.
+
+That column (a preset's name, a model's name) keeps its whole width on any terminal; the
+other columns wrap, folding a word too long for them rather than cutting its end off with
+an ellipsis."""
 
 from __future__ import annotations
 
