@@ -194,8 +194,8 @@ def train(
 ) -> None:
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
     from autotune.machine.compile_cache import shared_compile_cache
+    from autotune.train.api import train as run_training
     from autotune.train.launch import prepare_training
-    from autotune.train.trainer import train as run_training
 
     if on_oom not in ("fail", "adapt"):
         raise UsageError(f"--on-oom: expected 'fail' or 'adapt', got {on_oom!r}")

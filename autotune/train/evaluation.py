@@ -1,7 +1,7 @@
 """The trainer's evaluation: validation loss (and the model's own metric) without
 gradients, and a short sample of text from a language model.
 
-Rank 0 alone evaluates (autotune/train/trainer.py broadcasts the result); the model is put in eval
+Rank 0 alone evaluates (the trainer broadcasts the result); the model is put in eval
 mode for the pass and given back in the mode it was in.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
     from autotune.data.train_data import TrainData
 
-__all__ = ["eval_metrics", "sample_text"]
+__all__ = ["eval_metrics", "evaluate_model", "sample_text"]
 
 SAMPLE_PROMPT_TOKENS = 32
 SAMPLE_NEW_TOKENS = 64
@@ -92,3 +92,25 @@ def sample_text(
     prompt_text = tokenizer.decode(prompt[0].tolist())
     new_text = tokenizer.decode(out[0, prompt.shape[1] :].tolist())
     return prompt_text, new_text
+
+
+def evaluate_model(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    data: TrainData,
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    device: torch.device,
+    max_batches: int,
+    seed: int,
+) -> dict[str, Any]:
+    """``eval_metrics`` over ``batches``, with ``prompt`` and ``sample`` (``sample_text``)
+    where the model writes text."""
+    out = eval_metrics(
+        model, batches, spec=spec, config=config, device=device, max_batches=max_batches
+    )
+    sample = sample_text(model, data, spec=spec, config=config, device=device, seed=seed)
+    if sample is not None:
+        out["prompt"], out["sample"] = sample
+    return out

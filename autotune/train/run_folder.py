@@ -3,7 +3,7 @@
 Which checkpoint a run resumes from (``--resume auto``, a file or a folder), that a fresh
 run never writes over another run's checkpoints, and each step's checkpoint: written by
 rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
-them. The checkpoint's contents are the trainer's (``Trainer._state``).
+them. The checkpoint's contents are state.py's (``checkpoint_state``).
 """
 
 from __future__ import annotations

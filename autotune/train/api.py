@@ -1,0 +1,98 @@
+"""A full training run in one call: ``train``, what ``autotune train`` runs and what a
+Python caller can run too.
+
+``train`` joins the torchrun process group when there is one (distributed.py), loads the
+data for the model's task (rank 0 first: it writes the token cache the others then read),
+runs a ``Trainer`` (trainer.py) and leaves the group. ``autotune.train.launch.prepare_training``
+decides its arguments from a preset or a bare model.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.data.tasks import load_data
+from autotune.data.train_data import TrainData
+from autotune.train.distributed import barrier, destroy_distributed, init_distributed
+from autotune.train.result import TrainResult
+from autotune.train.trainer import OnOOM, Trainer
+
+if TYPE_CHECKING:
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.caps import DeviceCaps
+
+__all__ = ["train"]
+
+
+def train(
+    spec: ModelSpec,
+    config: TrainConfig,
+    training: TrainingDefaults | None = None,
+    *,
+    data: str | Path | TrainData | None = None,
+    out_dir: str | Path,
+    device: str = "cpu",
+    device_caps: DeviceCaps | None = None,
+    resume: str | Path | None = None,
+    on_oom: OnOOM = "fail",
+    cache_dir: str | Path | None = None,
+    text_column: str = "text",
+    target_column: str = "target",
+    json_logs: bool = False,
+    progress: bool | None = None,
+    echo: Callable[[str], None] | None = None,
+    option_names: Mapping[str, str] | None = None,
+) -> TrainResult:
+    """Train ``spec`` with ``config`` (see ``Trainer``); under torchrun, as one rank of DDP.
+
+    ``data``: a path (see autotune/data/tasks.py for the formats), prepared ``TrainData``, or
+    None for the default corpus (language models only). ``option_names`` maps a parameter
+    to the name errors give it (the CLI's flags: ``{"out_dir": "--out"}``).
+    """
+    training = training or TrainingDefaults()
+    info, device = init_distributed(device)
+    try:
+        if isinstance(data, TrainData):
+            prepared = data
+        else:
+
+            def load() -> TrainData:
+                return load_data(
+                    spec,
+                    data,
+                    seq_len=config.seq_len,
+                    cache_dir=None if cache_dir is None else Path(cache_dir),
+                    text_column=text_column,
+                    target_column=target_column,
+                    log=echo or (lambda s: print(s, file=sys.stderr, flush=True)),
+                )
+
+            if info.is_main:  # rank 0 writes the token cache, the others then read it
+                prepared = load()
+                barrier(info)
+            else:
+                barrier(info)
+                prepared = load()
+        trainer = Trainer(
+            spec,
+            config,
+            training,
+            prepared,
+            out_dir,
+            device=device,
+            device_caps=device_caps,
+            resume=resume,
+            on_oom=on_oom,
+            dist=info,
+            json_logs=json_logs,
+            progress=progress,
+            echo=echo,
+            option_names=option_names,
+        )
+        return trainer.run()
+    finally:
+        destroy_distributed(info)

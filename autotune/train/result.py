@@ -1,0 +1,102 @@
+"""What a training run returns (``TrainResult``), the figures of its steady state, and
+``summary.json``, the result as the run folder keeps it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.config.train_config import TrainConfig
+from autotune.core.files import atomic_write_text
+
+__all__ = ["SteadyFigures", "TrainResult", "steady_figures", "write_summary"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainResult:
+    out_dir: Path
+    start_step: int  # 0, or the step a resume continued from
+    steps: int  # the last completed step
+    total_steps: int
+    losses: tuple[float, ...]  # training loss of each step this process ran
+    eval: Mapping[str, Any] | None  # the last evaluation
+    best_eval_loss: float | None
+    # after the warm-up steps (compilation included), evaluation and checkpoints excluded:
+    # total samples / total step time (data waits included), and from the median step
+    steady_tokens_per_s: float | None
+    steady_samples_per_s: float | None
+    mfu: float | None
+    interrupted: str | None  # "SIGINT" / "SIGTERM" / "SIGHUP" when a signal stopped the run
+    checkpoint: Path | None  # the last checkpoint written
+    config: TrainConfig  # the config the run ended with (after any OOM adaptation)
+    oom_adaptations: int = 0
+    wall_s: float = 0.0
+    median_step_s: float | None = None
+    median_tokens_per_s: float | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when finished; 128 + the signal number when a signal stopped it."""
+        if self.interrupted is None:
+            return 0
+        return 128 + int(getattr(signal, self.interrupted, signal.SIGTERM))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["out_dir"] = str(self.out_dir)
+        data["checkpoint"] = None if self.checkpoint is None else str(self.checkpoint)
+        data["config"] = self.config.to_dict()
+        data["losses"] = list(self.losses)
+        data["eval"] = None if self.eval is None else dict(self.eval)
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteadyFigures:
+    """Throughput after the warm-up steps: from the total time, and from the median step."""
+
+    samples_per_s: float | None  # total samples / total step time
+    tokens_per_s: float | None  # samples_per_s x tokens (or the model's unit) per sample
+    median_step_s: float | None
+    median_tokens_per_s: float | None
+
+
+def steady_figures(
+    step_times: Sequence[float], *, samples_per_step: int, per_sample: int
+) -> SteadyFigures:
+    """The figures of ``step_times`` without the first steps (warm-up and compilation: a
+    tenth of them, from 1 to 10); ``per_sample`` is the tokens (or units) per sample."""
+    skip = max(1, min(10, len(step_times) // 10))  # warm-up (and compilation) steps
+    steady = step_times[skip:]
+    sps = samples_per_step * len(steady) / sum(steady) if steady and sum(steady) > 0 else None
+    median = statistics.median(steady) if steady else None
+    return SteadyFigures(
+        samples_per_s=sps,
+        tokens_per_s=None if sps is None else sps * per_sample,
+        median_step_s=median,
+        median_tokens_per_s=samples_per_step * per_sample / median if median else None,
+    )
+
+
+def write_summary(
+    result: TrainResult, *, rate: float | None, label: str, message: Callable[[str], None]
+) -> None:
+    """``summary.json`` in the run folder, and the closing line when there was a steady
+    state to measure (``rate``, in the model's throughput unit ``label``)."""
+    atomic_write_text(
+        result.out_dir / "summary.json",
+        json.dumps(result.to_dict(), indent=2, default=str) + "\n",
+    )
+    if rate is not None:
+        mfu = f", MFU {result.mfu:.1%}" if result.mfu is not None else ""
+        best = "-" if result.best_eval_loss is None else f"{result.best_eval_loss:.4f}"
+        message(
+            f"done: step {result.steps}/{result.total_steps} in {result.wall_s:.1f} s; steady "
+            f"{rate:,.0f} {label}{mfu}; best val loss {best}; run folder {result.out_dir}"
+        )

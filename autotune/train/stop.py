@@ -1,0 +1,60 @@
+"""The clean stop of a training run: SIGINT, SIGTERM or SIGHUP finishes the current step.
+
+``StopSignals`` records the first stop signal (``received``) for the loop to see; a second
+SIGINT stops at once (KeyboardInterrupt). A signal the parent had ignored stays ignored:
+``nohup`` ignores SIGHUP so that closing the terminal leaves the run alone, and a shell
+without job control starts ``cmd &`` with SIGINT ignored; Python honours both, so does the
+trainer. A signal mask is inherited through fork and exec too: a parent that blocked a
+stop signal would leave it pending for the whole run, so the handled ones are unblocked
+while the handlers are installed, and the mask restored after.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from autotune.core.signals import STOP_SIGNALS
+
+__all__ = ["StopSignals"]
+
+
+class StopSignals:
+    """The run's stop-signal handlers, installed by ``install`` and removed by ``restore``."""
+
+    def __init__(self, message: Callable[[str], None]) -> None:
+        self.message = message
+        self.received: int | None = None  # the first stop signal that arrived
+        self._old_mask: set[int | signal.Signals] | None = None
+        self._old_handlers: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        self.message(
+            f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+            "(press Ctrl-C again to stop at once)"
+        )
+
+    def install(self) -> None:
+        """Handle SIGINT, SIGTERM and SIGHUP (those not ignored) with the clean stop and
+        unblock them; from the main thread only (Python's rule for handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        handled = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+        for sig in handled:  # SIGINT, SIGTERM and SIGHUP: the same clean stop
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        if hasattr(signal, "pthread_sigmask") and handled:
+            self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
+
+    def restore(self) -> None:
+        """The handlers and the signal mask as they were before ``install``."""
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+        if self._old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+            self._old_mask = None
