@@ -473,3 +473,14 @@ def test_a_bursts_temporary_files_go_with_its_folder(
     result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, device_caps=CPU_CAPS)
     assert result.ok, result.reason
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) -> None:
+    """The child's PYTHONPATH starts with the checkout that holds pyproject.toml (the
+    package moved a folder deeper once, and the lookup silently stopped finding it)."""
+    from autotune.burst.process import child_env
+
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "pyproject.toml").is_file()
+    env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(root)

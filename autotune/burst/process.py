@@ -109,7 +109,7 @@ def child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
         env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
     # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # autotune/burst/process.py -> the checkout
     if (root / "pyproject.toml").is_file():
         path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(root) + (os.pathsep + path if path else "")
