@@ -18,9 +18,9 @@ The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run'
 ``micro_batch x grad_accum`` stays the global batch; each process accumulates
 ``grad_accum / nproc_per_node`` micro-batches (``autotune.train.distributed.per_rank_config``).
 
-This module is the record and its checks; it imports no torch. The knobs are applied
-by ``autotune.engine.parallel.wrap_model`` (the burst child and the trainer both call it,
-so what was measured is what trains), and processes are started by
+This module is the record and its checks (torch only to count a CUDA machine's GPUs).
+The knobs are applied by ``autotune.engine.parallel.wrap_model`` (the burst child and the
+trainer both call it, so what was measured is what trains), and processes are started by
 ``autotune.train.distributed.torchrun_command``. ``space_choices`` names the values a
 search tries (``SearchSpace`` holds them as one categorical dimension, ``parallel``, whose
 values are ``ParallelConfig.label()`` texts such as ``ddp-b100-view`` or
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 STRATEGIES = ("ddp", "fsdp")
-MIXED_PRECISIONS = ("none", "bf16")
+MIXED_PRECISIONS: tuple[Literal["none", "bf16"], ...] = ("none", "bf16")
 BUCKET_CAP_CHOICES = (25, 100)  # MB; 25 is DistributedDataParallel's default
 MAX_NPROC = 1024
 _DDP_DEFAULTS = {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
@@ -196,7 +196,8 @@ def space_choices(device: DeviceCaps) -> tuple[str, ...]:
         for v in (False, True)
         for s in (False, True)
     ]
-    policies = MIXED_PRECISIONS if device.precision_problem("bf16") is None else ("none",)
+    bf16 = device.precision_problem("bf16") is None
+    policies: tuple[Literal["none", "bf16"], ...] = MIXED_PRECISIONS if bf16 else ("none",)
     out += [
         ParallelConfig(
             nproc_per_node=2, strategy="fsdp", reshard_after_forward=r, mixed_precision=m
