@@ -35,6 +35,7 @@ from autotune.core.schema import (
     positive,
     show,
 )
+from autotune.core.text import control_problem
 from autotune.core.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
@@ -121,6 +122,41 @@ def _created(value: str) -> str | None:
     return f"expected an ISO 8601 UTC timestamp such as 2024-05-01T12:00:00Z; got {show(value)}"
 
 
+def _name(value: str) -> str | None:
+    """A name: not empty, one line of printable text."""
+    return non_empty(value) or control_problem(value)
+
+
+def _names(values: tuple[str, ...]) -> str | None:
+    for index, value in enumerate(values):
+        problem = control_problem(value)
+        if problem:
+            return f"[{index}] {problem}"
+    return None
+
+
+def _plain_names(value: Any, where: str = "") -> str | None:
+    """The first key or string in free-form data (a model's args) that is not one line of
+    printable text, with where it sits."""
+    if isinstance(value, str):
+        problem = control_problem(value)
+        return f"{where or 'the value'} {problem}" if problem else None
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            problem = control_problem(key) if isinstance(key, str) else None
+            if problem:
+                return f"the key {show(key)} {problem}"
+            items.append((f"{where}.{key}" if where else str(key), item))
+    elif isinstance(value, (list, tuple)):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    for place, item in items:
+        problem = _plain_names(item, place)
+        if problem:
+            return problem
+    return None
+
+
 def _current_version(value: int) -> str | None:
     if value == PRESET_SCHEMA_VERSION:
         return None
@@ -164,6 +200,12 @@ def _convert_config(value: Any, path: str, problems: list[str]) -> Any:
     for name, knob in config.knobs.items():
         if not isinstance(name, str):
             problems.append(f"{path}.knobs: keys must be strings, got {show(name)}")
+            bad = True
+        elif control_problem(name):
+            problems.append(f"{path}.knobs: the knob {show(name)} {control_problem(name)}")
+            bad = True
+        elif isinstance(knob, str) and control_problem(knob):
+            problems.append(f"{path}.knobs.{name}: {control_problem(knob)}")
             bad = True
         elif not (knob is None or isinstance(knob, (bool, int, str, float))) or (
             isinstance(knob, float) and not math.isfinite(knob)
@@ -221,7 +263,11 @@ class ModelRef(_PresetSection):
     sha256: str | None = None
 
     _path: ClassVar[str] = "model"
-    _rules: ClassVar[Mapping[str, Rule]] = {"name": non_empty, "sha256": _sha256_text}
+    _rules: ClassVar[Mapping[str, Rule]] = {
+        "name": _name,
+        "args": _plain_names,
+        "sha256": _sha256_text,
+    }
 
     def load(self, *, trust: bool = False, notes: list[str] | None = None) -> ModelSpec:
         """The spec this reference names, with its size arguments applied.
@@ -295,9 +341,14 @@ class Fingerprint(_PresetSection):
 
     _path: ClassVar[str] = "fingerprint"
     _rules: ClassVar[Mapping[str, Rule]] = {
-        "device_name": non_empty,
+        "device_name": _name,
         "memory_bytes": non_negative,
         "compute_capability": _capability,
+        "driver_version": control_problem,
+        "cuda_version": control_problem,
+        "torch_version": control_problem,
+        "autotune_version": control_problem,
+        "cpu_model": control_problem,
         "cpu_cores": positive,
     }
 
@@ -425,6 +476,10 @@ class SearchSummary(_PresetSection):
         "pruned": non_negative,
         "failed": non_negative,
         "wall_s": non_negative,
+        "study_name": control_problem,
+        "storage": control_problem,
+        "objective": control_problem,
+        "sampler": control_problem,
     }
 
 
@@ -447,7 +502,8 @@ class RaceEntry(_PresetSection):
 
     _path: ClassVar[str] = "race.entries"
     _rules: ClassVar[Mapping[str, Rule]] = {
-        "label": non_empty,
+        "label": _name,
+        "roles": _names,
         "median": non_negative,
         "spread": non_negative,
         "ratio_to_naive": non_negative,
@@ -474,6 +530,9 @@ class Race(_PresetSection):
     _path: ClassVar[str] = "race"
     _rules: ClassVar[Mapping[str, Rule]] = {
         "rounds": positive,
+        "unit": control_problem,
+        "winner": control_problem,
+        "runner_up": control_problem,
         "speedup": non_negative,
         "margin": non_negative,
     }
@@ -508,7 +567,7 @@ class Preset(_PresetSection):
     _path: ClassVar[str] = ""
     _rules: ClassVar[Mapping[str, Rule]] = {
         "schema_version": _current_version,
-        "name": non_empty,
+        "name": _name,
         "budget_bytes": positive,
         "created": _created,
     }

@@ -80,9 +80,13 @@ def test_to_dict_has_a_stable_key_order() -> None:
 
 
 def test_header_comment_cannot_inject_yaml() -> None:
-    preset = make_preset(name="evil\nschema_version: 3\r\u2028x")
+    evil = "evil\nschema_version: 3\r\u2028x"
+    with pytest.raises(PresetError, match=r"name: contains the control character U\+000A"):
+        make_preset(name=evil)  # a name is one line: validation refuses it
+    preset = make_preset()
+    object.__setattr__(preset, "name", evil)  # and were one planted, the header holds
     text = dump_preset(preset)
-    assert preset_from_dict(yaml.safe_load(text)).name == preset.name
+    assert yaml.safe_load(text)["name"] == evil
     header = [line for line in text.splitlines() if line.startswith("#")]
     assert len(header) == 4
 
