@@ -3,6 +3,8 @@ message, a preset or a report page, in whichever form the URL carries it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.core.redact import is_secret_key, redact
@@ -70,3 +72,22 @@ def test_the_report_page_uses_the_rule() -> None:
         data.study_data("s", f"postgresql://user:{SECRET}@127.0.0.1:1/x?password={SECRET}")
     assert "user:***@127.0.0.1:1/x?password=***" in str(caught.value)
     assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(("url", "expected"), FORMS)
+def test_a_saved_preset_holds_no_password(url: str, expected: str, tmp_path: Path) -> None:
+    from fake_presets import make_preset
+
+    from autotune.preset import SearchSummary, load_preset, preset_to_dict, save_preset
+    from autotune.preset.export import EXPORT_FORMATS, export_preset
+
+    search = SearchSummary(trials_run=1, wall_s=1.0, study_name="s", storage=url)
+    preset = make_preset(search=search)  # built by hand, as any caller might
+    assert preset_to_dict(preset)["search"]["storage"] == expected
+    path = save_preset(preset, tmp_path / "best.yaml")
+    text = path.read_text()
+    for piece in (SECRET, "S3cr", "3tPw"):
+        assert piece not in text
+    assert load_preset(path).search.storage == expected  # type: ignore[union-attr]
+    for fmt in EXPORT_FORMATS:
+        assert SECRET not in export_preset(preset, fmt, preset_ref="best.yaml").text, fmt

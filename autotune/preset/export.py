@@ -7,6 +7,12 @@ knob, the budget, the sequence length the data must have...), which the file lis
 comments where the format allows them and the CLI prints as notes. Nothing is dropped in
 silence. Exporting is reading data: no model code is imported.
 
+A preset is hostile input, so every file is built by its format's serializer, never by
+pasting preset strings into text: the mapping by ``yaml.safe_dump`` or ``json.dumps``, the
+``torchrun`` command by ``shlex.quote`` of each word, and each comment line from
+``autotune.core.text.one_line`` (one line, printable characters only), so no string of
+the preset can end a comment, add a key or run a command.
+
 The DataLoader arguments come from ``autotune.data.loader.loader_kwargs`` and the per-process
 accumulation from ``autotune.train.distributed.per_rank_config``, the rules the burst and the
 trainer use, so an export says what was measured.
@@ -15,11 +21,13 @@ trainer use, so an export says what was measured.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import UsageError
+from autotune.core.text import control_problem, one_line
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -27,23 +35,35 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPORT_FORMATS",
+    "KNOB_EXPORT_TABLES",
     "Exported",
     "adamw_kwargs",
     "dataloader_kwargs",
     "export_preset",
+    "torchrun_command",
 ]
 
 EXPORT_FORMATS = ("json", "yaml", "hf", "lightning", "accelerate", "deepspeed", "torchrun")
 
+# -- per-knob mapping tables: a knob's value in another trainer's words --------------------
+# (the knob registry will provide these; until then they live here, and only here)
+
+KNOB_EXPORT_TABLES: dict[str, dict[str, str]] = {
+    # config.precision -> lightning.Trainer(precision=...)
+    "lightning.precision": {
+        "fp32": "32-true",
+        "tf32": "32-true",
+        "bf16": "bf16-mixed",
+        "fp16": "16-mixed",
+    },
+    # config.precision -> accelerate's mixed_precision
+    "accelerate.mixed_precision": {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"},
+}
+
 # autotune's AdamW (autotune.engine.step.make_optimizer): these betas, decay on matrices only.
 ADAM_BETAS = (0.9, 0.95)
-_LIGHTNING_PRECISION = {
-    "fp32": "32-true",
-    "tf32": "32-true",
-    "bf16": "bf16-mixed",
-    "fp16": "16-mixed",
-}
-_ACCELERATE_PRECISION = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
+_LIGHTNING_PRECISION = KNOB_EXPORT_TABLES["lightning.precision"]
+_ACCELERATE_PRECISION = KNOB_EXPORT_TABLES["accelerate.mixed_precision"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,22 +206,40 @@ def _yaml_exported(
         format=format,
         text=_commented(header, unmapped, _yaml(data), usage=usage),
         data=data,
-        unmapped=tuple(unmapped),
+        unmapped=_notes(unmapped),
     )
 
 
-def _commented(header: str, unmapped: list[str], body: str, *, usage: str) -> str:
-    lines = [f"# {header}", f"# Use: {usage}"]
-    if unmapped:
-        lines.append("# Not mapped (apply these yourself):")
-        lines += [f"#   - {line}" for line in unmapped]
-    return "\n".join(lines) + "\n" + body
+def _comments(lines: Iterable[str], *, bullet: str = "") -> str:
+    """Comment lines (``# {bullet}...``), each one line of printable text whatever it holds."""
+    return "".join(f"# {bullet}{one_line(line)}\n" for line in lines)
+
+
+def _notes(unmapped: Iterable[str]) -> tuple[str, ...]:
+    """What a format cannot carry, each a single printable line (a comment, a CLI note)."""
+    return tuple(one_line(line) for line in unmapped)
+
+
+def _commented(header: str, unmapped: Iterable[str], body: str, *, usage: str) -> str:
+    text = _comments([header, f"Use: {usage}"])
+    notes = _notes(unmapped)
+    if notes:
+        text += _comments(["Not mapped (apply these yourself):"])
+        text += _comments(notes, bullet="  - ")
+    return text + body
 
 
 def _yaml(data: dict[str, Any]) -> str:
+    """YAML for ``data``, every non-ASCII character escaped (PyYAML's allow_unicode mode
+    emits some line breaks, U+0085, raw, and reads them back changed)."""
     import yaml
 
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=False)
+
+
+def _json(data: dict[str, Any]) -> str:
+    """JSON for ``data``, every non-ASCII character escaped."""
+    return json.dumps(data, indent=2, ensure_ascii=True) + "\n"
 
 
 def _steps(value: int | None) -> int:
@@ -215,7 +253,7 @@ def _plain(preset: Preset, format: str) -> Exported:
     from autotune.preset.io import dump_preset, preset_to_dict
 
     data = preset_to_dict(preset)
-    text = json.dumps(data, indent=2) + "\n" if format == "json" else dump_preset(preset)
+    text = _json(data) if format == "json" else dump_preset(preset)
     return Exported(format=format, text=text, data=data, unmapped=())
 
 
@@ -403,39 +441,41 @@ def to_deepspeed(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     if config.cudnn_benchmark:
         unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
     unmapped += _common_unmapped(preset, config)
-    return Exported(
-        format="deepspeed",
-        text=json.dumps(data, indent=2) + "\n",
-        data=data,
-        unmapped=tuple(unmapped),
-    )
+    return Exported(format="deepspeed", text=_json(data), data=data, unmapped=_notes(unmapped))
+
+
+def torchrun_command(preset: Preset, nproc: int, *, preset_ref: str) -> list[str]:
+    """The words of the ``torchrun`` command that trains with the preset, unquoted
+    (``UsageError`` for a ``preset_ref`` that is not one line of printable text)."""
+    from autotune.models.registry import is_user_code
+
+    problem = control_problem(preset_ref)
+    if problem:
+        raise UsageError(f"preset reference {preset_ref!r}: {problem}")
+    words = ["torchrun", "--standalone", "--nproc-per-node", str(nproc), "-m", "autotune"]
+    words += ["train", "--preset", preset_ref]
+    if is_user_code(preset.model.name):
+        words.append("--trust-model")
+    return words
 
 
 def to_torchrun(preset: Preset, config: TrainConfig, nproc: int, *, preset_ref: str) -> Exported:
     """The ``torchrun`` command that trains with the preset on ``nproc`` processes
-    (``autotune train`` divides the accumulation by the world size itself)."""
-    import shlex
-
+    (``autotune train`` divides the accumulation by the world size itself): a bash script
+    of comment lines and one command, each of its words quoted by ``shlex.quote``."""
     from autotune.models.registry import is_user_code
 
-    command = (
-        f"torchrun --standalone --nproc-per-node {nproc} -m autotune train "
-        f"--preset {shlex.quote(preset_ref)}"
-    )
-    consent = []
-    if is_user_code(preset.model.name):
-        command += " --trust-model"
-        consent = [f"# the model is user code ({preset.model.name}): read it before running"]
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# {_describe(preset, config, nproc)}",
-        f"# per process: micro-batch {config.micro_batch}, accumulation {config.grad_accum} "
+    words = torchrun_command(preset, nproc, preset_ref=preset_ref)
+    comments = [
+        _describe(preset, config, nproc),
+        f"per process: micro-batch {config.micro_batch}, accumulation {config.grad_accum} "
         f"({config.micro_batch * config.grad_accum} samples per step per process)",
         *_parallel_comment(preset, nproc),
-        *consent,
-        command,
     ]
-    return Exported(format="torchrun", text="\n".join(lines) + "\n", data=None, unmapped=())
+    if is_user_code(preset.model.name):
+        comments.append(f"the model is user code ({preset.model.name}): read it before running")
+    text = "#!/usr/bin/env bash\n" + _comments(comments) + shlex.join(words) + "\n"
+    return Exported(format="torchrun", text=text, data=None, unmapped=())
 
 
 def _parallel_comment(preset: Preset, nproc: int) -> list[str]:
@@ -443,7 +483,7 @@ def _parallel_comment(preset: Preset, nproc: int) -> list[str]:
     par = preset.config.parallel
     if par is None:
         return []
-    line = f"# {par.label()} (the preset's parallel settings; autotune train applies them)"
+    line = f"{par.label()} (the preset's parallel settings; autotune train applies them)"
     if nproc != par.nproc_per_node:
         line += f"; measured on {par.nproc_per_node} processes, not {nproc}"
     return [line]

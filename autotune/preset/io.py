@@ -4,7 +4,9 @@
 every problem at once, each with its path (``config.precision: expected one of fp32, tf32,
 bf16, fp16; got 'fp8'``), migrates older schema versions and refuses newer ones.
 ``load_preset`` reads files with ``yaml.safe_load`` only (a preset is data: reading one
-never constructs a Python object); ``save_preset`` writes atomically.
+never constructs a Python object); ``save_preset`` writes atomically. A preset as data
+never holds a secret: ``preset_to_dict`` (behind every file written from a preset)
+redacts the study's storage URL by ``autotune.core.redact``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import PresetError
 from autotune.core.files import atomic_write_text
+from autotune.core.redact import redact
 from autotune.core.schema import Section, build, plain_copy, show, type_name
+from autotune.core.text import one_line
 from autotune.core.units import format_bytes
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
@@ -59,7 +63,11 @@ def _config_dict(config: TrainConfig) -> dict[str, Any]:
 
 
 def preset_to_dict(preset: Preset) -> dict[str, Any]:
-    """Plain, YAML-able data in a stable key order (the order of docs/preset-format.md)."""
+    """Plain, YAML-able data in a stable key order (the order of docs/preset-format.md),
+    with no secret in it: the search's storage URL has its passwords redacted."""
+    search = None if preset.search is None else _section_dict(preset.search)
+    if search is not None:
+        search["storage"] = redact(search["storage"])
     return {
         "schema_version": preset.schema_version,
         "name": preset.name,
@@ -70,7 +78,7 @@ def preset_to_dict(preset: Preset) -> dict[str, Any]:
         "config": _config_dict(preset.config),
         "measured": _section_dict(preset.measured),
         "baseline": None if preset.baseline is None else _section_dict(preset.baseline),
-        "search": None if preset.search is None else _section_dict(preset.search),
+        "search": search,
         "race": None if preset.race is None else _section_dict(preset.race),
         "fingerprint": _section_dict(preset.fingerprint),
         "training": _section_dict(preset.training),
@@ -137,15 +145,19 @@ def preset_from_dict(data: Any, *, source: str = "<preset>") -> Preset:
 # -- YAML files ---------------------------------------------------------------------------
 
 
-def _one_line(text: str) -> str:
-    """``text`` safe inside a YAML comment: no line breaks, no control characters."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+def _yaml_text(data: Any) -> str:
+    """``data`` as YAML that reads back equal: non-ASCII text as it is where PyYAML
+    round-trips it, escaped where it does not (it emits U+0085 raw and reads it changed)."""
+    import yaml
+
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    if yaml.safe_load(text) != data:
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return text
 
 
 def dump_preset(preset: Preset) -> str:
     """The preset as YAML text, with a header comment saying what it is."""
-    import yaml
-
     measured = preset.measured.throughput
     figure = f"{measured[0]:,.1f} {measured[1]}" if measured else "no throughput recorded"
     if preset.baseline is not None and preset.baseline.speedup is not None:
@@ -160,10 +172,8 @@ def dump_preset(preset: Preset) -> str:
         f"measured on {preset.fingerprint.describe()}: {figure}",
         "re-measure on this machine with: autotune presets check <this file>",
     ]
-    body = yaml.safe_dump(
-        preset_to_dict(preset), sort_keys=False, default_flow_style=False, allow_unicode=True
-    )
-    return "".join(f"# {_one_line(line)}\n" for line in header) + body
+    body = _yaml_text(preset_to_dict(preset))
+    return "".join(f"# {one_line(line)}\n" for line in header) + body
 
 
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
@@ -222,7 +232,7 @@ def read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.constructor.ConstructorError as exc:
-        tag = _one_line(str(exc.problem or ""))
+        tag = one_line(str(exc.problem or ""))
         raise preset_error(
             f"{where!r} uses a YAML tag that autotune does not load ({tag}{_mark(exc)}); "
             "presets are plain data, and tags such as !!python/object that would construct "
@@ -242,8 +252,8 @@ def _mark(exc: Any) -> str:
 def _yaml_problem(exc: Exception) -> str:
     problem = getattr(exc, "problem", None)
     if problem:
-        return _one_line(str(problem)) + _mark(exc)
-    return _one_line(str(exc))
+        return one_line(str(problem)) + _mark(exc)
+    return one_line(str(exc))
 
 
 def load_preset(path: str | Path) -> Preset:
