@@ -1,10 +1,12 @@
-"""The training config: every knob a search may turn, validated in one place.
+"""The training config: every knob a search may turn, each declared once as a registry entry.
 
-``TrainConfig`` checks each field on its own (types, ranges, allowed values) in
-``__post_init__``; ``check_config`` checks it against a model, a device and this machine
-(fp16 only on CUDA, tf32 only where the GPU has it, knobs the model really has, at most
-``WORKERS_PER_CORE`` DataLoader workers per usable core). Both report every
-problem at once, each with its path (``config.precision: expected one of ...; got 'fp8'``).
+Each field of ``TrainConfig`` is a ``knob(...)`` (autotune/config/knobs.py); ``KNOBS`` is
+the registry read from the fields in order. ``TrainConfig`` checks each field on its own
+(types, ranges, allowed values) in ``__post_init__``; ``check_config`` checks it against a
+model, a device and this machine (fp16 only on CUDA, tf32 only where the GPU has it, knobs
+the model really has, at most ``WORKERS_PER_CORE`` DataLoader workers per usable core).
+Both come from the entries and report every problem at once, each with its path
+(``config.precision: expected one of ...; got 'fp8'``).
 ``TrainingDefaults`` holds the optimisation settings of a full run (a preset's ``training``
 section); ``apply_overrides`` applies ``--set section.field=value`` to both.
 """
@@ -14,9 +16,25 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from autotune.config.knobs import (
+    Applies,
+    Search,
+    Where,
+    checkpointing,
+    convolutional,
+    device_problems,
+    field_problems,
+    knob,
+    mapping_rule,
+    micro_batches,
+    on_cpu,
+    on_cuda,
+    registry,
+    seq_len_problem,
+)
 from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
 from autotune.config.parallel import config_problems as parallel_device_problems
@@ -38,8 +56,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPILE_MODES",
+    "KNOBS",
     "MAX_NUM_WORKERS",
     "PRECISIONS",
+    "PREFETCH_CHOICES",
+    "SEARCHED_WORKERS",
     "WORKERS_PER_CORE",
     "TrainConfig",
     "TrainingDefaults",
@@ -62,35 +83,297 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autot
 # the absolute cap a config (a preset file) may carry on any machine.
 WORKERS_PER_CORE = 4
 MAX_NUM_WORKERS = 1024
+SEARCHED_WORKERS = 4  # a search tries 0 to min(this, the cores) DataLoader workers
+PREFETCH_CHOICES = (2, 4)  # batches per worker a search tries (CUDA)
+
+
+# -- what a search tries, and why a value does not run here (the registry entries' rules) -------
+
+
+def _compile_modes(where: Where) -> tuple[str, ...]:
+    if not where.device.compile:
+        return ("off",)
+    if where.device.kind == "cuda":
+        return COMPILE_MODES
+    return ("off", "default")  # CUDA graphs and Triton autotuning are CUDA-only
+
+
+def _compile_why_not(mode: str, where: Where) -> str:
+    if not where.device.compile:
+        return f"torch.compile cannot run on {where.device.device} ({where.device.name}) here"
+    return f"compile mode {mode!r} needs a CUDA device (CUDA graphs / Triton autotuning)"
+
+
+def _workers_problem(value: int, where: Where) -> str | None:
+    limit = worker_limit(where.cores)
+    if value <= limit:
+        return None
+    return (
+        f"at most {limit} on this machine ({WORKERS_PER_CORE} x {where.cores} usable cores), "
+        f"got {value}"
+    )
+
+
+_SWITCH_ON_CUDA = on_cuda("{name} is only searched on a CUDA device")
+_CONV_ON_CUDA = convolutional(
+    "{name} is only searched for a convolutional model (ModelSpec.convolutional) and "
+    "{model!r} is not one"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """One point of the search space: how a training step is run."""
+    """One point of the search space: how a training step is run. Each field is one
+    knob of the registry (autotune/config/knobs.py): its checks, search values, CLI flag,
+    export names and docs line are declared with it."""
 
-    micro_batch: int
-    grad_accum: int = 1
-    seq_len: int
-    precision: str = "fp32"
-    activation_checkpointing: bool = False
-    compile: str = "off"
-    num_workers: int = 0
-    pin_memory: bool = False
-    prefetch_factor: int | None = None  # only with num_workers > 0 (torch's default: 2)
-    persistent_workers: bool = False
-    fused_optimizer: bool = False
-    cudnn_benchmark: bool = False
-    channels_last: bool = False  # model and 4-D inputs in NHWC (convolutional models)
-    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-    # OMP_WAIT_POLICY=ACTIVE: torch's OpenMP threads spin between parallel regions instead
-    # of sleeping (CPU only; set before torch starts: autotune/machine/omp.py)
-    omp_spin: bool = False
-    knobs: Mapping[str, Any] = field(default_factory=dict)
+    micro_batch: int = knob(
+        low=1,
+        search=Search(order=0, values=micro_batches),
+        help="Samples per forward.",
+        cli_default=8,
+        exports={
+            "hf": "per_device_train_batch_size",
+            "lightning": "dataloader.batch_size",
+            "deepspeed": "train_micro_batch_size_per_gpu",
+        },
+        doc="samples per forward/backward pass",
+        example="`16`",
+    )
+    grad_accum: int = knob(
+        default=1,
+        low=1,
+        help="Micro-batches per optimizer step.",
+        exports={
+            "hf": "gradient_accumulation_steps",
+            "lightning": "trainer.accumulate_grad_batches",
+            "deepspeed": "gradient_accumulation_steps",
+        },
+        doc="micro-batches accumulated per optimizer step",
+        example="`2`",
+    )
+    seq_len: int = knob(
+        low=1,
+        value_problem=seq_len_problem,
+        search=Search(order=1, values=lambda w: w.seq_lens),
+        applied_by="the data",
+        help="Sequence length (default: the model's).",
+        doc="sequence length the config runs at",
+        example="`256`",
+    )
+    precision: str = knob(
+        default="fp32",
+        choices=PRECISIONS,
+        value_problem=lambda value, w: w.device.precision_problem(value),
+        search=Search(
+            order=2,
+            values=lambda w: w.device.precisions,
+            why_not=lambda value, w: w.device.precision_problem(value),
+        ),
+        help="fp32, tf32, bf16 or fp16.",
+        exports={
+            "hf": "bf16 / fp16 / tf32",
+            "lightning": "trainer.precision",
+            "accelerate": "mixed_precision",
+            "deepspeed": "bf16.enabled / fp16.enabled",
+        },
+        doc="numerics: fp32; fp32 with TF32 matmuls (Ampere+); bf16 autocast; fp16 autocast "
+        "with a loss scaler (CUDA only)",
+        example="`bf16`",
+    )
+    activation_checkpointing: bool = knob(
+        default=False,
+        runs=(checkpointing("model {model!r} does not support it"),),
+        search=Search(
+            order=3,
+            only=(checkpointing("model {model!r} does not support activation checkpointing"),),
+            smallest=True,
+        ),
+        applied_by="the model (built with activation_checkpointing=True)",
+        help="Recompute activations.",
+        exports={"hf": "gradient_checkpointing"},
+        doc="recompute activations in the backward pass (only models that support it)",
+        example="`false`",
+    )
+    compile: str = knob(
+        default="off",
+        choices=COMPILE_MODES,
+        runs=(Applies(lambda w: w.device.compile, "torch.compile cannot run on {device} here"),),
+        search=Search(order=4, values=_compile_modes, why_not=_compile_why_not),
+        help="torch.compile: off, default, reduce-overhead, max-autotune, "
+        "max-autotune-no-cudagraphs.",
+        flag="--compile",
+        exports={
+            "hf": "torch_compile",
+            "lightning": "compile.mode",
+            "accelerate": "dynamo_config.dynamo_mode",
+        },
+        doc="`torch.compile` mode (the last three are searched on CUDA only: CUDA graphs, "
+        "Triton autotuning)",
+        example="`default`",
+    )
+    num_workers: int = knob(
+        default=0,
+        low=0,
+        high=MAX_NUM_WORKERS,
+        value_problem=_workers_problem,
+        search=Search(
+            order=5, values=lambda w: tuple(range(min(SEARCHED_WORKERS, max(w.cores, 0)) + 1))
+        ),
+        applied_by="the DataLoader",
+        help="DataLoader worker processes.",
+        flag="--workers",
+        exports={"hf": "dataloader_num_workers", "lightning": "dataloader.num_workers"},
+        doc="DataLoader worker processes; a run refuses more than 4 per usable core of its machine",
+        example="`2`",
+    )
+    pin_memory: bool = knob(
+        default=False,
+        runs=(on_cuda("only useful with a CUDA device"),),
+        search=Search(
+            order=6,
+            only=(on_cuda("pinned memory only helps a CUDA device"),),
+            only_with="num_workers",
+            guess=True,
+        ),
+        applied_by="the DataLoader",
+        help="Pinned host memory (CUDA only).",
+        exports={"hf": "dataloader_pin_memory", "lightning": "dataloader.pin_memory"},
+        doc="pinned host memory for batches (CUDA only)",
+        example="`true`",
+    )
+    prefetch_factor: int | None = knob(
+        default=None,
+        low=1,
+        needs="num_workers",  # torch's default: 2
+        search=Search(
+            order=7,
+            values=lambda w: PREFETCH_CHOICES,
+            only=(on_cuda("prefetch is only searched on a CUDA device"),),
+            only_with="num_workers",
+            domain=PREFETCH_CHOICES,
+        ),
+        applied_by="the DataLoader",
+        help="Batches each worker loads ahead.",
+        exports={"hf": "dataloader_prefetch_factor", "lightning": "dataloader.prefetch_factor"},
+        doc="batches prefetched per worker (only with `num_workers > 0`)",
+        example="`2`",
+    )
+    persistent_workers: bool = knob(
+        default=False,
+        needs="num_workers",
+        applied_by="the DataLoader",
+        help="Keep DataLoader workers alive.",
+        exports={
+            "hf": "dataloader_persistent_workers",
+            "lightning": "dataloader.persistent_workers",
+        },
+        doc="keep workers between epochs (only with `num_workers > 0`)",
+        example="`false`",
+    )
+    fused_optimizer: bool = knob(
+        default=False,
+        search=Search(order=8, switch=True, only=(_SWITCH_ON_CUDA,), guess=True),
+        applied_by="the optimizer (torch.optim.AdamW(fused=True))",
+        help="The fused AdamW kernel.",
+        exports={"hf": "optim", "lightning": "optimizer.fused"},
+        doc="fused AdamW kernel (searched on CUDA only)",
+        example="`true`",
+    )
+    cudnn_benchmark: bool = knob(
+        default=False,
+        runs=(on_cuda("only available on a CUDA device"),),
+        search=Search(order=10, switch=True, only=(_SWITCH_ON_CUDA, _CONV_ON_CUDA), guess=True),
+        applied_by="the process (torch.backends.cudnn.benchmark)",
+        help="cuDNN autotuning (CUDA only).",
+        exports={"lightning": "trainer.benchmark"},
+        doc="cuDNN autotuning (CUDA only; searched for convolutional models)",
+        example="`false`",
+    )
+    channels_last: bool = knob(
+        default=False,
+        runs=(
+            convolutional(
+                "model {model!r} is not declared convolutional (ModelSpec.convolutional), so it "
+                "has no NCHW images to lay out channels-last"
+            ),
+        ),
+        search=Search(order=11, switch=True, only=(_SWITCH_ON_CUDA, _CONV_ON_CUDA), guess=True),
+        applied_by="the step (model and 4-D inputs in NHWC)",
+        help="Model and image inputs channels-last (convolutional models).",
+        doc="model weights and 4-D image inputs in channels-last (NHWC) layout; only models "
+        "whose spec declares `convolutional=True` (searched on CUDA only)",
+        example="`true`",
+    )
+    expandable_segments: bool = knob(
+        default=False,
+        runs=(
+            on_cuda("a setting of the CUDA caching allocator; needs a CUDA device, not {device}"),
+        ),
+        search=Search(order=9, switch=True, only=(_SWITCH_ON_CUDA,)),
+        applied_by="the environment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+        help="The CUDA caching allocator's expandable segments (CUDA only).",
+        doc="the CUDA caching allocator's expandable segments "
+        "(`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, set by the burst and by "
+        "`autotune train` before CUDA starts): less fragmentation, so a micro-batch near the "
+        "limit may fit (CUDA only)",
+        example="`false`",
+    )
+    # On the 2-core dev VM, mu's micro-batch 1 in plain torch: 1.38x with it; through bursts
+    # 0.92-1.09x of the default policy, by config (BENCHMARKS.md): measured, not assumed.
+    omp_spin: bool = knob(
+        default=False,
+        runs=(
+            on_cpu(
+                "how torch's OpenMP threads wait between CPU operations; searched and set for a "
+                "CPU device only, not {device}"
+            ),
+        ),
+        search=Search(
+            order=12,
+            switch=True,
+            only=(
+                on_cpu("{name} is only searched on a CPU device"),
+                Applies(
+                    lambda w: w.cores > 1,
+                    "{name} is only searched on a CPU device with more than one core",
+                ),
+            ),
+        ),
+        applied_by="the environment (OMP_WAIT_POLICY=ACTIVE before torch starts: "
+        "autotune/machine/omp.py)",
+        help="torch's CPU threads spin between operations: OMP_WAIT_POLICY=ACTIVE (CPU only).",
+        doc="torch's OpenMP threads spin between CPU operations instead of sleeping "
+        "(`OMP_WAIT_POLICY=ACTIVE`, in the environment of the burst's process and of "
+        "`autotune train`, which starts itself again with it: OpenMP reads it once, when "
+        "torch loads); a step of many small operations stops waiting on a sleeping thread's "
+        "wake-up at each (CPU only, more than one core)",
+        example="`false`",
+    )
+    knobs: Mapping[str, Any] = knob(
+        default={},
+        rule=mapping_rule,
+        applied_by="the model (its own knobs, checked against its spec)",
+        doc_type="mapping of name → string, number, true/false or null; default `{}`",
+        doc="the model's own math-preserving knobs (`autotune models show MODEL`); e.g. "
+        "gpt's and mu's `sdpa_backend` (`auto`, `math`, `flash`, `efficient`, `cudnn`: the "
+        "kernel of `attention: sdpa`, pinned with `torch.nn.attention.sdpa_kernel`; flash "
+        "and cudnn need compute capability 8.0+, efficient a CUDA device; searched on CUDA "
+        "only)",
+        example="`{block_group: 2}`",
+    )
     # Several processes (torchrun): their count and the DDP/FSDP knobs (config/parallel.py).
-    parallel: ParallelConfig | None = None
+    parallel: ParallelConfig | None = knob(  # noqa: RUF009 (knob is a field specifier)
+        default=None,
+        applied_by="torchrun and the model's wrapping (DDP/FSDP)",
+        doc_type="mapping (below), or absent; default absent",
+        doc="several processes under torchrun: their count and the DDP/FSDP knobs the search "
+        "chose (absent: one process; a preset without it loads as before)",
+        example="`{nproc_per_node: 2, strategy: ddp}`",
+    )
 
     def __post_init__(self) -> None:
-        problems = _field_problems(self, path="config")
+        problems = field_problems(self, path="config")
         parallel, parallel_issues = coerce_parallel(self.parallel)
         problems += parallel_issues
         if problems:
@@ -265,57 +548,6 @@ def apply_overrides(
     return new_config, new_training
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _field_problems(cfg: TrainConfig, *, path: str) -> list[str]:
-    problems: list[str] = []
-    for name in ("micro_batch", "grad_accum", "seq_len"):
-        value = getattr(cfg, name)
-        if not _is_int(value) or value < 1:
-            problems.append(f"{path}.{name}: expected a positive integer, got {value!r}")
-    if not _is_int(cfg.num_workers) or not 0 <= cfg.num_workers <= MAX_NUM_WORKERS:
-        problems.append(
-            f"{path}.num_workers: expected an integer from 0 to {MAX_NUM_WORKERS} "
-            f"(DataLoader worker processes), got {cfg.num_workers!r}"
-        )
-    if cfg.precision not in PRECISIONS:
-        problems.append(
-            f"{path}.precision: expected one of {', '.join(PRECISIONS)}; got {cfg.precision!r}"
-        )
-    if cfg.compile not in COMPILE_MODES:
-        problems.append(
-            f"{path}.compile: expected one of {', '.join(COMPILE_MODES)}; got {cfg.compile!r}"
-        )
-    for name in (
-        "activation_checkpointing",
-        "pin_memory",
-        "persistent_workers",
-        "fused_optimizer",
-        "cudnn_benchmark",
-        "channels_last",
-        "expandable_segments",
-        "omp_spin",
-    ):
-        value = getattr(cfg, name)
-        if not isinstance(value, bool):
-            problems.append(f"{path}.{name}: expected true or false, got {value!r}")
-    if cfg.prefetch_factor is not None:
-        if not _is_int(cfg.prefetch_factor) or cfg.prefetch_factor < 1:
-            problems.append(
-                f"{path}.prefetch_factor: expected a positive integer or null, "
-                f"got {cfg.prefetch_factor!r}"
-            )
-        elif _is_int(cfg.num_workers) and cfg.num_workers == 0:
-            problems.append(f"{path}.prefetch_factor: only allowed with num_workers > 0")
-    if cfg.persistent_workers is True and cfg.num_workers == 0:
-        problems.append(f"{path}.persistent_workers: only allowed with num_workers > 0")
-    if not isinstance(cfg.knobs, Mapping):
-        problems.append(f"{path}.knobs: expected a mapping, got {type(cfg.knobs).__name__}")
-    return problems
-
-
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity (``taskset``, a container's
     cpuset) where the OS tells it, else the machine's count."""
@@ -334,32 +566,12 @@ def check_config(
     config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps, cores: int | None = None
 ) -> None:
     """Reject combinations this model, this device or this machine cannot run (``cores``:
-    the usable CPU cores, default this process's), all problems at once."""
-    problems: list[str] = []
+    the usable CPU cores, default this process's), all problems at once: each knob's own
+    conditions (the registry's ``runs`` and ``value_problem``), the parallel settings, and
+    the model's knobs."""
     cores = usable_cores() if cores is None else cores
-    if config.num_workers > worker_limit(cores):
-        problems.append(
-            f"config.num_workers: at most {worker_limit(cores)} on this machine "
-            f"({WORKERS_PER_CORE} x {cores} usable cores), got {config.num_workers}"
-        )
-    if config.seq_len > spec.max_seq_len:
-        problems.append(
-            f"config.seq_len: model {spec.name!r} accepts at most {spec.max_seq_len}, "
-            f"got {config.seq_len}"
-        )
-    precision_problem = device.precision_problem(config.precision)
-    if precision_problem is not None:
-        problems.append(f"config.precision: {precision_problem}")
-    if config.activation_checkpointing and not spec.supports_checkpointing:
-        problems.append(f"config.activation_checkpointing: model {spec.name!r} does not support it")
-    if config.compile != "off" and not device.compile:
-        problems.append(f"config.compile: torch.compile cannot run on {device.device} here")
-    if config.pin_memory and device.kind != "cuda":
-        problems.append("config.pin_memory: only useful with a CUDA device")
-    if config.cudnn_benchmark and device.kind != "cuda":
-        problems.append("config.cudnn_benchmark: only available on a CUDA device")
+    problems = device_problems(config, Where(spec=spec, device=device, cores=cores))
     problems += parallel_device_problems(config, device, cores=cores)
-    problems += _switch_problems(config, spec=spec, device=device)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:
@@ -377,22 +589,4 @@ def check_config(
         raise ConfigError(problems, context=f"config not runnable on {device.device}")
 
 
-def _switch_problems(config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps) -> list[str]:
-    """The on/off settings of one device kind that ``config`` turns on where they cannot run."""
-    problems: list[str] = []
-    if config.channels_last and not spec.convolutional:
-        problems.append(
-            f"config.channels_last: model {spec.name!r} is not declared convolutional "
-            "(ModelSpec.convolutional), so it has no NCHW images to lay out channels-last"
-        )
-    if config.expandable_segments and device.kind != "cuda":
-        problems.append(
-            "config.expandable_segments: a setting of the CUDA caching allocator; needs a "
-            f"CUDA device, not {device.device}"
-        )
-    if config.omp_spin and device.kind != "cpu":
-        problems.append(
-            "config.omp_spin: how torch's OpenMP threads wait between CPU operations; "
-            f"searched and set for a CPU device only, not {device.device}"
-        )
-    return problems
+KNOBS = registry(TrainConfig)  # the registry: one entry per field, in field order

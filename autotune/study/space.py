@@ -11,7 +11,9 @@ segments, and for a convolutional model cuDNN autotuning and channels-last; and 
 knob marked ``cuda_only`` (the SDPA backend). Elsewhere these stay off and are no
 dimension. On a CPU with more than one core, the ``CPU_KNOBS``: ``omp_spin``, torch's
 OpenMP threads spinning between operations instead of sleeping (on CUDA it stays off).
-``--knob NAME=V1,V2`` restrictions narrow it (``parse_knob_args`` reads them).
+``--knob NAME=V1,V2`` restrictions narrow it (autotune/study/knob_args.py reads them).
+Each built-in knob's values and pruning come from its registry entry
+(autotune/config/knobs.py): the space names no knob of TrainConfig itself.
 
 It also names the search's starting points: ``naive()`` (the untuned baseline),
 ``smallest()`` (the least memory), ``guess()`` (a hand-tuner's first try) and
@@ -31,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import parallel as par
-from autotune.config.train_config import COMPILE_MODES, PRECISIONS, TrainConfig, did_you_mean
+from autotune.config.knobs import NO_PREFERENCE, KnobDef, Where, searched_knobs, searched_only_on
+from autotune.config.train_config import TrainConfig
 from autotune.core.errors import UsageError
+from autotune.study.knob_args import narrow, parse_knob_args, parse_seq_len
 
 if TYPE_CHECKING:
     import optuna
@@ -50,159 +54,28 @@ __all__ = [
     "parse_seq_len",
 ]
 
-# The knobs of TrainConfig a search turns, in the order they are suggested.
-BUILTIN_KNOBS = (
-    "micro_batch",
-    "seq_len",
-    "precision",
-    "activation_checkpointing",
-    "compile",
-    "num_workers",
-    "pin_memory",
-    "prefetch_factor",
-)
-# On/off knobs of TrainConfig searched on a CUDA device only (where the model has a use
-# for them). Where a space holds only ``False`` for one, it is no dimension of the space.
-CUDA_KNOBS = (
-    "fused_optimizer",
-    "expandable_segments",
-    "cudnn_benchmark",
-    "channels_last",
-)
-# On/off knobs searched on a CPU device only (with more than one core): OpenMP threads
-# spinning between parallel regions (OMP_WAIT_POLICY=ACTIVE). On the 2-core dev VM, mu's
-# micro-batch 1 in plain torch: 1.38x with it; through bursts 0.92-1.09x of the default
-# policy, by config (BENCHMARKS.md, the 3,839 vs 2,904 gap): measured, not assumed.
-CPU_KNOBS = ("omp_spin",)
-SWITCHES = (*CUDA_KNOBS, *CPU_KNOBS)  # every on/off knob that is one device kind's
-_DERIVED = {
-    "grad_accum": "grad_accum is derived (global batch / micro_batch); restrict micro_batch "
-    "or change --global-batch instead",
-    "global_batch": "the global batch is fixed during a search; use --global-batch",
-}
-MAX_WORKERS = 4
-PREFETCH_CHOICES = (2, 4)
-_TRUE = {"true", "on", "yes", "1"}
-_FALSE = {"false", "off", "no", "0"}
 
-
-def _powers_of_two(lo: int, hi: int) -> list[int]:
-    out, p = [], 1
-    while p <= hi:
-        if p >= lo:
-            out.append(p)
-        p *= 2
-    return out
-
-
-def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = None) -> list[int]:
-    """``"128"`` -> [128]; ``"64-256"`` -> the powers of two in [64, 256]: [64, 128, 256].
-
-    A list of ints is taken as given. Lengths above ``max_seq_len`` are a usage error.
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        values = [text]
-    elif isinstance(text, str):
-        raw = text.strip()
-        try:
-            if "-" in raw:
-                lo_s, _, hi_s = raw.partition("-")
-                lo, hi = int(lo_s), int(hi_s)
-                if lo < 1 or hi < lo:
-                    raise ValueError
-                values = _powers_of_two(lo, hi)
-                if not values:
-                    raise UsageError(
-                        f"--seq-len {text!r}: the range holds no power of two; give one "
-                        "length (e.g. 100) or a range that contains a power of two"
-                    )
-            else:
-                values = [int(raw)]
-        except ValueError:
-            raise UsageError(
-                f"cannot read --seq-len {text!r}: expected one length such as 128 or a "
-                "range such as 64-256 (the powers of two within it are searched)"
-            ) from None
-    elif isinstance(text, bool):
-        raise UsageError(f"--seq-len must be a length, got {text!r}")
-    else:
-        values = [int(v) for v in text]
-    if not values or any(v < 1 for v in values):
-        raise UsageError(f"--seq-len {text!r}: lengths must be positive integers")
-    if max_seq_len is not None:
-        too_long = [v for v in values if v > max_seq_len]
-        if too_long == values:
-            raise UsageError(f"--seq-len {text!r}: the model accepts at most {max_seq_len} tokens")
-        values = [v for v in values if v <= max_seq_len]
-    return sorted(set(values))
-
-
-def parse_knob_args(items: Sequence[str]) -> dict[str, list[str]]:
-    """``["precision=bf16,fp16", "compile=off"]`` -> ``{"precision": ["bf16", "fp16"], ...}``.
-
-    Values stay strings here; ``SearchSpace.for_model`` checks names and values against the
-    model and the device, where the allowed ones are known.
-    """
-    out: dict[str, list[str]] = {}
-    for item in items:
-        name, sep, values = item.partition("=")
-        name = name.strip()
-        vals = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not name or not vals:
-            raise UsageError(
-                f"cannot read --knob {item!r}: expected NAME=VALUE[,VALUE...], e.g. "
-                "--knob precision=bf16,fp32 or --knob compile=off"
-            )
-        if name in out:
-            raise UsageError(f"--knob {name} is given twice ({out[name]} and {vals}); merge them")
-        out[name] = vals
-    return out
-
-
-def _format_value(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _match_value(text: str, allowed: Sequence[Any]) -> tuple[bool, Any]:
-    """Find the allowed value that ``text`` names (``"true"`` -> True, ``"8"`` -> 8)."""
-    low = text.lower()
-    for value in allowed:
-        if isinstance(value, bool):
-            if (value and low in _TRUE) or (not value and low in _FALSE):
-                return True, value
-        elif value is None:
-            if low in ("none", "null", "default"):
-                return True, value
-        elif _format_value(value).lower() == low:
-            return True, value
-    return False, None
+# The knobs of TrainConfig a search always turns, in the order they are suggested; then
+# the on/off switches of one device kind (the registry's ``switch`` entries), which are a
+# dimension only where the space holds more than ``False`` for them.
+_SEARCHED = searched_knobs(TrainConfig)
+BUILTIN_KNOBS = tuple(k.name for k in _SEARCHED if k.search and not k.search.switch)
+SWITCHES = tuple(k.name for k in _SEARCHED if k.search and k.search.switch)
+CUDA_KNOBS = tuple(k.name for k in _SEARCHED if searched_only_on(k) == "cuda")
+CPU_KNOBS = tuple(k.name for k in _SEARCHED if searched_only_on(k) == "cpu")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchSpace:
-    """The knobs x ranges one search explores. Each tuple is the allowed values, in order."""
+    """The knobs x ranges one search explores: each searched knob of the registry (the
+    fields of ``config_type``) with its allowed values, in order (``space.precision``),
+    and the model's own knobs."""
 
     model: str
     device: str
     device_kind: str
     global_batch: int
-    micro_batch: tuple[int, ...]
-    seq_len: tuple[int, ...]
-    precision: tuple[str, ...]
-    activation_checkpointing: tuple[bool, ...]
-    compile: tuple[str, ...]
-    num_workers: tuple[int, ...]
-    pin_memory: tuple[bool, ...] = (False,)  # only with num_workers > 0
-    prefetch_factor: tuple[int | None, ...] = (None,)  # only with num_workers > 0
-    fused_optimizer: tuple[bool, ...] = (False,)  # the CUDA_KNOBS
-    expandable_segments: tuple[bool, ...] = (False,)
-    cudnn_benchmark: tuple[bool, ...] = (False,)
-    channels_last: tuple[bool, ...] = (False,)
-    omp_spin: tuple[bool, ...] = (False,)  # the CPU_KNOBS
+    builtin: Mapping[str, tuple[Any, ...]]  # each searched TrainConfig knob's values
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
     default_seq_len: int | None = None
@@ -211,11 +84,14 @@ class SearchSpace:
     # searched, as labels (one categorical dimension, "parallel"; none on one process).
     nproc_per_node: int = 1
     parallel: tuple[str, ...] = ()
+    config_type: type[TrainConfig] = TrainConfig  # a subclass adds knobs (the registry's)
 
     def __post_init__(self) -> None:
+        builtin = {k.name: tuple(self.builtin.get(k.name, (k.default,))) for k in self._knobs}
+        object.__setattr__(self, "builtin", builtin)
         problems = [
             f"search space: {name} has no allowed value"
-            for name in (*BUILTIN_KNOBS, *SWITCHES, *self.knobs)
+            for name in (*builtin, *self.knobs)
             if not self.choices(name)
         ]
         bad_mb = [m for m in self.micro_batch if self.global_batch % m]
@@ -229,6 +105,18 @@ class SearchSpace:
         object.__setattr__(self, "knobs", {k: tuple(v) for k, v in self.knobs.items()})
         object.__setattr__(self, "knob_defaults", dict(self.knob_defaults))
 
+    def __getattr__(self, name: str) -> tuple[Any, ...]:
+        """A searched knob's allowed values as an attribute (``space.precision``)."""
+        builtin = self.__dict__.get("builtin", {})
+        if name in builtin:
+            values: tuple[Any, ...] = builtin[name]
+            return values
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def _knobs(self) -> tuple[KnobDef, ...]:
+        return searched_knobs(self.config_type)
+
     # -- building -------------------------------------------------------------------------
     @classmethod
     def for_model(
@@ -241,6 +129,7 @@ class SearchSpace:
         cpu_count: int = 1,
         restrict: Mapping[str, Sequence[Any]] | None = None,
         nproc_per_node: int = 1,
+        config_type: type[TrainConfig] = TrainConfig,
     ) -> SearchSpace:
         """The full space for ``spec`` on ``device``, narrowed by ``restrict``.
 
@@ -250,38 +139,37 @@ class SearchSpace:
         ``UsageError`` naming the allowed ones.
         """
         gb = _global_batch(spec, global_batch)
-        full = _builtin_choices(spec, device, gb, _seq_lens(spec, seq_len), cpu_count)
+        where = Where(
+            spec=spec,
+            device=device,
+            cores=cpu_count,
+            global_batch=gb,
+            seq_lens=_seq_lens(spec, seq_len),
+        )
+        full = {k.name: k.searched(where) for k in searched_knobs(config_type)}
         full.update(_parallel_choices(device, gb, full["micro_batch"], nproc_per_node))
         model_knobs = {k.name: k.searched_on(device) for k in spec.knobs if k.searched_on(device)}
-        chosen, knobs = _restrict(full, model_knobs, restrict or {}, spec, device)
+        chosen, knobs = narrow(full, model_knobs, restrict or {}, where, config_type)
         return cls(
             model=spec.name,
             device=device.device,
             device_kind=device.kind,
             global_batch=gb,
-            micro_batch=chosen["micro_batch"],
-            seq_len=chosen["seq_len"],
-            precision=chosen["precision"],
-            activation_checkpointing=chosen["activation_checkpointing"],
-            compile=chosen["compile"],
-            num_workers=chosen["num_workers"],
-            pin_memory=chosen["pin_memory"],
-            prefetch_factor=chosen["prefetch_factor"],
-            **{name: chosen[name] for name in SWITCHES},
+            builtin={name: v for name, v in chosen.items() if name != "parallel"},
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
             default_seq_len=spec.seq_len,
             low_precision_saves_memory=device.kind == "cuda" or device.bf16_native,
             nproc_per_node=nproc_per_node,
             parallel=chosen.get("parallel", ()),
+            config_type=config_type,
         )
 
     # -- the dimensions -------------------------------------------------------------------
     def choices(self, name: str) -> tuple[Any, ...]:
         """Allowed values of a built-in knob or of a model knob (``knobs.NAME`` or ``NAME``)."""
-        if name in BUILTIN_KNOBS or name in SWITCHES:
-            values: tuple[Any, ...] = getattr(self, name)
-            return values
+        if name in self.builtin:
+            return self.builtin[name]
         if name == "parallel" and self.parallel:
             return self.parallel
         key = name.removeprefix("knobs.")
@@ -292,8 +180,12 @@ class SearchSpace:
     def dimensions(self) -> list[tuple[str, tuple[Any, ...]]]:
         """(parameter name, choices) for every knob; model knobs as ``knobs.NAME``. A CUDA
         or CPU switch is one only where the space holds more than ``False`` for it."""
-        dims = [(name, self.choices(name)) for name in BUILTIN_KNOBS]
-        dims += [(name, self.choices(name)) for name in self.switches()]
+        switches = self.switches()
+        dims = [
+            (k.name, self.builtin[k.name])
+            for k in self._knobs
+            if k.search and (not k.search.switch or k.name in switches)
+        ]
         dims += [(f"knobs.{name}", values) for name, values in self.knobs.items()]
         if self.parallel:
             dims.append(("parallel", self.parallel))
@@ -301,21 +193,32 @@ class SearchSpace:
 
     def cuda_knobs(self) -> tuple[str, ...]:
         """The ``CUDA_KNOBS`` this space turns (the others stay off)."""
-        return tuple(name for name in CUDA_KNOBS if self.choices(name) != (False,))
+        return tuple(name for name in self.switches() if name in CUDA_KNOBS)
 
     def switches(self) -> tuple[str, ...]:
-        """The ``SWITCHES`` (CUDA's and the CPU's) this space turns (the others stay off)."""
-        return tuple(name for name in SWITCHES if self.choices(name) != (False,))
+        """The switches (CUDA's and the CPU's) this space turns (the others stay off)."""
+        return tuple(
+            k.name
+            for k in self._knobs
+            if k.search and k.search.switch and self.builtin[k.name] != (k.default,)
+        )
+
+    def _dependents(self) -> dict[str, str]:
+        """The knobs set only where another is above 0 (pinning, prefetch: workers)."""
+        return {k.name: k.search.only_with for k in self._knobs if k.search and k.search.only_with}
 
     def size(self) -> int:
         """How many distinct configs the space holds (pin/prefetch only with workers)."""
-        n = 1
+        dependents = self._dependents()
+        n, per_parent = 1, 1
         for name, values in self.dimensions():
-            if name not in ("num_workers", "pin_memory", "prefetch_factor"):
+            if name in dependents:
+                per_parent *= len(values)
+            elif name not in dependents.values():
                 n *= len(values)
-        per_worker_setting = len(self.pin_memory) * len(self.prefetch_factor)
-        workers = sum(1 if w == 0 else per_worker_setting for w in self.num_workers)
-        return n * workers
+        for parent in set(dependents.values()):
+            n *= sum(1 if v == 0 else per_parent for v in self.builtin[parent])
+        return n
 
     def describe(self) -> dict[str, Any]:
         """Plain data naming the space (stored with the study; JSON-safe)."""
@@ -335,27 +238,28 @@ class SearchSpace:
 
     # -- configs --------------------------------------------------------------------------
     def make_config(self, values: Mapping[str, Any]) -> TrainConfig:
-        """A TrainConfig from knob values (``knobs.NAME`` for model knobs)."""
-        mb = int(values["micro_batch"])
-        workers = int(values.get("num_workers", 0))
-        return TrainConfig(
-            micro_batch=mb,
-            grad_accum=self.global_batch // mb,
-            seq_len=int(values["seq_len"]),
-            precision=values["precision"],
-            activation_checkpointing=bool(values["activation_checkpointing"]),
-            compile=values["compile"],
-            num_workers=workers,
-            pin_memory=bool(values.get("pin_memory", False)) if workers > 0 else False,
-            prefetch_factor=values.get("prefetch_factor") if workers > 0 else None,
-            **{name: bool(values.get(name, False)) for name in SWITCHES},
+        """A TrainConfig from knob values (``knobs.NAME`` for model knobs); a knob set only
+        with another (pin/prefetch with workers) stays at its default where that one is 0."""
+        settings: dict[str, Any] = {}
+        for k in self._knobs:
+            assert k.search is not None
+            value = values.get(k.name, k.default)
+            parent = k.search.only_with
+            if parent is not None and not values.get(parent, 0):
+                value = k.default
+            elif value is not None and k.type in (int, bool):
+                value = k.type(value)
+            settings[k.name] = value
+        return self.config_type(
+            **settings,
+            grad_accum=self.global_batch // settings["micro_batch"],
             knobs={name: values[f"knobs.{name}"] for name in self.knobs},
             parallel=self._parallel_of(values),
         )
 
     def values_of(self, config: TrainConfig) -> dict[str, Any]:
         """The knob values of ``config`` (the inverse of ``make_config``)."""
-        out: dict[str, Any] = {name: getattr(config, name) for name in (*BUILTIN_KNOBS, *SWITCHES)}
+        out: dict[str, Any] = {name: getattr(config, name) for name in self.builtin}
         for name in self.knobs:
             out[f"knobs.{name}"] = config.knobs.get(name, self.knob_defaults.get(name))
         if self.parallel:
@@ -369,13 +273,12 @@ class SearchSpace:
         if nproc != self.nproc_per_node:
             return False
         values = self.values_of(config)
-        for name, allowed in self.dimensions():
-            if name in ("pin_memory", "prefetch_factor") and config.num_workers == 0:
+        dependents = self._dependents()
+        for name, allowed in [*self.dimensions(), *self.builtin.items()]:  # switches off too
+            if name in dependents and not values[dependents[name]]:
                 continue
             if values[name] not in allowed:
                 return False
-        if any(values[name] not in self.choices(name) for name in SWITCHES):
-            return False
         return all(  # a model knob this space does not turn stays at its default
             name in self.knobs or value == self.knob_defaults.get(name)
             for name, value in config.knobs.items()
@@ -390,11 +293,10 @@ class SearchSpace:
         """Optuna parameters for ``config`` (for ``study.enqueue_trial``): the knobs with
         more than one allowed value, pin/prefetch only when there are workers."""
         values = self.values_of(config)
+        dependents = self._dependents()
         params: dict[str, Any] = {}
         for name, allowed in self.dimensions():
-            if len(allowed) < 2:
-                continue
-            if name in ("pin_memory", "prefetch_factor") and config.num_workers == 0:
+            if len(allowed) < 2 or (name in dependents and not values[dependents[name]]):
                 continue
             if _ordinal(allowed):
                 params[f"{name}.idx"] = sorted(allowed).index(values[name])
@@ -411,8 +313,9 @@ class SearchSpace:
         knobs are categorical.
         """
         values: dict[str, Any] = {}
+        dependents = self._dependents()
         for name, allowed in self.dimensions():
-            if name in ("pin_memory", "prefetch_factor") and values["num_workers"] == 0:
+            if name in dependents and not values[dependents[name]]:
                 continue
             if len(allowed) == 1:
                 values[name] = allowed[0]
@@ -425,33 +328,36 @@ class SearchSpace:
 
     def grid(self) -> Iterator[TrainConfig]:
         """Every config of the space, once (for an exhaustive baseline)."""
-        names = [n for n, _ in self.dimensions() if n not in ("pin_memory", "prefetch_factor")]
-        pools = [self.choices(n) for n in names]
-        for combo in itertools.product(*pools):
+        dependents = self._dependents()
+        names = [n for n, _ in self.dimensions() if n not in dependents]
+        inner = [n for n, _ in self.dimensions() if n in dependents]
+        for combo in itertools.product(*(self.choices(n) for n in names)):
             values = dict(zip(names, combo, strict=True))
-            if values["num_workers"] == 0:
+            if not any(values[dependents[n]] for n in inner):
                 yield self.make_config(values)
                 continue
-            for pin, pre in itertools.product(self.pin_memory, self.prefetch_factor):
-                yield self.make_config({**values, "pin_memory": pin, "prefetch_factor": pre})
+            for sub in itertools.product(*(self.choices(n) for n in inner)):
+                yield self.make_config({**values, **dict(zip(inner, sub, strict=True))})
+
+    def _start(self, prefer: str) -> dict[str, Any]:
+        """Each knob at the value a starting point prefers (``prefer``: the entries'
+        ``guess`` or ``smallest``; else the default), as far as the space allows; the
+        model's knobs at their defaults."""
+        out: dict[str, Any] = {}
+        for k in self._knobs:
+            wanted = getattr(k.search, prefer, NO_PREFERENCE) if prefer else NO_PREFERENCE
+            order = (k.default,) if wanted is NO_PREFERENCE else (wanted, k.default)
+            out[k.name] = _prefer(self.builtin[k.name], order)
+        for name, values in self.knobs.items():
+            default = self.knob_defaults.get(name)
+            out[f"knobs.{name}"] = default if default in values else values[0]
+        return out
 
     def naive(self) -> TrainConfig:
         """What an untuned run does: fp32, the smallest micro-batch, no compile, no
-        workers, no checkpointing, the model's default knobs (as far as the space allows)."""
-        return self.make_config(
-            {
-                "micro_batch": self.micro_batch[0],
-                "seq_len": self._default_seq_len(),
-                "precision": _prefer(self.precision, ("fp32", "tf32", "bf16", "fp16")),
-                "activation_checkpointing": _prefer(self.activation_checkpointing, (False,)),
-                "compile": _prefer(self.compile, ("off",)),
-                "num_workers": self.num_workers[0],
-                "pin_memory": _prefer(self.pin_memory, (False,)),
-                "prefetch_factor": self.prefetch_factor[0],
-                **self._switch_values(on=()),
-                **self._default_knobs(),
-            }
-        )
+        workers, no checkpointing, the model's default knobs (as far as the space allows):
+        each knob at its default, else its first value."""
+        return self.make_config({**self._start(""), "seq_len": self._default_seq_len()})
 
     def smallest(self) -> TrainConfig:
         """The config with the smallest memory footprint the space has: the smallest
@@ -462,16 +368,9 @@ class SearchSpace:
             order = ("fp32", "tf32", "bf16", "fp16")
         return self.make_config(
             {
-                "micro_batch": self.micro_batch[0],
+                **self._start("smallest"),
                 "seq_len": self.seq_len[0],
                 "precision": _prefer(self.precision, order),
-                "activation_checkpointing": _prefer(self.activation_checkpointing, (True,)),
-                "compile": _prefer(self.compile, ("off",)),
-                "num_workers": self.num_workers[0],
-                "pin_memory": _prefer(self.pin_memory, (False,)),
-                "prefetch_factor": self.prefetch_factor[0],
-                **self._switch_values(on=()),
-                **self._default_knobs(),
             }
         )
 
@@ -479,25 +378,20 @@ class SearchSpace:
         """A hand-tuner's first guess, tried right after the naive config so that a short
         search starts near the usual answer: a quarter of the global batch per
         micro-batch, half precision where the device runs it natively (bf16, else fp16 on
-        CUDA), no checkpointing, no compile; on CUDA two pinned DataLoader workers, fused
-        AdamW, and for a convolutional model cuDNN autotuning and channels-last."""
+        CUDA), no checkpointing, no compile; on CUDA two pinned DataLoader workers, and the
+        switches whose entries say a hand-tuner turns them on (fused AdamW, and for a
+        convolutional model cuDNN autotuning and channels-last)."""
         target = max(1, self.global_batch // 4)
         fitting = [m for m in self.micro_batch if m <= target]
         cuda = self.device_kind == "cuda"
         order = ("bf16", "fp16", "tf32", "fp32") if self.low_precision_saves_memory else ("fp32",)
-        workers = _prefer(self.num_workers, (2, 1, 0) if cuda else (0,))
         return self.make_config(
             {
+                **self._start("guess"),
                 "micro_batch": fitting[-1] if fitting else self.micro_batch[0],
                 "seq_len": self._default_seq_len(),
                 "precision": _prefer(self.precision, order),
-                "activation_checkpointing": _prefer(self.activation_checkpointing, (False,)),
-                "compile": _prefer(self.compile, ("off",)),
-                "num_workers": workers,
-                "pin_memory": _prefer(self.pin_memory, (True,)),
-                "prefetch_factor": self.prefetch_factor[0],
-                **self._switch_values(on=("fused_optimizer", "cudnn_benchmark", "channels_last")),
-                **self._default_knobs(),
+                "num_workers": _prefer(self.num_workers, (2, 1, 0) if cuda else (0,)),
             }
         )
 
@@ -569,23 +463,9 @@ class SearchSpace:
         label = values.get("parallel") or self.parallel[0]  # None: a single-process config's
         return par.parse_label(str(label), self.nproc_per_node)
 
-    def _switch_values(self, *, on: Sequence[str]) -> dict[str, bool]:
-        """Each switch off, or on where it is named in ``on`` (as far as the space allows)."""
-        return {
-            name: _prefer(self.choices(name), (True, False) if name in on else (False, True))
-            for name in SWITCHES
-        }
-
     def _default_seq_len(self) -> int:
         target = self.default_seq_len or self.seq_len[0]
         return min(self.seq_len, key=lambda s: (abs(s - target), s))
-
-    def _default_knobs(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, values in self.knobs.items():
-            default = self.knob_defaults.get(name)
-            out[f"knobs.{name}"] = default if default in values else values[0]
-        return out
 
 
 def _ordinal(values: Sequence[Any]) -> bool:
@@ -625,46 +505,6 @@ def _seq_lens(spec: ModelSpec, seq_len: Sequence[int] | None) -> tuple[int, ...]
     return seqs
 
 
-def _micro_batches(global_batch: int) -> tuple[int, ...]:
-    """The powers of two that divide the global batch (so grad_accum is a whole number)."""
-    return tuple(m for m in _powers_of_two(1, global_batch) if global_batch % m == 0)
-
-
-def _compile_modes(device: DeviceCaps) -> tuple[str, ...]:
-    if not device.compile:
-        return ("off",)
-    if device.kind == "cuda":
-        return COMPILE_MODES
-    return ("off", "default")  # CUDA graphs and Triton autotuning are CUDA-only
-
-
-def _worker_counts(cpu_count: int) -> tuple[int, ...]:
-    return tuple(range(0, min(MAX_WORKERS, max(cpu_count, 0)) + 1))
-
-
-def _builtin_choices(
-    spec: ModelSpec, device: DeviceCaps, global_batch: int, seqs: tuple[int, ...], cpu_count: int
-) -> dict[str, tuple[Any, ...]]:
-    """Every built-in knob's values this model runs on this device, in search order."""
-    cuda = device.kind == "cuda"
-    both = (False, True)
-    return {
-        "micro_batch": _micro_batches(global_batch),
-        "seq_len": seqs,
-        "precision": device.precisions,
-        "activation_checkpointing": (False, True) if spec.supports_checkpointing else (False,),
-        "compile": _compile_modes(device),
-        "num_workers": _worker_counts(cpu_count),
-        "pin_memory": (False, True) if cuda else (False,),
-        "prefetch_factor": PREFETCH_CHOICES if cuda else (None,),
-        "fused_optimizer": both if cuda else (False,),
-        "expandable_segments": both if cuda else (False,),
-        "cudnn_benchmark": both if cuda and spec.convolutional else (False,),
-        "channels_last": both if cuda and spec.convolutional else (False,),
-        "omp_spin": both if device.kind == "cpu" and cpu_count > 1 else (False,),
-    }
-
-
 def _parallel_choices(
     device: DeviceCaps, global_batch: int, micro_batches: tuple[int, ...], nproc: int
 ) -> dict[str, tuple[Any, ...]]:
@@ -682,120 +522,3 @@ def _parallel_choices(
             f"is a multiple of {nproc}"
         )
     return {"micro_batch": fitting, "parallel": par.space_choices(device)}
-
-
-def _restrict(
-    full: Mapping[str, tuple[Any, ...]],
-    model_knobs: Mapping[str, tuple[Any, ...]],
-    restrict: Mapping[str, Sequence[Any]],
-    spec: ModelSpec,
-    device: DeviceCaps,
-) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
-    """The built-in and model knob values left after ``--knob`` restrictions."""
-    # Everything a user may name, with the values that exist at all (for messages).
-    domain: dict[str, tuple[Any, ...]] = {
-        **full,
-        "precision": PRECISIONS,
-        "activation_checkpointing": (False, True),
-        "compile": COMPILE_MODES,
-        "pin_memory": (False, True),
-        "prefetch_factor": PREFETCH_CHOICES,
-        **{name: (False, True) for name in SWITCHES},
-    }
-    why_not = _unavailable_reasons(spec, device)
-    chosen = dict(full)
-    knobs = dict(model_knobs)
-    for raw_name, values in restrict.items():
-        name = raw_name.removeprefix("knobs.").removeprefix("model.")
-        if raw_name in _DERIVED:
-            raise UsageError(f"--knob {raw_name}: {_DERIVED[raw_name]}")
-        is_model_knob = name in model_knobs and (raw_name != name or name not in BUILTIN_KNOBS)
-        unsearched = {k.name: k for k in spec.knobs if k.name not in model_knobs}
-        if not is_model_knob and name in unsearched and name not in full:
-            raise UsageError(
-                f"--knob {raw_name}: model knob {name!r} is searched on a CUDA device only; "
-                f"on {device.device} it stays at {_format_value(unsearched[name].default)}"
-            )
-        if not is_model_knob and name not in full:
-            turned = [n for n in SWITCHES if full[n] != (False,)]
-            allowed_names = [*BUILTIN_KNOBS, *turned, *model_knobs]
-            raise UsageError(
-                f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
-                f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
-            )
-        if is_model_knob:
-            knob = spec.knob(name)
-            here, exists = model_knobs[name], knob.values
-            reasons = {v: why for v in exists if (why := knob.value_problem(v, device))}
-        else:
-            here, exists = full[name], domain[name]
-            reasons = {value: why for (knob, value), why in why_not.items() if knob == name}
-        picked = _pick_values(raw_name, values, here, exists, reasons)
-        if is_model_knob:
-            knobs[name] = picked
-        else:
-            chosen[name] = picked
-    return chosen, knobs
-
-
-def _pick_values(
-    raw_name: str,
-    values: Sequence[Any],
-    here: tuple[Any, ...],
-    exists: tuple[Any, ...],
-    why_not: Mapping[Any, str],
-) -> tuple[Any, ...]:
-    """The values of ``here`` that ``--knob raw_name=values`` names, in the space's order.
-
-    A value that does not exist at all (not in ``exists``), or that exists but not here
-    (``why_not`` may say why), is a ``UsageError`` listing what is allowed here.
-    """
-    shown = ", ".join(_format_value(v) for v in here)
-    picked: list[Any] = []
-    for text in values:
-        ok, value = _match_value(text, exists) if isinstance(text, str) else (text in exists, text)
-        if not ok:
-            raise UsageError(f"--knob {raw_name}: unknown value {text!r}; allowed here: {shown}")
-        if value not in here:
-            reason = why_not.get(value, "not available here")
-            raise UsageError(f"--knob {raw_name}={text}: {reason}; allowed here: {shown}")
-        if value not in picked:
-            picked.append(value)
-    return tuple(v for v in here if v in picked)  # the space's own order
-
-
-def _unavailable_reasons(spec: ModelSpec, device: DeviceCaps) -> dict[tuple[str, Any], str]:
-    """Why a value that exists is not searched on this device or model."""
-    where = f"{device.device} ({device.name})"
-    reasons: dict[tuple[str, Any], str] = {
-        ("activation_checkpointing", True): f"model {spec.name!r} does not support "
-        "activation checkpointing",
-        ("pin_memory", True): "pinned memory only helps a CUDA device",
-    }
-    for precision in PRECISIONS:
-        problem = device.precision_problem(precision)
-        if problem is not None:
-            reasons[("precision", precision)] = problem
-    for mode in COMPILE_MODES[1:]:
-        reasons[("compile", mode)] = (
-            f"torch.compile cannot run on {where} here"
-            if not device.compile
-            else f"compile mode {mode!r} needs a CUDA device (CUDA graphs / Triton autotuning)"
-        )
-    for pf in PREFETCH_CHOICES:
-        reasons[("prefetch_factor", pf)] = "prefetch is only searched on a CUDA device"
-    for name in CUDA_KNOBS:
-        reasons[(name, True)] = f"{name} is only searched on a CUDA device"
-    for name in CPU_KNOBS:
-        reasons[(name, True)] = (
-            f"{name} is only searched on a CPU device with more than one core"
-            if device.kind == "cpu"
-            else f"{name} is only searched on a CPU device"
-        )
-    if device.kind == "cuda":
-        for name in ("cudnn_benchmark", "channels_last"):
-            reasons[(name, True)] = (
-                f"{name} is only searched for a convolutional model (ModelSpec.convolutional) "
-                f"and {spec.name!r} is not one"
-            )
-    return reasons
