@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from autotune.config.train_config import did_you_mean
 from autotune.contract.spec import ModelSpec
@@ -77,57 +78,76 @@ def load_model(ref: str) -> ModelSpec:
     passes through. A built-in (C) function is refused before it is called: none returns
     a ModelSpec, and some (``os:abort``) end the process before anything can report it.
     """
-    import inspect
-
-    from autotune.core.errors import describe_exception
-
-    def import_fix(exc: BaseException) -> str:
-        if isinstance(exc, SystemExit):
-            return (
-                "a model file must not exit when imported: keep script code under "
-                "`if __name__ == '__main__':`"
-            )
-        return "fix the error at that line (or install the package it imports)"
-
     if ":" not in ref:
         return get_model(ref)
     target, _, attr = ref.rpartition(":")
     if not target or not attr:
         raise ModelLoadError(f"cannot read model reference {ref!r}: expected module:attr")
-    if _is_file_ref(target):
-        path = Path(target).expanduser()
-        if not path.is_file():
-            raise ModelLoadError(f"model file {str(path)!r} does not exist (from {ref!r})")
-        module_name = f"autotune_user_model_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ModelLoadError(f"cannot import {str(path)!r} as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException as exc:
-            sys.modules.pop(module_name, None)
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise ModelLoadError(
-                f"importing {str(path)!r} failed: {describe_exception(exc)}; " + import_fix(exc)
-            ) from exc
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            raise ModelLoadError(
-                f"importing module {target!r} (from {ref!r}) failed: "
-                f"{describe_exception(exc)}; " + import_fix(exc)
-            ) from exc
+    module = _import_file(target, ref) if _is_file_ref(target) else _import_module(target, ref)
     if not hasattr(module, attr):
         raise ModelLoadError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
-    obj = getattr(module, attr)
+    return dataclasses.replace(_resolve_spec(getattr(module, attr), ref), source=ref)
+
+
+def _import_fix(exc: BaseException) -> str:
+    """What to do about an exception raised while a user's model module was imported."""
+    if isinstance(exc, SystemExit):
+        return (
+            "a model file must not exit when imported: keep script code under "
+            "`if __name__ == '__main__':`"
+        )
+    return "fix the error at that line (or install the package it imports)"
+
+
+def _import_file(target: str, ref: str) -> Any:
+    """The module of the user's file ``target`` (``ref`` is how the user named it)."""
+    from autotune.core.errors import describe_exception
+
+    path = Path(target).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"model file {str(path)!r} does not exist (from {ref!r})")
+    module_name = f"autotune_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"cannot import {str(path)!r} as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(module_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise ModelLoadError(
+            f"importing {str(path)!r} failed: {describe_exception(exc)}; " + _import_fix(exc)
+        ) from exc
+    return module
+
+
+def _import_module(target: str, ref: str) -> Any:
+    """The importable module ``target`` (``ref`` is how the user named it)."""
+    from autotune.core.errors import describe_exception
+
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise ModelLoadError(
+            f"importing module {target!r} (from {ref!r}) failed: "
+            f"{describe_exception(exc)}; " + _import_fix(exc)
+        ) from exc
+
+
+def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
+    """``obj`` (a module's attribute) as a ``ModelSpec``: itself, or what calling it gives."""
+    import inspect
+
+    from autotune.core.errors import describe_exception
+
+    target, _, attr = ref.rpartition(":")
     if inspect.isbuiltin(obj):
         raise ModelLoadError(
             f"{ref!r} is the built-in function {getattr(obj, '__qualname__', attr)}, not an "
@@ -150,7 +170,7 @@ def load_model(ref: str) -> ModelSpec:
             f"{ref!r} is a {type(obj).__name__}, not an autotune ModelSpec (or a "
             "zero-argument callable returning one)"
         )
-    return dataclasses.replace(obj, source=ref)
+    return obj
 
 
 def is_user_code(ref: str) -> bool:
