@@ -48,6 +48,29 @@ def _same_name(a: str, b: str) -> bool:
     return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
+def _differences(there: Fingerprint, here: Fingerprint) -> list[str]:
+    """Each fingerprint field that differs, as ``name: preset X vs here Y``."""
+    out = []
+    for f in dataclasses.fields(Fingerprint):
+        a, b = getattr(there, f.name), getattr(here, f.name)
+        if a != b:
+            shown_a = format_bytes(a) if f.name == "memory_bytes" else a
+            shown_b = format_bytes(b) if f.name == "memory_bytes" else b
+            out.append(f"{f.name}: preset {shown_a!s} vs here {shown_b!s}")
+    return out
+
+
+def _same_device(there: Fingerprint, here: Fingerprint, *, on_gpu: bool) -> bool:
+    """The same GPU model, or (on a CPU) the same CPU model and core count."""
+    if on_gpu:
+        return there.device_kind == "cuda" and _same_name(there.device_name, here.device_name)
+    return (
+        there.device_kind == "cpu"
+        and _same_name(there.cpu_model, here.cpu_model)
+        and there.cpu_cores == here.cpu_cores
+    )
+
+
 def check_portability(
     preset: Preset, profile: HardwareProfile, device: str | None = None, *, force: bool = False
 ) -> PortabilityReport:
@@ -63,22 +86,8 @@ def check_portability(
     here = Fingerprint.from_profile(profile, canonical)
     there = preset.fingerprint
 
-    differences = []
-    for f in dataclasses.fields(Fingerprint):
-        a, b = getattr(there, f.name), getattr(here, f.name)
-        if a != b:
-            shown_a = format_bytes(a) if f.name == "memory_bytes" else a
-            shown_b = format_bytes(b) if f.name == "memory_bytes" else b
-            differences.append(f"{f.name}: preset {shown_a!s} vs here {shown_b!s}")
-
-    if gpu is not None:
-        same = there.device_kind == "cuda" and _same_name(there.device_name, here.device_name)
-    else:
-        same = (
-            there.device_kind == "cpu"
-            and _same_name(there.cpu_model, here.cpu_model)
-            and there.cpu_cores == here.cpu_cores
-        )
+    differences = _differences(there, here)
+    same = _same_device(there, here, on_gpu=gpu is not None)
     warnings = []
     if not same:
         warnings.append(
