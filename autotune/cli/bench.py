@@ -5,11 +5,15 @@ per trial (``autotune.burst.supervisor.run_burst``), printed as a table or as JS
 model or device cannot run is refused before any process starts (exit 2); a burst that
 ends other than ``ok`` prints its figures, then its status and reason (exit 1).
 torch and rich are imported inside the command, so ``autotune --help`` stays instant.
+The config's flags (``--micro-batch``, ``--precision``, ``--omp-spin``...) are not written
+here: one per knob of the registry (autotune/config/knobs.py), with its help and default.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -25,67 +29,49 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
 
-__all__ = ["bench", "parse_knobs", "render"]
+__all__ = ["bench", "config_options", "parse_knobs", "render"]
+
+
+def config_options(config_type: type | None = None) -> list[inspect.Parameter]:
+    """One ``--flag`` per knob of the registry that has CLI help, in field order: its
+    type, default and help from the entry (``KnobDef.cli_flag``, ``flag_default``)."""
+    from autotune.config.knobs import registry
+    from autotune.config.train_config import TrainConfig
+
+    params = []
+    for k in registry(config_type or TrainConfig):
+        if not k.help:
+            continue
+        default = k.flag_default
+        kind = k.type if default is not None or k.type == int | None else k.type | None
+        option = typer.Option(k.cli_flag, help=k.help)
+        params.append(
+            inspect.Parameter(
+                k.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default,
+                annotation=Annotated[kind, option],
+            )
+        )
+    return params
+
+
+def _with_config_options(func: Callable[..., None]) -> Callable[..., None]:
+    """Give ``func`` (whose ``**settings`` take the knobs) one option per knob, after its
+    first parameter: Typer reads the signature, so the flags come from the registry."""
+    signature = inspect.signature(func, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    func.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[own[0], *config_options(), *own[1:]]
+    )
+    return func
 
 
 @cli_command
+@_with_config_options
 def bench(
     model: ModelOption,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Samples per forward.")] = 8,
-    grad_accum: Annotated[
-        int, typer.Option("--grad-accum", help="Micro-batches per optimizer step.")
-    ] = 1,
-    seq_len: Annotated[
-        int | None, typer.Option("--seq-len", help="Sequence length (default: the model's).")
-    ] = None,
-    precision: Annotated[str, typer.Option(help="fp32, tf32, bf16 or fp16.")] = "fp32",
-    compile_mode: Annotated[
-        str,
-        typer.Option(
-            "--compile",
-            help="torch.compile: off, default, reduce-overhead, max-autotune, "
-            "max-autotune-no-cudagraphs.",
-        ),
-    ] = "off",
-    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = 0,
-    prefetch_factor: Annotated[
-        int | None, typer.Option("--prefetch-factor", help="Batches each worker loads ahead.")
-    ] = None,
-    persistent_workers: Annotated[
-        bool, typer.Option("--persistent-workers", help="Keep DataLoader workers alive.")
-    ] = False,
-    pin_memory: Annotated[
-        bool, typer.Option("--pin-memory", help="Pinned host memory (CUDA only).")
-    ] = False,
-    fused_optimizer: Annotated[
-        bool, typer.Option("--fused-optimizer", help="The fused AdamW kernel.")
-    ] = False,
-    cudnn_benchmark: Annotated[
-        bool, typer.Option("--cudnn-benchmark", help="cuDNN autotuning (CUDA only).")
-    ] = False,
-    channels_last: Annotated[
-        bool,
-        typer.Option(
-            "--channels-last", help="Model and image inputs channels-last (convolutional models)."
-        ),
-    ] = False,
-    expandable_segments: Annotated[
-        bool,
-        typer.Option(
-            "--expandable-segments",
-            help="The CUDA caching allocator's expandable segments (CUDA only).",
-        ),
-    ] = False,
-    omp_spin: Annotated[
-        bool,
-        typer.Option(
-            "--omp-spin",
-            help="torch's CPU threads spin between operations: OMP_WAIT_POLICY=ACTIVE (CPU only).",
-        ),
-    ] = False,
-    activation_checkpointing: Annotated[
-        bool, typer.Option("--activation-checkpointing", help="Recompute activations.")
-    ] = False,
+    *,
     knob: Annotated[
         list[str] | None,
         typer.Option("--knob", help="A model knob as name=value (repeatable): block_group=4."),
@@ -108,6 +94,7 @@ def bench(
         bool, typer.Option("--verify", help="Also run an eval step and save a checkpoint.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    **settings: Any,
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
     from autotune.config.train_config import TrainConfig, check_config
@@ -118,24 +105,9 @@ def bench(
     _check_counts(steps=steps, warmup=warmup, timeout=timeout)
     spec = load_model(model)
     caps = probe().device(device)
-    config = TrainConfig(
-        micro_batch=micro_batch,
-        grad_accum=grad_accum,
-        seq_len=seq_len if seq_len is not None else spec.seq_len,
-        precision=precision,
-        activation_checkpointing=activation_checkpointing,
-        compile=compile_mode,
-        num_workers=workers,
-        pin_memory=pin_memory,
-        prefetch_factor=prefetch_factor,
-        persistent_workers=persistent_workers,
-        fused_optimizer=fused_optimizer,
-        cudnn_benchmark=cudnn_benchmark,
-        channels_last=channels_last,
-        expandable_segments=expandable_segments,
-        omp_spin=omp_spin,
-        knobs=parse_knobs(knob or []),
-    )
+    if settings.get("seq_len") is None:
+        settings["seq_len"] = spec.seq_len  # the model's length unless --seq-len says
+    config = TrainConfig(**settings, knobs=parse_knobs(knob or []))
     check_config(config, spec=spec, device=caps)
     budget_bytes = (
         parse_budget(budget, device_memory_bytes=caps.total_memory_bytes) if budget else None

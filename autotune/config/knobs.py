@@ -19,7 +19,7 @@ import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.core.schema import did_you_mean, show
 
@@ -37,6 +37,7 @@ __all__ = [
     "Where",
     "checkpointing",
     "convolutional",
+    "default_config",
     "describe_value",
     "device_problems",
     "docs_table",
@@ -212,6 +213,20 @@ class KnobDef:
     def is_bool(self) -> bool:
         return self.type is bool
 
+    def json_schema(self) -> dict[str, Any]:
+        """What the preset's JSON Schema says of this knob beyond its type: its allowed
+        values, its bounds and its docs line."""
+        out: dict[str, Any] = {}
+        if self.choices is not None:
+            out["enum"] = list(self.choices)
+        if self.low is not None:
+            out["minimum"] = self.low
+        if self.high is not None:
+            out["maximum"] = self.high
+        if self.doc or self.help:
+            out["description"] = " ".join((self.doc or self.help).split())
+        return out
+
     def domain(self) -> tuple[Any, ...] | None:
         """Every value a search of this knob could hold (None: whatever it searches)."""
         if self.search is not None and self.search.domain is not None:
@@ -270,6 +285,22 @@ def knob(**entry: Any) -> Any:
 
 
 _REGISTRIES: dict[type, tuple[KnobDef, ...]] = {}
+_DEFAULT: list[type] = []  # the config class autotune runs (TrainConfig declares itself)
+
+C = TypeVar("C", bound=type)
+
+
+def default_config(cls: C) -> C:
+    """Class decorator: ``cls`` is the config whose registry ``export_names`` and
+    ``docs_table`` read when given none."""
+    _DEFAULT[:] = [cls]
+    return cls
+
+
+def _default() -> type:
+    if not _DEFAULT:  # autotune.config imports train_config, which declares TrainConfig
+        raise LookupError("no config class is declared with @default_config")
+    return _DEFAULT[0]
 
 
 def registry(cls: type) -> tuple[KnobDef, ...]:
@@ -361,16 +392,12 @@ def device_problems(config: Any, where: Where) -> list[str]:
 
 def export_names(framework: str, cls: type | None = None) -> dict[str, str | None]:
     """Each knob's name in ``framework``'s settings (one of ``EXPORT_FRAMEWORKS``; None:
-    the format cannot carry it)."""
+    the format cannot carry it), for ``cls`` (default: the ``default_config`` class)."""
     if framework not in EXPORT_FRAMEWORKS:
         raise ValueError(
             f"framework: expected one of {', '.join(EXPORT_FRAMEWORKS)}; got {framework!r}"
         )
-    if cls is None:
-        from autotune.config.train_config import TrainConfig
-
-        cls = TrainConfig
-    return {k.name: k.exports.get(framework) for k in registry(cls)}
+    return {k.name: k.exports.get(framework) for k in registry(cls or _default())}
 
 
 def _doc_type(k: KnobDef) -> str:
@@ -394,12 +421,9 @@ def _doc_type(k: KnobDef) -> str:
 
 def docs_table(cls: type | None = None) -> str:
     """The docs' table of the config's fields (docs/preset-format.md, ``config``)."""
-    if cls is None:
-        from autotune.config.train_config import TrainConfig
-
-        cls = TrainConfig
     lines = ["| field | type | meaning | example |", "|---|---|---|---|"]
-    lines += [f"| `{k.name}` | {_doc_type(k)} | {k.doc} | {k.example} |" for k in registry(cls)]
+    knobs = registry(cls or _default())
+    lines += [f"| `{k.name}` | {_doc_type(k)} | {k.doc} | {k.example} |" for k in knobs]
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,7 @@ from autotune.config.knobs import (
     Where,
     checkpointing,
     convolutional,
+    default_config,
     device_problems,
     field_problems,
     knob,
@@ -121,6 +122,7 @@ _CONV_ON_CUDA = convolutional(
 )
 
 
+@default_config
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One point of the search space: how a training step is run. Each field is one
