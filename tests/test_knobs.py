@@ -1,0 +1,182 @@
+"""The knob registry (autotune/config/knobs.py): every TrainConfig field is one entry, and
+the checks, the search space, the bench flags, the docs table and the export names come
+from the entries, so a knob added to a config class needs no other code."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from pathlib import Path
+
+import pytest
+from fake_caps import cpu_caps, cuda_caps
+from toy_spec import toy_spec
+
+from autotune.cli.bench import config_options
+from autotune.config.knobs import (
+    EXPORT_FRAMEWORKS,
+    Search,
+    docs_table,
+    export_names,
+    knob,
+    on_cuda,
+    registry,
+)
+from autotune.config.train_config import KNOBS, TrainConfig, check_config
+from autotune.core.errors import ConfigError, UsageError
+from autotune.study.space import BUILTIN_KNOBS, CPU_KNOBS, CUDA_KNOBS, SWITCHES, SearchSpace
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "preset-format.md"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TurboConfig(TrainConfig):
+    """TrainConfig and one made-up CUDA switch, declared only here."""
+
+    turbo: bool = knob(
+        default=False,
+        runs=(on_cuda("a turbo needs a CUDA device, not {device}"),),
+        search=Search(order=13, switch=True, only=(on_cuda("{name} is only searched on CUDA"),)),
+        help="The made-up turbo.",
+        exports={"hf": "turbo_mode"},
+        doc="a made-up switch",
+        example="`true`",
+    )
+
+
+def test_every_field_is_one_entry_in_field_order() -> None:
+    fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert [k.name for k in KNOBS] == fields
+    for k in KNOBS:
+        assert k.doc and k.example, f"{k.name} has no docs line"
+        assert k.applied_by, f"{k.name} does not say what applies it"
+    defaults = TrainConfig(micro_batch=1, seq_len=8).to_dict()
+    assert {k.name: k.default for k in KNOBS if k.name in defaults and not k.required} == {
+        name: value for name, value in defaults.items() if name not in ("micro_batch", "seq_len")
+    }
+
+
+def test_a_field_without_an_entry_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Bare(TrainConfig):
+        bare: int = 0
+
+    with pytest.raises(TypeError, match=r"Bare\.bare is not declared with knob\(\)"):
+        registry(Bare)
+
+
+def test_the_searched_knobs_keep_their_order() -> None:
+    assert BUILTIN_KNOBS == (
+        "micro_batch",
+        "seq_len",
+        "precision",
+        "activation_checkpointing",
+        "compile",
+        "num_workers",
+        "pin_memory",
+        "prefetch_factor",
+    )
+    assert CUDA_KNOBS == (
+        "fused_optimizer",
+        "expandable_segments",
+        "cudnn_benchmark",
+        "channels_last",
+    )
+    assert CPU_KNOBS == ("omp_spin",)
+    assert (*CUDA_KNOBS, *CPU_KNOBS) == SWITCHES
+
+
+def test_the_committed_docs_table_is_the_generated_one() -> None:
+    text = DOCS.read_text()
+    section = text[text.index("### `config`") :]
+    start = section.index("| field | type | meaning | example |")
+    end = section.index("\n\n", start)
+    committed = section[start:end] + "\n"
+    assert committed == docs_table(), (
+        "docs/preset-format.md's config table differs from the registry: paste "
+        "autotune.config.knobs.docs_table() there"
+    )
+
+
+def test_field_checks_report_every_problem_with_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(micro_batch=0, seq_len=8, compile="max-autotun", omp_spin=1, knobs=[])
+    problems = info.value.problems
+    assert "config.micro_batch: expected a positive integer, got 0" in problems
+    assert any(
+        p.startswith("config.compile: expected one of off, default") and "max-autotune'?" in p
+        for p in problems
+    )
+    assert "config.omp_spin: expected true or false, got 1" in problems
+    assert "config.knobs: expected a mapping, got list" in problems
+
+
+def test_export_names_come_from_the_entries() -> None:
+    hf = export_names("hf")
+    assert list(hf) == [k.name for k in KNOBS]
+    assert hf["micro_batch"] == "per_device_train_batch_size"
+    assert hf["num_workers"] == "dataloader_num_workers"
+    assert hf["omp_spin"] is None  # no trainer's settings carry it
+    assert export_names("lightning")["cudnn_benchmark"] == "trainer.benchmark"
+    assert export_names("accelerate")["precision"] == "mixed_precision"
+    assert set(EXPORT_FRAMEWORKS) == {"hf", "lightning", "accelerate", "deepspeed"}
+    with pytest.raises(ValueError, match="framework: expected one of"):
+        export_names("keras")
+
+
+# -- a knob added to a copy of the registry (a subclass) appears everywhere ---------------------
+
+
+def test_an_added_knob_is_checked_on_its_own_and_against_the_device() -> None:
+    with pytest.raises(ConfigError, match=r"config\.turbo: expected true or false, got 'yes'"):
+        TurboConfig(micro_batch=1, seq_len=8, turbo="yes")
+    on = TurboConfig(micro_batch=1, seq_len=8, turbo=True)
+    assert on.to_dict()["turbo"] is True
+    check_config(on, spec=toy_spec(), device=cuda_caps())
+    with pytest.raises(ConfigError, match=r"config\.turbo: a turbo needs a CUDA device, not cpu"):
+        check_config(on, spec=toy_spec(), device=cpu_caps())
+
+
+def test_an_added_knob_is_a_dimension_of_the_space_where_it_applies() -> None:
+    cuda = SearchSpace.for_model(toy_spec(), cuda_caps(), config_type=TurboConfig)
+    assert cuda.dimensions()[-1] == ("turbo", (False, True))
+    assert cuda.turbo == (False, True)
+    configs = list(cuda.grid())
+    assert {c.turbo for c in configs} == {False, True}
+    assert all(isinstance(c, TurboConfig) and cuda.contains(c) for c in configs[:50])
+    assert len(configs) == cuda.size()
+    assert any(c.turbo for c in cuda.neighbours(cuda.guess(), kernels=True))
+    cpu = SearchSpace.for_model(toy_spec(), cpu_caps(), config_type=TurboConfig)
+    assert "turbo" not in dict(cpu.dimensions())
+    assert not any(c.turbo for c in cpu.grid())
+    with pytest.raises(UsageError, match="turbo is only searched on CUDA"):
+        SearchSpace.for_model(
+            toy_spec(), cpu_caps(), config_type=TurboConfig, restrict={"turbo": ["on"]}
+        )
+
+
+def test_an_added_knob_gets_a_bench_flag_a_docs_line_and_its_export_names() -> None:
+    options = {p.name: p for p in config_options(TurboConfig)}
+    assert list(options)[-1] == "turbo"
+    base, option = typing.get_args(options["turbo"].annotation)
+    assert base is bool and option.default == "--turbo" and option.help == "The made-up turbo."
+    assert options["turbo"].default is False
+    assert options["turbo"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert "| `turbo` | true/false; default false | a made-up switch | `true` |" in docs_table(
+        TurboConfig
+    )
+    assert export_names("hf", TurboConfig)["turbo"] == "turbo_mode"
+    assert export_names("lightning", TurboConfig)["turbo"] is None
+
+
+def test_the_bench_flags_are_the_knobs_with_help() -> None:
+    options = {p.name: typing.get_args(p.annotation)[1].default for p in config_options()}
+    assert options["num_workers"] == "--workers"
+    assert options["compile"] == "--compile"
+    assert options["omp_spin"] == "--omp-spin"
+    assert "knobs" not in options and "parallel" not in options
+    assert [p.default for p in config_options() if p.name in ("micro_batch", "seq_len")] == [
+        8,
+        None,
+    ]
