@@ -23,6 +23,7 @@ from autotune.core.redact import redact
 from autotune.core.schema import Section, build, plain_copy, show, type_name
 from autotune.core.text import one_line
 from autotune.core.units import format_bytes
+from autotune.preset.json_schema import schema_comment
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
 
@@ -178,8 +179,9 @@ def dump_preset(preset: Preset) -> str:
 
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write ``preset`` to ``path`` atomically (``autotune.core.files.atomic_write_text``): a
-    crash leaves the old file or the new one, never half of one."""
-    text = dump_preset(preset)  # before touching the disk: a failure here writes nothing
+    crash leaves the old file or the new one, never half of one. Its first line names the
+    installed JSON Schema, so an editor with the YAML language server checks the file."""
+    text = schema_comment() + dump_preset(preset)  # before the disk: a failure writes nothing
     target = Path(path).expanduser()
     if target.is_dir():
         raise preset_error(f"cannot write preset to {str(target)!r}: it is a directory")

@@ -1,0 +1,40 @@
+"""The preset's JSON Schema, shipped in the package so that an editor checks a preset as
+it is typed: ``preset.schema.json`` beside this module, generated from the preset's records.
+
+Every preset autotune writes starts with a ``# yaml-language-server: $schema=...`` line
+naming the installed file (YAML ignores it). After a change to the records, regenerate the
+file with ``python -m autotune.preset.json_schema``; a test fails while it is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_FILE", "preset_json_schema", "schema_comment", "schema_text"]
+
+SCHEMA_FILE = Path(__file__).with_name("preset.schema.json")
+
+
+def preset_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a preset file, from the records that validate one."""
+    from autotune.core.jsonschema import json_schema
+    from autotune.preset.schema import Preset
+
+    return json_schema(Preset, title="autotune preset")
+
+
+def schema_text() -> str:
+    """The schema as the shipped file holds it."""
+    return json.dumps(preset_json_schema(), indent=2, sort_keys=False) + "\n"
+
+
+def schema_comment() -> str:
+    """The first line of a written preset: where an editor finds the installed schema."""
+    return f"# yaml-language-server: $schema={SCHEMA_FILE.resolve().as_uri()}\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(schema_text())
+    print(f"wrote {SCHEMA_FILE}")
