@@ -101,7 +101,7 @@ def _merged(prop: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         return {"enum": [*extra.pop("enum"), *([None] if nullable else [])], **extra}
     if "enum" in extra:
         return {"enum": extra.pop("enum"), **extra}
-    bounds = {k: extra.pop(k) for k in ("minimum", "maximum") if k in extra}
+    bounds: dict[str, float] = {k: extra.pop(k) for k in ("minimum", "maximum") if k in extra}
     return {**(_bounded(prop, bounds) if bounds else prop), **extra}
 
 

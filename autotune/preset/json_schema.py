@@ -3,7 +3,8 @@ it is typed: ``preset.schema.json`` beside this module, generated from the prese
 
 Every preset autotune writes starts with a ``# yaml-language-server: $schema=...`` line
 naming the installed file (YAML ignores it). After a change to the records, regenerate the
-file with ``python -m autotune.preset.json_schema``; a test fails while it is stale.
+file with ``python -c "import autotune.preset.json_schema as s; s.write_schema_file()"``;
+a test fails while it is stale.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_FILE", "preset_json_schema", "schema_comment", "schema_text"]
+__all__ = [
+    "SCHEMA_FILE",
+    "preset_json_schema",
+    "schema_comment",
+    "schema_text",
+    "write_schema_file",
+]
 
 SCHEMA_FILE = Path(__file__).with_name("preset.schema.json")
 
@@ -35,6 +42,6 @@ def schema_comment() -> str:
     return f"# yaml-language-server: $schema={SCHEMA_FILE.resolve().as_uri()}\n"
 
 
-if __name__ == "__main__":
+def write_schema_file() -> None:
+    """Regenerate the shipped ``preset.schema.json`` from the records."""
     SCHEMA_FILE.write_text(schema_text())
-    print(f"wrote {SCHEMA_FILE}")

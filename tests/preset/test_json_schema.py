@@ -31,7 +31,8 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 def test_the_shipped_schema_is_the_generated_one() -> None:
     assert SCHEMA_FILE.read_text() == schema_text(), (
-        "autotune/preset/preset.schema.json is stale: run python -m autotune.preset.json_schema"
+        "autotune/preset/preset.schema.json is stale: run "
+        'python -c "import autotune.preset.json_schema as s; s.write_schema_file()"'
     )
 
 
