@@ -33,13 +33,12 @@ from autotune.study.optuna_glue import (
     PRUNE_MIN_STEPS,
     SlowConfigPruner,
     check_storage_url,
-    exclusive_search,
     open_study,
-    owner_alive,
     quiet_optuna,
     redact,
 )
 from autotune.study.outcome import write_preset
+from autotune.study.ownership import describe_owner, exclusive_search, owner_alive
 from autotune.study.plan import Planner
 from autotune.study.race import (
     DEFAULT_FINALISTS,
@@ -57,7 +56,7 @@ from autotune.study.records import (
 )
 from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.study.state import Limits, SearchState
-from autotune.study.workers import Workers, describe_owner, workers_root
+from autotune.study.workers import Workers, workers_root
 
 if TYPE_CHECKING:
     import optuna
@@ -263,8 +262,8 @@ def _claim(study: optuna.Study, name: str, storage: str, *, shared: bool) -> Ite
     if owner_alive(holder):
         raise UsageError(
             f"study {name!r} is being searched right now by {describe_owner(holder)}, "
-            "alone (without --worker): wait for it to finish, or search under another "
-            "--study name"
+            "alone (not as one of its workers): wait for it to finish, or search under "
+            "another study name"
         )
     yield
 

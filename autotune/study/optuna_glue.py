@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import random
-import re
-import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
+from autotune.study.ownership import is_me, journal_path, owner_alive
 
 __all__ = [
     "PRUNE_MIN_STEPS",
@@ -38,9 +36,7 @@ __all__ = [
     "make_sampler",
     "open_storage",
     "heartbeat_settings",
-    "host_name",
     "open_study",
-    "owner_alive",
     "queue_again",
     "quiet_optuna",
     "redact",
@@ -180,157 +176,7 @@ def open_study(
     return study
 
 
-# -- who owns a running trial ------------------------------------------------------------------
-
-
-def host_name() -> str:
-    """This machine's name as trial owners record it (``AUTOTUNE_HOST`` overrides it: the
-    tests play a worker on another machine with it)."""
-    return os.environ.get("AUTOTUNE_HOST") or socket.gethostname()
-
-
-def trial_owner() -> dict[str, Any]:
-    """This process, as a RUNNING trial records it: host, pid and the process's start time
-    (a pid alone can be reused by another process after a crash)."""
-    import psutil
-
-    return {
-        "host": host_name(),
-        "pid": os.getpid(),
-        "started": psutil.Process().create_time(),
-    }
-
-
-def _is_me(owner: Any) -> bool:
-    return (
-        isinstance(owner, Mapping)
-        and owner.get("host") == host_name()
-        and owner.get("pid") == os.getpid()
-    )
-
-
-def owner_alive(owner: Any) -> bool | None:
-    """Whether the process that owns a trial still runs: None where it cannot be told (a
-    trial on another machine, or recorded by no known process)."""
-    import psutil
-
-    if not isinstance(owner, Mapping) or owner.get("host") != host_name():
-        return None
-    try:
-        if int(owner["pid"]) == os.getpid():  # this process opens the study: not running it
-            return False
-        process = psutil.Process(int(owner["pid"]))
-        return abs(process.create_time() - float(owner["started"])) < 1.0
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
-
-
-@contextlib.contextmanager
-def exclusive_search(study: optuna.Study, name: str, *, storage: str) -> Iterator[None]:
-    """One search process at a time on a study, from its first trial to its preset, so two
-    searches never both run the baseline or race to write the preset (workers of one
-    shared search, ``autotune search --worker``, do not take this: see ``workers.py``).
-
-    In a SQLite or journal file (``storage``) the claim is an OS lock on a file beside it
-    (``study.db.<study>-<hash>.lock``): atomic, so of two searches started at the same
-    moment exactly one runs, and released by the OS when its process dies, kill -9
-    included; the holder is also recorded in the study (``searching``), so a second
-    search on this machine while that process lives is refused. A PostgreSQL or MySQL
-    study, which has no file to lock, is claimed in the database itself: a row of the
-    study's system attributes inserted against the table's unique key, so that of two
-    searches exactly one wins. A claim left by a search that died is taken over: on this
-    machine once its process is gone; from another machine once none of the study's
-    trials runs under it."""
-    with _file_lock(storage, name) as locked:
-        holder = study.user_attrs.get("searching")
-        if locked is False or owner_alive(holder):
-            _refuse(name, holder)
-        me = trial_owner()
-        if locked is None:
-            _claim_search(study, name, me)
-        study.set_user_attr("searching", me)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):  # a storage gone away must not hide the error
-                if study.user_attrs.get("searching") == me:
-                    study.set_user_attr("searching", None)
-                if locked is None:
-                    from autotune.study.workers import SEARCHING, release_study_attr
-
-                    release_study_attr(study, SEARCHING, me)
-
-
-def _claim_search(study: optuna.Study, name: str, me: dict[str, Any]) -> None:
-    """Claim the study for this search in the database (see ``exclusive_search``)."""
-    from autotune.study.workers import SEARCHING, claim_study_attr
-
-    holder = claim_study_attr(study, SEARCHING, me)
-    if holder == me:
-        return
-    alive = owner_alive(holder)
-    if alive is None:  # another machine's: alive while one of its trials runs
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        alive = any(t.user_attrs.get("owner") == holder for t in running)
-    if alive or claim_study_attr(study, SEARCHING, me, steal=True) != me:
-        _refuse(name, holder)
-
-
-def _refuse(name: str, holder: Any) -> NoReturn:
-    from autotune.study.workers import describe_owner
-
-    raise UsageError(
-        f"study {name!r} is being searched right now by {describe_owner(holder)}: wait for "
-        "it to finish, or search under another --study name (several processes search one "
-        "study together with --worker)"
-    )
-
-
-@contextlib.contextmanager
-def _file_lock(url: str, name: str) -> Iterator[bool | None]:
-    """Hold an exclusive, non-blocking OS lock for study ``name`` beside the file of the
-    storage at ``url``: True while held, False when another process holds it, None where
-    there is no file to lock (a database server, no ``fcntl``, a folder that cannot be
-    written)."""
-    path = _storage_file(url)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        path = None
-    if path is None:
-        yield None
-        return
-    label = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60]
-    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-    try:
-        fd = os.open(path.with_name(f"{path.name}.{label}-{digest}.lock"), os.O_RDWR | os.O_CREAT)
-    except OSError:
-        yield None
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held = True
-        except BlockingIOError:
-            held = False
-        yield held  # the lock file stays: removing it would let two processes lock two files
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _storage_file(url: str) -> Path | None:
-    """The file of a SQLite or journal storage URL (None for a database server)."""
-    if url.startswith("journal:"):
-        return _journal_path(url)
-    if not url.startswith("sqlite:"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    try:
-        database = make_url(url).database or ""
-    except Exception:
-        return None
-    return Path(database).expanduser() if database and database != ":memory:" else None
+# -- running trials of a study ------------------------------------------------------------------
 
 
 def claim_running_trials(study: optuna.Study, name: str, *, joining: bool = False) -> None:
@@ -344,14 +190,14 @@ def claim_running_trials(study: optuna.Study, name: str, *, joining: bool = Fals
     for frozen in running:
         owner = frozen.user_attrs.get("owner")
         alive = owner_alive(owner)
-        if joining and (alive or owner is None or _is_me(owner)):
+        if joining and (alive or owner is None or is_me(owner)):
             continue  # a fellow worker's (one without an owner yet is just starting)
         if alive:
             pid = owner.get("pid") if isinstance(owner, Mapping) else "?"
             raise UsageError(
                 f"study {name!r} is being searched right now by process {pid} on "
                 f"this machine (trial #{frozen.number} is running): wait for it to finish, or "
-                "search under another --study name"
+                "search under another study name"
             )
         if alive is None and owner is not None:
             continue
@@ -409,7 +255,7 @@ def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) 
         if study.trials:
             raise UsageError(
                 f"study {name!r} already exists in this storage and was not made by "
-                "autotune search; give another --study name"
+                "autotune search; give another study name"
             )
         study.set_user_attr("autotune", dict(setup))
         return
@@ -418,12 +264,8 @@ def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) 
         shown = "; ".join(f"{k}: study has {stored.get(k)!r}, now {setup[k]!r}" for k in diffs)
         raise UsageError(
             f"study {name!r} was created for a different search ({shown}); rerun with the "
-            "same settings to resume it, or give a new --study name"
+            "same settings to resume it, or give a new study name"
         )
-
-
-def _journal_path(url: str) -> Path:
-    return Path(url.removeprefix("journal:").removeprefix("//")).expanduser()
 
 
 def check_storage_url(url: str) -> None:
@@ -432,12 +274,12 @@ def check_storage_url(url: str) -> None:
     shared), a journal file with no name or in a folder that does not exist (no folder is
     made outside the runs folder)."""
     if url.startswith("journal:"):
-        path = _journal_path(url)
+        path = journal_path(url)
         if not str(path).strip() or path == Path():
-            raise UsageError(f"--storage {url!r}: give the journal file, e.g. journal:study.log")
+            raise UsageError(f"storage {url!r}: give the journal file, e.g. journal:study.log")
         if not path.parent.is_dir():
             raise UsageError(
-                f"--storage {url!r}: the folder {str(path.parent)!r} does not exist; create "
+                f"storage {url!r}: the folder {str(path.parent)!r} does not exist; create "
                 "it first (the search makes no folders outside its runs folder)"
             )
         return
@@ -451,11 +293,11 @@ def check_storage_url(url: str) -> None:
         return
     if not database.strip():
         raise UsageError(
-            f"--storage {url!r} names no database file; give one, e.g. sqlite:///study.db"
+            f"storage {url!r} names no database file; give one, e.g. sqlite:///study.db"
         )
     if database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in url:
         raise UsageError(
-            f"--storage {url!r}: an in-memory SQLite study cannot be resumed or shared, and "
+            f"storage {url!r}: an in-memory SQLite study cannot be resumed or shared, and "
             "the search's trials run in other processes; give a file, e.g. sqlite:///study.db"
         )
 
@@ -470,7 +312,7 @@ def open_storage(url: str) -> Any:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend
 
-            return optuna.storages.JournalStorage(JournalFileBackend(str(_journal_path(url))))
+            return optuna.storages.JournalStorage(JournalFileBackend(str(journal_path(url))))
         storage = _rdb_storage(_with_driver(url), interval, grace)
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)

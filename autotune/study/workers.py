@@ -21,21 +21,20 @@ through the storage's own atomic state change. What autotune adds:
   trial only when a worker on that machine opens the study again.
 * **the race and the preset are written once**: after the trials, each worker tries to
   claim ``autotune:finishing`` in the study, first writer wins (an INSERT against the
-  table's unique key on an RDB storage; under the journal's own file lock for a journal);
+  table's unique key on an RDB storage; under a file lock beside it for a journal;
+  ``ownership.py``);
   the others stop, saying who finishes. ``autotune search --finish`` takes the claim over
   (a finisher that died).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
-from autotune.study.optuna_glue import claim_running_trials, host_name, trial_owner
+from autotune.study.optuna_glue import claim_running_trials
+from autotune.study.ownership import FINISHING, claim_study_attr, owner_alive, trial_owner
 from autotune.study.records import TrialRecord
 
 if TYPE_CHECKING:
@@ -53,116 +53,16 @@ if TYPE_CHECKING:
     from autotune.study.state import SearchState
 
 __all__ = [
-    "FINISHING",
     "POLL_S",
-    "SEARCHING",
     "WorkerSlot",
     "Workers",
-    "claim_study_attr",
     "plan_workers",
-    "workers_root",
-    "release_study_attr",
     "run_workers",
+    "workers_root",
 ]
 
-FINISHING = "autotune:finishing"
-SEARCHING = "autotune:searching"
 POLL_S = 0.5  # how often a waiting worker looks at the study again
 WAIT_FOR_LAST_S = 3600.0  # the most a finisher waits for other workers' last bursts
-
-
-# -- first-wins study attributes ------------------------------------------------------------
-
-
-def claim_study_attr(study: optuna.Study, key: str, value: Any, *, steal: bool = False) -> Any:
-    """Write study system attribute ``key`` = ``value`` unless another process holds it
-    (it is set, not None); the holder's value either way (``value`` when this call won).
-    ``steal``: take it from the current holder (which must still be the one read, so two
-    stealers do not both win). Atomic on an RDB storage (an INSERT against the attribute
-    table's unique key) and on a journal file (under its file lock)."""
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)
-    study_id = study._study_id
-    if isinstance(backend, optuna.storages.RDBStorage):
-        return _claim_rdb(backend, study_id, key, value, steal=steal)
-    with _journal_lock(storage):
-        holder = storage.get_study_system_attrs(study_id).get(key)
-        if holder is None or steal:
-            storage.set_study_system_attr(study_id, key, value)
-            return value
-        return holder
-
-
-def release_study_attr(study: optuna.Study, key: str, value: Any) -> None:
-    """Remove ``key`` if ``value`` still holds it."""
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)
-    if isinstance(backend, optuna.storages.RDBStorage):
-        _delete_rdb(backend, study._study_id, key, json.dumps(value))
-        return
-    with _journal_lock(storage):
-        if storage.get_study_system_attrs(study._study_id).get(key) == value:
-            storage.set_study_system_attr(study._study_id, key, None)
-
-
-def _claim_rdb(
-    backend: optuna.storages.RDBStorage, study_id: int, key: str, value: Any, *, steal: bool
-) -> Any:
-    from sqlalchemy import exc, text
-
-    select = text("SELECT value_json FROM study_system_attributes WHERE study_id = :s AND key = :k")
-    insert = text(
-        "INSERT INTO study_system_attributes (study_id, key, value_json) VALUES (:s, :k, :v)"
-    )
-    for _ in range(5):  # a stolen holder deleted under us: read again
-        with backend.engine.connect() as conn:
-            row = conn.execute(select, {"s": study_id, "k": key}).first()
-        if row is not None:
-            holder = json.loads(row[0])
-            if holder is not None and not steal:
-                return holder
-            if not _delete_rdb(backend, study_id, key, row[0]):
-                continue  # another process changed it between our read and our delete
-        try:
-            with backend.engine.begin() as conn:
-                conn.execute(insert, {"s": study_id, "k": key, "v": json.dumps(value)})
-            return value
-        except exc.IntegrityError:
-            steal = False  # someone else wrote it first: theirs
-    with backend.engine.connect() as conn:
-        row = conn.execute(select, {"s": study_id, "k": key}).first()
-    return None if row is None else json.loads(row[0])
-
-
-def _delete_rdb(
-    backend: optuna.storages.RDBStorage, study_id: int, key: str, value_json: str
-) -> bool:
-    from sqlalchemy import text
-
-    delete = text(
-        "DELETE FROM study_system_attributes WHERE study_id = :s AND key = :k AND value_json = :v"
-    )
-    with backend.engine.begin() as conn:
-        deleted = conn.execute(delete, {"s": study_id, "k": key, "v": value_json}).rowcount
-    return bool(deleted)
-
-
-@contextlib.contextmanager
-def _journal_lock(storage: Any) -> Iterator[None]:
-    """A lock beside the journal file (Optuna's symlink lock: it works on NFS too), when
-    the storage is a journal file; else nothing (an in-memory storage of one process)."""
-    path = getattr(getattr(storage, "_backend", None), "_file_path", None)
-    if path is None:
-        yield
-        return
-    from optuna.storages.journal import JournalFileSymlinkLock
-
-    lock = JournalFileSymlinkLock(f"{path}.autotune")
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 # -- the workers of one study ----------------------------------------------------------------
@@ -251,21 +151,10 @@ class Workers:
         """Claim the race and the preset for this process; the holder (this process's
         owner record when it won). ``force``: take it over (``--finish``); a holder on this
         machine that died is taken over too."""
-        from autotune.study.optuna_glue import owner_alive
-
         holder = claim_study_attr(self.study, FINISHING, self.owner, steal=force)
         if holder != self.owner and owner_alive(holder) is False:
             holder = claim_study_attr(self.study, FINISHING, self.owner, steal=True)
         return holder
-
-
-def describe_owner(owner: Any) -> str:
-    """``process 123 on host-a`` for an owner record."""
-    if not isinstance(owner, Mapping):
-        return "another process"
-    host = owner.get("host")
-    here = " on this machine" if host == host_name() else f" on {host}"
-    return f"process {owner.get('pid', '?')}{here}"
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,7 @@ from fake_burst import FakeBurst, run
 from fake_lm import FAKE_LM
 
 from autotune.core.errors import UsageError
-from autotune.study import optuna_glue, workers
+from autotune.study import optuna_glue, ownership
 
 RACER = textwrap.dedent(
     """
@@ -91,28 +91,28 @@ def test_a_database_server_study_is_claimed_in_the_database(
     attribute table's unique key: a search that finds another's claim, with one of the
     study's trials running under it, does not run; once nothing runs under it (that
     search died on its machine), it is taken over."""
-    monkeypatch.setattr(optuna_glue, "_storage_file", lambda url: None)
+    monkeypatch.setattr(ownership, "storage_file", lambda url: None)
     first = run(tmp_path, FakeBurst(), trials=3)  # a study to claim
     study = optuna.load_study(study_name=first.study_name, storage=first.storage)
     other = {"host": "elsewhere", "pid": 4242, "started": 0.0}
-    assert workers.claim_study_attr(study, workers.SEARCHING, other) == other
+    assert ownership.claim_study_attr(study, ownership.SEARCHING, other) == other
     running = study.ask()
     study._storage.set_trial_user_attr(running._trial_id, "owner", other)
     with (
         pytest.raises(UsageError, match="being searched right now by process 4242 on elsewhere"),
-        optuna_glue.exclusive_search(study, first.study_name, storage=first.storage),
+        ownership.exclusive_search(study, first.study_name, storage=first.storage),
     ):
         pass
     assert (
-        study._storage.get_study_system_attrs(study._study_id)[workers.SEARCHING] == other
+        study._storage.get_study_system_attrs(study._study_id)[ownership.SEARCHING] == other
     )  # the holder's claim is left alone
     study.tell(running, state=optuna.trial.TrialState.FAIL)
-    with optuna_glue.exclusive_search(study, first.study_name, storage=first.storage):
+    with ownership.exclusive_search(study, first.study_name, storage=first.storage):
         assert (
-            study._storage.get_study_system_attrs(study._study_id)[workers.SEARCHING]["pid"]
+            study._storage.get_study_system_attrs(study._study_id)[ownership.SEARCHING]["pid"]
             == os.getpid()
         )
-    assert workers.SEARCHING not in study._storage.get_study_system_attrs(
+    assert ownership.SEARCHING not in study._storage.get_study_system_attrs(
         study._study_id
     )  # released
 
@@ -129,11 +129,11 @@ def test_a_study_attribute_claim_has_one_winner(tmp_path: Path, kind: str) -> No
 def test_a_study_file_stays_locked_while_searched_and_is_freed_after(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     study = optuna.create_study(study_name="s", storage=storage)
-    with optuna_glue.exclusive_search(study, "s", storage=storage):
-        with optuna_glue._file_lock(storage, "s") as held:  # another open file description
+    with ownership.exclusive_search(study, "s", storage=storage):
+        with ownership._file_lock(storage, "s") as held:  # another open file description
             assert held is False
-        with optuna_glue._file_lock(storage, "other-study") as held:
+        with ownership._file_lock(storage, "other-study") as held:
             assert held is True  # one lock per study, not per file
-    with optuna_glue._file_lock(storage, "s") as held:
+    with ownership._file_lock(storage, "s") as held:
         assert held is True
     assert study.user_attrs["searching"] is None
