@@ -923,7 +923,7 @@ def _largest_batch_row(task: Task) -> Row:
 
 def _autotune_row(task: Task) -> Row:
     from autotune.core.errors import AutotuneError
-    from autotune.study import DEFAULT_STEPS, SearchEvent, search
+    from autotune.study import DEFAULT_STEPS, SearchEvent, search, search_options
 
     args = task.args
     _log("[autotune] searching")
@@ -942,21 +942,23 @@ def _autotune_row(task: Task) -> Row:
             result: SearchResult = search(
                 task.spec,
                 budget=task.budget,
-                device=task.caps.device,
-                global_batch=task.global_batch,
-                seq_len=[task.seq_len],
-                trials=args.search_trials,
-                timeout=args.search_timeout,
-                steps=args.search_steps or DEFAULT_STEPS,
-                race_steps=args.search_race_steps,
-                storage=f"sqlite:///{Path(tmp) / 'study.db'}",
-                output=task.out / "preset.yaml",
-                seed=args.seed,
-                knobs=args.knob,
-                burst_timeout=args.burst_timeout,
-                hardware=task.profile,
-                progress=progress,
-                runs_dir=tmp,
+                **search_options(
+                    device=task.caps.device,
+                    global_batch=task.global_batch,
+                    seq_len=[task.seq_len],
+                    trials=args.search_trials,
+                    timeout=args.search_timeout,
+                    steps=args.search_steps or DEFAULT_STEPS,
+                    race_steps=args.search_race_steps,
+                    storage=f"sqlite:///{Path(tmp) / 'study.db'}",
+                    output=task.out / "preset.yaml",
+                    seed=args.seed,
+                    knobs=args.knob,
+                    burst_timeout=args.burst_timeout,
+                    hardware=task.profile,
+                    progress=progress,
+                    runs_dir=tmp,
+                ),
             )
         except AutotuneError as exc:
             return Row(

@@ -181,7 +181,7 @@ def _run_grid(bench: _Bench) -> _Grid:
 def _run_search(bench: _Bench, limit_s: float) -> tuple[SearchResult, float]:
     """The search over the same space, limited to ``limit_s`` of trial time; its result and
     its wall time."""
-    from autotune.study import search
+    from autotune.study import search, search_options
 
     def show(e: SearchEvent) -> None:
         if e.kind == "trial" and e.trial is not None:
@@ -198,18 +198,20 @@ def _run_search(bench: _Bench, limit_s: float) -> tuple[SearchResult, float]:
         found = search(
             bench.spec,
             budget=bench.budget,
-            device=bench.caps.device,
-            seq_len=list(bench.space.seq_len),
-            knobs=bench.knobs,
-            trials=None,
-            timeout=limit_s,
-            steps=args.steps,
-            warmup=args.warmup,
-            seed=args.seed,
-            hardware=bench.profile,
-            storage=f"sqlite:///{tmp}/study.db",
-            output=None,
-            progress=show,
+            **search_options(
+                device=bench.caps.device,
+                seq_len=list(bench.space.seq_len),
+                knobs=bench.knobs,
+                trials=None,
+                timeout=limit_s,
+                steps=args.steps,
+                warmup=args.warmup,
+                seed=args.seed,
+                hardware=bench.profile,
+                storage=f"sqlite:///{tmp}/study.db",
+                output=None,
+                progress=show,
+            ),
         )
         return found, time.monotonic() - t0
 

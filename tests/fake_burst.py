@@ -19,7 +19,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.machine.profile import CPUInfo, HardwareProfile, SoftwareInfo
-from autotune.study import SearchResult, search
+from autotune.study import SearchResult, search, search_options
 
 MB = 10**6
 GB = 10**9
@@ -162,7 +162,8 @@ def run(tmp_path: Path, burst: FakeBurst, **kwargs: Any) -> SearchResult:
         "warmup": 1,
     }
     options.update(kwargs)
-    return search(spec, **options)
+    budget = options.pop("budget")
+    return search(spec, budget=budget, **search_options(**options))
 
 
 def study_of(result: SearchResult) -> optuna.Study:

@@ -8,6 +8,7 @@ inside the command, so ``autotune --help`` stays instant.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -181,14 +182,30 @@ CpuWorkersOption = Annotated[
 ]
 
 
-# How the library's errors name a parameter here: by its flag.
+# The flag of each option field, for the library's messages (which name the field).
 _FLAGS = {
-    "output": "--output",
-    "study": "--study",
+    "global_batch": "--global-batch",
+    "seq_len": "--seq-len",
+    "knobs": "--knob",
+    "objective": "--objective",
+    "train_steps": "--train-steps",
+    "device": "--device",
+    "nproc_per_node": "--nproc-per-node",
+    "trials": "--trials",
+    "timeout": "--timeout",
+    "steps": "--steps",
+    "warmup": "--warmup",
+    "burst_timeout": "--burst-timeout",
     "finalists": "--finalists",
     "race_rounds": "--race-rounds",
-    "nproc_per_node": "--nproc-per-node",
+    "storage": "--storage",
+    "study": "--study",
+    "seed": "--seed",
+    "warm_start": "--warm-start",
+    "output": "--output",
 }
+# Where a problem of the option records names a field: first, or after these words.
+_FIELD = re.compile(r"(?:^|(?<=cannot read )|(?<=needs ))(" + "|".join(_FLAGS) + r")\b")
 
 
 @cli_command
@@ -230,10 +247,7 @@ def search(
 
     if devices is not None or cpu_workers is not None:
         raise typer.Exit(_launch_workers(devices or "", cpu_workers, study=study))
-    if finish is not None:
-        if study is not None and study != finish:
-            raise UsageError(f"--finish {finish!r} names another study than --study {study!r}")
-        study = finish
+    study = _finished_study(study, finish)
 
     from autotune.study import search as run_search
 
@@ -242,36 +256,20 @@ def search(
         from autotune.report.plots import require_matplotlib
 
         require_matplotlib()
-    warm = _warm_start(warm_start)
-    timeout_s, burst_timeout_s = _durations(timeout, burst_timeout)
+    options = _options(
+        scope={"global_batch": global_batch, "seq_len": seq_len, "knobs": list(knob or []),
+               "objective": objective, "train_steps": train_steps},
+        machine={"device": device, "nproc_per_node": nproc_per_node},
+        limits={"trials": trials, "timeout": timeout, "steps": steps, "warmup": warmup,
+                "burst_timeout": burst_timeout},
+        race=_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
+        study={"storage": storage, "study": study, "seed": seed, "worker": worker,
+               "finish": finish is not None, "warm_start": _warm_start(warm_start)},
+        output={"output": output, "progress": _LiveView(err)},
+    )  # fmt: skip
     restore_signals = _stop_signals_as_interrupt()
     try:
-        result = run_search(
-            model,
-            budget=budget,
-            device=device,
-            global_batch=global_batch,
-            seq_len=seq_len,
-            trials=trials,
-            timeout=timeout_s,
-            steps=steps,
-            warmup=warmup,
-            storage=storage,
-            study=study,
-            output=output,
-            seed=seed,
-            knobs=list(knob or []),
-            objective=objective,
-            train_steps=train_steps,
-            warm_start=warm,
-            burst_timeout=burst_timeout_s,
-            **_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
-            progress=_LiveView(err),
-            option_names=_FLAGS,
-            nproc_per_node=nproc_per_node,
-            worker=worker,
-            finish=finish is not None,
-        )
+        result = run_search(model, budget=budget, **options)
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
         raise typer.Exit(128 + stop.signum) from None
@@ -290,6 +288,13 @@ def search(
         print_json(result.to_dict())
         return
     render_result(result, Console(highlight=False))
+
+
+def _finished_study(study: str | None, finish: str | None) -> str | None:
+    """The study ``--finish STUDY`` names (which ``--study``, if given, must name too)."""
+    if finish is not None and study is not None and study != finish:
+        raise UsageError(f"--finish {finish!r} names another study than --study {study!r}")
+    return finish if finish is not None else study
 
 
 def _launch_workers(devices: str, cpu_workers: int | None, *, study: str | None) -> int:
@@ -359,15 +364,6 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
     return restore
 
 
-def _durations(timeout: str | None, burst_timeout: str) -> tuple[float | None, float]:
-    """Seconds from ``--timeout`` and ``--burst-timeout``; a bad value is an error naming
-    its flag."""
-    from autotune.core.units import parse_duration
-
-    timeout_s = None if timeout is None else parse_duration(timeout, what="--timeout")
-    return timeout_s, parse_duration(burst_timeout, what="--burst-timeout")
-
-
 def _warm_start(reference: str | None) -> Path | None:
     """The preset file a ``--warm-start`` reference names (a path or a preset's name)."""
     if reference is None:
@@ -399,6 +395,19 @@ _STATUS_STYLE = {
     "predicted": "magenta",
     "pruned": "yellow",
 }
+
+
+def _options(**fields: dict[str, Any]) -> dict[str, Any]:
+    """``search()``'s option records from the flags' values (``fields``: record -> field ->
+    value); a bad value's message names its flag."""
+    from autotune.study import search_options
+    from autotune.study.options import SearchOptionsError
+
+    try:
+        return search_options(**{k: v for values in fields.values() for k, v in values.items()})
+    except SearchOptionsError as exc:
+        problems = [_FIELD.sub(lambda m: _FLAGS[m[1]], p) for p in exc.problems]
+        raise SearchOptionsError(problems) from None
 
 
 def _given(**options: Any) -> dict[str, Any]:

@@ -1,32 +1,27 @@
 """The search: Optuna over the training knobs under a memory budget, one burst per trial.
 
-``search(...)`` is the Python API and what ``autotune search`` calls. Per trial, the
-sampler (TPE with a memory constraint) or the planner picks a config from the
-``SearchSpace``; a config already measured in this study is not run again; one the memory
-model rules out is recorded as infeasible without a burst; otherwise one burst measures
-it, and the ``SlowConfigPruner`` stops it when its steps are clearly slower than the best
-so far. The winner is verified by a longer burst and written as a preset.
+``search(model, budget=..., ...)`` is the Python API and what ``autotune search`` calls;
+its options are the records of ``options`` (``SearchScope``, ``SearchLimits``, ...).
+The planner and the sampler pick configs from the space, each measured by one burst;
+then the best few race the naive config and the expert start in interleaved rounds of
+fresh bursts, and the race's winner is written as a preset.
 
-The modules follow that flow:
-
-* ``api``: ``search()`` itself, an outline: check the arguments, build the space, open
-  the study, optimize, verify, the result;
-* ``records``: what a trial was (``TrialRecord``), progress events (``SearchEvent``) and
-  the result (``SearchResult``);
-* ``optuna_glue``: the storage, the sampler, the pruner, the study's set-up check;
-* ``state``: what the search knows so far (``SearchState``);
-* ``objective``: running one trial and classifying its outcome;
-* ``plan``: which config runs next (the starts, refinement, configs ruled out);
-* ``race``, ``outcome``: the finalist race and the preset;
-* ``workers``: several search processes on one study (other devices, other machines).
+The modules follow that flow: ``options`` (what a search is asked), ``opening`` (the
+study it opens), ``api`` (``search()``), ``plan`` and ``playbook`` (which config runs
+next), ``objective`` (one trial), ``state`` and ``records`` (what is known),
+``race`` and ``race_records`` (the finalists, side by side), ``outcome`` (the preset),
+``watch`` (load from outside), ``workers`` and ``ownership`` (several processes on one
+study, and who holds it), ``optuna_glue`` (the storage, the sampler, the pruner).
 
 Importing this package imports optuna; ``import autotune`` does not (it loads
-``autotune.search`` on first use).
+``autotune.study`` on first use).
 """
 
 from __future__ import annotations
 
-from autotune.study.api import (
+from autotune.study.api import default_study_name, search
+from autotune.study.objective import BurstFn
+from autotune.study.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,
     DEFAULT_STEPS,
@@ -35,10 +30,15 @@ from autotune.study.api import (
     DEFAULT_WARMUP,
     OBJECTIVES,
     Objective,
-    default_study_name,
-    search,
+    SearchLimits,
+    SearchMachine,
+    SearchOptionsError,
+    SearchOutput,
+    SearchRace,
+    SearchScope,
+    SearchStudy,
+    search_options,
 )
-from autotune.study.objective import BurstFn
 from autotune.study.optuna_glue import SlowConfigPruner
 from autotune.study.records import SearchEvent, SearchResult, TrialRecord, summarize_config
 
@@ -53,10 +53,18 @@ __all__ = [
     "BurstFn",
     "Objective",
     "SearchEvent",
+    "SearchLimits",
+    "SearchMachine",
+    "SearchOptionsError",
+    "SearchOutput",
+    "SearchRace",
     "SearchResult",
+    "SearchScope",
+    "SearchStudy",
     "SlowConfigPruner",
     "TrialRecord",
     "default_study_name",
     "search",
+    "search_options",
     "summarize_config",
 ]

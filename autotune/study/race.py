@@ -63,7 +63,7 @@ from autotune.study.records import (
 )
 
 if TYPE_CHECKING:
-    from autotune.burst.supervisor import BurstResult
+    from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState

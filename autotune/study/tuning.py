@@ -264,14 +264,15 @@ def tune(
     see ``model_spec``. With ``dataloader``, every trial reads the real pipeline, so the
     DataLoader workers, pinning and prefetch are measured on it (its own batch size and
     worker settings are replaced by each trial's). ``output``: the preset file to write
-    (None: none). Other keyword arguments go to ``autotune.search`` (``trials``,
-    ``timeout``, ``knobs``, ``study``, ``storage``, ``runs_dir``, ...).
+    (None: none). Other keyword arguments are ``autotune.search``'s option fields
+    (``trials``, ``timeout``, ``knobs``, ``study``, ``storage``, ``runs_dir``, ...: see
+    ``autotune/study/options.py``).
 
     The preset names the model ``name``, which ``autotune train`` cannot load: train with
     ``autotune.train.loop.PresetLoop`` or export the preset for your trainer.
     """
     from autotune.preset import load_preset
-    from autotune.study import search
+    from autotune.study import search, search_options
 
     if "model" in search_kwargs:
         raise UsageError("tune: give build=, loss= and batch=/dataloader=, not model=")
@@ -288,7 +289,8 @@ def tune(
     )
     with tempfile.TemporaryDirectory(prefix="autotune-tune-") as scratch:
         target = Path(scratch) / "best.yaml" if output is None else Path(output)
-        result = search(spec, budget=budget, device=device, output=target, **search_kwargs)
+        options = search_options(device=device, output=target, **search_kwargs)
+        result = search(spec, budget=budget, **options)
         preset = load_preset(target)
     if output is None:
         from dataclasses import replace

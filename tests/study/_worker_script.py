@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fake_burst import FakeBurst, cpu_profile, toy_spec
 
-from autotune.study import search
+from autotune.study import search, search_options
 
 
 class LoggedBurst(FakeBurst):
@@ -49,17 +49,19 @@ def main() -> None:
     result = search(
         toy_spec(),
         budget="1GB",
-        hardware=cpu_profile(),
-        burst_fn=LoggedBurst(folder / "bursts.jsonl", delay, device),
-        trials=trials,
-        storage=storage,
-        study="shared",
-        output=folder / "best.yaml",
-        runs_dir=folder / "runs",
-        steps=2,
-        warmup=0,
-        worker=not finish,
-        finish=finish,
+        **search_options(
+            hardware=cpu_profile(),
+            burst_fn=LoggedBurst(folder / "bursts.jsonl", delay, device),
+            trials=trials,
+            storage=storage,
+            study="shared",
+            output=folder / "best.yaml",
+            runs_dir=folder / "runs",
+            steps=2,
+            warmup=0,
+            worker=not finish,
+            finish=finish,
+        ),
     )
     print(json.dumps({"pid": os.getpid(), "preset": result.preset_path}))
 

@@ -16,7 +16,14 @@ from fake_burst import GB, FakeBurst, cpu_profile, run, toy_spec
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import BudgetError, UsageError
 from autotune.core.units import parse_duration
-from autotune.study import search
+from autotune.study import (
+    SearchLimits,
+    SearchMachine,
+    SearchOutput,
+    SearchScope,
+    SearchStudy,
+    search,
+)
 
 
 def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:
@@ -26,13 +33,10 @@ def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:
     result = autotune.search(
         toy_spec(),
         budget="1GB",
-        hardware=cpu_profile(),
-        burst_fn=FakeBurst(),
-        trials=3,
-        runs_dir=tmp_path / "runs",
-        output=tmp_path / "best.yaml",
-        steps=4,
-        warmup=1,
+        machine=SearchMachine(hardware=cpu_profile(), burst_fn=FakeBurst()),
+        limits=SearchLimits(trials=3, steps=4, warmup=1),
+        study=SearchStudy(runs_dir=tmp_path / "runs"),
+        output=SearchOutput(output=tmp_path / "best.yaml"),
     )
     assert isinstance(result, autotune.SearchResult)
     assert result.best is not None and result.preset_path == str(tmp_path / "best.yaml")
@@ -216,15 +220,11 @@ def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
     result = search(
         spec,
         budget="4GB",
-        device="cpu",
-        hardware=probe(),
-        trials=4,
-        steps=3,
-        warmup=1,
-        knobs=["compile=off", "num_workers=0", "precision=fp32"],
-        runs_dir=tmp_path / "runs",
-        output=tmp_path / "tiny.yaml",
-        burst_timeout=120,
+        scope=SearchScope(knobs=["compile=off", "num_workers=0", "precision=fp32"]),
+        machine=SearchMachine(device="cpu", hardware=probe()),
+        limits=SearchLimits(trials=4, steps=3, warmup=1, burst_timeout=120),
+        study=SearchStudy(runs_dir=tmp_path / "runs"),
+        output=SearchOutput(output=tmp_path / "tiny.yaml"),
     )
     assert result.best is not None and result.verified is not None and result.verified.ok
     assert result.verified.eval_loss is not None

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.core.errors import AutotuneError
-from autotune.study import search
+from autotune.study import search, search_options
 
 TEXTS = st.one_of(
     st.sampled_from(
@@ -55,17 +55,19 @@ def test_any_search_arguments_give_a_result_or_a_clear_error(
             result = search(
                 toy_spec(),
                 budget=budget,
-                seq_len=seq_len,
-                timeout=timeout,
-                study=study,
-                knobs=knobs,
-                hardware=cpu_profile(),
-                burst_fn=FakeBurst(),
-                runs_dir=Path(tmp) / "runs",
-                output=Path(tmp) / "best.yaml",
-                steps=2,
-                warmup=0,
-                **counts,
+                **search_options(
+                    seq_len=seq_len,
+                    timeout=timeout,
+                    study=study,
+                    knobs=knobs,
+                    hardware=cpu_profile(),
+                    burst_fn=FakeBurst(),
+                    runs_dir=Path(tmp) / "runs",
+                    output=Path(tmp) / "best.yaml",
+                    steps=2,
+                    warmup=0,
+                    **counts,
+                ),
             )
         except AutotuneError as exc:
             assert str(exc).strip() and "Traceback" not in str(exc)

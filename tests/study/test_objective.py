@@ -117,7 +117,7 @@ def test_time_to_train_charges_compile_time(tmp_path: Path) -> None:
         train_steps=100_000,
     )
     assert long.best is not None and long.best.config["compile"] == "default"
-    with pytest.raises(UsageError, match="--train-steps"):
+    with pytest.raises(UsageError, match="needs train_steps"):
         run(tmp_path, burst, objective="time-to-train")
 
 

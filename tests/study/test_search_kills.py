@@ -25,7 +25,7 @@ SEARCH = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from fake_burst import FakeBurst, cpu_profile, toy_spec
-    from autotune.study import search
+    from autotune.study import search, search_options
 
     class SlowBurst(FakeBurst):
         def __call__(self, *args, **kwargs):
@@ -34,10 +34,11 @@ SEARCH = textwrap.dedent(
 
     folder = Path(sys.argv[1])
     search(
-        toy_spec(), budget="1GB", hardware=cpu_profile(), burst_fn=SlowBurst(),
+        toy_spec(), budget="1GB", **search_options(
+        hardware=cpu_profile(), burst_fn=SlowBurst(),
         trials=int(sys.argv[2]), runs_dir=folder / "runs", output=folder / "best.yaml",
         study="killed", steps=2, warmup=0,
-    )
+    ))
     """
 )
 

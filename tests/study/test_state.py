@@ -55,7 +55,7 @@ _KILL_SCRIPT = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from fake_burst import FakeBurst, cpu_profile, toy_spec
-    from autotune.study import search
+    from autotune.study import search, search_options
 
     class Hang(FakeBurst):
         def __call__(self, spec, config, **kw):
@@ -64,8 +64,9 @@ _KILL_SCRIPT = textwrap.dedent(
                 time.sleep(600)
             return super().__call__(spec, config, **kw)
 
-    search(toy_spec(), budget="1GB", hardware=cpu_profile(), burst_fn=Hang(), trials=8,
-           storage={storage!r}, study="killed", output=None, steps=3, warmup=1)
+    search(toy_spec(), budget="1GB", **search_options(
+        hardware=cpu_profile(), burst_fn=Hang(), trials=8, storage={storage!r}, study="killed",
+        output=None, steps=3, warmup=1))
     """
 )
 

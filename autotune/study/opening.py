@@ -1,0 +1,162 @@
+"""The study a search opens: its default name and storage, the set-up it records (a study
+resumed with other settings is refused), and the trials it already holds.
+
+Alone, a search's study is named for its model, device, budget, global batch, sequence
+length(s) and space; the workers of a shared search name it without the device's index,
+each searching on a device of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.units import format_bytes
+from autotune.study.optuna_glue import SlowConfigPruner, open_study, redact
+from autotune.study.records import SearchEvent, TrialRecord
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.contract.spec import ModelSpec
+    from autotune.study.objective import Goal
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import SearchState
+
+__all__ = [
+    "default_storage",
+    "default_study_name",
+    "model_name",
+    "open_search_study",
+    "study_name_for",
+]
+
+
+def model_name(spec: ModelSpec) -> str:
+    """How the search names the model: the reference it was loaded from, or its name."""
+    return spec.source or spec.name
+
+
+def default_study_name(
+    *,
+    model: str,
+    device: str,
+    budget_bytes: int,
+    space: SearchSpace,
+    objective: str = "throughput",
+    train_steps: int | None = None,
+) -> str:
+    """``mu-cpu-8000MB-gb32-seq128-1a2b3c4d``: model, device, budget, global batch, sequence
+    length(s) and a hash of the search space (knob restrictions change it)."""
+    seqs = space.seq_len
+    seq = str(seqs[0]) if len(seqs) == 1 else f"{seqs[0]}-{seqs[-1]}"
+    name = (
+        f"{_slug(model)}-{device.replace(':', '')}-{round(budget_bytes / 1e6)}MB"
+        f"-gb{space.global_batch}-seq{seq}"
+    )
+    if objective == "time-to-train":
+        name += f"-ttt{train_steps}"
+    return f"{name}-{space.fingerprint()}"
+
+
+def study_name_for(state: SearchState, goal: Goal, *, shared: bool = False) -> str:
+    """The default name of the study of this search (``default_study_name``); for the
+    workers of a shared search, one every worker gives, whatever its device's index."""
+    name = default_study_name(
+        model=model_name(state.spec),
+        device=_study_device(state, shared=shared),
+        budget_bytes=state.budget_bytes,
+        space=state.space,
+        objective=goal.objective,
+        train_steps=goal.train_steps,
+    )
+    if not shared:
+        return name
+    text = json.dumps(_space_setup(state, shared=True), sort_keys=True)
+    return f"{name.rsplit('-', 1)[0]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _space_setup(state: SearchState, *, shared: bool) -> dict[str, Any]:
+    """The space as a study records it; a shared study's, without the device's index."""
+    space = state.space.describe()
+    return {**space, "device": _study_device(state, shared=True)} if shared else space
+
+
+def _slug(text: str) -> str:
+    text = text.rsplit("/", 1)[-1].replace(".py:", "-").replace(":", "-")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
+
+
+def default_storage(runs_dir: str | Path, study_name: str) -> str:
+    """``sqlite:///<runs_dir>/<study>/study.db`` (its folder is made)."""
+    db = Path(runs_dir) / _slug(study_name) / "study.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{db}"
+
+
+def _study_device(state: SearchState, *, shared: bool) -> str:
+    """The device a study is for: ``cuda:1``; for workers of a shared study, which each
+    search on a device of their own, the kind (``cuda``: the space's device capabilities,
+    also in the study's set-up, tell one GPU model from another)."""
+    return re.sub(r":\d+$", "", state.device) if shared else state.device
+
+
+def _study_setup(state: SearchState, goal: Goal, *, shared: bool = False) -> dict[str, Any]:
+    """What a study is made for: resuming it with other settings is refused."""
+    spec = state.spec
+    return {
+        "model": model_name(spec),
+        "model_args": {k: repr(v) for k, v in spec.args.items()},
+        "device": _study_device(state, shared=shared),
+        "budget_bytes": state.budget_bytes,
+        "global_batch": state.space.global_batch,
+        "objective": goal.objective,
+        "train_steps": goal.train_steps,
+        "space": _space_setup(state, shared=shared),
+    }
+
+
+def open_search_study(
+    state: SearchState,
+    goal: Goal,
+    storage: str,
+    name: str,
+    *,
+    seed: int,
+    n_startup_trials: int | None,
+    joining: bool = False,
+) -> optuna.Study:
+    """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
+    them), and the start announced."""
+    study = open_study(
+        storage,
+        name,
+        setup=_study_setup(state, goal, shared=joining),
+        pruner=SlowConfigPruner(state.best_throughput),
+        seed=seed,
+        n_startup_trials=n_startup_trials,
+        space_size=state.space.size(),
+        trials=state.limits.trials,
+        joining=joining,
+    )
+    for frozen in study.get_trials(deepcopy=False):
+        state.absorb(TrialRecord.from_trial(frozen))
+    resumed = sum(1 for r in state.records.values() if r.finished)
+    state.emit(
+        SearchEvent(
+            kind="start",
+            message=(
+                f"study {name!r} in {redact(storage)}; space of {state.space.size()} "
+                f"configs; budget {format_bytes(state.budget_bytes)} on {state.device}"
+                + (f"; resuming with {resumed} finished trials" if resumed else "")
+            ),
+            best=state.best(),
+            unit=state.unit,
+            trials_left=state.trials_left(),
+            time_left_s=state.time_left(),
+        )
+    )
+    return study

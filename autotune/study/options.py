@@ -1,0 +1,354 @@
+"""What ``search()`` is asked: one keyword-only, frozen record per concern, checked when made.
+
+``SearchScope`` (what is searched), ``SearchMachine`` (where the bursts run),
+``SearchLimits`` (how much is measured), ``SearchRace`` (the finalist race),
+``SearchStudy`` (the Optuna study) and ``SearchOutput`` (the preset and the progress).
+A record that is made wrong raises ``SearchOptionsError`` with every problem at once,
+each starting with the field's name (``trials must be a positive integer, got 0``): the
+CLI, which makes these records from its flags, shows the flag instead.
+``search_options`` sorts flat keyword arguments (``tune``'s) into the records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from autotune.core.errors import ConfigError, UsageError
+from autotune.core.schema import did_you_mean
+from autotune.core.units import parse_duration
+from autotune.study.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
+from autotune.study.race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
+
+if TYPE_CHECKING:
+    from autotune.machine.profile import HardwareProfile
+    from autotune.study.objective import BurstFn
+    from autotune.study.records import SearchEvent
+    from autotune.study.watch import MachineWatch
+
+__all__ = [
+    "DEFAULT_BURST_TIMEOUT_S",
+    "DEFAULT_RUNS_DIR",
+    "DEFAULT_STEPS",
+    "DEFAULT_TIME_LIMIT_S",
+    "DEFAULT_TRIALS",
+    "DEFAULT_WARMUP",
+    "OBJECTIVES",
+    "Objective",
+    "SearchLimits",
+    "SearchMachine",
+    "SearchOptionsError",
+    "SearchOutput",
+    "SearchRace",
+    "SearchScope",
+    "SearchStudy",
+    "search_options",
+]
+
+# With neither trials nor timeout: up to 30 measured trials, and the finalist race,
+# within 5 2/3 minutes (the race counts inside the limit), so a default search ends in
+# under 6 minutes.
+DEFAULT_TRIALS = 30
+DEFAULT_TIME_LIMIT_S = 340.0
+DEFAULT_STEPS = 4
+DEFAULT_WARMUP = None  # 1 on a CPU; 3 on CUDA (compilation, CUDA-graph recording)
+DEFAULT_BURST_TIMEOUT_S = 300.0
+DEFAULT_RUNS_DIR = "autotune_runs"
+
+Objective = Literal["throughput", "time-to-train"]
+OBJECTIVES: tuple[str, ...] = ("throughput", "time-to-train")
+
+
+class SearchOptionsError(ConfigError):
+    """Search options that cannot be used: every problem, each starting with (or, for a
+    value that cannot be read, naming) its field. One problem is the whole message."""
+
+    def __init__(self, problems: Iterable[str], *, context: str = "invalid search options"):
+        super().__init__(problems, context=context)
+        if len(self.problems) == 1:
+            self.args = (self.problems[0],)
+
+
+class _Options:
+    """Checks a record's fields when it is made (``_problems``), raising every problem."""
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise SearchOptionsError(problems, context=f"invalid {type(self).__name__}")
+
+    def _problems(self) -> list[str]:
+        return []
+
+
+def _count(name: str, value: Any, *, minimum: int = 1, optional: bool = False) -> list[str]:
+    """``name must be a positive integer, got 0`` when ``value`` is not an int >= minimum."""
+    if optional and value is None:
+        return []
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return []
+    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    return [f"{name} must be {wanted}, got {value!r}"]
+
+
+def _duration(name: str, value: Any) -> list[str]:
+    """The problem with a duration (``600``, ``"10m"``), if any."""
+    try:
+        parse_duration(value, what=name)
+    except UsageError as exc:
+        return [str(exc)]
+    return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchScope(_Options):
+    """What is searched, beyond the model and the budget."""
+
+    global_batch: int | None = None
+    """Samples per optimizer step, kept fixed (default: the model's)."""
+    seq_len: str | int | Sequence[int] | None = None
+    """One length, or a range ``"64-256"`` whose powers of two are searched."""
+    knobs: Mapping[str, Sequence[Any]] | Sequence[str] | None = None
+    """Restricts the space: ``{"precision": ["bf16"]}`` or ``["precision=bf16",
+    "compile=off"]``."""
+    objective: str = "throughput"
+    """``throughput`` (steady-state) or ``time-to-train`` (compile time charged over
+    ``train_steps``)."""
+    train_steps: int | None = None
+    """The run's length, for ``time-to-train``."""
+
+    def _problems(self) -> list[str]:
+        problems = _count("global_batch", self.global_batch, optional=True)
+        problems += _count("train_steps", self.train_steps, optional=True)
+        if isinstance(self.knobs, str):
+            problems.append(
+                f"knobs must be a mapping or a list of NAME=VALUE texts, got {self.knobs!r}"
+            )
+        if self.objective not in OBJECTIVES:
+            shown = ", ".join(OBJECTIVES)
+            problems.append(f"objective must be one of {shown}, got {self.objective!r}")
+        elif self.objective == "time-to-train" and self.train_steps is None:
+            problems.append("objective time-to-train needs train_steps N (the run's length)")
+        return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchMachine(_Options):
+    """Where and how the bursts run."""
+
+    device: str | None = None
+    """``cpu``, ``cuda``, ``cuda:1`` (default: the first GPU, else the CPU)."""
+    nproc_per_node: int = 1
+    """Processes per burst: above 1 every burst runs under torchrun and the space adds the
+    DDP/FSDP settings (``autotune/config/parallel.py``); the preset records them."""
+    hardware: HardwareProfile | None = None
+    """The machine (default: ``autotune.machine.hardware.probe()``)."""
+    burst_fn: BurstFn | None = None
+    """Runs one burst (default: ``autotune.burst.supervisor.run_burst``)."""
+    watch: MachineWatch | bool | None = None
+    """The machine watch that marks trials measured under outside load: a
+    ``MachineWatch``, True, False; None: on with the real burst runner, off with a
+    ``burst_fn``, whose figures do not come from this machine."""
+
+    def _problems(self) -> list[str]:
+        problems = _count("nproc_per_node", self.nproc_per_node)
+        if self.device is not None and not isinstance(self.device, str):
+            problems.append(f"device must be a device name such as cuda:0, got {self.device!r}")
+        if self.burst_fn is not None and not callable(self.burst_fn):
+            problems.append(f"burst_fn must be callable, got {self.burst_fn!r}")
+        return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchLimits(_Options):
+    """How much is measured. With neither ``trials`` nor ``timeout``: ``DEFAULT_TRIALS``
+    within ``DEFAULT_TIME_LIMIT_S``. The time limit covers the trials and the race: the
+    trials stop when the time left is what the race will need, and a running burst's
+    timeout is capped at the time left."""
+
+    trials: int | None = None
+    """Measured trials (those that ran a burst) in the study, earlier runs included."""
+    timeout: str | float | None = None
+    """The search's time limit (``600``, ``"10m"``)."""
+    steps: int = DEFAULT_STEPS
+    """Timed optimizer steps per burst."""
+    warmup: int | None = DEFAULT_WARMUP
+    """Untimed warm-up steps per burst (default: 1 on a CPU, 3 on CUDA)."""
+    burst_timeout: str | float = DEFAULT_BURST_TIMEOUT_S
+    """The time limit of one burst."""
+
+    def _problems(self) -> list[str]:
+        problems = _count("trials", self.trials, optional=True)
+        problems += _count("steps", self.steps, minimum=PRUNE_MIN_STEPS)
+        problems += _count("warmup", self.warmup, minimum=0, optional=True)
+        if self.timeout is not None:
+            problems += _duration("timeout", self.timeout)
+        return problems + _duration("burst_timeout", self.burst_timeout)
+
+    @property
+    def time_limit_s(self) -> float | None:
+        """The search's time limit in seconds; ``DEFAULT_TIME_LIMIT_S`` without a limit of
+        trials or time."""
+        if self.timeout is not None:
+            return parse_duration(self.timeout)
+        return DEFAULT_TIME_LIMIT_S if self.trials is None else None
+
+    @property
+    def trial_limit(self) -> int | None:
+        """The measured trials to run; ``DEFAULT_TRIALS`` without a limit of trials or time."""
+        return DEFAULT_TRIALS if self.trials is None and self.timeout is None else self.trials
+
+    @property
+    def burst_timeout_s(self) -> float:
+        return parse_duration(self.burst_timeout)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRace(_Options):
+    """The finalist race: the ``finalists`` best distinct configs, the naive config and the
+    expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each."""
+
+    finalists: int = DEFAULT_FINALISTS
+    race_rounds: int = DEFAULT_ROUNDS
+    race_steps: int | None = None
+    """Timed steps per race burst (default: the trials' ``steps``)."""
+
+    def _problems(self) -> list[str]:
+        return [
+            *_count("finalists", self.finalists),
+            *_count("race_rounds", self.race_rounds),
+            *_count("race_steps", self.race_steps, optional=True),
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchStudy(_Options):
+    """The Optuna study the trials go in; rerunning a search resumes its study."""
+
+    storage: str | None = None
+    """Any Optuna storage URL, or ``journal:PATH`` (default:
+    ``sqlite:///<runs_dir>/<study>/study.db``)."""
+    study: str | None = None
+    """The study's name, also its folder under ``runs_dir`` (default: from the model,
+    device, budget, global batch, sequence length and the space)."""
+    runs_dir: str | Path = DEFAULT_RUNS_DIR
+    """Where the default storage and the compile cache go."""
+    seed: int = 0
+    """Seed of the sampler and of the bursts."""
+    n_startup_trials: int | None = None
+    """Random trials before TPE models the results (default: from the space's size)."""
+    warm_start: str | Path | None = None
+    """A preset whose config (and its neighbours) are tried first."""
+    worker: bool = False
+    """One of several processes searching this study together (other devices, other
+    machines, one shared ``storage``; see ``workers.py``): a config is measured by one
+    worker only, ``trials`` counts every worker's, and the race and the preset are run by
+    the one worker that claims them first; the others return with no race and no preset,
+    naming the finisher."""
+    finish: bool = False
+    """Run no trials: wait for the workers' last bursts, then race the study's trials and
+    write the preset (taking over from a finisher that died)."""
+
+    def _problems(self) -> list[str]:
+        problems = _count("seed", self.seed, minimum=0)
+        problems += _count("n_startup_trials", self.n_startup_trials, minimum=0, optional=True)
+        name = self.study
+        if name is not None and (
+            name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")
+        ):
+            problems.append(
+                f"study {name!r}: expected a plain name such as my-search (no path "
+                "separators, not '.' or '..'): the study's files go in a folder of that "
+                "name under the runs folder"
+            )
+        if self.storage is not None:
+            try:
+                check_storage_url(self.storage)
+            except UsageError as exc:
+                problems.append(str(exc))
+        return problems
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes search this study too."""
+        return self.worker or self.finish
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOutput(_Options):
+    """What the search gives back besides its result."""
+
+    output: str | Path | None = "best.yaml"
+    """Where the winner's preset goes (None: not written). Checked when made, not after
+    the last trial: its nearest existing folder must be one this process can write in."""
+    progress: Callable[[SearchEvent], None] | None = None
+    """Receives a ``SearchEvent`` per trial, race round and note."""
+
+    def _problems(self) -> list[str]:
+        problems = [] if self.output is None else _output_problems(self.output)
+        if self.progress is not None and not callable(self.progress):
+            problems.append(f"progress must be callable, got {self.progress!r}")
+        return problems
+
+
+def _output_problems(output: str | Path) -> list[str]:
+    """What keeps the preset from being written at ``output`` (the folders below its
+    nearest existing one are made when it is written). The probe is an unnamed temporary
+    file."""
+    target = Path(output).expanduser()
+    if target.is_dir():
+        return [f"output {str(output)!r} is a directory; give a file such as best.yaml"]
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return [f"output {str(output)!r}: {str(folder)!r} is not a folder"]
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return [
+            f"output {str(output)!r}: cannot write in {str(folder)!r} "
+            f"({exc.strerror or exc}); give a path in a folder you can write to"
+        ]
+    return []
+
+
+_RECORDS: dict[str, Any] = {  # the argument of search() -> its record type
+    "scope": SearchScope,
+    "machine": SearchMachine,
+    "limits": SearchLimits,
+    "race": SearchRace,
+    "study": SearchStudy,
+    "output": SearchOutput,
+}
+
+
+def search_options(**options: Any) -> dict[str, Any]:
+    """``search()``'s option records from flat keyword arguments (``trials=5,
+        output=None``): each goes to the record with a field of its name; the records get
+        their defaults otherwise. ``UsageError`` for a name no record has; every problem of
+    every record at once."""
+    owner = {f.name: key for key, cls in _RECORDS.items() for f in dataclasses.fields(cls)}
+    unknown = [name for name in options if name not in owner]
+    if unknown:
+        raise UsageError(
+            f"unknown search option {unknown[0]!r}{did_you_mean(unknown[0], list(owner))}"
+        )
+    fields: dict[str, dict[str, Any]] = {key: {} for key in _RECORDS}
+    for name, value in options.items():
+        fields[owner[name]][name] = value
+    records: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, cls in _RECORDS.items():
+        try:
+            records[key] = cls(**fields[key])
+        except SearchOptionsError as exc:
+            problems += exc.problems
+    if problems:
+        raise SearchOptionsError(problems)
+    return records
