@@ -109,7 +109,8 @@ def _package_reexports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph without a package's edges to its own submodules: ``pkg/__init__`` naming
     what ``pkg.sub`` defines is a face, not a dependency of ``pkg.sub`` on its siblings."""
     return {
-        name: {t for t in targets if not t.startswith(name + ".")} for name, targets in graph.items()
+        name: {t for t in targets if not t.startswith(name + ".")}
+        for name, targets in graph.items()
     }
 
 
