@@ -6,6 +6,7 @@ inside the command, so ``autotune --help`` stays instant.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -41,6 +42,10 @@ def report(
     runs_dir: Annotated[
         str, typer.Option("--runs-dir", help="Where the search keeps its studies.")
     ] = "autotune_runs",
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print what was written as JSON (for scripts), no text."),
+    ] = False,
 ) -> None:
     """Write a search's report: one HTML file that opens offline (plots inline, no script).
 
@@ -51,6 +56,19 @@ def report(
     from autotune.report import write_report
 
     data = write_report(source, out=out, png=png, storage=storage, runs_dir=runs_dir)
+    if as_json:
+        summary = {
+            "html": out,
+            "png": png,
+            "title": data.title,
+            "study": data.study_name,
+            "storage": data.storage,  # already redacted
+            "trials": len(data.trials),
+            "preset": data.preset_path,
+            "notes": list(data.notes),
+        }
+        typer.echo(json.dumps(summary, indent=2))
+        return
     typer.echo(f"report written: {out}" + (f" and {png}" if png else ""))
     for note in data.notes:
         typer.echo(f"note: {note}", err=True)

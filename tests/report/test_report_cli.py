@@ -170,3 +170,18 @@ def test_search_report_without_matplotlib_stops_before_the_search(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "autotune[report]" in result.stderr
     assert not burst.calls and not (tmp_path / "autotune_runs").exists()
+
+
+def test_report_json_says_what_was_written_and_prints_nothing_else(
+    searched: Searched, tmp_path: Path
+) -> None:
+    import json
+
+    out = tmp_path / "r.html"
+    result = report(str(searched.preset), "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["html"] == str(out) and out.is_file()
+    assert summary["png"] is None
+    assert summary["trials"] >= len(searched.result.trials) > 0  # the study holds every trial
+    assert "report written" not in result.stdout
