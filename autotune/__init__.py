@@ -3,6 +3,9 @@
 The public Python API mirrors the CLI, and every name a user needs is importable from here:
 
 - ``autotune.search(model, budget=...)``: the function behind ``autotune search``;
+- ``autotune.SearchScope``, ``SearchMachine``, ``SearchLimits``, ``SearchRace``,
+  ``SearchStudy``, ``SearchOutput``: ``search``'s options as keyword-only records, and
+  ``autotune.search_options(...)``, which builds them from flat keyword arguments;
 - ``autotune.tune(build=..., loss=..., batch=...)``: a search of a model defined in a
   notebook or a script, with no spec file;
 - ``autotune.PresetLoop``: a preset's config in your own training loop;
@@ -37,6 +40,15 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch, Knob, ModelSpec
     from autotune.preset import Preset, load_preset
     from autotune.study import SearchResult, search
+    from autotune.study.options import (
+        SearchLimits,
+        SearchMachine,
+        SearchOutput,
+        SearchRace,
+        SearchScope,
+        SearchStudy,
+        search_options,
+    )
     from autotune.study.tuning import tune
     from autotune.train.loop import PresetLoop
 
@@ -52,11 +64,18 @@ __all__ = [
     "Preset",
     "PresetError",
     "PresetLoop",
+    "SearchLimits",
+    "SearchMachine",
+    "SearchOutput",
+    "SearchRace",
     "SearchResult",
+    "SearchScope",
+    "SearchStudy",
     "UsageError",
     "__version__",
     "load_preset",
     "search",
+    "search_options",
     "tune",
 ]
 
@@ -71,6 +90,18 @@ _LAZY = {
     "PresetLoop": "autotune.train.loop",
     "SearchResult": "autotune.study",
     "search": "autotune.study",
+    **dict.fromkeys(
+        (
+            "SearchScope",
+            "SearchMachine",
+            "SearchLimits",
+            "SearchRace",
+            "SearchStudy",
+            "SearchOutput",
+            "search_options",
+        ),
+        "autotune.study.options",
+    ),
     "tune": "autotune.study.tuning",
 }
 
