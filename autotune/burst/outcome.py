@@ -196,7 +196,8 @@ def verdict(
             f"{progress.stage}" + (f"; last output: {tail}" if tail else ""),
             {},
         )
-    extra = {k: result[k] for k in ("eval_loss", "checkpoint_bytes") if result.get(k) is not None}
+    kept = ("eval_loss", "checkpoint_bytes", "breakdown")
+    extra = {k: result[k] for k in kept if result.get(k) is not None}
     status, reason = result["status"], result.get("reason", "")
     if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:
         # Between two samples, but the trial's own high-water mark saw it.

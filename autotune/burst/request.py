@@ -32,8 +32,14 @@ def write_request(
     seed: int,
     verify: bool,
     threads: int | None,
+    profile: bool = False,
+    profile_steps: int = 3,
+    trace_path: str | None = None,
 ) -> None:
-    """Write the trial's request to ``path``; raises if the spec cannot travel."""
+    """Write the trial's request to ``path``; raises if the spec cannot travel.
+
+    ``profile`` adds ``profile_steps`` profiled steps after the timed ones (their
+    breakdown comes back in the result; ``trace_path`` receives their Chrome trace)."""
     request: dict[str, Any] = {
         "config": config,
         "steps": steps,
@@ -44,6 +50,9 @@ def write_request(
         "verify": verify,
         "workdir": str(path.parent),
         "threads": threads,
+        "profile": profile,
+        "profile_steps": profile_steps,
+        "trace_path": trace_path,
     }
     request.update(spec_payload(spec))
     with open(path, "wb") as f:

@@ -59,6 +59,8 @@ class BurstResult:
     recompiles: int | None = None  # graphs torch.compile built during the timed steps
     threads: int | None = None  # torch's intra-op threads in the trial (fewer when shared)
     alloc_retries: int | None = None  # CUDA: the caching allocator's num_alloc_retries
+    # A profiling burst's: where the step's time went (autotune.explain.Breakdown.to_dict)
+    breakdown: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

@@ -96,6 +96,8 @@ def run_burst(
     device_caps: DeviceCaps | None = None,
     memory_interval_s: float = 0.025,
     threads: int | None = None,
+    profile: bool = False,
+    trace_path: str | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -108,7 +110,10 @@ def run_burst(
     checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
     ``threads`` caps torch's intra-op threads in the trial (None: torch's default, one
     per core); a search gives fewer while other processes hold cores (see
-    ``autotune.study.watch.free_cores``). Nothing the trial started outlives this call.
+    ``autotune.study.watch.free_cores``). ``profile`` adds a few profiled steps after the
+    timed ones (never among them): the result's ``breakdown`` says where a step's time
+    went, and ``trace_path`` receives their Chrome trace. Nothing the trial started
+    outlives this call.
     """
     _check_arguments(
         steps=steps, warmup=warmup, timeout_s=timeout_s, budget_bytes=budget_bytes, threads=threads
@@ -131,6 +136,8 @@ def run_burst(
                 seed=seed,
                 verify=verify,
                 threads=threads,
+                profile=profile,
+                trace_path=trace_path,
             )
         except Exception as exc:
             return burst.result(

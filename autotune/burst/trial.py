@@ -174,6 +174,8 @@ class Trial:
             return failed
 
         extra: dict[str, Any] = {}
+        if req.get("profile"):  # after the timed steps: their figures carry no profiler
+            extra["breakdown"] = self._profile(stepper, batches, config)
         if req["verify"]:
             failed, extra = self._verify(spec, model, optimizer, stepper, config)
             if failed is not None:
@@ -249,6 +251,17 @@ class Trial:
             if not _finite(loss):
                 return self.result("nan", f"loss is {loss} at {self.stage}")
         return None
+
+    def _profile(
+        self, stepper: Stepper, batches: Iterator[Batch], config: TrainConfig
+    ) -> dict[str, Any]:
+        """A few profiled steps: where their time went (``autotune.explain``)."""
+        from autotune.explain.breakdown import profile_steps
+
+        self.set_stage("profiling")
+        steps = int(self.request.get("profile_steps") or 3)
+        trace = self.request.get("trace_path")
+        return profile_steps(stepper, batches, config, steps=steps, trace_path=trace).to_dict()
 
     def _verify(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
+    from autotune.explain.breakdown import Breakdown
+    from autotune.explain.verdict import Verdict
     from autotune.machine.caps import DeviceCaps
 
 __all__ = ["bench", "config_options", "parse_knobs", "render"]
@@ -94,6 +97,20 @@ def bench(
         bool, typer.Option("--verify", help="Also run an eval step and save a checkpoint.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also profile a few steps after the timed ones: where a step's time goes "
+            "and which limit it hits (the timed figures carry no profiler).",
+        ),
+    ] = False,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="With --profile: write the Chrome trace (opens in Perfetto) here."
+        ),
+    ] = None,
     **settings: Any,
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
@@ -123,6 +140,8 @@ def bench(
         seed=seed,
         verify=verify,
         show_steps=not json_output,
+        profile=profile or trace is not None,
+        trace_path=str(Path(trace).resolve()) if trace else None,
     )
     _report(
         result,
@@ -154,6 +173,8 @@ def _run_with_progress(
     seed: int,
     verify: bool,
     show_steps: bool,
+    profile: bool = False,
+    trace_path: str | None = None,
 ) -> BurstResult:
     """The burst, under a spinner on stderr (with each timed step's time if
     ``show_steps``)."""
@@ -181,6 +202,8 @@ def _run_with_progress(
             verify=verify,
             on_step=on_step if show_steps else None,
             device_caps=caps,
+            profile=profile,
+            trace_path=trace_path,
         )
 
 
@@ -196,22 +219,38 @@ def _report(
     from rich.console import Console
 
     from autotune.core.units import format_bytes
+    from autotune.explain.render import explain_result, explain_to_dict
 
+    explained = explain_result(result, budget_bytes=budget_bytes)
     if json_output:
-        print_json(_finite({"model": model, "budget_bytes": budget_bytes, **result.to_dict()}))
+        data = {"model": model, "budget_bytes": budget_bytes, **result.to_dict()}
+        if explained is not None:
+            data["explain"] = explain_to_dict(*explained)
+        print_json(_finite(data))
     else:
-        render(
-            result,
-            model=model,
-            size_name=size_name,
-            budget_bytes=budget_bytes,
-            console=Console(highlight=False),
-        )
+        console = Console(highlight=False)
+        render(result, model=model, size_name=size_name, budget_bytes=budget_bytes, console=console)
+        if explained is not None:
+            _render_explained(*explained, console=console)
     if not result.ok:
         where = (
             f" (peak {format_bytes(result.peak_memory_bytes)})" if result.status == "oom" else ""
         )
         raise AutotuneError(f"burst {result.status}{where}: {result.reason}")
+
+
+def _render_explained(breakdown: Breakdown, verdict: Verdict, *, console: Console) -> None:
+    """Where the step's time goes, and the verdict with its evidence and knobs."""
+    from rich.table import Table
+
+    from autotune.explain.render import table_rows
+
+    table = Table(title="where a step's time goes", title_justify="left", box=None)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in table_rows(breakdown, verdict):
+        table.add_row(label, value)
+    console.print(table)
 
 
 def parse_knobs(items: list[str]) -> dict[str, Any]:

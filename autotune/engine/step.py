@@ -40,6 +40,7 @@ __all__ = [
     "compile_model",
     "make_optimizer",
     "place_model",
+    "profiled_phase",
     "prepare_model",
     "to_device",
 ]
@@ -175,6 +176,19 @@ def _gradient_sync_off(set_sync: Callable[[bool], None]) -> Iterator[None]:
         set_sync(True)
 
 
+_NO_RANGE = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def profiled_phase(name: str, device: torch.device) -> Iterator[None]:
+    """A ``record_function`` range that waits for the device's work before it closes, so
+    its length is the phase's (a profiling burst's only: it serializes the device)."""
+    with torch.profiler.record_function(f"autotune.{name}"):
+        yield
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
 class Stepper:
     """Runs one optimizer step over ``config.grad_accum`` micro-batches."""
 
@@ -197,6 +211,15 @@ class Stepper:
         self.grad_clip = grad_clip
         self.scheduler = scheduler
         self.scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
+        # Set by a profiling burst (autotune.explain.breakdown): the step's phases become
+        # profiler ranges, each drained of device work before it closes.
+        self.profile = False
+
+    def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """The profiler range ``autotune.<name>`` while profiling; else no range at all."""
+        if not self.profile:
+            return _NO_RANGE
+        return profiled_phase(name, self.device)
 
     def _no_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """No gradient reduction before the last micro-batch: DDP's ``no_sync`` (not with
@@ -225,19 +248,21 @@ class Stepper:
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(micro_batches):
             with self._no_sync(last=i == n - 1):
-                with autocast_context(self.config, self.device):
+                with self._phase("forward"), autocast_context(self.config, self.device):
                     loss = self.loss_fn(self.model, batch)
-                self.scaler.scale(loss / n).backward()
+                with self._phase("backward"):
+                    self.scaler.scale(loss / n).backward()
             total += loss.detach().float()
-        grad_norm = None
-        if self.grad_clip is not None:
-            self.scaler.unscale_(self.optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scheduler is not None:
-            self.scheduler.step()
+        with self._phase("optimizer"):
+            grad_norm = None
+            if self.grad_clip is not None:
+                self.scaler.unscale_(self.optimizer)
+                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scheduler is not None:
+                self.scheduler.step()
         return StepOutput(loss=total / n, grad_norm=grad_norm)
 
     def state_dict(self) -> dict[str, Any]:

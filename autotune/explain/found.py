@@ -1,0 +1,87 @@
+"""What ``autotune search --profile`` adds after the race: a profiling burst of the naive
+config and of the winner (separate bursts: the trials' and the race's figures never carry
+the profiler), their breakdowns and verdicts as lines of the preset's ``notes``, and
+each one's Chrome trace in the run's folder."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.contract.spec import ModelSpec
+    from autotune.explain.breakdown import Breakdown
+    from autotune.explain.verdict import Verdict
+    from autotune.study.records import SearchResult, TrialRecord
+
+__all__ = ["Profiled", "add_notes", "profile_found", "run_folder"]
+
+Profiled = tuple[str, "Breakdown", "Verdict"]
+
+
+def run_folder(result: SearchResult) -> Path | None:
+    """The search's folder: the SQLite study file's, else the preset's; None if neither."""
+    if result.storage.startswith("sqlite:///"):
+        return Path(result.storage[len("sqlite:///") :]).parent
+    if result.preset_path:
+        return Path(result.preset_path).parent
+    return None
+
+
+def profile_found(
+    result: SearchResult,
+    spec: ModelSpec,
+    *,
+    steps: int = 3,
+    warmup: int = 2,
+    timeout_s: float = 300.0,
+    traces: bool = True,
+) -> tuple[list[Profiled], list[str]]:
+    """Profile the naive config and the winner, each in its own burst: (label, breakdown,
+    verdict) per config that ran, and one note per config (why not, where one failed)."""
+    from autotune.burst import supervisor
+    from autotune.explain.render import compact, explain_result
+
+    rows: list[tuple[str, TrialRecord | None]] = [("naive", result.naive), ("winner", result.best)]
+    profiled: list[Profiled] = []
+    notes: list[str] = []
+    folder = run_folder(result) if traces else None
+    for label, record in rows:
+        if record is None:
+            notes.append(f"profile of {label}: no such config in this search")
+            continue
+        trace = str(folder / f"profile-{label}.trace.json") if folder is not None else None
+        burst = supervisor.run_burst(
+            spec,
+            record.train_config(),
+            steps=steps,
+            warmup=warmup,
+            budget_bytes=result.budget_bytes,
+            timeout_s=timeout_s,
+            device=result.device,
+            profile=True,
+            trace_path=trace,
+        )
+        explained = explain_result(burst, budget_bytes=result.budget_bytes)
+        if explained is None:
+            notes.append(f"profile of {label}: burst {burst.status} ({burst.reason})")
+            continue
+        breakdown, verdict = explained
+        if trace is not None and not Path(trace).exists():
+            breakdown = replace(breakdown, trace_path=None)
+        name = f"{label} ({record.summary()})"
+        profiled.append((name, breakdown, verdict))
+        notes.append(compact(name, breakdown, verdict))
+    return profiled, notes
+
+
+def add_notes(preset_path: str | Path, lines: list[str]) -> None:
+    """Append ``lines`` to the preset's free-text ``notes`` (its schema unchanged)."""
+    from autotune.preset.io import load_preset, save_preset
+
+    if not lines:
+        return
+    preset = load_preset(preset_path)
+    text = "\n".join([preset.notes, *lines] if preset.notes else lines)
+    save_preset(replace(preset, notes=text), preset_path)
