@@ -8,7 +8,7 @@ here, ``autotune.forward``, ``autotune.backward`` and ``autotune.optimizer`` in 
 step function (``Stepper.profile``). They never nest in one another, so the named parts
 add up without double counting; ``rest`` is the step's time outside them (Python, launch
 overhead, synchronization). Per-module times come from ranges that forward hooks open
-around each direct child of the model; a child's backward is the autograd functions
+around each direct child of the model (a container's children in its place); a child's backward is the autograd functions
 whose sequence numbers its forward ops recorded.
 
 These steps run after the burst's timed ones, so its figures never carry the profiler's
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch
     from autotune.engine.step import Stepper
 
-__all__ = ["PARTS", "Breakdown", "parse_events", "profile_steps"]
+__all__ = ["PARTS", "Breakdown", "parse_events", "profile_steps", "top_modules"]
 
 # The named parts of a step, in the order a table lists them ("rest" is what is left).
 PARTS = ("data_wait", "h2d", "forward", "backward", "optimizer")
@@ -176,6 +176,20 @@ def _inner(model: nn.Module) -> nn.Module:
     return getattr(inner, "module", inner) if hasattr(inner, "no_sync") else inner
 
 
+def top_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's direct children, those of a container (``ModuleList``,
+    ``ModuleDict``: never called itself) in its place as ``name.key``."""
+    from torch import nn
+
+    found: list[tuple[str, nn.Module]] = []
+    for name, child in model.named_children():
+        if isinstance(child, nn.ModuleList | nn.ModuleDict):
+            found.extend((f"{name}.{key}", inner) for key, inner in child.named_children())
+        else:
+            found.append((name, child))
+    return found
+
+
 @contextlib.contextmanager
 def _module_ranges(model: nn.Module) -> Iterator[None]:
     """A profiler range around the model's forward and each direct child's forward."""
@@ -199,7 +213,7 @@ def _module_ranges(model: nn.Module) -> Iterator[None]:
         handles.append(module.register_forward_hook(post))
 
     hooks(model, _MODEL)
-    for name, child in model.named_children():
+    for name, child in top_modules(model):
         hooks(child, _MODULE + name)
     try:
         yield

@@ -23,7 +23,7 @@ Profiled = tuple[str, "Breakdown", "Verdict"]
 def run_folder(result: SearchResult) -> Path | None:
     """The search's folder: the SQLite study file's, else the preset's; None if neither."""
     if result.storage.startswith("sqlite:///"):
-        return Path(result.storage[len("sqlite:///") :]).parent
+        return Path(result.storage[len("sqlite:///") :]).resolve().parent
     if result.preset_path:
         return Path(result.preset_path).parent
     return None
@@ -36,6 +36,7 @@ def profile_found(
     steps: int = 3,
     warmup: int = 2,
     timeout_s: float = 300.0,
+    seed: int = 0,
     traces: bool = True,
 ) -> tuple[list[Profiled], list[str]]:
     """Profile the naive config and the winner, each in its own burst: (label, breakdown,
@@ -60,6 +61,7 @@ def profile_found(
             budget_bytes=result.budget_bytes,
             timeout_s=timeout_s,
             device=result.device,
+            seed=seed,
             profile=True,
             trace_path=trace,
         )
