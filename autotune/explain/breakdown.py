@@ -8,8 +8,8 @@ here, ``autotune.forward``, ``autotune.backward`` and ``autotune.optimizer`` in 
 step function (``Stepper.profile``). They never nest in one another, so the named parts
 add up without double counting; ``rest`` is the step's time outside them (Python, launch
 overhead, synchronization). Per-module times come from ranges that forward hooks open
-around each direct child of the model (a container's children in its place); a child's backward is the autograd functions
-whose sequence numbers its forward ops recorded.
+around each direct child of the model (a container's children in its place); a child's
+backward is the autograd functions whose sequence numbers its forward ops recorded.
 
 These steps run after the burst's timed ones, so its figures never carry the profiler's
 overhead.

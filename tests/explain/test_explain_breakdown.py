@@ -128,7 +128,10 @@ def test_a_compiled_model_has_phases_but_says_why_no_modules() -> None:
     model = nn.Linear(4, 4)
     config = TrainConfig(micro_batch=2, grad_accum=1, seq_len=1, compile="default")
     stepper = Stepper(
-        model, make_optimizer(model, config), config=config, device=CPU,
+        model,
+        make_optimizer(model, config),
+        config=config,
+        device=CPU,
         loss_fn=lambda m, b: m(b["x"]).sum(),
     )  # fmt: skip  (not compiled: only the note depends on the config)
     b = profile_steps(stepper, _repeat({"x": torch.randn(2, 4)}), config, steps=1)
