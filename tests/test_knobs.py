@@ -16,7 +16,10 @@ from toy_spec import toy_spec
 from autotune.cli.bench import config_options
 from autotune.config.knobs import (
     EXPORT_FRAMEWORKS,
+    BackendFlag,
+    EnvSetting,
     Search,
+    backend_settings,
     docs_table,
     export_names,
     knob,
@@ -38,6 +41,9 @@ class TurboConfig(TrainConfig):
         default=False,
         runs=(on_cuda("a turbo needs a CUDA device, not {device}"),),
         search=Search(order=13, switch=True, only=(on_cuda("{name} is only searched on CUDA"),)),
+        env=EnvSetting("TURBO_MODE", "on"),  # read when torch loads: a restart
+        backend=(BackendFlag("backends.cudnn.deterministic", cuda=True),),
+        label="turbo!",
         help="The made-up turbo.",
         exports={"hf": "turbo_mode"},
         doc="a made-up switch",
@@ -50,7 +56,7 @@ def test_every_field_is_one_entry_in_field_order() -> None:
     assert [k.name for k in KNOBS] == fields
     for k in KNOBS:
         assert k.doc and k.example, f"{k.name} has no docs line"
-        assert k.applied_by, f"{k.name} does not say what applies it"
+        assert k.applier, f"{k.name} does not say what applies it"
     defaults = TrainConfig(micro_batch=1, seq_len=8).to_dict()
     assert {k.name: k.default for k in KNOBS if k.name in defaults and not k.required} == {
         name: value for name, value in defaults.items() if name not in ("micro_batch", "seq_len")
@@ -163,9 +169,11 @@ def test_an_added_knob_gets_a_bench_flag_a_docs_line_and_its_export_names() -> N
     assert base is bool and option.default == "--turbo" and option.help == "The made-up turbo."
     assert options["turbo"].default is False
     assert options["turbo"].kind is inspect.Parameter.KEYWORD_ONLY
-    assert "| `turbo` | true/false; default false | a made-up switch | `true` |" in docs_table(
-        TurboConfig
-    )
+    assert (
+        "| `turbo` | true/false; default false | a made-up switch; `TURBO_MODE=on` in the "
+        "environment of the burst's process and of `autotune train`, which starts itself "
+        "again with it: it is read once, when torch loads | `true` |"
+    ) in docs_table(TurboConfig)
     assert export_names("hf", TurboConfig)["turbo"] == "turbo_mode"
     assert export_names("lightning", TurboConfig)["turbo"] is None
 
@@ -180,3 +188,24 @@ def test_the_bench_flags_are_the_knobs_with_help() -> None:
         8,
         None,
     ]
+
+
+def test_an_added_knob_sets_its_environment_and_its_torch_flags() -> None:
+    from autotune.machine import omp
+
+    on = TurboConfig(micro_batch=1, seq_len=8, turbo=True)
+    off = TurboConfig(micro_batch=1, seq_len=8)
+    assert omp.environment_for(on, {"A": "1"}) == {"A": "1", "TURBO_MODE": "on"}
+    assert omp.environment_for(off, {"A": "1"}) == {"A": "1"}
+    assert omp.restart_needed(on, {}) and not omp.restart_needed(on, {"TURBO_MODE": "on"})
+    problem = omp.mismatch(on, {})
+    assert problem is not None and problem.startswith("config.turbo:")
+    assert "TURBO_MODE=on python" in problem
+    assert TurboConfig.__dataclass_fields__["turbo"].metadata["knob"].env.restart
+    flags = {flag.target: value for flag, value in backend_settings(on, cuda=True)}
+    assert flags["backends.cudnn.deterministic"] is True
+    assert (
+        flags["backends.cudnn.benchmark"] is False and flags["backends.cudnn.allow_tf32"] is False
+    )
+    cpu = {flag.target for flag, _ in backend_settings(on, cuda=False)}
+    assert cpu == {"set_float32_matmul_precision"}  # the CUDA-only flags stay unset on a CPU

@@ -19,7 +19,7 @@ import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from autotune.core.schema import did_you_mean, show
 
@@ -32,15 +32,20 @@ __all__ = [
     "NO_PREFERENCE",
     "REQUIRED",
     "Applies",
+    "BackendFlag",
+    "EnvSetting",
     "KnobDef",
     "Search",
     "Where",
     "checkpointing",
     "convolutional",
+    "backend_settings",
     "default_config",
     "describe_value",
     "device_problems",
     "docs_table",
+    "env_settings",
+    "environment",
     "export_names",
     "field_problems",
     "knob",
@@ -52,6 +57,7 @@ __all__ = [
     "searched_knobs",
     "searched_only_on",
     "seq_len_problem",
+    "switch_knobs",
 ]
 
 EXPORT_FRAMEWORKS = ("hf", "lightning", "accelerate", "deepspeed")
@@ -171,6 +177,63 @@ class Search:
     smallest: Any = NO_PREFERENCE
 
 
+@dataclass(frozen=True)
+class EnvSetting:
+    """An environment variable a knob sets when it is on: ``var`` gets ``value`` (with
+    ``item``, ``value`` is one ``key:value`` item of a comma-separated list: any other
+    setting of that key is replaced, the other items kept). Off, the variable stays as the
+    user has it. ``read``: when the process reads it; ``"torch loads"`` means only a process
+    started with it runs as measured (a restart), ``"CUDA starts"`` that setting it in
+    this process before CUDA starts is enough."""
+
+    var: str
+    value: str
+    item: bool = False
+    read: Literal["torch loads", "CUDA starts"] = "torch loads"
+
+    @property
+    def restart(self) -> bool:
+        """Whether a process must start with it (it is read when torch loads)."""
+        return self.read == "torch loads"
+
+    def wanted(self, current: str | None) -> str:
+        """The variable's value with this setting on, given the one it has (``current``)."""
+        if not self.item:
+            return self.value
+        key = self.value.split(":")[0].strip()
+        kept = [
+            item
+            for item in (current or "").split(",")
+            if item.strip() and item.split(":")[0].strip() != key
+        ]
+        return ",".join([*kept, self.value])
+
+
+@dataclass(frozen=True)
+class BackendFlag:
+    """A process-wide torch setting a knob decides: ``target`` (a dotted name under
+    ``torch``: an attribute that is set, or with ``call`` a function that is called with
+    the setting) gets ``on`` where the knob holds ``when``, else ``off``. ``cuda``: only
+    for a CUDA device."""
+
+    target: str
+    when: Any = True
+    on: Any = True
+    off: Any = False
+    call: bool = False
+    cuda: bool = False
+
+    def setting(self, value: Any) -> Any:
+        """What ``target`` gets where the knob holds ``value``."""
+        return self.on if value == self.when else self.off
+
+    def statement(self) -> str:
+        """The line of Python that turns it on (an export's note)."""
+        if self.call:
+            return f"torch.{self.target}({self.on!r})"
+        return f"torch.{self.target} = {self.on!r}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class KnobDef:
     """One knob of a training config: everything about it that is not the step's code."""
@@ -186,11 +249,19 @@ class KnobDef:
     runs: tuple[Applies, ...] = ()  # where a non-default value runs (``check_config``)
     value_problem: Callable[[Any, Where], str | None] | None = None
     search: Search | None = None
-    applied_by: str = "the step"
+    applied_by: str = ""  # what applies it (default: from ``env`` or ``backend``, else the step)
+    env: EnvSetting | None = None  # the environment variable it sets when on
+    backend: tuple[BackendFlag, ...] = ()  # the process-wide torch flags it decides
+    loader_arg: str | None = None  # the DataLoader argument it is (``loader_kwargs``)
+    optimizer_arg: str | None = None  # the ``torch.optim.AdamW`` argument it is, when on
+    label: str | None = None  # its word in a config's one-line summary (default: dashed name)
     help: str = ""  # the CLI help; "" leaves it off ``autotune bench``
     flag: str | None = None  # the CLI flag (default ``--name-with-dashes``)
     cli_default: Any = NO_PREFERENCE  # the flag's default where it is not ``default``
     exports: Mapping[str, str | None] = field(default_factory=dict)
+    # What a user does where an export cannot carry a value off the default (default:
+    # from ``env`` or ``backend``); None: another line of the export says it already.
+    export_hint: str | None = ""
     doc: str = ""
     doc_type: str | None = None  # the docs' type column (default: from the type and bounds)
     example: str = ""
@@ -213,6 +284,46 @@ class KnobDef:
     def is_bool(self) -> bool:
         return self.type is bool
 
+    @property
+    def applier(self) -> str:
+        """What applies it: ``applied_by``, else its environment variable or torch flags."""
+        if self.applied_by:
+            return self.applied_by
+        if self.env is not None:
+            return f"the environment ({self.env.var}={self.env.value}, before {self.env.read})"
+        if self.backend:
+            return f"the process ({', '.join('torch.' + f.target for f in self.backend)})"
+        return "the step"
+
+    def env_doc(self) -> str:
+        """The docs' words for the environment variable it sets ("" where it sets none)."""
+        if self.env is None:
+            return ""
+        how = (
+            "which starts itself again with it: it is read once, when torch loads"
+            if self.env.restart
+            else f"before {self.env.read}"
+        )
+        return (
+            f"; `{self.env.var}={self.env.value}` in the environment of the burst's process "
+            f"and of `autotune train`, {how}"
+        )
+
+    @property
+    def short(self) -> str:
+        """Its word in a config's one-line summary."""
+        return self.label or self.name.replace("_", "-")
+
+    def hint(self) -> str | None:
+        """What to do where an export cannot carry this knob (None: the export says it)."""
+        if self.export_hint is None or self.export_hint:
+            return self.export_hint
+        if self.env is not None:
+            return f"{self.env.var}={self.env.value} in the environment before the script starts"
+        if self.backend:
+            return "; ".join(flag.statement() for flag in self.backend)
+        return f"{self.applier} applies it; do the same in your script"
+
     def json_schema(self) -> dict[str, Any]:
         """What the preset's JSON Schema says of this knob beyond its type: its allowed
         values, its bounds and its docs line."""
@@ -224,7 +335,7 @@ class KnobDef:
         if self.high is not None:
             out["maximum"] = self.high
         if self.doc or self.help:
-            out["description"] = " ".join((self.doc or self.help).split())
+            out["description"] = " ".join(((self.doc + self.env_doc()) or self.help).split())
         return out
 
     def domain(self) -> tuple[Any, ...] | None:
@@ -262,6 +373,12 @@ def searched_knobs(cls: type) -> tuple[KnobDef, ...]:
 
 def _order(k: KnobDef) -> int:
     return k.search.order if k.search is not None else 0
+
+
+def switch_knobs(cls: type | None = None) -> tuple[KnobDef, ...]:
+    """The on/off switches a search turns, in the order they are suggested."""
+    knobs = searched_knobs(cls or _default())
+    return tuple(k for k in knobs if k.search is not None and k.search.switch)
 
 
 def searched_only_on(k: KnobDef) -> str | None:
@@ -387,6 +504,37 @@ def device_problems(config: Any, where: Where) -> list[str]:
     return problems
 
 
+# -- what the process applies ----------------------------------------------------------------
+
+
+def env_settings(cls: type | None = None) -> tuple[tuple[KnobDef, EnvSetting], ...]:
+    """Each knob that sets an environment variable, with its setting, in field order."""
+    return tuple((k, k.env) for k in registry(cls or _default()) if k.env is not None)
+
+
+def environment(config: Any, env: Mapping[str, str], *, read: str | None = None) -> dict[str, str]:
+    """The variables of ``env`` that ``config``'s knobs set (only those read at ``read``:
+    ``"torch loads"`` or ``"CUDA starts"``; None: all), with the values it runs with: a
+    knob that is on sets its variable, one that is off leaves it as it is."""
+    out: dict[str, str] = {}
+    for k, setting in env_settings(type(config)):
+        if (read is None or setting.read == read) and getattr(config, k.name):
+            current = out.get(setting.var, env.get(setting.var))
+            out[setting.var] = setting.wanted(current)
+    return out
+
+
+def backend_settings(config: Any, *, cuda: bool) -> list[tuple[BackendFlag, Any]]:
+    """The torch flags ``config`` decides on this device (``cuda``), each with its setting,
+    in field order."""
+    return [
+        (flag, flag.setting(getattr(config, k.name)))
+        for k in registry(type(config))
+        for flag in k.backend
+        if cuda or not flag.cuda
+    ]
+
+
 # -- what is generated ------------------------------------------------------------------------
 
 
@@ -423,7 +571,9 @@ def docs_table(cls: type | None = None) -> str:
     """The docs' table of the config's fields (docs/preset-format.md, ``config``)."""
     lines = ["| field | type | meaning | example |", "|---|---|---|---|"]
     knobs = registry(cls or _default())
-    lines += [f"| `{k.name}` | {_doc_type(k)} | {k.doc} | {k.example} |" for k in knobs]
+    lines += [
+        f"| `{k.name}` | {_doc_type(k)} | {k.doc}{k.env_doc()} | {k.example} |" for k in knobs
+    ]
     return "\n".join(lines) + "\n"
 
 

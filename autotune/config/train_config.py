@@ -1,14 +1,11 @@
 """The training config: every knob a search may turn, each declared once as a registry entry.
 
-Each field of ``TrainConfig`` is a ``knob(...)`` (autotune/config/knobs.py); ``KNOBS`` is
-the registry read from the fields in order. ``TrainConfig`` checks each field on its own
-(types, ranges, allowed values) in ``__post_init__``; ``check_config`` checks it against a
-model, a device and this machine (fp16 only on CUDA, tf32 only where the GPU has it, knobs
-the model really has, at most ``WORKERS_PER_CORE`` DataLoader workers per usable core).
-Both come from the entries and report every problem at once, each with its path
-(``config.precision: expected one of ...; got 'fp8'``).
-``TrainingDefaults`` holds the optimisation settings of a full run (a preset's ``training``
-section); ``apply_overrides`` applies ``--set section.field=value`` to both.
+Each field of ``TrainConfig`` is a ``knob(...)`` (autotune/config/knobs.py; ``KNOBS`` is the
+registry). ``__post_init__`` checks each field on its own, ``check_config`` against a model,
+a device and this machine (the knobs the model has, at most ``WORKERS_PER_CORE`` workers
+per usable core); both report every problem at once, each with its path
+(``config.precision: expected one of ...; got 'fp8'``). ``TrainingDefaults`` holds a full
+run's optimisation settings; ``apply_overrides`` applies ``--set section.field=value``.
 """
 
 from __future__ import annotations
@@ -21,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.config.knobs import (
     Applies,
+    BackendFlag,
+    EnvSetting,
     Search,
     Where,
     checkpointing,
@@ -73,15 +72,12 @@ __all__ = [
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-# "reduce-overhead" (CUDA graphs), "max-autotune" (Triton autotuning and CUDA graphs) and
-# "max-autotune-no-cudagraphs" are searched on CUDA only.
+# The last three (CUDA graphs, Triton autotuning) are searched on CUDA only.
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-# DataLoader workers are processes, each a copy of the dataset's state. A worker mostly
-# waits on I/O or decodes, so a few per core can still help; beyond WORKERS_PER_CORE per
-# usable core they only contend for the CPU and memory (a typo such as 100000 forks until
-# the machine stalls). ``check_config`` applies that machine's limit; MAX_NUM_WORKERS is
-# the absolute cap a config (a preset file) may carry on any machine.
+# DataLoader workers are processes, each a copy of the dataset's state: a few per core can
+# help (they wait on I/O), more only contend (a typo such as 100000 forks until the machine
+# stalls). ``check_config`` applies a machine's limit; MAX_NUM_WORKERS caps any config.
 WORKERS_PER_CORE = 4
 MAX_NUM_WORKERS = 1024
 SEARCHED_WORKERS = 4  # a search tries 0 to min(this, the cores) DataLoader workers
@@ -94,9 +90,7 @@ PREFETCH_CHOICES = (2, 4)  # batches per worker a search tries (CUDA)
 def _compile_modes(where: Where) -> tuple[str, ...]:
     if not where.device.compile:
         return ("off",)
-    if where.device.kind == "cuda":
-        return COMPILE_MODES
-    return ("off", "default")  # CUDA graphs and Triton autotuning are CUDA-only
+    return COMPILE_MODES if where.device.kind == "cuda" else ("off", "default")
 
 
 def _compile_why_not(mode: str, where: Where) -> str:
@@ -121,6 +115,13 @@ _CONV_ON_CUDA = convolutional(
     "{model!r} is not one"
 )
 
+_ON_SEVERAL_CPU_CORES = (
+    on_cpu("{name} is only searched on a CPU device"),
+    Applies(
+        lambda w: w.cores > 1, "{name} is only searched on a CPU device with more than one core"
+    ),
+)
+
 
 @default_config
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +133,7 @@ class TrainConfig:
     micro_batch: int = knob(
         low=1,
         search=Search(order=0, values=micro_batches),
+        loader_arg="batch_size",
         help="Samples per forward.",
         cli_default=8,
         exports={
@@ -146,6 +148,7 @@ class TrainConfig:
         default=1,
         low=1,
         help="Micro-batches per optimizer step.",
+        export_hint="pass it to Accelerator(gradient_accumulation_steps=...)",
         exports={
             "hf": "gradient_accumulation_steps",
             "lightning": "trainer.accumulate_grad_batches",
@@ -160,6 +163,7 @@ class TrainConfig:
         search=Search(order=1, values=lambda w: w.seq_lens),
         applied_by="the data",
         help="Sequence length (default: the model's).",
+        export_hint=None,  # an export's line for the task's sample size says it
         doc="sequence length the config runs at",
         example="`256`",
     )
@@ -171,6 +175,11 @@ class TrainConfig:
             order=2,
             values=lambda w: w.device.precisions,
             why_not=lambda value, w: w.device.precision_problem(value),
+        ),
+        backend=(  # TF32 matmuls: only the tf32 precision allows them
+            BackendFlag("set_float32_matmul_precision", "tf32", "high", "highest", call=True),
+            BackendFlag("backends.cuda.matmul.allow_tf32", "tf32", cuda=True),
+            BackendFlag("backends.cudnn.allow_tf32", "tf32", cuda=True),
         ),
         help="fp32, tf32, bf16 or fp16.",
         exports={
@@ -193,6 +202,7 @@ class TrainConfig:
         ),
         applied_by="the model (built with activation_checkpointing=True)",
         help="Recompute activations.",
+        export_hint="enable your model's own activation checkpointing",
         exports={"hf": "gradient_checkpointing"},
         doc="recompute activations in the backward pass (only models that support it)",
         example="`false`",
@@ -202,6 +212,7 @@ class TrainConfig:
         choices=COMPILE_MODES,
         runs=(Applies(lambda w: w.device.compile, "torch.compile cannot run on {device} here"),),
         search=Search(order=4, values=_compile_modes, why_not=_compile_why_not),
+        export_hint="torch.compile(model, mode=...) (DeepSpeed: model_engine.compile)",
         help="torch.compile: off, default, reduce-overhead, max-autotune, "
         "max-autotune-no-cudagraphs.",
         flag="--compile",
@@ -223,6 +234,7 @@ class TrainConfig:
             order=5, values=lambda w: tuple(range(min(SEARCHED_WORKERS, max(w.cores, 0)) + 1))
         ),
         applied_by="the DataLoader",
+        loader_arg="num_workers",
         help="DataLoader worker processes.",
         flag="--workers",
         exports={"hf": "dataloader_num_workers", "lightning": "dataloader.num_workers"},
@@ -239,6 +251,7 @@ class TrainConfig:
             guess=True,
         ),
         applied_by="the DataLoader",
+        loader_arg="pin_memory",
         help="Pinned host memory (CUDA only).",
         exports={"hf": "dataloader_pin_memory", "lightning": "dataloader.pin_memory"},
         doc="pinned host memory for batches (CUDA only)",
@@ -256,6 +269,7 @@ class TrainConfig:
             domain=PREFETCH_CHOICES,
         ),
         applied_by="the DataLoader",
+        loader_arg="prefetch_factor",
         help="Batches each worker loads ahead.",
         exports={"hf": "dataloader_prefetch_factor", "lightning": "dataloader.prefetch_factor"},
         doc="batches prefetched per worker (only with `num_workers > 0`)",
@@ -265,6 +279,7 @@ class TrainConfig:
         default=False,
         needs="num_workers",
         applied_by="the DataLoader",
+        loader_arg="persistent_workers",
         help="Keep DataLoader workers alive.",
         exports={
             "hf": "dataloader_persistent_workers",
@@ -277,6 +292,8 @@ class TrainConfig:
         default=False,
         search=Search(order=8, switch=True, only=(_SWITCH_ON_CUDA,), guess=True),
         applied_by="the optimizer (torch.optim.AdamW(fused=True))",
+        optimizer_arg="fused",
+        label="fused-adamw",
         help="The fused AdamW kernel.",
         exports={"hf": "optim", "lightning": "optimizer.fused"},
         doc="fused AdamW kernel (searched on CUDA only)",
@@ -286,7 +303,7 @@ class TrainConfig:
         default=False,
         runs=(on_cuda("only available on a CUDA device"),),
         search=Search(order=10, switch=True, only=(_SWITCH_ON_CUDA, _CONV_ON_CUDA), guess=True),
-        applied_by="the process (torch.backends.cudnn.benchmark)",
+        backend=(BackendFlag("backends.cudnn.benchmark", cuda=True),),
         help="cuDNN autotuning (CUDA only).",
         exports={"lightning": "trainer.benchmark"},
         doc="cuDNN autotuning (CUDA only; searched for convolutional models)",
@@ -302,6 +319,7 @@ class TrainConfig:
         ),
         search=Search(order=11, switch=True, only=(_SWITCH_ON_CUDA, _CONV_ON_CUDA), guess=True),
         applied_by="the step (model and 4-D inputs in NHWC)",
+        export_hint="model and 4-D image batches .to(memory_format=torch.channels_last)",
         help="Model and image inputs channels-last (convolutional models).",
         doc="model weights and 4-D image inputs in channels-last (NHWC) layout; only models "
         "whose spec declares `convolutional=True` (searched on CUDA only)",
@@ -313,12 +331,12 @@ class TrainConfig:
             on_cuda("a setting of the CUDA caching allocator; needs a CUDA device, not {device}"),
         ),
         search=Search(order=9, switch=True, only=(_SWITCH_ON_CUDA,)),
-        applied_by="the environment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+        env=EnvSetting(
+            "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", item=True, read="CUDA starts"
+        ),
         help="The CUDA caching allocator's expandable segments (CUDA only).",
-        doc="the CUDA caching allocator's expandable segments "
-        "(`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, set by the burst and by "
-        "`autotune train` before CUDA starts): less fragmentation, so a micro-batch near the "
-        "limit may fit (CUDA only)",
+        doc="the CUDA caching allocator's expandable segments: less fragmentation, so a "
+        "micro-batch near the limit may fit (CUDA only)",
         example="`false`",
     )
     # On the 2-core dev VM, mu's micro-batch 1 in plain torch: 1.38x with it; through bursts
@@ -331,31 +349,19 @@ class TrainConfig:
                 "CPU device only, not {device}"
             ),
         ),
-        search=Search(
-            order=12,
-            switch=True,
-            only=(
-                on_cpu("{name} is only searched on a CPU device"),
-                Applies(
-                    lambda w: w.cores > 1,
-                    "{name} is only searched on a CPU device with more than one core",
-                ),
-            ),
-        ),
-        applied_by="the environment (OMP_WAIT_POLICY=ACTIVE before torch starts: "
-        "autotune/machine/omp.py)",
+        search=Search(order=12, switch=True, only=_ON_SEVERAL_CPU_CORES),
+        env=EnvSetting("OMP_WAIT_POLICY", "ACTIVE"),
         help="torch's CPU threads spin between operations: OMP_WAIT_POLICY=ACTIVE (CPU only).",
-        doc="torch's OpenMP threads spin between CPU operations instead of sleeping "
-        "(`OMP_WAIT_POLICY=ACTIVE`, in the environment of the burst's process and of "
-        "`autotune train`, which starts itself again with it: OpenMP reads it once, when "
-        "torch loads); a step of many small operations stops waiting on a sleeping thread's "
-        "wake-up at each (CPU only, more than one core)",
+        doc="torch's OpenMP threads spin between CPU operations instead of sleeping: a step "
+        "of many small operations stops waiting on a sleeping thread's wake-up at each (CPU "
+        "only, more than one core)",
         example="`false`",
     )
     knobs: Mapping[str, Any] = knob(
         default={},
         rule=mapping_rule,
         applied_by="the model (its own knobs, checked against its spec)",
+        export_hint="a model knob; pass it to the model",
         doc_type="mapping of name → string, number, true/false or null; default `{}`",
         doc="the model's own math-preserving knobs (`autotune models show MODEL`); e.g. "
         "gpt's and mu's `sdpa_backend` (`auto`, `math`, `flash`, `efficient`, `cudnn`: the "
@@ -364,10 +370,10 @@ class TrainConfig:
         "only)",
         example="`{block_group: 2}`",
     )
-    # Several processes (torchrun): their count and the DDP/FSDP knobs (config/parallel.py).
     parallel: ParallelConfig | None = knob(  # noqa: RUF009 (knob is a field specifier)
         default=None,
         applied_by="torchrun and the model's wrapping (DDP/FSDP)",
+        export_hint="the DDP/FSDP settings measured; set them in your own wrapping of the model",
         doc_type="mapping (below), or absent; default absent",
         doc="several processes under torchrun: their count and the DDP/FSDP knobs the search "
         "chose (absent: one process; a preset without it loads as before)",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -51,41 +52,45 @@ ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 
 def allocator_conf(config: TrainConfig, current: str | None) -> str | None:
     """The ``PYTORCH_CUDA_ALLOC_CONF`` a run of ``config`` needs, given the one it has
-    (``current``): ``expandable_segments:True`` added (any other setting of it replaced)
-    where the config asks for it; otherwise ``current`` as it is."""
-    if not config.expandable_segments:
-        return current
-    kept = [
-        item
-        for item in (current or "").split(",")
-        if item.strip() and item.split(":")[0].strip() != "expandable_segments"
-    ]
-    return ",".join([*kept, "expandable_segments:True"])
+    (``current``): the items its knobs set (the registry's ``env`` entries for this
+    variable: ``expandable_segments:True``) added, any other setting of them replaced;
+    otherwise ``current`` as it is."""
+    env = {} if current is None else {ALLOC_CONF_VAR: current}
+    return environment(config, env).get(ALLOC_CONF_VAR, current)
 
 
 def apply_allocator_settings(config: TrainConfig) -> None:
-    """Set the CUDA caching allocator up for ``config`` (expandable segments), in this
-    process's environment: call it before CUDA starts, where the allocator reads it.
+    """Set this process's environment up for ``config``: each variable its knobs set that
+    is read when CUDA starts (the allocator's expandable segments); call it before CUDA
+    starts.
 
-    Where a GPU is present the setting is also passed to this process's allocator
-    directly: torch may have read the variable already (when it was imported, or when
-    CUDA started); it applies to the segments reserved from then on."""
-    wanted = allocator_conf(config, os.environ.get(ALLOC_CONF_VAR))
-    if wanted is None or wanted == os.environ.get(ALLOC_CONF_VAR):
-        return
-    os.environ[ALLOC_CONF_VAR] = wanted
-    if torch.cuda.is_available():  # asks the driver; does not start CUDA
-        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    Where a GPU is present the allocator's items are also passed to this process's
+    allocator directly: torch may have read the variable already (when it was imported,
+    or when CUDA started); they apply to the segments reserved from then on."""
+    wanted = environment(config, os.environ, read="CUDA starts")
+    changed = {var: v for var, v in wanted.items() if v != os.environ.get(var)}
+    os.environ.update(changed)
+    items = [
+        setting.value
+        for k, setting in env_settings(type(config))
+        if setting.var == ALLOC_CONF_VAR and getattr(config, k.name)
+    ]
+    if ALLOC_CONF_VAR in changed and items and torch.cuda.is_available():  # no CUDA start
+        torch.cuda.memory._set_allocator_settings(",".join(items))
 
 
 def apply_backend_flags(config: TrainConfig, device: torch.device) -> None:
-    """Process-wide numerics flags: TF32 matmuls and cuDNN autotuning."""
-    tf32 = config.precision == "tf32"
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    """Process-wide numerics flags the config's knobs decide (the registry's ``backend``
+    entries: TF32 matmuls, cuDNN autotuning), in field order."""
+    for flag, setting in backend_settings(config, cuda=device.type == "cuda"):
+        owner_path, _, attribute = flag.target.rpartition(".")
+        owner: Any = torch
+        for part in owner_path.split(".") if owner_path else ():
+            owner = getattr(owner, part)
+        if flag.call:
+            getattr(owner, attribute)(setting)
+        else:
+            setattr(owner, attribute, setting)
 
 
 def autocast_context(

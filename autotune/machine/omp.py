@@ -14,6 +14,9 @@ the variable once, when torch loads it, so it is set in the environment of a pro
 come: the burst's child (``environment_for``), and ``autotune train``, which starts itself
 again with it (``restart_needed``). A process already running torch cannot change it: the
 Python API says so (``mismatch``). Off, the environment stays as the user has it.
+
+Which knob sets which variable is its registry entry's ``env`` (``EnvSetting``): these
+functions loop over the entries read when torch loads, and name no knob.
 """
 
 from __future__ import annotations
@@ -22,45 +25,66 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from autotune.config.knobs import env_settings, environment, registry
+
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
 
 __all__ = ["OMP_WAIT_VAR", "environment_for", "mismatch", "restart_needed", "wait_policy"]
 
 OMP_WAIT_VAR = "OMP_WAIT_POLICY"
-SPIN = "ACTIVE"
+_AT_START = "torch loads"  # the variables a process reads once, when torch loads
 
 
 def wait_policy(config: TrainConfig, current: str | None) -> str | None:
     """The ``OMP_WAIT_POLICY`` a run of ``config`` needs, given the one it has (``current``):
     ``ACTIVE`` where the config spins, otherwise ``current`` as it is."""
-    return SPIN if config.omp_spin else current
+    env = {} if current is None else {OMP_WAIT_VAR: current}
+    return environment(config, env, read=_AT_START).get(OMP_WAIT_VAR, current)
 
 
 def environment_for(config: TrainConfig, env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the OpenMP wait policy ``config`` runs with."""
-    out = dict(env)
-    wanted = wait_policy(config, env.get(OMP_WAIT_VAR))
-    if wanted is not None:
-        out[OMP_WAIT_VAR] = wanted
-    return out
+    """``env`` with the variables ``config``'s knobs set that torch reads when it loads
+    (the registry's ``EnvSetting`` entries: the OpenMP wait policy)."""
+    return {**env, **environment(config, env, read=_AT_START)}
+
+
+def _unmet(config: TrainConfig, env: Mapping[str, str]) -> list[str]:
+    """The knobs of ``config`` whose variable ``env`` lacks (read when torch loads)."""
+    return [
+        k.name
+        for k, setting in env_settings(type(config))
+        if setting.restart
+        and getattr(config, k.name)
+        and setting.wanted(env.get(setting.var)) != env.get(setting.var)
+    ]
 
 
 def restart_needed(config: TrainConfig, env: Mapping[str, str] | None = None) -> bool:
     """Whether a process started with ``env`` (default: this one's) runs ``config`` other
-    than it was measured: it spins, and the environment does not say so."""
-    env = os.environ if env is None else env
-    return wait_policy(config, env.get(OMP_WAIT_VAR)) != env.get(OMP_WAIT_VAR)
+    than it was measured: a knob sets a variable read when torch loads, and the
+    environment does not say so."""
+    return bool(_unmet(config, os.environ if env is None else env))
 
 
 def mismatch(config: TrainConfig, env: Mapping[str, str] | None = None) -> str | None:
     """What to tell a user whose process cannot run ``config`` as measured (None when it
-    does): OpenMP took its wait policy from the environment when torch loaded."""
-    if not restart_needed(config, env):
+    does): torch's libraries read these variables from the environment when torch loaded."""
+    unmet = _unmet(config, os.environ if env is None else env)
+    if not unmet:
         return None
+    settings = {k.name: s for k, s in env_settings(type(config))}
+    first = settings[unmet[0]]
+    words = " ".join(f"{settings[n].var}={settings[n].value}" for n in unmet)
     return (
-        f"config.omp_spin: the search measured this config with {OMP_WAIT_VAR}={SPIN} "
-        "(torch's CPU threads spin between operations), and this process started without "
-        "it; OpenMP reads it once, when torch loads, so set it before Python starts "
-        f"({OMP_WAIT_VAR}={SPIN} python ...) to run as measured"
+        f"config.{unmet[0]}: the search measured this config with {first.var}={first.value} "
+        f"({_what(config, unmet[0])}), and this process started without it; it is "
+        f"read once, when torch loads, so set it before Python starts ({words} python ...) to "
+        "run as measured"
     )
+
+
+def _what(config: TrainConfig, name: str) -> str:
+    """What the knob does, in the words of its CLI help."""
+    help_ = next(k.help for k in registry(type(config)) if k.name == name)
+    return help_.rstrip(".").split(":")[0] or name
