@@ -209,3 +209,11 @@ def test_an_added_knob_sets_its_environment_and_its_torch_flags() -> None:
     )
     cpu = {flag.target for flag, _ in backend_settings(on, cuda=False)}
     assert cpu == {"set_float32_matmul_precision"}  # the CUDA-only flags stay unset on a CPU
+
+
+def test_an_added_switch_is_shown_by_its_label() -> None:
+    from autotune.study.records import summarize_config
+
+    on = TurboConfig(micro_batch=1, seq_len=8, turbo=True).to_dict()
+    assert summarize_config(on, config_type=TurboConfig).split()[-1] == "turbo!"
+    assert "turbo!" not in summarize_config({**on, "turbo": False}, config_type=TurboConfig)

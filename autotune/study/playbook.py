@@ -263,19 +263,11 @@ def playbook_config(
     else:
         precision = _first(space.precision, ("fp32",))
     modes = [m for m in space.compile if m != "off"]
+    # The space's guess holds the rest: the workers, checkpointing off, and each switch as
+    # its registry entry's ``Search.guess`` prefers (fused AdamW, cuDNN autotuning and
+    # channels-last on where searched; expandable segments and omp_spin at their defaults).
     values = space.values_of(space.guess())
-    values.update(
-        precision=precision,
-        compile=modes[0] if modes else "off",
-        activation_checkpointing=_first(space.activation_checkpointing, (False,)),
-        num_workers=_first(space.num_workers, (2, 1, 0) if cuda else (0,)),
-        pin_memory=_first(space.pin_memory, (True,)) if cuda else False,
-        fused_optimizer=_first(space.fused_optimizer, (True,)),  # (False,) off CUDA
-        cudnn_benchmark=_first(space.cudnn_benchmark, (True,)),  # convolutional, on CUDA
-        channels_last=_first(space.channels_last, (True,)),
-        expandable_segments=_first(space.expandable_segments, (False,)),
-        omp_spin=False,  # measured, not assumed: the refinement flips it (docstring)
-    )
+    values.update(precision=precision, compile=modes[0] if modes else "off")
     values["micro_batch"] = _playbook_micro_batch(space, values, memory, guide_micro_batch)
     return space.make_config(values)
 

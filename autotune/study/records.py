@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from autotune.config.knobs import switch_knobs
 from autotune.config.train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -164,18 +165,12 @@ class TrialRecord:
         )
 
 
-_SWITCH_LABELS = {
-    "fused_optimizer": "fused-adamw",
-    "expandable_segments": "expandable-segments",
-    "cudnn_benchmark": "cudnn-benchmark",
-    "channels_last": "channels-last",
-    "omp_spin": "omp-spin",
-}
-
-
-def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
+def summarize_config(
+    config: Mapping[str, Any], size_name: str = "seq", *, config_type: type | None = None
+) -> str:
     """A one-line summary of a config mapping for tables; ``size_name`` names the sample
-    size (``seq``, ``image``, ...: the model spec's)."""
+    size (``seq``, ``image``, ...: the model spec's); each switch that is on is shown by
+    its registry entry's label (of ``config_type``, default ``TrainConfig``)."""
     if not config:
         return "-"
     parts = [f"mb {config.get('micro_batch')}x{config.get('grad_accum')}"]
@@ -191,9 +186,9 @@ def summarize_config(config: Mapping[str, Any], size_name: str = "seq") -> str:
         prefetch = config.get("prefetch_factor")
         extra += f" pf{prefetch}" if prefetch else ""
         parts.append(f"workers={workers}{extra}")
-    for name, label in _SWITCH_LABELS.items():  # set only on the device kind they are for
-        if config.get(name):
-            parts.append(label)
+    for k in switch_knobs(config_type):  # set only on the device kind they are for
+        if config.get(k.name):
+            parts.append(k.short)
     for name, value in (config.get("knobs") or {}).items():
         parts.append(f"{name}={value}")
     if config.get("parallel"):
