@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import Verdict
     from autotune.machine.caps import DeviceCaps
 
-__all__ = ["bench", "config_options", "parse_knobs", "render"]
+__all__ = ["ProfileOption", "bench", "config_options", "parse_knobs", "render"]
+
+ProfileOption = Annotated[
+    bool,
+    typer.Option(
+        "--profile",
+        help="Profile a few steps in a burst's extra steps, never among the timed ones: "
+        "where a step's time goes and which limit it hits (search: of the naive config "
+        "and the winner, after the race, into the preset's notes).",
+    ),
+]
 
 
 def config_options(config_type: type | None = None) -> list[inspect.Parameter]:
@@ -97,14 +107,7 @@ def bench(
         bool, typer.Option("--verify", help="Also run an eval step and save a checkpoint.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    profile: Annotated[
-        bool,
-        typer.Option(
-            "--profile",
-            help="Also profile a few steps after the timed ones: where a step's time goes "
-            "and which limit it hits (the timed figures carry no profiler).",
-        ),
-    ] = False,
+    profile: ProfileOption = False,
     trace: Annotated[
         str | None,
         typer.Option(

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
+from autotune.cli.bench import ProfileOption
 from autotune.core.errors import UsageError
 from autotune.core.units import format_figure
+from autotune.explain.found import profile_into_preset
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -237,15 +239,7 @@ def search(
     finish: FinishOption = None,
     devices: DevicesOption = None,
     cpu_workers: CpuWorkersOption = None,
-    profile: Annotated[
-        bool,
-        typer.Option(
-            "--profile",
-            help="After the race, profile the naive config and the winner in bursts of "
-            "their own: where a step's time goes and which limit it hits, in the preset's "
-            "notes (traces in the run's folder).",
-        ),
-    ] = False,
+    profile: ProfileOption = False,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -287,35 +281,25 @@ def search(
         raise
     finally:
         restore_signals()
-    explained = _profile_found(result, model, err) if profile else []
-    if report and result.preset_path:
-        from autotune.report import page_beside, write_report
-
-        page = page_beside(result.preset_path)
-        write_report(result.preset_path, out=page)
-        err.print(f"report written: {page}")
+    explained = _after_search(result, model, err, report=report, profile=profile)
     if json_output:
         print_json({**result.to_dict(), **({"profile": explained} if profile else {})})
         return
     render_result(result, Console(highlight=False))
 
 
-def _profile_found(result: SearchResult, model: str, err: Console) -> list[dict[str, Any]]:
-    """``--profile``: the naive config's and the winner's breakdowns and verdicts, in
-    bursts of their own after the race, added to the preset's notes."""
-    from rich.markup import escape
+def _after_search(
+    result: SearchResult, model: str, err: Console, *, report: bool, profile: bool
+) -> list[dict[str, Any]]:
+    """``--profile``'s breakdowns (into the preset's notes), then ``--report``'s page."""
+    explained = profile_into_preset(result, model, console=err) if profile else []
+    if report and result.preset_path:
+        from autotune.report import page_beside, write_report
 
-    from autotune.explain.found import add_notes, profile_found
-    from autotune.explain.render import explain_to_dict
-    from autotune.models.registry import load_model
-
-    with err.status("profiling the naive config and the winner", spinner="dots"):
-        profiled, notes = profile_found(result, load_model(model))
-    if result.preset_path:
-        add_notes(result.preset_path, notes)
-    for line in notes:
-        err.print(escape(line))
-    return [{"config": label, **explain_to_dict(b, v)} for label, b, v in profiled]
+        page = page_beside(result.preset_path)
+        write_report(result.preset_path, out=page)
+        err.print(f"report written: {page}")
+    return explained
 
 
 def _finished_study(study: str | None, finish: str | None) -> str | None:

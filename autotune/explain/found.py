@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
     from autotune.explain.verdict import Verdict
     from autotune.study.records import SearchResult, TrialRecord
 
-__all__ = ["Profiled", "add_notes", "profile_found", "run_folder"]
+__all__ = ["Profiled", "add_notes", "profile_found", "profile_into_preset", "run_folder"]
 
 Profiled = tuple[str, "Breakdown", "Verdict"]
 
@@ -76,6 +78,25 @@ def profile_found(
         profiled.append((name, breakdown, verdict))
         notes.append(compact(name, breakdown, verdict))
     return profiled, notes
+
+
+def profile_into_preset(
+    result: SearchResult, model: str, *, console: Console
+) -> list[dict[str, Any]]:
+    """``autotune search --profile``: the naive config's and the winner's breakdowns and
+    verdicts (as JSON), added to the preset's notes and printed on ``console``."""
+    from rich.markup import escape
+
+    from autotune.explain.render import explain_to_dict
+    from autotune.models.registry import load_model
+
+    with console.status("profiling the naive config and the winner", spinner="dots"):
+        profiled, notes = profile_found(result, load_model(model))
+    if result.preset_path:
+        add_notes(result.preset_path, notes)
+    for line in notes:
+        console.print(escape(line))
+    return [{"config": label, **explain_to_dict(b, v)} for label, b, v in profiled]
 
 
 def add_notes(preset_path: str | Path, lines: list[str]) -> None:
