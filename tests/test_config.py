@@ -13,6 +13,7 @@ from fake_models import FAKES
 from toy_spec import toy_spec
 from typer.testing import CliRunner
 
+import autotune.config.machine_limits
 import autotune.config.train_config
 from autotune.cli.main import app
 from autotune.config.train_config import MAX_NUM_WORKERS, TrainConfig, check_config, usable_cores
@@ -61,13 +62,16 @@ def test_usable_cores_follow_the_affinity_else_the_cpu_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        autotune.config.train_config.os, "sched_getaffinity", lambda _pid: {0, 3, 5}, raising=False
+        autotune.config.machine_limits.os,
+        "sched_getaffinity",
+        lambda _pid: {0, 3, 5},
+        raising=False,
     )
     assert usable_cores() == 3
-    monkeypatch.delattr(autotune.config.train_config.os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(autotune.config.train_config.os, "cpu_count", lambda: 6)
+    monkeypatch.delattr(autotune.config.machine_limits.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(autotune.config.machine_limits.os, "cpu_count", lambda: 6)
     assert usable_cores() == 6
-    monkeypatch.setattr(autotune.config.train_config.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(autotune.config.machine_limits.os, "cpu_count", lambda: None)
     assert usable_cores() == 1
 
 

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_caps import cpu_caps
 from fake_presets import make_config, make_preset
 from torch import nn
 
+import autotune.config.machine_limits
+from autotune.config.parallel import ParallelConfig
+from autotune.config.train_config import MAX_NUM_WORKERS
 from autotune.core.errors import ConfigError
 from autotune.data import loader_kwargs
 from autotune.preset import ModelRef, save_preset
@@ -75,3 +79,32 @@ def test_from_a_preset_file_reads_data_only(tmp_path: Path) -> None:
     path = save_preset(preset, tmp_path / "best.yaml")
     loop = PresetLoop.from_preset(path)
     assert loop.config == preset.config and loop.grad_clip == preset.training.grad_clip
+
+
+def test_a_preset_with_more_workers_than_this_machine_allows_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine's limits that ``autotune train`` applies (``machine_problems``) hold for
+    the Python API too: no loader with 1024 workers on a one-core machine."""
+    monkeypatch.setattr(autotune.config.machine_limits, "usable_cores", lambda: 1)
+    preset = make_preset(config=make_config(num_workers=MAX_NUM_WORKERS))
+    path = save_preset(preset, tmp_path / "best.yaml")
+    with pytest.raises(ConfigError) as info:
+        PresetLoop.from_preset(path)
+    assert "config.num_workers: at most 4 on this machine (4 x 1 usable cores), got 1024" in str(
+        info.value
+    )
+    PresetLoop(make_config(num_workers=4))  # the limit itself runs
+
+
+def test_more_processes_than_cores_are_refused_with_every_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(autotune.config.machine_limits, "usable_cores", lambda: 2)
+    config = make_config(num_workers=9, parallel=ParallelConfig(nproc_per_node=4))
+    with pytest.raises(ConfigError) as info:
+        PresetLoop(config, world_size=4, device_caps=cpu_caps())
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "config.num_workers",
+        "config.parallel.nproc_per_node",
+    ]

@@ -11,7 +11,6 @@ run's optimisation settings; ``apply_overrides`` applies ``--set section.field=v
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -35,9 +34,14 @@ from autotune.config.knobs import (
     registry,
     seq_len_problem,
 )
+from autotune.config.machine_limits import (
+    WORKERS_PER_CORE,
+    machine_problems,
+    usable_cores,
+    worker_limit,
+)
 from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
-from autotune.config.parallel import config_problems as parallel_device_problems
 from autotune.core.errors import ConfigError, PresetError
 from autotune.core.schema import (
     Rule,
@@ -67,6 +71,7 @@ __all__ = [
     "apply_overrides",
     "check_config",
     "did_you_mean",
+    "machine_problems",
     "usable_cores",
     "worker_limit",
 ]
@@ -77,8 +82,8 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autot
 
 # DataLoader workers are processes, each a copy of the dataset's state: a few per core can
 # help (they wait on I/O), more only contend (a typo such as 100000 forks until the machine
-# stalls). ``check_config`` applies a machine's limit; MAX_NUM_WORKERS caps any config.
-WORKERS_PER_CORE = 4
+# stalls). ``machine_problems`` (machine_limits.py) applies a machine's limit;
+# MAX_NUM_WORKERS caps any config.
 MAX_NUM_WORKERS = 1024
 SEARCHED_WORKERS = 4  # a search tries 0 to min(this, the cores) DataLoader workers
 PREFETCH_CHOICES = (2, 4)  # batches per worker a search tries (CUDA)
@@ -97,16 +102,6 @@ def _compile_why_not(mode: str, where: Where) -> str:
     if not where.device.compile:
         return f"torch.compile cannot run on {where.device.device} ({where.device.name}) here"
     return f"compile mode {mode!r} needs a CUDA device (CUDA graphs / Triton autotuning)"
-
-
-def _workers_problem(value: int, where: Where) -> str | None:
-    limit = worker_limit(where.cores)
-    if value <= limit:
-        return None
-    return (
-        f"at most {limit} on this machine ({WORKERS_PER_CORE} x {where.cores} usable cores), "
-        f"got {value}"
-    )
 
 
 _SWITCH_ON_CUDA = on_cuda("{name} is only searched on a CUDA device")
@@ -229,7 +224,6 @@ class TrainConfig:
         default=0,
         low=0,
         high=MAX_NUM_WORKERS,
-        value_problem=_workers_problem,
         search=Search(
             order=5, values=lambda w: tuple(range(min(SEARCHED_WORKERS, max(w.cores, 0)) + 1))
         ),
@@ -556,30 +550,17 @@ def apply_overrides(
     return new_config, new_training
 
 
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity (``taskset``, a container's
-    cpuset) where the OS tells it, else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
-
-
-def worker_limit(cores: int | None = None) -> int:
-    """The most DataLoader workers a run may fork here: ``WORKERS_PER_CORE`` per usable core."""
-    return WORKERS_PER_CORE * (usable_cores() if cores is None else cores)
-
-
 def check_config(
     config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps, cores: int | None = None
 ) -> None:
     """Reject combinations this model, this device or this machine cannot run (``cores``:
     the usable CPU cores, default this process's), all problems at once: each knob's own
-    conditions (the registry's ``runs`` and ``value_problem``), the parallel settings, and
+    conditions (the registry's ``runs`` and ``value_problem``), this machine's limits
+    (``machine_problems``: workers and processes per core, the parallel settings), and
     the model's knobs."""
     cores = usable_cores() if cores is None else cores
     problems = device_problems(config, Where(spec=spec, device=device, cores=cores))
-    problems += parallel_device_problems(config, device, cores=cores)
+    problems += machine_problems(config, device, cores=cores)
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:

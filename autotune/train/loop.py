@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.config.machine_limits import machine_problems
 from autotune.config.train_config import TrainConfig
+from autotune.core.errors import ConfigError
 from autotune.machine import omp
 
 if TYPE_CHECKING:
@@ -34,9 +36,23 @@ if TYPE_CHECKING:
 
     from autotune.contract.spec import Batch
     from autotune.engine.step import Stepper
+    from autotune.machine.caps import DeviceCaps
     from autotune.preset.schema import Preset
 
 __all__ = ["PresetLoop"]
+
+
+def _check_machine(config: TrainConfig, device: torch.device, caps: DeviceCaps | None) -> None:
+    """Refuse a config this machine cannot run (``machine_problems``: DataLoader workers
+    per usable core, the parallel record's processes), as ``autotune train`` does; the
+    device is probed only where the parallel record needs it."""
+    if caps is None and config.parallel is not None:
+        from autotune.machine.hardware import probe
+
+        caps = probe().device(str(device))
+    problems = machine_problems(config, caps)
+    if problems:
+        raise ConfigError(problems, context="config not runnable on this machine")
 
 
 class PresetLoop:
@@ -44,6 +60,9 @@ class PresetLoop:
 
     ``world_size`` > 1 keeps the preset's global batch: each process accumulates
     ``grad_accum / world_size`` micro-batches (``autotune.train.distributed.per_rank_config``).
+    A config this machine cannot run (more DataLoader workers than it allows per usable
+    core, more processes than cores or GPUs) is a ``ConfigError`` here, before anything
+    starts; ``device_caps`` is the device's probe, where the caller has one.
     """
 
     def __init__(
@@ -53,12 +72,14 @@ class PresetLoop:
         device: str | torch.device = "cpu",
         world_size: int = 1,
         grad_clip: float | None = 1.0,
+        device_caps: DeviceCaps | None = None,
     ) -> None:
         import torch
 
         from autotune.engine.step import apply_allocator_settings
         from autotune.train.distributed import per_rank_config
 
+        _check_machine(config, torch.device(device), device_caps)
         self.global_config = config
         self.config = per_rank_config(config, world_size)
         self.device = torch.device(device)
