@@ -189,21 +189,21 @@ def preset_data(path: Path, *, storage: str | None = None) -> ReportData:
             race=race,
             notes=("this preset records no search, so there are no trials to show",),
         )
+    from autotune.core.redact import redact
+
     url = storage if storage is not None else summary.storage
-    problem = _storage_problem(url)
-    if problem is None:
-        try:
-            found = study_data(summary.study_name, url)
-        except AutotuneError as exc:
-            problem = str(exc)
-        else:
-            return dataclasses.replace(
-                found, title=title, preset=preset, preset_path=str(path), race=race
-            )
+    try:
+        found = study_data(summary.study_name, url)
+    except AutotuneError as exc:
+        problem = str(exc)
+    else:
+        return dataclasses.replace(
+            found, title=title, preset=preset, preset_path=str(path), race=race
+        )
     return ReportData(
         title=title,
         study_name=summary.study_name,
-        storage=summary.storage,
+        storage=redact(summary.storage),
         preset=preset,
         preset_path=str(path),
         race=race,
@@ -227,17 +227,6 @@ def _preset_from_raw(raw: Any, path: Path) -> Preset:
     return preset_from_dict(data, source=str(path))
 
 
-def _storage_problem(url: str) -> str | None:
-    """Why ``url`` cannot hold the study: a SQLite file that is not there (opening it would
-    create an empty one). The search stores its default URL relative to where it ran."""
-    if not url.startswith("sqlite:///"):
-        return None
-    database = url.removeprefix("sqlite:///")
-    if database and not Path(database).expanduser().is_file():
-        return f"no file {database!r} from {str(Path.cwd())!r}"
-    return None
-
-
 # -- a study --------------------------------------------------------------------------------
 
 
@@ -245,12 +234,8 @@ def study_data(name: str, url: str) -> ReportData:
     """A study's report: its trials (as the search records them), the verification attempts
     and, with enough measured trials, Optuna's parameter importances."""
     from autotune.core.redact import redact
-    from autotune.study.optuna_glue import check_storage_url, quiet_optuna
+    from autotune.study.optuna_glue import quiet_optuna
 
-    check_storage_url(url)
-    problem = _storage_problem(url)
-    if problem is not None:
-        raise UsageError(f"--storage {redact(url)!r}: {problem}")
     with quiet_optuna():
         study = _load_study(name, url)
         frozen = study.get_trials(deepcopy=False)
@@ -291,7 +276,7 @@ def _load_study(name: str, url: str) -> optuna.Study:
     from autotune.core.redact import redact
     from autotune.study.optuna_glue import open_storage
 
-    storage = open_storage(url)
+    storage = open_storage(url, create=False)  # a reader never makes a study file
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -34,6 +34,7 @@ __all__ = [
     "constraints",
     "has_set_constraint",
     "make_sampler",
+    "missing_storage",
     "open_storage",
     "heartbeat_settings",
     "open_study",
@@ -276,11 +277,13 @@ def check_storage_url(url: str) -> None:
     if url.startswith("journal:"):
         path = journal_path(url)
         if not str(path).strip() or path == Path():
-            raise UsageError(f"storage {url!r}: give the journal file, e.g. journal:study.log")
+            raise UsageError(
+                f"storage {redact(url)!r}: give the journal file, e.g. journal:study.log"
+            )
         if not path.parent.is_dir():
             raise UsageError(
-                f"storage {url!r}: the folder {str(path.parent)!r} does not exist; create "
-                "it first (the search makes no folders outside its runs folder)"
+                f"storage {redact(url)!r}: the folder {redact(str(path.parent))!r} does not "
+                "exist; create it first (the search makes no folders outside its runs folder)"
             )
         return
     if not url.startswith("sqlite:"):
@@ -293,19 +296,50 @@ def check_storage_url(url: str) -> None:
         return
     if not database.strip():
         raise UsageError(
-            f"storage {url!r} names no database file; give one, e.g. sqlite:///study.db"
+            f"storage {redact(url)!r} names no database file; give one, e.g. sqlite:///study.db"
         )
     if database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in url:
         raise UsageError(
-            f"storage {url!r}: an in-memory SQLite study cannot be resumed or shared, and "
+            f"storage {redact(url)!r}: an in-memory SQLite study cannot be resumed or shared, and "
             "the search's trials run in other processes; give a file, e.g. sqlite:///study.db"
         )
 
 
-def open_storage(url: str) -> Any:
+def missing_storage(url: str) -> str | None:
+    """Why opening ``url`` would make a new, empty storage instead of reading one: its
+    SQLite or journal file is not there (None: it is, or the storage is a server's)."""
+    if url.startswith("journal:"):
+        path = journal_path(url)
+    elif url.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url
+
+        try:
+            database = make_url(url).database or ""
+        except Exception:  # a malformed URL: opening it says why
+            return None
+        if not database.strip() or database == ":memory:" or database.startswith("file:"):
+            return None  # check_storage_url refuses these
+        path = Path(database).expanduser()
+    else:
+        return None
+    if path.is_file():
+        return None
+    return (
+        f"the study storage {redact(url)!r} is not there (no file {redact(str(path))!r} "
+        f"from {str(Path.cwd())!r})"
+    )
+
+
+def open_storage(url: str, *, create: bool = True) -> Any:
     """An Optuna storage for ``url``: ``journal:PATH`` is a journal file; anything else is
     an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
-    process was killed is marked FAIL by the next run."""
+    process was killed is marked FAIL by the next run.
+
+    ``create=False`` (a reader: a report, ``--finish``): a SQLite or journal file that is
+    not there is refused (``UsageError``) rather than made."""
+    problem = None if create else missing_storage(url)
+    if problem is not None:
+        raise UsageError(f"{problem}; nothing was created")
     check_storage_url(url)
     interval, grace = heartbeat_settings()
     try:

@@ -185,3 +185,41 @@ def test_report_json_says_what_was_written_and_prints_nothing_else(
     assert summary["png"] is None
     assert summary["trials"] >= len(searched.result.trials) > 0  # the study holds every trial
     assert "report written" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("storage", "leftover"),
+    [
+        ("journal:{tmp}/j.log", "j.log"),
+        ("sqlite:///{tmp}/s.db", "s.db"),
+        ("journal:{tmp}/nofolder/j.log?password=s3cret", "nofolder"),
+    ],
+)
+def test_reading_a_preset_creates_no_storage_and_shows_no_password(
+    searched: Searched, tmp_path: Path, storage: str, leftover: str
+) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["search"]["storage"] = storage.format(tmp=tmp_path)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "p.html"
+    result = report(str(preset), "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / leftover).exists()  # reading never creates a storage
+    shown = result.output + out.read_text(encoding="utf-8")
+    assert "s3cret" not in shown
+    assert "is not there" in result.output and "shows the preset alone" in result.output
+
+
+def test_a_preset_with_a_password_in_its_storage_never_shows_it(
+    searched: Searched, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["search"]["storage"] = "postgresql://user:s3cret@127.0.0.1:1/db"
+    preset = tmp_path / "pg.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "pg.html"
+    result = report(str(preset), "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    shown = result.output + out.read_text(encoding="utf-8")
+    assert "s3cret" not in shown and "user:***@127.0.0.1" in result.output
