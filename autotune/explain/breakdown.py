@@ -259,9 +259,7 @@ def parse_events(
     ops = [
         e
         for e in cpu
-        if e.name.startswith("aten::")
-        and _inside(e, compute)
-        and not any(a.name.startswith("aten::") for a in _ancestors(e))
+        if _is_op(e.name) and _inside(e, compute) and not any(_is_op(a.name) for a in _ancestors(e))
     ]
     kernels = [e for e in events if _is_kernel(e)]
     return Breakdown(
@@ -274,6 +272,11 @@ def parse_events(
         ops_per_step=len(ops) / n,
         device_busy_s=_busy(kernels) / n if kernels else None,
     )
+
+
+def _is_op(name: str) -> bool:
+    """An operator: an aten op, or a region torch.compile built (its kernels inside)."""
+    return name.startswith("aten::") or "Compiled" in name
 
 
 def _is_kernel(event: FunctionEvent) -> bool:

@@ -116,10 +116,11 @@ def test_a_tiny_model_of_many_small_operations_is_overhead_bound_on_cpu() -> Non
 
 
 def test_a_few_large_matmuls_are_not_overhead_bound() -> None:
-    big = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
-    b = _profile_module(big, {"x": torch.randn(256, 256)}, 256)
+    big = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512))
+    b = _profile_module(big, {"x": torch.randn(512, 512)}, 512)
     verdict = classify(b)
-    assert verdict.kind == "compute-bound", verdict
+    assert "overhead-bound" not in {f.kind for f in verdict.findings}, verdict
+    assert b.op_s > 0.5 * b.step_s and b.ops_per_step < 200  # few operators, most of the step
     assert any("MFU unknown" in line for line in verdict.unknown)
     assert list(b.modules) == ["0", "1", "2", "(model's own ops)", "loss", "(autograd engine)"]
 
