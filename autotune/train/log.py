@@ -59,13 +59,8 @@ class Display:
             and echo is None
             and (progress if progress is not None else is_tty())
         )
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(out_dir / "tb"))
-            except Exception:  # tensorboard is optional
-                self._tb = None
+        # opened with metrics.jsonl: nothing is written before the run holds its folder
+        self._tb_dir = out_dir / "tb" if enabled and tensorboard else None
 
     def message(self, text: str) -> None:
         if not self.enabled:
@@ -110,9 +105,17 @@ class Display:
             self._progress.update(self._task, **kwargs)
 
     def open_metrics(self, *, truncate_after: int | None) -> None:
-        """Open metrics.jsonl for appending; on resume, drop records past the checkpoint."""
+        """Open metrics.jsonl for appending (on resume, drop records past the checkpoint),
+        and the TensorBoard writer where it is installed."""
         if not self.enabled:
             return
+        if self._tb_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self._tb_dir))
+            except Exception:  # tensorboard is optional
+                self._tb = None
         if truncate_after is not None and self.metrics_path.exists():
             kept = []
             for line in self.metrics_path.read_text(encoding="utf-8").splitlines():

@@ -4,18 +4,30 @@ Which checkpoint a run resumes from (``--resume auto``, a file or a folder), tha
 run never writes over another run's checkpoints, and each step's checkpoint: written by
 rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
 them. The checkpoint's contents are state.py's (``checkpoint_state``).
+
+One writer per folder: a run holds the folder's lock (``.autotune.lock``, an OS file lock
+the OS drops when its process dies) from before it reads a checkpoint to resume from
+until its summary is written; a second run into the folder is refused at once, naming
+the running one (``.autotune.lock.json``: its pid, host and start).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import errno
+import json
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from autotune.core.errors import AutotuneError, UsageError
+from autotune.core.files import atomic_write_text
 from autotune.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -30,7 +42,10 @@ from autotune.train.checkpoint import (
 )
 from autotune.train.distributed import DistInfo, all_gather_objects, barrier
 
-__all__ = ["RunFolder"]
+__all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolder"]
+
+LOCK_FILE = ".autotune.lock"  # held by the one run that writes the folder
+HOLDER_FILE = ".autotune.lock.json"  # who holds it, for the refusal of a second run
 
 StateFn = Callable[[Sequence[Any]], dict[str, Any]]
 
@@ -55,6 +70,45 @@ class RunFolder:
         self.message = message
         self.last_saved: int | None = None  # the step of the last checkpoint written
         self.last_checkpoint: Path | None = None  # its file (rank 0; None on the others)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the folder's lock for the run (rank 0, which alone writes; a no-op on the
+        other ranks): a second run into the folder is refused at once (``UsageError``
+        naming the holder). A dead holder's lock is the OS's to drop, and its holder file
+        is only read when the lock is taken, so neither blocks a later run."""
+        if not self.dist.is_main:
+            yield
+            return
+        self._create()
+        lock = FileLock(self.path / LOCK_FILE)
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            raise UsageError(self._in_use()) from None
+        holder = self.path / HOLDER_FILE
+        try:
+            started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            who = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+            atomic_write_text(holder, json.dumps(who) + "\n")
+            yield
+        finally:
+            holder.unlink(missing_ok=True)
+            lock.release()
+
+    def _in_use(self) -> str:
+        """The refusal of a second run, naming the one that holds the folder."""
+        try:
+            who = json.loads((self.path / HOLDER_FILE).read_text(encoding="utf-8"))
+            holder = f"pid {who['pid']} on {who['host']}, started {who['started']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            holder = "it has not said who it is yet"
+        return (
+            f"{self.path} is in use by another training run ({holder}): a run folder has "
+            f"one writer, so this run did not start. Wait for that run to end (or stop it), "
+            f"then continue it with --resume auto, or train into a new folder with "
+            f"{self.out_name}"
+        )
 
     def find_resume(self, resume: str | Path | None) -> tuple[Path, dict[str, Any]] | None:
         """The checkpoint ``resume`` names, loaded: ``"auto"`` (this folder's latest, or
@@ -89,16 +143,7 @@ class RunFolder:
     def prepare(self, resumed_from: Path | None) -> None:
         """Create the folder and drop a killed write's leftovers; a run that does not
         continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            if not os.access(self.path, os.W_OK | os.X_OK):
-                raise PermissionError(errno.EACCES, "not writable")
-        except OSError as exc:
-            what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
-            raise UsageError(
-                f"cannot use {str(self.path)!r} as the run folder: {what}; give "
-                f"{self.out_name} a folder you can write to"
-            ) from None
+        self._create()
         clean_stale(self.path)
         elsewhere = resumed_from is not None and (
             resumed_from.parent.resolve() != self.path.resolve()
@@ -112,6 +157,19 @@ class RunFolder:
                     f"{step}); continue it with --resume auto, or train into a new folder with "
                     f"{self.out_name}"
                 )
+
+    def _create(self) -> None:
+        """The folder, made where it is missing; a ``UsageError`` where it cannot be."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.path, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        except OSError as exc:
+            what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
+            raise UsageError(
+                f"cannot use {str(self.path)!r} as the run folder: {what}; give "
+                f"{self.out_name} a folder you can write to"
+            ) from None
 
     def save(self, step: int, state: StateFn, *, best: bool = False) -> Path | None:
         """Checkpoint ``step`` with ``state(every rank's RNG state)`` (collective under DDP:

@@ -13,10 +13,9 @@ checkpoint holds (state.py), the learning-rate schedule (schedule.py), evaluatio
 the stop signals (stop.py), out of memory (oom.py), the result (result.py);
 ``autotune.train.api.train`` is the run in one call.
 
-The run folder holds ``ckpt-step*.pt`` (the last ``keep_last``), ``best.pt`` (lowest
-validation loss), ``tokenizer.json``, ``data.json``, ``metrics.jsonl`` (one JSON record per
-log line and per evaluation), ``summary.json`` at the end, and ``tb/`` when TensorBoard is
-installed.
+The run folder (one run writes it at a time: run_folder.py) holds ``ckpt-step*.pt`` (the
+last ``keep_last``), ``best.pt`` (lowest validation loss), ``tokenizer.json``, ``data.json``,
+``metrics.jsonl`` (a JSON record per log line and evaluation), ``summary.json``, ``tb/``.
 
 Determinism and resume: the data order is a function of ``(seed, epoch)`` only, the data
 position (epoch, samples into it) and every RNG state are in each checkpoint, so a resumed
@@ -180,11 +179,11 @@ class Trainer:
                 )
         return spec.with_args(**changed) if changed else spec
 
-    def _make_eval_loader(self) -> DataLoader[Any]:
+    def _make_eval_loader(self, batch_size: int | None = None) -> DataLoader[Any]:
         """The validation loader: twice the training micro-batch (no gradients to keep)."""
         return DataLoader(
             self.data.val,
-            batch_size=2 * self.config.micro_batch,
+            batch_size=batch_size or 2 * self.config.micro_batch,
             shuffle=False,
             drop_last=False,
             num_workers=0,
@@ -291,32 +290,34 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         t_start = time.perf_counter()
-        start_step, total = self._start()
-        progress = Progress(tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len))
-        self.signals.install()
-        self.display.start(total, self.step)
-        try:
-            while self.step < total:
-                if any_flag(self.dist, self.signals.received is not None, self.device):
-                    break
-                if not self._train_step(progress, total):
-                    break
-            if progress.pending:  # steps since the last log line, when a signal stopped the loop
-                self._log_values(progress, self._read_pending(progress), total)
-        finally:
-            self.signals.restore()
-            self.stream.close()  # its workers end now, not at the interpreter's exit
-            self.display.advance(self.step)
-            self.display.close()
-        return self._finish(
-            start_step=start_step,
-            total=total,
-            losses=progress.losses,
-            step_times=progress.step_times,
-            last_eval=progress.last_eval,
-            interrupted=self._stopped_early(total),
-            wall_s=time.perf_counter() - t_start,
-        )
+        with self.folder.locked():  # one writer per run folder, up to its summary
+            start_step, total = self._start()
+            progress = Progress(tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len))
+            self.signals.install()
+            self.display.start(total, self.step)
+            try:
+                while self.step < total:
+                    if any_flag(self.dist, self.signals.received is not None, self.device):
+                        break
+                    if not self._train_step(progress, total):
+                        break
+                # the steps since the last log line, when a signal stopped the loop
+                if progress.pending:
+                    self._log_values(progress, self._read_pending(progress), total)
+            finally:
+                self.signals.restore()
+                self.stream.close()  # its workers end now, not at the interpreter's exit
+                self.display.advance(self.step)
+                self.display.close()
+            return self._finish(
+                start_step=start_step,
+                total=total,
+                losses=progress.losses,
+                step_times=progress.step_times,
+                last_eval=progress.last_eval,
+                interrupted=self._stopped_early(total),
+                wall_s=time.perf_counter() - t_start,
+            )
 
     def _start(self) -> tuple[int, int]:
         """Prepare the run folder, build the run (from a checkpoint when resuming) and say
@@ -480,12 +481,7 @@ class Trainer:
                     f"out of memory in evaluation with batch {self.eval_loader.batch_size}; "
                     f"evaluating with batch {self.config.micro_batch} from now on"
                 )
-                self.eval_loader = DataLoader(
-                    self.data.val,
-                    batch_size=self.config.micro_batch,
-                    shuffle=False,
-                    collate_fn=self.data.collate_fn,
-                )
+                self.eval_loader = self._make_eval_loader(self.config.micro_batch)
                 result = self.evaluate()
             loss = float(result["loss"])
             result["improved"] = self.best_eval_loss is None or loss < self.best_eval_loss
