@@ -1,6 +1,7 @@
 """Where a step's time goes and which limit it hits: the profiled breakdown of one
-config's step (``breakdown``), its verdict and the knobs to turn next (``verdict``), and
-their rendering for the CLI and the preset's notes (``render``)."""
+config's step (``breakdown``), its verdict and the knobs to turn next (``verdict``), their
+rendering (``render``) and the search's profiling of its naive config and winner
+(``found``)."""
 
 from autotune.explain.breakdown import PARTS, Breakdown, parse_events, profile_steps
 from autotune.explain.verdict import KNOBS, Finding, Verdict, classify, refine_order
