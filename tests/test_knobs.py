@@ -217,3 +217,22 @@ def test_an_added_switch_is_shown_by_its_label() -> None:
     on = TurboConfig(micro_batch=1, seq_len=8, turbo=True).to_dict()
     assert summarize_config(on, config_type=TurboConfig).split()[-1] == "turbo!"
     assert "turbo!" not in summarize_config({**on, "turbo": False}, config_type=TurboConfig)
+
+
+def test_an_added_knob_is_exported_under_its_names_and_listed_where_it_has_none() -> None:
+    from fake_presets import make_preset
+
+    from autotune.preset.export import export_preset
+
+    config = TurboConfig(micro_batch=8, seq_len=64, grad_accum=4, turbo=True)
+    preset = dataclasses.replace(make_preset(), config=config)
+    hf = export_preset(preset, "hf")
+    assert hf.data is not None and hf.data["turbo_mode"] is True
+    assert not any(line.startswith("config.turbo") for line in hf.unmapped)
+    lightning = export_preset(preset, "lightning")
+    assert "config.turbo=true: TURBO_MODE=on in the environment before the script starts " in (
+        "\n".join(lightning.unmapped)
+    )
+    assert "turbo" not in str(lightning.data)
+    off = dataclasses.replace(preset, config=config.replace(turbo=False))
+    assert not any("turbo" in line for line in export_preset(off, "lightning").unmapped)

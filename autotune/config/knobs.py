@@ -319,7 +319,10 @@ class KnobDef:
         if self.export_hint is None or self.export_hint:
             return self.export_hint
         if self.env is not None:
-            return f"{self.env.var}={self.env.value} in the environment before the script starts"
+            what = f" ({self.help.rstrip('.').split(':')[0]})" if self.help else ""
+            return (
+                f"{self.env.var}={self.env.value} in the environment before the script starts{what}"
+            )
         if self.backend:
             return "; ".join(flag.statement() for flag in self.backend)
         return f"{self.applier} applies it; do the same in your script"

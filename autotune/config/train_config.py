@@ -143,7 +143,8 @@ class TrainConfig:
         default=1,
         low=1,
         help="Micro-batches per optimizer step.",
-        export_hint="pass it to Accelerator(gradient_accumulation_steps=...)",
+        export_hint="Accelerator(gradient_accumulation_steps=...) and `with "
+        "accelerator.accumulate(model):` around each micro-batch",
         exports={
             "hf": "gradient_accumulation_steps",
             "lightning": "trainer.accumulate_grad_batches",
@@ -313,7 +314,8 @@ class TrainConfig:
         ),
         search=Search(order=11, switch=True, only=(_SWITCH_ON_CUDA, _CONV_ON_CUDA), guess=True),
         applied_by="the step (model and 4-D inputs in NHWC)",
-        export_hint="model and 4-D image batches .to(memory_format=torch.channels_last)",
+        export_hint="model.to(memory_format=torch.channels_last), and each 4-D image batch "
+        ".contiguous(memory_format=torch.channels_last)",
         help="Model and image inputs channels-last (convolutional models).",
         doc="model weights and 4-D image inputs in channels-last (NHWC) layout; only models "
         "whose spec declares `convolutional=True` (searched on CUDA only)",

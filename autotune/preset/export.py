@@ -13,6 +13,9 @@ pasting preset strings into text: the mapping by ``yaml.safe_dump`` or ``json.du
 ``autotune.core.text.one_line`` (one line, printable characters only), so no string of
 the preset can end a comment, add a key or run a command.
 
+Which key each knob is in a format, and what to do where a format has none, come from the
+knob registry (``export_names``, each entry's ``export_hint``): the mappers name no knob,
+so a knob added to the registry is exported, or listed as not mapped, with no code here.
 The DataLoader arguments come from ``autotune.data.loader.loader_kwargs`` and the per-process
 accumulation from ``autotune.train.distributed.per_rank_config``, the rules the burst and the
 trainer use, so an export says what was measured.
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune.config.knobs import describe_value, export_names, registry
 from autotune.core.errors import UsageError
 from autotune.core.text import control_problem, one_line
 
@@ -35,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPORT_FORMATS",
-    "KNOB_EXPORT_TABLES",
     "Exported",
     "adamw_kwargs",
     "dataloader_kwargs",
@@ -45,25 +48,60 @@ __all__ = [
 
 EXPORT_FORMATS = ("json", "yaml", "hf", "lightning", "accelerate", "deepspeed", "torchrun")
 
-# -- per-knob mapping tables: a knob's value in another trainer's words --------------------
-# (the knob registry will provide these; until then they live here, and only here)
-
-KNOB_EXPORT_TABLES: dict[str, dict[str, str]] = {
-    # config.precision -> lightning.Trainer(precision=...)
-    "lightning.precision": {
-        "fp32": "32-true",
-        "tf32": "32-true",
-        "bf16": "bf16-mixed",
-        "fp16": "16-mixed",
-    },
-    # config.precision -> accelerate's mixed_precision
-    "accelerate.mixed_precision": {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"},
+# Which knob maps to which key of each format is the knob registry's (``export_names``):
+# a dotted name is a nested key, ``a / b`` one boolean key per value (true for the value the
+# config holds). What follows are value translations only: a value in another trainer's words.
+_LIGHTNING_PRECISION = {
+    "fp32": "32-true",
+    "tf32": "32-true",
+    "bf16": "bf16-mixed",
+    "fp16": "16-mixed",
 }
+_ACCELERATE_PRECISION = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
+_SETS_NO_FLAGS = ("accelerate", "deepspeed")  # formats that set no torch flag: notes say them
 
 # autotune's AdamW (autotune.engine.step.make_optimizer): these betas, decay on matrices only.
 ADAM_BETAS = (0.9, 0.95)
-_LIGHTNING_PRECISION = KNOB_EXPORT_TABLES["lightning.precision"]
-_ACCELERATE_PRECISION = KNOB_EXPORT_TABLES["accelerate.mixed_precision"]
+
+
+def _compile_mode(mode: str) -> str | None:
+    """``torch.compile``'s ``mode`` for a compile knob that is on (None: its default)."""
+    return None if mode == "default" else mode
+
+
+def _hf_compile(mode: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"torch_compile": mode != "off"}
+    if mode not in ("off", "default"):
+        out["torch_compile_mode"] = mode
+    return out
+
+
+def _lightning_precision(precision: str) -> dict[str, Any]:
+    matmul = "high" if precision == "tf32" else "highest"
+    return {
+        "trainer.precision": _LIGHTNING_PRECISION[precision],
+        "float32_matmul_precision": matmul,
+    }
+
+
+def _dynamo(mode: str) -> dict[str, Any]:
+    if mode == "off":
+        return {}
+    return {"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": mode}}
+
+
+# (format, the registry's export name) -> the keys a value sets there.
+_TRANSLATIONS: dict[tuple[str, str], Callable[[Any], dict[str, Any]]] = {
+    ("hf", "torch_compile"): _hf_compile,
+    ("hf", "optim"): lambda fused: {"optim": "adamw_torch_fused" if fused else "adamw_torch"},
+    ("lightning", "trainer.precision"): _lightning_precision,
+    ("lightning", "compile.mode"): lambda mode: {
+        "compile": None if mode == "off" else {"mode": _compile_mode(mode)}
+    },
+    ("lightning", "optimizer.fused"): lambda fused: {"optimizer.fused": True} if fused else {},
+    ("accelerate", "mixed_precision"): lambda p: {"mixed_precision": _ACCELERATE_PRECISION[p]},
+    ("accelerate", "dynamo_config.dynamo_mode"): _dynamo,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,8 +160,10 @@ def adamw_kwargs(preset: Preset) -> dict[str, Any]:
         "betas": list(ADAM_BETAS),
         "weight_decay": preset.training.weight_decay,
     }
-    if preset.config.fused_optimizer:
-        kwargs["fused"] = True
+    for k in registry(type(preset.config)):  # the knobs that are AdamW's arguments
+        value = getattr(preset.config, k.name)
+        if k.optimizer_arg is not None and value != k.default:
+            kwargs[k.optimizer_arg] = value
     return kwargs
 
 
@@ -131,7 +171,7 @@ def compile_kwargs(config: TrainConfig) -> dict[str, Any] | None:
     """``torch.compile`` arguments (None: not compiled), as ``engine.step.compile_model``."""
     if config.compile == "off":
         return None
-    return {"mode": None if config.compile == "default" else config.compile}
+    return {"mode": _compile_mode(config.compile)}
 
 
 def _describe(preset: Preset, config: TrainConfig, nproc: int) -> str:
@@ -143,42 +183,95 @@ def _describe(preset: Preset, config: TrainConfig, nproc: int) -> str:
     )
 
 
-def _common_unmapped(preset: Preset, config: TrainConfig) -> list[str]:
-    """What no trainer's settings carry: the model, its knobs, the data's length, the budget."""
+def _knob_values(config: TrainConfig) -> dict[str, Any]:
+    """Each knob's value as the run applies it: a DataLoader knob as ``loader_kwargs``
+    passes it (left out where the DataLoader is not given it)."""
+    loader = dataloader_kwargs(config)
+    out: dict[str, Any] = {}
+    for k in registry(type(config)):
+        if k.loader_arg is None:
+            out[k.name] = getattr(config, k.name)
+        elif k.loader_arg in loader:
+            out[k.name] = loader[k.loader_arg]
+    return out
+
+
+def _loader_extras(config: TrainConfig) -> dict[str, Any]:
+    """The DataLoader arguments no knob is (``drop_last``)."""
+    knob_args = {k.loader_arg for k in registry(type(config))}
+    return {key: v for key, v in dataloader_kwargs(config).items() if key not in knob_args}
+
+
+def _put(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """``data[a][b] = value`` for ``dotted`` ``a.b`` (a missing or null section made)."""
+    *sections, last = dotted.split(".")
+    for name in sections:
+        if not isinstance(data.get(name), dict):
+            data[name] = {}
+        data = data[name]
+    data[last] = value
+
+
+def _mapped(framework: str, config: TrainConfig, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each knob ``framework`` carries put under its registry name."""
+    values = _knob_values(config)
+    for name, key in export_names(framework, type(config)).items():
+        if key is None or name not in values:
+            continue
+        value = values[name]
+        if (framework, key) in _TRANSLATIONS:
+            items = _TRANSLATIONS[framework, key](value)
+        elif " / " in key:  # one boolean key per value
+            items = {part: value == part.split(".")[0] for part in key.split(" / ")}
+        else:
+            items = {key: value}
+        for dotted, item in items.items():
+            _put(data, dotted, item)
+    return data
+
+
+def _shown(value: Any) -> str:
+    label = getattr(value, "label", None)
+    return label() if callable(label) else describe_value(value)
+
+
+def _knob_notes(framework: str, config: TrainConfig, *, covered: bool = False) -> list[str]:
+    """A line for each knob off its default that ``framework`` cannot carry (the entry's
+    hint says what to do instead), and for each torch flag a format that sets none would
+    need. ``covered``: the DataLoader and optimizer knobs are listed by other lines."""
+    names = export_names(framework, type(config))
+    lines: list[str] = []
+    for k in registry(type(config)):
+        value = getattr(config, k.name)
+        if names[k.name] is not None:
+            flags = [f.statement() for f in k.backend if f.setting(value) != f.off]
+            if framework in _SETS_NO_FLAGS and flags:
+                lines.append(f"config.{k.name}={_shown(value)}: {'; '.join(flags)}")
+            continue
+        hint = k.hint()
+        skip = covered and (k.loader_arg is not None or k.optimizer_arg is not None)
+        if hint is None or skip or value == k.default:
+            continue
+        if isinstance(value, Mapping):
+            lines += [f"config.{k.name}.{n}={v!r}: {hint}" for n, v in value.items()]
+        else:
+            lines.append(f"config.{k.name}={_shown(value)}: {hint}")
+    return lines
+
+
+def _common_unmapped(
+    framework: str, preset: Preset, config: TrainConfig, *, covered: bool = False
+) -> list[str]:
+    """What ``framework``'s settings do not carry: the model, the data's length, the
+    knobs it has no name for (the registry's), the budget."""
     lines = [
         f"model {preset.model.name!r}"
         + (f" with args {dict(preset.model.args)}" if preset.model.args else "")
         + ": build it in your script (this file configures training, not the model)",
         f"task.seq_len={preset.task.seq_len}: the searched sample size "
         f"({preset.task.size_label()}); make your data this size (tokenize/pack/crop)",
+        *_knob_notes(framework, config, covered=covered),
     ]
-    for name, value in config.knobs.items():
-        lines.append(f"config.knobs.{name}={value!r}: a model knob; pass it to the model")
-    if config.parallel is not None:
-        lines.append(
-            f"config.parallel={config.parallel.label()}: the DDP/FSDP settings measured "
-            "(docs/preset-format.md); set them in your own wrapping of the model"
-        )
-    if config.activation_checkpointing:
-        lines.append(
-            "config.activation_checkpointing=true: enable your model's own checkpointing "
-            "(autotune builds the model with activation_checkpointing=True)"
-        )
-    if config.channels_last:
-        lines.append(
-            "config.channels_last=true: model.to(memory_format=torch.channels_last), and "
-            "each 4-D image batch .contiguous(memory_format=torch.channels_last)"
-        )
-    if config.expandable_segments:
-        lines.append(
-            "config.expandable_segments=true: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-            "in the environment before the script starts"
-        )
-    if config.omp_spin:
-        lines.append(
-            "config.omp_spin=true: OMP_WAIT_POLICY=ACTIVE in the environment before the "
-            "script starts (torch's CPU threads spin between operations)"
-        )
     if preset.budget_bytes is not None:
         from autotune.core.units import format_bytes
 
@@ -260,29 +353,16 @@ def _plain(preset: Preset, format: str) -> Exported:
 def to_hf(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     """Keyword arguments of ``transformers.TrainingArguments``."""
     t = preset.training
-    loader = dataloader_kwargs(config)
-    args: dict[str, Any] = {
-        "per_device_train_batch_size": loader.pop("batch_size"),
-        "gradient_accumulation_steps": config.grad_accum,
-        "bf16": config.precision == "bf16",
-        "fp16": config.precision == "fp16",
-        "tf32": config.precision == "tf32",
-        "gradient_checkpointing": config.activation_checkpointing,
-        "torch_compile": config.compile != "off",
-        "use_cpu": preset.fingerprint.device_kind == "cpu",  # as measured: on the CPU
-    }
-    if config.compile not in ("off", "default"):
-        args["torch_compile_mode"] = config.compile
-    args["dataloader_drop_last"] = loader.pop("drop_last")
-    for key, value in loader.items():  # num_workers, pin_memory, persistent_workers, prefetch
+    args = _mapped("hf", config, {})
+    args["use_cpu"] = preset.fingerprint.device_kind == "cpu"  # as measured: on the CPU
+    for key, value in _loader_extras(config).items():  # drop_last
         args[f"dataloader_{key}"] = value
-    args["optim"] = "adamw_torch_fused" if config.fused_optimizer else "adamw_torch"
     args["learning_rate"] = t.lr
     args["weight_decay"] = t.weight_decay
     args["adam_beta1"], args["adam_beta2"] = ADAM_BETAS
     args["max_grad_norm"] = 0.0 if t.grad_clip is None else t.grad_clip
     args["warmup_steps"] = t.warmup_steps
-    unmapped = _common_unmapped(preset, config)
+    unmapped = _common_unmapped("hf", preset, config)
     if t.schedule == "cosine" and t.min_lr_ratio > 0:
         args["lr_scheduler_type"] = "cosine_with_min_lr"
         args["lr_scheduler_kwargs"] = {"min_lr_rate": t.min_lr_ratio}
@@ -307,10 +387,7 @@ def to_hf(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         f"training.eval_interval={t.eval_interval}: with an eval dataset, add "
         f"eval_strategy: steps and eval_steps: {t.eval_interval}"
     )
-    if config.cudnn_benchmark:
-        unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
-    if config.activation_checkpointing:  # gradient_checkpointing carries it, with a caveat
-        unmapped = [line for line in unmapped if not line.startswith("config.activation_")]
+    if args.get("gradient_checkpointing"):  # the Trainer's own call, with a caveat
         unmapped.append(
             "gradient_checkpointing: true calls model.gradient_checkpointing_enable() (a "
             "PreTrainedModel); for another module, enable its own and set it false"
@@ -332,13 +409,10 @@ def to_lightning(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     trainer: dict[str, Any] = {
         "accelerator": "gpu" if cuda else "cpu",
         "devices": nproc,
-        "precision": _LIGHTNING_PRECISION[config.precision],
-        "accumulate_grad_batches": config.grad_accum,
         "gradient_clip_val": t.grad_clip,
         "gradient_clip_algorithm": "norm",
         "max_steps": _steps(t.max_steps),
         "log_every_n_steps": t.log_interval,
-        "benchmark": config.cudnn_benchmark,
     }
     if t.epochs is not None:
         trainer["max_epochs"] = t.epochs
@@ -346,12 +420,13 @@ def to_lightning(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         trainer["strategy"] = "ddp"
     data: dict[str, Any] = {
         "trainer": trainer,
-        "dataloader": dataloader_kwargs(config),
+        "dataloader": {},
         "optimizer": adamw_kwargs(preset),
-        "compile": compile_kwargs(config),
-        "float32_matmul_precision": "high" if config.precision == "tf32" else "highest",
+        "compile": None,
     }
-    unmapped = _common_unmapped(preset, config)
+    _mapped("lightning", config, data)
+    data["dataloader"].update(_loader_extras(config))
+    unmapped = _common_unmapped("lightning", preset, config)
     unmapped.append(
         f"training: {t.schedule} schedule, {t.warmup_steps} warm-up steps, decay to "
         f"{t.min_lr_ratio} of the peak rate: return it from configure_optimizers"
@@ -375,7 +450,6 @@ def to_accelerate(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     data: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": distributed,
-        "mixed_precision": _ACCELERATE_PRECISION[config.precision],
         "use_cpu": not cuda,
         "num_processes": nproc,
         "num_machines": 1,
@@ -383,15 +457,8 @@ def to_accelerate(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         "downcast_bf16": "no",
         "debug": False,
     }
-    compile_ = compile_kwargs(config)
-    if compile_ is not None:
-        data["dynamo_config"] = {
-            "dynamo_backend": "INDUCTOR",
-            "dynamo_mode": compile_["mode"] or "default",
-        }
+    _mapped("accelerate", config, data)
     unmapped = [
-        f"gradient accumulation: Accelerator(gradient_accumulation_steps={config.grad_accum}) "
-        "and `with accelerator.accumulate(model):` (a config file cannot carry it)",
         f"DataLoader arguments: {dataloader_kwargs(config)}",
         f"optimizer: torch.optim.AdamW(params, **{adamw_kwargs(preset)})",
     ]
@@ -400,11 +467,7 @@ def to_accelerate(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
             f"accelerator.clip_grad_norm_(model.parameters(), {preset.training.grad_clip}) "
             "when accelerator.sync_gradients"
         )
-    if config.precision == "tf32":
-        unmapped.append('precision tf32: torch.set_float32_matmul_precision("high")')
-    if config.cudnn_benchmark:
-        unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
-    unmapped += _common_unmapped(preset, config)
+    unmapped += _common_unmapped("accelerate", preset, config, covered=True)
     usage = "accelerate launch --config_file this_file your_script.py"
     return _yaml_exported("accelerate", preset, config, nproc, data, unmapped, usage=usage)
 
@@ -413,14 +476,12 @@ def to_deepspeed(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
     """A DeepSpeed config (JSON has no comments: what does not map is only listed)."""
     t = preset.training
     data: dict[str, Any] = {
-        "train_batch_size": config.micro_batch * config.grad_accum * nproc,
-        "train_micro_batch_size_per_gpu": config.micro_batch,
-        "gradient_accumulation_steps": config.grad_accum,
+        "train_batch_size": config.global_batch * nproc,
         "gradient_clipping": 0.0 if t.grad_clip is None else t.grad_clip,
-        "bf16": {"enabled": config.precision == "bf16"},
+        "bf16": {"enabled": False},
         # Dynamic loss scaling from 2**16, as torch's GradScaler (autotune's fp16 path).
         "fp16": {
-            "enabled": config.precision == "fp16",
+            "enabled": False,
             "loss_scale": 0,
             "initial_scale_power": 16,
             "loss_scale_window": 2000,
@@ -428,19 +489,13 @@ def to_deepspeed(preset: Preset, config: TrainConfig, nproc: int) -> Exported:
         "zero_optimization": {"stage": 0},
         "steps_per_print": t.log_interval,
     }
+    _mapped("deepspeed", config, data)
     unmapped = [
         f"DataLoader arguments: {dataloader_kwargs(config)}",
         f"optimizer: torch.optim.AdamW(params, **{adamw_kwargs(preset)}), passed to "
         "deepspeed.initialize",
     ]
-    compile_ = compile_kwargs(config)
-    if compile_ is not None:
-        unmapped.append(f"compile: model_engine.compile(compile_kwargs={compile_})")
-    if config.precision == "tf32":
-        unmapped.append('precision tf32: torch.set_float32_matmul_precision("high")')
-    if config.cudnn_benchmark:
-        unmapped.append("config.cudnn_benchmark=true: torch.backends.cudnn.benchmark = True")
-    unmapped += _common_unmapped(preset, config)
+    unmapped += _common_unmapped("deepspeed", preset, config, covered=True)
     return Exported(format="deepspeed", text=_json(data), data=data, unmapped=_notes(unmapped))
 
 
