@@ -31,6 +31,7 @@ from autotune.study.opening import (
     default_study_name,
     model_name,
     open_search_study,
+    require_study,
     study_name_for,
 )
 from autotune.study.options import (
@@ -133,7 +134,13 @@ def search(
         progress=output.progress,
     )
     name = study.study or study_name_for(state, goal, shared=study.shared)
-    storage = study.storage if study.storage is not None else default_storage(study.runs_dir, name)
+    storage = (
+        study.storage
+        if study.storage is not None
+        else default_storage(study.runs_dir, name, make=not study.finish)
+    )
+    if study.finish:  # it races a study's trials, so the study must be there
+        require_study(storage, name)
     bursts = _burst_runner(state, machine.burst_fn, limits, seed=study.seed)
     for message in notes:
         state.note(message)

@@ -14,8 +14,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.errors import UsageError
 from autotune.core.units import format_bytes
-from autotune.study.optuna_glue import SlowConfigPruner, open_study, redact
+from autotune.study.optuna_glue import (
+    SlowConfigPruner,
+    missing_storage,
+    open_storage,
+    open_study,
+    redact,
+)
 from autotune.study.records import SearchEvent, TrialRecord
 
 if TYPE_CHECKING:
@@ -31,6 +38,7 @@ __all__ = [
     "default_study_name",
     "model_name",
     "open_search_study",
+    "require_study",
     "study_name_for",
 ]
 
@@ -90,11 +98,33 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
 
 
-def default_storage(runs_dir: str | Path, study_name: str) -> str:
-    """``sqlite:///<runs_dir>/<study>/study.db`` (its folder is made)."""
+def default_storage(runs_dir: str | Path, study_name: str, *, make: bool = True) -> str:
+    """``sqlite:///<runs_dir>/<study>/study.db`` (its folder is made, unless not ``make``:
+    a search that only reads the study)."""
     db = Path(runs_dir) / _slug(study_name) / "study.db"
-    db.parent.mkdir(parents=True, exist_ok=True)
+    if make:
+        db.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{db}"
+
+
+def require_study(storage: str, name: str) -> None:
+    """A search that finishes study ``name`` (``--finish``) needs it there already: racing
+    a study's trials never makes one. ``UsageError`` naming the storage (redacted), the
+    studies it holds, and what to do; nothing is created."""
+    import optuna
+
+    problem = missing_storage(storage)
+    if problem is None:
+        names = sorted(optuna.study.get_all_study_names(open_storage(storage, create=False)))
+        if name in names:
+            return
+        held = ", ".join(repr(n) for n in names[:10]) if names else "no study"
+        problem = f"the study storage {redact(storage)!r} holds {held}"
+    raise UsageError(
+        f"no study named {name!r} to finish: {problem}. --finish races the trials of a "
+        "study that its workers made (autotune search --worker --study NAME, with the same "
+        "--storage): start them first, or give the name and --storage they use"
+    )
 
 
 def _study_device(state: SearchState, *, shared: bool) -> str:

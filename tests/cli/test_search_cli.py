@@ -271,3 +271,29 @@ def test_the_race_is_set_from_the_command_line(env: tuple[str, FakeBurst], tmp_p
     assert sum("finalist" in e.roles for e in race.entries) == 1
     bad = CliRunner().invoke(app, [*base, "--race-rounds", "0"])
     assert bad.exit_code == 2 and "--race-rounds must be a positive integer" in bad.output
+
+
+@pytest.mark.parametrize("storage", [None, "journal:j.log", "sqlite:///s.db"])
+def test_finish_of_a_study_that_does_not_exist_is_exit_2_and_creates_nothing(
+    env: tuple[str, FakeBurst], tmp_path: Path, storage: str | None
+) -> None:
+    model, burst = env
+    before = set(tmp_path.iterdir())
+    args = ["--model", model, "--budget", "1GB", "--finish", "nosuchstudy"]
+    args += ["--storage", storage] if storage else []
+    result = CliRunner().invoke(app, ["search", *args])
+    assert result.exit_code == 2, result.output
+    assert "no study named 'nosuchstudy'" in result.stderr and "--worker" in result.stderr
+    assert "Traceback" not in result.output
+    assert set(tmp_path.iterdir()) == before and not burst.calls  # nothing created
+
+
+def test_finish_names_the_studies_the_storage_holds(env: tuple[str, FakeBurst]) -> None:
+    model, _ = env
+    url = "sqlite:///s.db"
+    optuna.create_study(study_name="there", storage=url)
+    args = ["--model", model, "--budget", "1GB", "--finish", "gone", "--storage", url]
+    result = CliRunner().invoke(app, ["search", *args])
+    assert result.exit_code == 2, result.output
+    assert "no study named 'gone'" in result.stderr and "'there'" in result.stderr
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["there"]
