@@ -130,7 +130,8 @@ def list_presets(json_out: JsonOpt = False) -> None:
             device_kind=preset.fingerprint.device_kind,
             throughput=None if headline is None else headline[0],
             throughput_unit=None if headline is None else headline[1],
-            speedup=None if preset.baseline is None else preset.baseline.speedup,
+            speedup=_speedup_of(preset),
+            speedup_text=_qualified_speedup(preset),
         )
         rows.append(row)
     if json_out:
@@ -149,14 +150,14 @@ def list_presets(json_out: JsonOpt = False) -> None:
     refs = [_text(row["ref"]) for row in rows]
     # the name is what a user types next (presets show NAME): whole on any terminal
     keep_column_whole(table, 1, refs)
-    for column in table.columns[-2:]:  # figures stay whole too; the other columns wrap
+    for column in table.columns[-2:-1]:  # the figure stays whole; the other columns wrap
         column.no_wrap = True
     for row, ref in zip(rows, refs, strict=True):
         if "error" in row:
             table.add_row(row["origin"], ref, "", _text(f"invalid: {row['error']}"), "", "")
             continue
         unit = row["throughput_unit"] or ""
-        speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        speedup = _text(row["speedup_text"])
         device = f"{row['device']} ({row['device_kind']})"
         table.add_row(
             row["origin"],
@@ -167,6 +168,34 @@ def list_presets(json_out: JsonOpt = False) -> None:
             speedup,
         )
     Console().print(table)
+
+
+def _speedup_of(preset: Preset) -> float | None:
+    """The preset's speedup over naive: the race's when it has one (null when the race
+    had no evidence for it), else its baseline's."""
+    if preset.race is not None:
+        return preset.race.speedup
+    return None if preset.baseline is None else preset.baseline.speedup
+
+
+def _qualified_speedup(preset: Preset) -> str:
+    """The speedup with its evidence, as every output prints it (``preset.figures``)."""
+    from autotune.preset.figures import race_speedup
+
+    baseline = None if preset.baseline is None else preset.baseline.speedup
+    return race_speedup(preset.race, baseline)
+
+
+def _speedup_said(preset: Preset) -> str:
+    """What follows the headline: ``, 2.47x the naive config (95% interval 2.20-2.60)``,
+    or ``; speedup: not measured (no quiet round ...)``; "" without a naive figure."""
+    if preset.baseline is None and preset.race is None:
+        return ""
+    text = _qualified_speedup(preset)
+    if _speedup_of(preset) is None:
+        return f"; speedup: {text}"
+    value, _, evidence = text.partition(" ")
+    return f", {value} the naive config" + (f" {evidence}" if evidence else "")
 
 
 # -- show ----------------------------------------------------------------------------------
@@ -188,11 +217,11 @@ def render_preset(preset: Preset, path: Path | None = None) -> str:
     budget = "none" if preset.budget_bytes is None else _fmt(preset.budget_bytes, "budget_bytes")
     lines.append(f"  budget        {budget}")
     headline = preset.measured.throughput
+    said = _speedup_said(preset)
     if headline is not None:
-        speedup = ""
-        if preset.baseline is not None and preset.baseline.speedup is not None:
-            speedup = f", {preset.baseline.speedup:.2f}x the naive config"
-        lines.append(f"  throughput    {_throughput(*headline)}{speedup}")
+        lines.append(f"  throughput    {_throughput(*headline)}{said}")
+    elif said:
+        lines.append(f"  speedup       {said.lstrip(',; ')}")
     peak = preset.measured.peak_memory_bytes
     lines.append(f"  peak memory   {format_bytes(peak)}")
 

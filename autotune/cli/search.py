@@ -581,11 +581,10 @@ def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
             f"race median {_fmt_tp(race.winner.median)} {result.unit}, "
             f"peak {_fmt_bytes(peak)} of {_fmt_bytes(result.budget_bytes)}"
         )
-    if race is not None and race.speedup is not None and result.naive is not None:
-        console.print(
-            f"[bold]Speedup over naive[/] ({escape(result.naive.summary())}), paired over "
-            f"{race.speedup.rounds} rounds: {race.speedup.describe()}"
-        )
+    if race is not None and (race.speedup is not None or race.speedup_reason):
+        # the figure with its evidence, or "not measured (why)": never a made-up 1.00x
+        naive = f" ({escape(result.naive.summary())})" if result.naive is not None else ""
+        console.print(f"[bold]Speedup over naive[/]{naive}: {escape(race.qualified_speedup())}")
         if race.margin is not None and race.runner_up is not None:
             console.print(
                 f"Margin over the runner-up {escape(race.runner_up.label)}: "

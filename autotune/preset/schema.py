@@ -512,8 +512,7 @@ class RaceEntry(_PresetSection):
 
 @dataclass(frozen=True, kw_only=True)
 class Race(_PresetSection):
-    """The finalist race that chose the config (autotune/study/race.py): every config's
-    paired rounds, and the winner's speedup and margin with their intervals."""
+    """The finalist race that chose the config (study/race.py): its rounds and figures."""
 
     rounds: int
     unit: str  # tokens/s or samples/s
@@ -523,6 +522,8 @@ class Race(_PresetSection):
     speedup_interval: tuple[float, float] | None = None  # 95% bootstrap over the rounds
     margin: float | None = None  # winner over the runner-up, paired rounds
     margin_interval: tuple[float, float] | None = None
+    speedup_reason: str | None = None  # why no speedup, or its basis if not paired rounds
+    interval_reason: str | None = None  # why no interval ("1 round")
     entries: tuple[RaceEntry, ...] = ()
     load: Mapping[str, Any] | None = None  # what the machine watch saw during the race
     busy_rounds: tuple[bool, ...] = ()  # per round: run under outside load (left out)
@@ -535,6 +536,8 @@ class Race(_PresetSection):
         "runner_up": control_problem,
         "speedup": non_negative,
         "margin": non_negative,
+        "speedup_reason": control_problem,
+        "interval_reason": control_problem,
     }
 
     def _cross_problems(self) -> list[str]:

@@ -197,22 +197,43 @@ def _headline(data: ReportData) -> str:
     unit = data.unit
     if data.preset is not None and data.preset.measured.throughput is not None:
         value = data.preset.measured.throughput[0]
-        text = f"The preset measured {_fmt(value)} {unit}"
-        speedup = _speedup(data)
-        return text + (f", {speedup:.2f}x the naive config." if speedup else ".")
+        return f"The preset measured {_fmt(value)} {unit}" + _speedup_said(data)
     winner = data.winner()
     if winner is None:
         return "No config ran successfully within the budget: there is no winner."
+    return f"Best trial #{winner.number}: {_fmt(winner.throughput)} {unit}" + _speedup_said(data)
+
+
+def _speedup_said(data: ReportData) -> str:
+    """The headline's end: ``, 2.31x the naive config (95% interval ...).``, or ``;
+    speedup: not measured (why).`` when the race had no evidence for one."""
+    text = _speedup_text(data)
+    if text is None:
+        return "."
+    if _speedup(data) is None:
+        return f"; speedup: {text}."
+    value, _, evidence = text.partition(" ")
+    return f", {value} the naive config" + (f" {evidence}" if evidence else "") + "."
+
+
+def _speedup_text(data: ReportData) -> str | None:
+    """The speedup with its evidence (``preset.figures``, the one rule for every output),
+    or None without a naive figure."""
+    from autotune.preset.figures import race_speedup
+
+    if data.race is not None and (data.race.get("speedup_reason") or _speedup(data)):
+        baseline = None if data.preset is None else data.preset.baseline
+        return race_speedup(data.race, None if baseline is None else baseline.speedup)
     speedup = _speedup(data)
-    return f"Best trial #{winner.number}: {_fmt(winner.throughput)} {unit}" + (
-        f", {speedup:.2f}x the naive config." if speedup else "."
-    )
+    return None if not speedup else f"{speedup:.2f}x"
 
 
 def _speedup(data: ReportData) -> float | None:
     race = data.race
     if race and isinstance(race.get("speedup"), (int, float)):
         return float(race["speedup"])
+    if race and race.get("speedup_reason"):  # the race had no evidence: no figure
+        return None
     baseline = None if data.preset is None else data.preset.baseline
     if baseline is not None and baseline.speedup is not None:
         return baseline.speedup
@@ -327,6 +348,10 @@ def _race_blocks(race: Mapping[str, Any], unit: str) -> list[Block]:
         said.append(f"winner {race['winner']}")
     if isinstance(race.get("speedup"), (int, float)):
         said.append(f"{race['speedup']:.2f}x naive{_interval(race.get('speedup_interval'), 'x')}")
+        if race.get("speedup_reason") or race.get("interval_reason"):
+            said.append(f"({race.get('speedup_reason') or race.get('interval_reason')})")
+    elif race.get("speedup_reason"):
+        said.append(f"speedup over naive not measured ({race['speedup_reason']})")
     if isinstance(race.get("margin"), (int, float)):
         said.append(
             f"{race['margin']:+.1%} over the runner-up"
@@ -458,9 +483,9 @@ def _preset_figures(data: ReportData) -> list[Block]:
         ("peak memory", format_bytes(m.peak_memory_bytes) if m.peak_memory_bytes else "-", "-"),
         ("step time (median, s)", m.step_time_median_s, "-"),
     ]
-    speedup = _speedup(data)
+    speedup = _speedup_text(data)
     table = _table(["", "preset", "naive"], rows)
-    said = f"Speedup over naive: {speedup:.2f}x." if speedup else "No naive figure to compare."
+    said = f"Speedup over naive: {speedup}." if speedup else "No naive figure to compare."
     return [Text("The preset's measurement", style="h3"), table, Text(said)]
 
 

@@ -169,6 +169,10 @@ class TrialObjective:
     workers: Workers | None = None  # the other workers of a shared study (None: alone)
     _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # the race's reserve splits a trial's wall time into start-up and timed steps
+        self.state.trial_steps = self.bursts.steps
+
     def __call__(self, trial: optuna.Trial) -> float:
         trial.set_user_attr("owner", self._owner)  # who runs it (claim_running_trials)
         config = self.state.space.suggest(trial)
@@ -303,12 +307,17 @@ class TrialObjective:
         the time the finalist race needs: its timeout is at most the time left for trials
         (the time left less the race's reserve; a compile in the warm-up can take minutes:
         pointer-gen's took a default search's whole limit), and running out of it is
-        "stopped", not a failure of the config."""
+        "stopped", not a failure of the config. The naive baseline (``exempt``) is held
+        only to the search's deadline (``SearchState.burst_timeout``): on a loaded machine
+        its burst can outlast the whole limit."""
         timeout_s = self.bursts.timeout_s
         time_left = self.state.time_for_trials()
         capped = not exempt and time_left is not None and time_left < timeout_s
         if capped and time_left is not None:
             timeout_s = max(time_left, MIN_CAPPED_BURST_S)
+        hard = self.state.burst_timeout(timeout_s)
+        if hard is None or hard < timeout_s:
+            timeout_s, capped = max(hard or 0.0, MIN_CAPPED_BURST_S), True
         return timeout_s, capped
 
     def _compile_cap(self, config: TrainConfig) -> tuple[float | None, str]:

@@ -17,8 +17,8 @@ config. Then:
   preset then records the edge and a warning to keep headroom;
 * its speedup over naive and its margin over the runner-up are the geometric means of the
   per-round ratios (winner / naive within each round), with a 95% percentile-bootstrap
-  interval over the rounds. With two rounds the interval spans the two rounds' ratios,
-  and says so.
+  interval over the rounds. With two rounds the interval spans the two rounds' ratios;
+  one round gives no interval.
 
 Rounds after the first measure only the contenders: an entrant that ran below ``CUT``
 (0.8) times the round's fastest in a round measured alike (below) leaves the race (a
@@ -32,15 +32,19 @@ Outside load (``MachineWatch``): a burst runs on the cores other processes leave
 it starts under load, and a round counts only beside rounds measured alike: the quiet
 rounds when there are any, else the rounds run on the same cores left, whose ratios hold
 though every figure is lower; a round where load came or went between its bursts is
-mixed, and counts only when nothing else does (with a warning).
+mixed and never counts. How the winner and its figures follow from the rounds that count
+(and what is published when none does) is ``race_decision.py``.
 
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
-search how long the race will take, from the entrants' own trials, and a round that would
-end past the limit is not started (the first round always runs: it is the eval and
-checkpoint check, and one paired round; while no round was measured alike, a round may
-end up to ``UNFAIR_GRACE`` of the limit past it). The time the entrants that left the race no
-longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each only
-if it ends within the limit): more paired rounds, a narrower interval.
+search how long the race will take, from the entrants' measured step times (a burst of
+slow steps times fewer of them: ``race_steps``) and never from a disturbed trial. Every
+burst is held to the search's deadline (``SearchState.burst_timeout``: the limit plus
+half of ``OVERRUN_SHARE`` of it): a burst with no time left is not started, one whose
+timeout the deadline capped and that ran out is cut, and a round the deadline cut is left
+out; a round that would end past the deadline is not started (the first round always
+starts: it is the eval and checkpoint check). The time the entrants that left the race no
+longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each
+only if it ends within the limit): more paired rounds, a narrower interval.
 """
 
 from __future__ import annotations
@@ -54,13 +58,14 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.race_records import NO_RATIO, Entrant, Paired, RaceResult, paired_ratio
+from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rounds, decide, edge
+from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import (
     SearchEvent,
     TrialRecord,
     distinct_best,
-    memory_model_note,
 )
+from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -87,11 +92,11 @@ DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
 # of it process start and compilation), and a default search has 5 2/3 minutes in all:
 # two rounds leave the trials about two thirds of it. More rounds narrow the interval.
 DEFAULT_ROUNDS = 2
-ROUND_GRACE_S = 20.0  # a round may end this far past the time limit,
-ROUND_GRACE_SHARE = 0.1  # or this share of the limit when less (a short search's limit)
-CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
-UNFAIR_GRACE = 0.5  # of the limit: how far past it a round may end when no round was fair
+# Where steps are slow a race burst times fewer of them: about RACE_TIMED_S of timed steps,
+# never fewer than MIN_RACE_STEPS (a median of 3 steps still leaves out one odd step).
+RACE_TIMED_S = 20.0
+MIN_RACE_STEPS = 3
 # A compile found in the cache, as a share of the first one (mu on the 2-core CPU: 7-9 s
 # from the cache after a 33 s first compile)
 CACHED_COMPILE_SHARE = 0.3
@@ -147,16 +152,46 @@ def race_reserve_s(
     left, and the race ran one round."""
     compiles = [r.compile_s for r in state.records.values() if r.ran and r.compile_s]
     cached = min([*compiles, CACHED_COMPILE_SHARE * max(compiles)]) if compiles else 0.0
-    walls = []
     entrants = entrants_for(state, finalists=finalists, expert=expert)
-    for e in entrants:
-        wall = e.record.wall_s or 0.0
-        if e.record.compile_s:
-            wall = max(0.0, wall - e.record.compile_s) + cached
-        walls.append(wall * steps_ratio)
+    estimates = {
+        id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, cached) for e in entrants
+    }
+    quiet = [estimates[id(e)] for e in entrants if not e.record.disturbed]
+    walls = [
+        statistics.median(quiet) if e.record.disturbed and quiet else estimates[id(e)]
+        for e in entrants
+    ]
     if walls and sum(e.roles == ["finalist"] for e in entrants) < finalists:
         walls.append(statistics.median(walls))
     return sum(walls) * rounds
+
+
+def race_steps(step_time_s: float | None, steps: int) -> int:
+    """Timed steps of a race burst for a config whose steps take ``step_time_s``: the
+    race's ``steps``, fewer where steps are slow (about ``RACE_TIMED_S`` of timed steps,
+    at least ``MIN_RACE_STEPS``). A loaded machine's naive at 25 s a step would otherwise
+    spend minutes per round on one config."""
+    if not step_time_s or step_time_s <= 0:
+        return steps
+    return min(steps, max(MIN_RACE_STEPS, int(RACE_TIMED_S // step_time_s)))
+
+
+def _burst_estimate(
+    record: TrialRecord, trial_steps: int | None, steps_ratio: float, cached: float
+) -> float:
+    """How long a race burst of ``record``'s config takes: its trial's wall time (the
+    compile counted as the cache serves it) scaled by the race's steps over the trial's,
+    and no more than its start-up plus the race's timed steps at its measured step time
+    (``race_steps``: where steps are slow a race burst times fewer of them)."""
+    wall = record.wall_s or 0.0
+    if record.compile_s:
+        wall = max(0.0, wall - record.compile_s) + cached
+    step = record.step_time_median_s
+    if not step or not trial_steps:
+        return wall * steps_ratio
+    start_up = max(0.0, wall - trial_steps * step)
+    stepped = start_up + race_steps(step, round(trial_steps * steps_ratio)) * step
+    return min(wall * steps_ratio, stepped)
 
 
 # -- the race -----------------------------------------------------------------------------
@@ -190,52 +225,82 @@ def run_race(
     )
     done = 0
     busy: list[bool] = []
-    kinds: list[str] = []  # per round: quiet, capped N, or mixed (_round_kind)
+    kinds: list[str] = []  # per round: quiet, capped N, mixed or cut (_round_kind)
     for round_ in range(rounds + EXTRA_ROUNDS):
         if round_ >= rounds and not _extra_round_fits(state, entrants):
             break
-        fair = any(k != MIXED for k in kinds)
-        if round_ >= 1 and _out_of_time(state, entrants, fair=fair):
+        if round_ >= 1 and _out_of_time(state, entrants):
             notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
             break
-        if round_ >= 1 and not fair and _out_of_time(state, entrants, fair=True):
-            state.note(
-                f"race: outside load came or went during every round so far; round "
-                f"{round_ + 1} runs, past the time limit if need be (at most "
-                f"{UNFAIR_GRACE:.0%} of it), so that one round compares the configs alike"
-            )
         round_started = watch.now() if watch is not None else 0.0
-        conditions = []
-        for entrant in _order(entrants, round_):
-            if not entrant.dropped:
-                burst_started = watch.now() if watch is not None else 0.0
-                threads = state.burst_threads()
-                with watch.burst() if watch is not None else contextlib.nullcontext():
-                    _run_one(
-                        state,
-                        bursts,
-                        entrant,
-                        steps=steps,
-                        first=round_ == 0,
-                        score=scorer,
-                        threads=threads,
-                    )
-                conditions.append(_condition(watch, burst_started, threads))
+        conditions = _run_round(
+            state, bursts, entrants, round_, steps=steps, score=scorer, watch=watch
+        )
         done = round_ + 1
-        kinds.append(_round_kind(conditions))
+        kinds.append(CUT_ROUND if CUT_ROUND in conditions else _round_kind(conditions))
         state.note(_round_line(round_, entrants, state.unit))
         load = watch.window(round_started) if watch is not None else None
         busy.append(load is not None and load.busy)
         if load is not None and load.busy:
             notes.append(f"race round {done} ran while the machine was busy ({load.describe()})")
+        if kinds[-1] == CUT_ROUND:
+            notes.append(
+                f"race: round {done} was cut at the search's deadline (the time limit plus "
+                f"{OVERRUN_SHARE / 2:.0%}); its figures are left out"
+            )
+            break
         if kinds[-1] != MIXED:
             for message in _eliminate(state, entrants, round_):
                 state.note(message)
-    notes += _count_rounds(entrants, kinds)
+    counted, basis = count_rounds(entrants, kinds)
+    notes += counted
     for message in notes:
         state.note(message)
-    result = _decide(state, entrants, done, notes, load=_load(watch, started))
+    result = decide(state, entrants, done, notes, load=_load(watch, started), basis=basis)
     return replace(result, busy_rounds=tuple(busy))
+
+
+def _run_round(
+    state: SearchState,
+    bursts: BurstRunner,
+    entrants: list[Entrant],
+    round_: int,
+    *,
+    steps: int,
+    score: Callable[[TrainConfig, BurstResult], float],
+    watch: MachineWatch | None,
+) -> list[str]:
+    """Run round ``round_``: one burst of every entrant still in, in the round's order,
+    each held to the search's deadline (``SearchState.burst_timeout``). How each burst
+    ran (``_condition``); ``CUT_ROUND`` last when the deadline cut the round short."""
+    conditions: list[str] = []
+    for entrant in _order(entrants, round_):
+        if entrant.dropped:
+            continue
+        wanted = 2 * bursts.timeout_s
+        timeout_s = state.burst_timeout(wanted, expected_s=entrant.record.wall_s)
+        if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
+            timeout_s = MIN_BURST_S  # one burst, however short, or no preset at all
+        if timeout_s is None:  # no time left to start it: the round is cut here
+            return [*conditions, CUT_ROUND]
+        burst_started = watch.now() if watch is not None else 0.0
+        threads = state.burst_threads()
+        with watch.burst() if watch is not None else contextlib.nullcontext():
+            cut = _run_one(
+                state,
+                bursts,
+                entrant,
+                steps=race_steps(entrant.record.step_time_median_s, steps),
+                first=round_ == 0,
+                score=score,
+                threads=threads,
+                timeout_s=timeout_s,
+                capped=timeout_s < wanted,
+            )
+        conditions.append(CUT_ROUND if cut else _condition(watch, burst_started, threads))
+        if cut:
+            break
+    return conditions
 
 
 def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list[str]:
@@ -250,7 +315,7 @@ def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list
         if not e.dropped and not e.problem and len(e.throughputs) > round_
     }
     running = [e for e in entrants if figures.get(id(e))]
-    roomy = [e for e in running if not _edge(e, state.budget_bytes)]
+    roomy = [e for e in running if not edge(e, state.budget_bytes)]
     leader = max(roomy or running, key=lambda e: figures[id(e)] or 0.0, default=None)
     if leader is None:
         return []
@@ -277,9 +342,6 @@ def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
     return 0 < sum(w for e in running for w in e.walls[-1:]) <= left
 
 
-QUIET, MIXED = "quiet", "mixed"
-
-
 def _condition(watch: MachineWatch | None, since: float, threads: int | None) -> str:
     """How one race burst ran: ``quiet`` (all of torch's threads, no outside load during
     it), ``capped N`` (on the N cores outside load left it when it started), or ``hit``
@@ -300,38 +362,6 @@ def _round_kind(conditions: list[str]) -> str:
     return MIXED
 
 
-def _count_rounds(entrants: list[Entrant], kinds: list[str]) -> list[str]:
-    """Which rounds the figures come from, and what it says about it. A round counts only
-    beside rounds measured alike: outside load does not slow every config alike (on a CPU,
-    contended cores slow small micro-batches most), so a loaded round's ratios are not a
-    quiet machine's. Quiet rounds when there are any; else the rounds run on the cores
-    left by outside load, where the ratios hold (``benchmarks/threads_under_load.py``:
-    within 1.3% of the quiet ones) though every figure is lower; else (every round mixed)
-    all of them, with a warning."""
-    if all(k == QUIET for k in kinds):
-        return []
-    capped = [k for k in kinds if k.startswith("capped")]
-    kind = QUIET if QUIET in kinds else max(capped, key=capped.count) if capped else None
-    if kind is None:
-        return [
-            "warning: every race round ran while outside load came or went, and load does "
-            "not slow every config alike: the winner and its speedup may differ on a quiet "
-            "machine; run the search again when the machine is quiet to be sure"
-        ]
-    for e in entrants:
-        e.counted = [t if k == kind else None for t, k in zip(e.throughputs, kinds, strict=False)]
-    used, left = kinds.count(kind), len(kinds) - kinds.count(kind)
-    if kind == QUIET:
-        return [f"race: the {left} busy round(s) left out; the figures are the {used} quiet one(s)"]
-    cores = kind.split()[1]
-    return [
-        f"race: outside load held the machine in every round; the figures are the {used} "
-        f"round(s) measured on the {cores} core(s) it left (the ratios between configs "
-        "hold there, every figure is lower than a quiet machine's)"
-        + (f"; {left} round(s) measured otherwise left out" if left else "")
-    ]
-
-
 def _order(entrants: list[Entrant], round_: int) -> list[Entrant]:
     """Round ``round_``'s running order: rotated by one each round, so over as many rounds
     as entrants each config runs once in each position (first after the search, after
@@ -349,16 +379,21 @@ def _run_one(
     first: bool,
     score: Callable[[TrainConfig, BurstResult], float],
     threads: int | None,
-) -> None:
+    timeout_s: float,
+    capped: bool,
+) -> bool:
     """One burst of ``entrant`` on ``threads`` (None: torch's default); the first round's
-    adds the eval step and checkpoint save."""
+    adds the eval step and checkpoint save. True when the deadline cut it (its timeout
+    was ``capped`` by the time left, and it ran out): no figure, and not the config's
+    fault."""
     config = entrant.record.train_config()
     started = time.monotonic()
-    result = bursts.run(
-        config, steps=steps, timeout_s=2 * bursts.timeout_s, verify=first, threads=threads
-    )
+    result = bursts.run(config, steps=steps, timeout_s=timeout_s, verify=first, threads=threads)
     entrant.walls.append(time.monotonic() - started)
     entrant.bursts.append(result)
+    if capped and result.status == "timeout":
+        entrant.throughputs.append(None)
+        return True
     problem = ""
     if not result.ok:
         problem = f"{result.status}: {result.reason}"
@@ -384,22 +419,16 @@ def _run_one(
             unit=state.unit,
         )
     )
+    return False
 
 
-def _out_of_time(state: SearchState, entrants: list[Entrant], *, fair: bool = True) -> bool:
-    """Whether another round would run past the search's time limit by more than
-    ``ROUND_GRACE_S`` (or ``ROUND_GRACE_SHARE`` of the limit, when less; the last round's
-    bursts, the first with its eval and checkpoint, overestimate the next); by more than
-    ``UNFAIR_GRACE`` of the limit when no round so far was ``fair`` (measured alike), since
-    without one the race has no figure to trust."""
-    left, limit = state.time_left(), state.limits.time_limit_s
-    if left is None or limit is None:
-        return False
-    grace = min(ROUND_GRACE_S, ROUND_GRACE_SHARE * limit)
-    if not fair:
-        grace = max(grace, UNFAIR_GRACE * limit)
+def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
+    """Whether another round would end past the search's deadline (``fits_deadline``:
+    the time limit plus half of ``OVERRUN_SHARE``), judged from the entrants' last bursts
+    (the first round's, with its eval and checkpoint, overestimate the next). Load or no
+    load: a round without a fair figure earns no extra time."""
     round_s = sum(w for e in entrants if not e.dropped for w in e.walls[-1:])
-    return left + grace < round_s
+    return not state.fits_deadline(round_s)
 
 
 def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:
@@ -416,96 +445,6 @@ def _load(watch: MachineWatch | None, started: float | None) -> dict[str, Any] |
     if watch is None or started is None:
         return None
     return watch.window(started).to_dict()
-
-
-def _decide(
-    state: SearchState,
-    entrants: list[Entrant],
-    rounds: int,
-    notes: list[str],
-    *,
-    load: dict[str, Any] | None,
-) -> RaceResult:
-    for e in entrants:
-        e.at_edge = e.at_edge or _edge(e, state.budget_bytes)
-    fastest = max((e for e in entrants if e.eligible), key=lambda e: e.median or 0.0, default=None)
-    ranked = sorted(  # a config at the edge of the budget wins only if every config is
-        (e for e in entrants if e.eligible),
-        key=lambda e: (bool(e.at_edge), -(e.median or 0.0), e.record.number),
-    )
-    if not ranked:
-        tried = "; ".join(f"{e.label}: {e.problem}" for e in entrants if e.problem)
-        raise AutotuneError(
-            f"no config passed the race's eval and checkpoint round ({tried}); "
-            "no preset was written"
-        )
-    winner = ranked[0]
-    notes.extend(_edge_notes(winner, fastest))
-    memory = memory_model_note(state.trials_in_order())
-    if memory:
-        notes.append(memory)
-    # the runner-up is the closest rival: the highest paired ratio to the winner over the
-    # rounds both ran (an entrant that left the race early included; naive is only when
-    # nothing else is closer), one with headroom before one at the edge
-    rivals = [e for e in entrants if e is not winner and not e.problem and e.median is not None]
-    runner_up = max(
-        rivals,
-        key=lambda e: (
-            not e.at_edge,
-            (paired_ratio(e.figures, winner.figures) or NO_RATIO).estimate,
-        ),
-        default=None,
-    )
-    naive = next((e for e in entrants if "naive" in e.roles), None)
-    speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
-    margin = None
-    if runner_up is not None:
-        margin = paired_ratio(winner.figures, runner_up.figures)
-    return RaceResult(
-        rounds=rounds,
-        unit=state.unit,
-        entrants=tuple(entrants),
-        winner=winner,
-        runner_up=runner_up,
-        naive=naive,
-        speedup=speedup,
-        margin=margin,
-        load=load,
-        notes=tuple(notes),
-    )
-
-
-def _edge(entrant: Entrant, budget: int) -> str:
-    """Why ``entrant`` is at the edge of the budget: in its trial, or in a race burst."""
-    from autotune.study.memory_model import edge_reason
-
-    if entrant.record.at_edge:
-        return entrant.record.at_edge
-    for burst in entrant.bursts:
-        if burst.ok:
-            why = edge_reason(
-                peak_bytes=burst.peak_memory_bytes,
-                budget_bytes=budget,
-                alloc_retries=burst.alloc_retries,
-            )
-            if why:
-                return why
-    return ""
-
-
-def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
-    if winner.at_edge:
-        return [
-            f"race: the winner {winner.label} runs at the edge of the memory budget "
-            f"({winner.at_edge}); every finalist does: the preset records it, keep headroom "
-            "(a smaller micro-batch) for a long run"
-        ]
-    if fastest is not None and fastest is not winner and fastest.at_edge:
-        return [
-            f"race: {fastest.label} was faster but runs at the edge of the memory budget "
-            f"({fastest.at_edge}); {winner.label}, the fastest config with headroom, wins"
-        ]
-    return []
 
 
 def _nothing_ran(state: SearchState) -> AutotuneError:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.preset.figures import CONFIDENCE, qualified
+
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.study.records import TrialRecord
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOOTSTRAP_SAMPLES",
     "CONFIDENCE",
+    "NO_INTERVAL",
     "NO_RATIO",
     "Entrant",
     "Paired",
@@ -26,7 +29,7 @@ __all__ = [
 ]
 
 BOOTSTRAP_SAMPLES = 2000
-CONFIDENCE = 0.95
+NO_INTERVAL = "1 round"  # why a ratio from a single paired round has no interval
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,15 @@ class Paired:
     high: float
     rounds: int
 
+    @property
+    def has_interval(self) -> bool:
+        """One round gives a figure, not an interval (its low and high are the figure)."""
+        return self.rounds >= 2
+
     def describe(self) -> str:
+        if not self.has_interval:  # rounds 0: two unpaired measurements
+            why = NO_INTERVAL if self.rounds else "unpaired trials"
+            return f"{self.estimate:.2f}x (no interval: {why})"
         return f"{self.estimate:.2f}x ({CONFIDENCE:.0%} interval {self.low:.2f}-{self.high:.2f})"
 
 
@@ -134,11 +145,38 @@ class RaceResult:
     winner: Entrant
     runner_up: Entrant | None
     naive: Entrant | None
-    speedup: Paired | None  # winner over naive
+    speedup: Paired | None  # winner over naive (None: no evidence, see speedup_reason)
     margin: Paired | None  # winner over the runner-up
     load: dict[str, Any] | None = None  # what the machine watch saw during the race
     busy_rounds: tuple[bool, ...] = ()  # per round: run under outside load
     notes: tuple[str, ...] = ()
+    # why there is no speedup, or what it rests on when not on rounds measured alike
+    # ("" when it comes from paired rounds measured alike)
+    speedup_reason: str = ""
+
+    @property
+    def interval_reason(self) -> str:
+        """Why the speedup and margin have no interval ("" when they have one)."""
+        if self.speedup is None and self.margin is None:
+            return self.speedup_reason
+        if self.speedup_reason:  # from the trials: unpaired figures have no interval
+            return self.speedup_reason
+        paired = self.speedup or self.margin
+        return "" if paired is None or paired.has_interval else NO_INTERVAL
+
+    def qualified_speedup(self) -> str:
+        """The speedup as the output prints it, with its evidence: ``2.31x (95% interval
+        2.2-2.4)``, ``2.31x (no interval: 1 round)``, or ``not measured (why)``."""
+        return qualified(
+            None if self.speedup is None else self.speedup.estimate,
+            interval=self._interval(self.speedup),
+            reason=self.speedup_reason or self.interval_reason,
+        )
+
+    def _interval(self, p: Paired | None) -> list[float] | None:
+        if p is None or not p.has_interval or self.speedup_reason:
+            return None
+        return [round(p.low, 4), round(p.high, 4)]
 
     def ratio_to_naive(self, entrant: Entrant) -> Paired | None:
         if self.naive is None:
@@ -147,9 +185,6 @@ class RaceResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: the preset's ``race`` section and ``--json``."""
-
-        def interval(p: Paired | None) -> list[float] | None:
-            return None if p is None else [round(p.low, 4), round(p.high, 4)]
 
         entries = []
         for e in self.entrants:
@@ -176,9 +211,11 @@ class RaceResult:
             "winner": self.winner.label,
             "runner_up": None if self.runner_up is None else self.runner_up.label,
             "speedup": None if self.speedup is None else round(self.speedup.estimate, 4),
-            "speedup_interval": interval(self.speedup),
+            "speedup_interval": self._interval(self.speedup),
             "margin": None if self.margin is None else round(self.margin.estimate, 4),
-            "margin_interval": interval(self.margin),
+            "margin_interval": self._interval(self.margin),
+            "speedup_reason": self.speedup_reason or None,
+            "interval_reason": self.interval_reason or None,
             "entries": entries,
             "load": self.load,
             "busy_rounds": list(self.busy_rounds),

@@ -280,6 +280,7 @@ class SearchResult:
             "verified": None if self.verified is None else self.verified.to_dict(),
             "naive": None if self.naive is None else self.naive.to_dict(),
             "speedup": self.speedup,
+            "speedup_reason": None if self.race is None else self.race.speedup_reason or None,
             "counts": self.counts(),
             "skipped": dict(self.skipped),
             "memory_model": self.memory_model(),

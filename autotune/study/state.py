@@ -18,9 +18,14 @@ if TYPE_CHECKING:
     from autotune.study.space import SearchSpace
     from autotune.study.watch import MachineWatch
 
-__all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]
+__all__ = ["MAX_CONSECUTIVE_SKIPS", "MIN_BURST_S", "OVERRUN_SHARE", "Limits", "SearchState"]
 
 MAX_CONSECUTIVE_SKIPS = 100  # the sampler keeps proposing known configs: it has converged
+# The time limit is the user's: a search ends within it plus this share of it, the race and
+# the preset included. Bursts and race rounds are held to half of that share; the other
+# half is for killing a cut burst's processes and writing the preset.
+OVERRUN_SHARE = 0.1
+MIN_BURST_S = 1.0  # a burst with less time than this before the deadline is not started
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class SearchState:
     reserve: Callable[[], float] = field(default=lambda: 0.0, repr=False)
     watch: MachineWatch | None = None  # what else the machine runs (None: not watched)
     disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
+    trial_steps: int | None = None  # timed steps per trial burst (the objective sets it)
     _busy_warned: bool = False
     budget_problem: str = ""  # set when even the smallest config does not fit
 
@@ -116,10 +122,50 @@ class SearchState:
         limit = self.limits.time_limit_s
         return None if limit is None else max(0.0, limit - self.elapsed())
 
+    def deadline_left(self) -> float | None:
+        """The seconds left before the search's deadline: the time limit plus half of
+        ``OVERRUN_SHARE`` of it (None: no limit). Every burst, the trials' and the race's,
+        is held to it (``burst_timeout``)."""
+        limit = self.limits.time_limit_s
+        if limit is None:
+            return None
+        return max(0.0, limit * (1.0 + OVERRUN_SHARE / 2) - self.elapsed())
+
+    def burst_timeout(self, timeout_s: float, *, expected_s: float | None = None) -> float | None:
+        """The one deadline rule: a burst's ``timeout_s`` capped by the time left before the
+        deadline, or None when the burst is not started: less than ``MIN_BURST_S`` is
+        left (or than ``expected_s``, the burst's expected wall time, when that is less)."""
+        left = self.deadline_left()
+        if left is None:
+            return timeout_s
+        least = MIN_BURST_S if not expected_s else min(MIN_BURST_S, expected_s)
+        return None if left < least else min(timeout_s, left)
+
+    def fits_deadline(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` started now ends before the deadline (a race round)."""
+        left = self.deadline_left()
+        return left is None or seconds <= left
+
     def time_for_trials(self) -> float | None:
-        """The time left for trials: the time left less what the race will need."""
+        """The time left for trials: the time left less what the race will need. Until a
+        config besides naive has a result, the race's reserve takes at most half the time
+        left, so that a loaded machine (slow bursts, a large reserve) still measures the
+        expert start rather than naive alone."""
         left = self.time_left()
-        return None if left is None else max(0.0, left - self.reserve())
+        if left is None:
+            return None
+        reserve = self.reserve()
+        if self.configs_measured() < 2:
+            reserve = min(reserve, left / 2)
+        return max(0.0, left - reserve)
+
+    def configs_measured(self) -> int:
+        """Distinct configs with a successful result (replays and re-measures count once)."""
+        return len({number for number in self.by_key.values() if self._ok(number)})
+
+    def _ok(self, number: int) -> bool:
+        record = self.records.get(number)
+        return record is not None and record.ran and record.feasible
 
     def trials_left(self) -> int | None:
         trials = self.limits.trials

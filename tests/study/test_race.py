@@ -180,7 +180,7 @@ def test_an_entrant_clearly_behind_in_a_quiet_round_leaves_the_race() -> None:
 
 
 def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> None:
-    from autotune.study.race import _decide
+    from autotune.study.race_decision import decide as _decide
 
     # round 2 ran on a machine three times slower; #2 left after round 1 at 0.75x #1, so
     # its one figure (75) is above #1's median (65): by medians alone it would win
@@ -233,21 +233,44 @@ def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
     assert unlimited.race is not None and unlimited.race.rounds == DEFAULT_ROUNDS
 
 
-def test_without_a_fair_round_one_more_round_may_run_past_the_limit() -> None:
-    from types import SimpleNamespace
-
+def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -> None:
+    # The time limit is the user's: no grace for a race without a fair round (a loaded
+    # machine once ran a 3-minute search for 4 min 22 s).
     from autotune.study.race import _out_of_time
+    from autotune.study.state import OVERRUN_SHARE
 
-    state: Any = SimpleNamespace(time_left=lambda: 10.0, limits=SimpleNamespace(time_limit_s=100.0))
+    state = _limited_state(100.0, elapsed=90.0)  # 15 s to the deadline (100 s + 5%)
     a, naive = _entrant(1, [100.0]), _entrant(2, [50.0], "naive")
     for e in (a, naive):
-        e.walls.append(25.0)  # a 50 s round, 10 s left
-    assert _out_of_time(state, [a, naive], fair=True)  # 10 s of grace (a tenth of the limit)
-    assert not _out_of_time(state, [a, naive], fair=False)  # half the limit: 50 s
-    a.walls[-1] = 60.0
-    assert _out_of_time(state, [a, naive], fair=False)  # an 85 s round is too long even so
-    state.limits.time_limit_s = None
-    assert not _out_of_time(state, [a, naive], fair=True)  # no limit, no end
+        e.walls.append(7.0)  # a 14 s round: it fits
+    assert not _out_of_time(state, [a, naive])
+    a.walls[-1] = 9.0  # a 16 s round does not, whatever the rounds so far were
+    assert _out_of_time(state, [a, naive])
+    assert state.deadline_left() == pytest.approx(100.0 * (1 + OVERRUN_SHARE / 2) - 90.0, abs=0.5)
+    assert state.burst_timeout(600.0) == pytest.approx(15.0, abs=0.5)  # capped by the deadline
+    late = _limited_state(100.0, elapsed=104.5)
+    assert late.burst_timeout(600.0) is None  # under a second left: not started
+    free = _limited_state(None, elapsed=1000.0)
+    assert free.burst_timeout(600.0) == 600.0 and not _out_of_time(free, [a, naive])
+
+
+def _limited_state(limit: float | None, *, elapsed: float) -> Any:
+    import time
+
+    from fake_burst import cpu_profile, toy_spec
+
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import Limits, SearchState
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    return SearchState(
+        spec=spec,
+        space=space,
+        budget_bytes=10**9,
+        limits=Limits(None, limit),
+        started=time.monotonic() - elapsed,
+    )
 
 
 # -- the race's reserve ----------------------------------------------------------------------

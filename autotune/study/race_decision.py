@@ -1,0 +1,273 @@
+"""How the finalist race decides (``race.py`` runs it): which rounds count, the winner,
+and its speedup over naive and margin over the runner-up, each with its evidence.
+
+A figure is published only with its evidence (docs/design.md, principle 8):
+
+* the rounds that count are the quiet ones, else those run wholly on the cores outside
+  load left (their ratios hold, ``benchmarks/threads_under_load.py``); a round where load
+  came or went between its bursts, or that the deadline cut, never counts;
+* with such rounds, the winner is the best median over them, and its speedup and margin
+  are paired ratios over them; one round gives a figure without an interval ("1 round");
+* with none, the winner is decided from the trials measured on a quiet machine, and the
+  speedup is their unpaired ratio, said so (``speedup_reason``); with no quiet trial of
+  both configs either, the speedup is null with the reason;
+* when the rounds that count were not quiet, the winner is never a config whose quiet
+  trial was below ``CUT`` times another contender's (the race's own line between a
+  burst's noise and a real gap);
+* a search that measured only the naive config has no speedup: the reason says what
+  time limit would measure the expert start.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.errors import AutotuneError
+from autotune.preset.figures import qualified
+from autotune.study.race_records import NO_RATIO, Entrant, Paired, RaceResult, paired_ratio
+from autotune.study.records import memory_model_note
+
+if TYPE_CHECKING:
+    from autotune.study.state import SearchState
+
+__all__ = ["CUT", "CUT_ROUND", "MIXED", "QUIET", "count_rounds", "decide", "edge"]
+
+CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
+HINT_ROUNDS = 2  # the race's default rounds, for the time limit a naive-only search needs
+
+QUIET, MIXED, CUT_ROUND = "quiet", "mixed", "cut"
+
+
+def count_rounds(entrants: list[Entrant], kinds: list[str]) -> tuple[list[str], str]:
+    """Which rounds the figures come from, what it says about it, and their kind (""
+    when no round counts). A round counts only beside rounds measured alike: outside load
+    does not slow every config alike (on a CPU, contended cores slow small micro-batches
+    most), so a loaded round's ratios are not a quiet machine's. Quiet rounds when there
+    are any; else the rounds run on the cores left by outside load, where the ratios hold
+    (``benchmarks/threads_under_load.py``: within 1.3% of the quiet ones) though every
+    figure is lower; else none (every round mixed, or cut at the deadline): the race
+    publishes no figure of its own (``_decide``)."""
+    if all(k == QUIET for k in kinds):
+        return [], QUIET
+    capped = [k for k in kinds if k.startswith("capped")]
+    kind = QUIET if QUIET in kinds else max(capped, key=capped.count) if capped else ""
+    if not kind:
+        return [
+            "warning: no race round was measured alike (outside load came or went during "
+            "every round, or the deadline cut it), and load does not slow every config "
+            "alike: the race's figures are left out; run the search again when the machine "
+            "is quiet to measure the speedup"
+        ], ""
+    for e in entrants:
+        e.counted = [t if k == kind else None for t, k in zip(e.throughputs, kinds, strict=False)]
+    used, left = kinds.count(kind), len(kinds) - kinds.count(kind)
+    if kind == QUIET:
+        return [
+            f"race: the {left} busy round(s) left out; the figures are the {used} quiet one(s)"
+        ], kind
+    cores = kind.split()[1]
+    return [
+        f"race: outside load held the machine in every round; the figures are the {used} "
+        f"round(s) measured on the {cores} core(s) it left (the ratios between configs "
+        "hold there, every figure is lower than a quiet machine's)"
+        + (f"; {left} round(s) measured otherwise left out" if left else "")
+    ], kind
+
+
+def decide(
+    state: SearchState,
+    entrants: list[Entrant],
+    rounds: int,
+    notes: list[str],
+    *,
+    load: dict[str, Any] | None,
+    basis: str = QUIET,
+) -> RaceResult:
+    """The winner, its speedup over naive and its margin over the runner-up, from the
+    rounds of ``basis`` (``_count_rounds``); with none, from the quiet trials."""
+    for e in entrants:
+        e.at_edge = e.at_edge or edge(e, state.budget_bytes)
+    ranked = _ranked(entrants, basis)
+    if not ranked and not any(e.problem or e.median for e in entrants):
+        raise AutotuneError(
+            "the search's time limit left no time to race a single config (the race "
+            "checks the winner's eval step and checkpoint save); no preset was written: "
+            "give the search a longer --timeout"
+        )
+    if not ranked:
+        tried = "; ".join(f"{e.label}: {e.problem}" for e in entrants if e.problem)
+        raise AutotuneError(
+            f"no config passed the race's eval and checkpoint round ({tried}); "
+            "no preset was written"
+        )
+    winner = _uncontradicted(ranked) if basis != QUIET else ranked[0]
+    fastest = max((e for e in entrants if e.eligible), key=lambda e: e.median or 0.0)
+    notes.extend(_edge_notes(winner, fastest))
+    if winner is not ranked[0]:
+        notes.append(
+            f"race: {ranked[0].label} led rounds not measured on a quiet machine, but its "
+            f"quiet trial was below {CUT:.1f}x {winner.label}'s: {winner.label} wins"
+        )
+    memory = memory_model_note(state.trials_in_order())
+    if memory:
+        notes.append(memory)
+    runner_up = _runner_up(entrants, winner)
+    naive = next((e for e in entrants if "naive" in e.roles), None)
+    speedup, margin, reason = _figures(state, entrants, winner, runner_up, basis)
+    if reason:
+        notes.append(f"race: speedup over naive {qualified(None, reason=reason)}")
+    return RaceResult(
+        rounds=rounds,
+        unit=state.unit,
+        entrants=tuple(entrants),
+        winner=winner,
+        runner_up=runner_up,
+        naive=naive,
+        speedup=speedup,
+        margin=margin,
+        load=load,
+        notes=tuple(notes),
+        speedup_reason=reason,
+    )
+
+
+def _quiet_trial(entrant: Entrant) -> float | None:
+    """The entrant's figure from its trial when measured on a quiet machine (None if not)."""
+    record = entrant.record
+    if not record.feasible or record.disturbed or not record.value:
+        return None
+    return float(record.value)
+
+
+def _ranked(entrants: list[Entrant], basis: str) -> list[Entrant]:
+    """Who may win, best first: by the median of the rounds that count; with no such
+    round, by the quiet trial figures (those entrants that have one), else by every
+    round's median (no figure is published then). A config at the edge of the budget
+    comes after every config with headroom."""
+    eligible = [e for e in entrants if e.eligible]
+
+    def figure(e: Entrant) -> float:
+        return e.median or 0.0
+
+    if not basis and any(_quiet_trial(e) for e in eligible):
+        eligible = [e for e in eligible if _quiet_trial(e)]
+
+        def figure(e: Entrant) -> float:
+            return _quiet_trial(e) or 0.0
+
+    return sorted(eligible, key=lambda e: (bool(e.at_edge), -figure(e), e.record.number))
+
+
+def _uncontradicted(ranked: list[Entrant]) -> Entrant:
+    """The first of ``ranked`` that no quiet trial of another contender found slower
+    beyond the noise (below ``CUT`` times its figure: the race's own line between noise
+    and a real gap). Rounds not measured on a quiet machine do not outrank a quiet
+    measurement that says the opposite."""
+    for e in ranked:
+        mine = _quiet_trial(e)
+        if mine is None or not any(
+            (_quiet_trial(o) or 0.0) * CUT > mine for o in ranked if o is not e
+        ):
+            return e
+    return ranked[0]
+
+
+def _runner_up(entrants: list[Entrant], winner: Entrant) -> Entrant | None:
+    """The closest rival: the highest paired ratio to the winner over the rounds both ran
+    (an entrant that left the race early included; naive only when nothing else is
+    closer), one with headroom before one at the edge."""
+    rivals = [e for e in entrants if e is not winner and not e.problem and e.median is not None]
+    return max(
+        rivals,
+        key=lambda e: (
+            not e.at_edge,
+            (paired_ratio(e.figures, winner.figures) or NO_RATIO).estimate,
+        ),
+        default=None,
+    )
+
+
+def _figures(
+    state: SearchState,
+    entrants: list[Entrant],
+    winner: Entrant,
+    runner_up: Entrant | None,
+    basis: str,
+) -> tuple[Paired | None, Paired | None, str]:
+    """The winner's speedup over naive and margin over the runner-up, and the reason that
+    qualifies them: paired rounds measured alike (no reason; one round has no interval);
+    with none, the ratio of the quiet trials (unpaired, said so); else nothing."""
+    naive = next((e for e in entrants if "naive" in e.roles), None)
+    if naive is winner and not any(e is not naive and e.median for e in entrants):
+        return None, None, _only_naive(state, naive)
+    if basis:
+        speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
+        margin = None if runner_up is None else paired_ratio(winner.figures, runner_up.figures)
+        return speedup, margin, ""
+    mine = _quiet_trial(winner)
+    base = None if naive is None else _quiet_trial(naive)
+    if mine is None or base is None:
+        return None, None, "no quiet round, and no quiet trial of both configs"
+    rival = None if runner_up is None else _quiet_trial(runner_up)
+    margin = None if rival is None else _unpaired(mine, rival)
+    return _unpaired(mine, base), margin, "from the quiet trials, unpaired: no race round was quiet"
+
+
+def _unpaired(a: float, b: float) -> Paired:
+    """``a`` over ``b`` from one measurement each: a figure without an interval."""
+    return Paired(a / b, a / b, a / b, 0)
+
+
+def _only_naive(state: SearchState, naive: Entrant) -> str:
+    """Why a search that measured only the naive config has no speedup, and what time
+    limit would measure the expert start and race it (a trial like naive's, then the
+    planned rounds of two configs)."""
+    limit = state.limits.time_limit_s
+    if limit is None:
+        return "the search measured only the naive config: every other config failed or did not fit"
+    burst = max(naive.record.wall_s or 0.0, max(naive.walls, default=0.0))
+    needed = state.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
+    return (
+        f"the time limit ({_minutes(limit)}) left time to measure only the naive config; "
+        f"a limit of about {_minutes(max(needed, limit + burst))} would measure the expert "
+        "start and race it"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    """A time limit as ``--timeout`` takes it: whole minutes, or seconds under two."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{math.ceil(seconds / 60)} min"
+
+
+def edge(entrant: Entrant, budget: int) -> str:
+    """Why ``entrant`` is at the edge of the budget: in its trial, or in a race burst."""
+    from autotune.study.memory_model import edge_reason
+
+    if entrant.record.at_edge:
+        return entrant.record.at_edge
+    for burst in entrant.bursts:
+        if burst.ok:
+            why = edge_reason(
+                peak_bytes=burst.peak_memory_bytes,
+                budget_bytes=budget,
+                alloc_retries=burst.alloc_retries,
+            )
+            if why:
+                return why
+    return ""
+
+
+def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
+    if winner.at_edge:
+        return [
+            f"race: the winner {winner.label} runs at the edge of the memory budget "
+            f"({winner.at_edge}); every finalist does: the preset records it, keep headroom "
+            "(a smaller micro-batch) for a long run"
+        ]
+    if fastest is not None and fastest is not winner and fastest.at_edge:
+        return [
+            f"race: {fastest.label} was faster but runs at the edge of the memory budget "
+            f"({fastest.at_edge}); {winner.label}, the fastest config with headroom, wins"
+        ]
+    return []
