@@ -19,7 +19,8 @@ OPTIMAL = "ds_config_optimal.json"
 
 
 class _Task(Protocol):
-    global_batch: int
+    @property
+    def global_batch(self) -> int: ...
 
 
 def ds_config(task: _Task, folder: Path) -> dict[str, Any]:

@@ -88,10 +88,8 @@ LIBRARIES = {
     "deepspeed": "deepspeed",
 }
 HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "_peer_driver.py"
-ROOT = HERE.parent
-TERM_GRACE_S = 3.0
-POLL_S = 0.05
+DRIVER, ROOT = HERE / "_peer_driver.py", HERE.parent
+TERM_GRACE_S, POLL_S = 3.0, 0.05
 
 
 def _log(message: str) -> None:
@@ -292,9 +290,12 @@ class Task:
     pgids: list[int]
 
 
-def child_env() -> dict[str, str]:
-    """This environment, with this checkout importable (the driver runs from a file)."""
+def child_env(tmp: Path | None = None) -> dict[str, str]:
+    """This environment, with this checkout importable (the driver runs from a file) and,
+    with ``tmp``, every temporary file of the tool (its bursts' folders included) in it."""
     env = dict(os.environ)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
     return env
@@ -328,13 +329,15 @@ def run_peer(task: Task, peer: str) -> PeerRun:
     outcome = run_watched(
         command, cwd=folder, log_path=folder / "log.txt",
         budget_bytes=None if task.caps.kind == "cuda" else task.budget,
-        timeout_s=task.peer_timeout_s, pgids=task.pgids, env=child_env(),
+        timeout_s=task.peer_timeout_s, pgids=task.pgids, env=child_env(task.tmp),
     )  # fmt: skip
     run = classify(peer, outcome, read_events(events), log_tail=log_tail(folder / "log.txt"))
     if peer == "deepspeed" and run.status == "ok":
         from _ds_autotuning import read_optimal
 
         run.micro_batch, run.grad_accum, run.settings = read_optimal(folder)
+        if run.micro_batch is None:
+            run.status, run.reason = "crash", "the autotuner wrote no optimal config"
     _log(f"[{peer}] {run.status} {run.reason} pick {pick_text(run)} tried {list(run.tried)}")
     return run
 
@@ -357,11 +360,16 @@ def run_autotune(task: Task, out: Path | None) -> PeerRun:
     timeout = parse_duration(task.search_timeout, what="--search-timeout") * 2 + 300
     outcome = run_watched(
         command, cwd=folder, log_path=folder / "log.txt", budget_bytes=None,
-        timeout_s=timeout, pgids=task.pgids, env=child_env(),
+        timeout_s=timeout, pgids=task.pgids, env=child_env(task.tmp),
     )  # fmt: skip
     if outcome.outcome != "exited" or outcome.returncode != 0 or not preset.exists():
-        return classify("autotune", outcome, [], log_tail=log_tail(folder / "log.txt"))
+        run = classify("autotune", outcome, [], log_tail=log_tail(folder / "log.txt"))
+        if outcome.outcome == "exited" and "error:" in run.reason:
+            run.status = "no pick"  # the search ended cleanly without a winner
+        _log(f"[autotune] {run.status}: {run.reason}")
+        return run
     config = load_preset(preset).config
+    _log(f"[autotune] picked {config.micro_batch} x {config.grad_accum} in {outcome.wall_s:.0f} s")
     if out is not None:
         out.write_bytes(preset.read_bytes())
     return PeerRun(
@@ -444,7 +452,8 @@ def render(runs: Sequence[PeerRun], throughputs: dict[str, float | None], *, uni
         figure = fmt_float(tp) if tp is not None else run.status if not answered else "-"
         body.append([
             run.peer,
-            fmt_seconds(run.wall_s) if answered else f"no answer ({fmt_seconds(run.wall_s)})",
+            fmt_seconds(run.wall_s) if answered or run.wall_s is None
+            else f"no answer ({fmt_seconds(run.wall_s)})",
             format_bytes(run.peak_bytes) if run.peak_bytes else "-",
             pick_text(run),
             kept_text(run, global_batch),
@@ -461,14 +470,12 @@ def render(runs: Sequence[PeerRun], throughputs: dict[str, float | None], *, uni
 
 
 def machine_header(task: Task, argv: Sequence[str] | None, load_before: str) -> list[str]:
-    import torch
-
+    """The date, the command, the machine and its software (torch's version among them)."""
     return [
         f"## vs_peers: {task.spec.name}, budget {task.budget_text}, {utc_now()}",
         "",
         f"- command: `{command_line(argv, script=__file__)}`",
         *(f"- {line}" for line in hardware_lines(task.profile, task.caps.device)),
-        f"- torch {torch.__version__}",
         f"- task: global batch {task.global_batch}, sequence length {task.seq_len}",
         f"- load average before: {load_before}",
     ]
@@ -496,7 +503,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--burst-timeout", type=float, default=600.0)
     p.add_argument("--out", type=Path, default=None, help="copy autotune's preset here")
     p.add_argument("--json", type=Path, default=None, help="write every row here as JSON")
-    p.add_argument("--quick", action="store_true", help="a smoke run: few steps, short search")
+    p.add_argument(
+        "--quick", action="store_true",
+        help="a smoke run: 1 step per size tried, --peer-timeout 5m, a 2m search, 2 rounds of "
+        "1 warm-up + 2 timed steps",
+    )  # fmt: skip
     return p
 
 
@@ -510,7 +521,7 @@ def _task(args: argparse.Namespace, tmp: Path, pgids: list[int]) -> Task:
     profile = probe()
     caps = profile.device(args.device)
     if args.quick:
-        args.peer_steps, args.search_timeout, args.peer_timeout = 1, "45s", "5m"
+        args.peer_steps, args.search_timeout, args.peer_timeout = 1, "2m", "5m"
         args.steps, args.warmup, args.repeats = 2, 1, 2
     for name in ("peer_steps", "repeats"):
         if getattr(args, name) < 1:
