@@ -170,7 +170,7 @@ def test_knob_restricts_the_parallel_settings() -> None:
     assert space.parallel == ("ddp-b100", "fsdp-keep")
     with pytest.raises(UsageError, match="unknown knob 'parallel'"):
         SearchSpace.for_model(spec, caps, restrict={"parallel": ["fsdp"]})
-    with pytest.raises(UsageError, match="--nproc-per-node: expected a positive integer"):
+    with pytest.raises(UsageError, match="nproc_per_node: expected a positive integer"):
         SearchSpace.for_model(spec, caps, nproc_per_node=0)
     with pytest.raises(UsageError, match="does not split into whole micro-batches"):
         SearchSpace.for_model(spec, caps, global_batch=3, nproc_per_node=2)

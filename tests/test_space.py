@@ -1,4 +1,4 @@
-"""The search space: pruned by the device and the model, restricted by --knob."""
+"""The search space: pruned by the device and the model, restricted by the knobs option."""
 
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ def test_parse_seq_len() -> None:
     assert parse_seq_len("100-300") == [128, 256]
     assert parse_seq_len("64-1024", max_seq_len=256) == [64, 128, 256]
     for bad in ("abc", "64-", "256-64", "0", "100-120"):
-        with pytest.raises(UsageError, match="seq-len"):
+        with pytest.raises(UsageError, match="seq_len"):  # the option's field, not a flag
             parse_seq_len(bad)
     with pytest.raises(UsageError, match="at most 256"):
         parse_seq_len("512", max_seq_len=256)

@@ -273,6 +273,10 @@ def search(
     restore_signals = _stop_signals_as_interrupt()
     try:
         result = run_search(model, budget=budget, **options)
+    except UsageError as exc:  # the library names an option's field: show its flag
+        if type(exc) is not UsageError:
+            raise
+        raise UsageError(_with_flags(str(exc))) from None
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
         raise typer.Exit(128 + stop.signum) from None
@@ -418,8 +422,12 @@ def _options(**fields: dict[str, Any]) -> dict[str, Any]:
     try:
         return search_options(**{k: v for values in fields.values() for k, v in values.items()})
     except SearchOptionsError as exc:
-        problems = [_FIELD.sub(lambda m: _FLAGS[m[1]], p) for p in exc.problems]
-        raise SearchOptionsError(problems) from None
+        raise SearchOptionsError([_with_flags(p) for p in exc.problems]) from None
+
+
+def _with_flags(message: str) -> str:
+    """A library message with the option field it names shown as its flag."""
+    return _FIELD.sub(lambda m: _FLAGS[m[1]], message)
 
 
 def _given(**options: Any) -> dict[str, Any]:

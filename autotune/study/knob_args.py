@@ -1,9 +1,11 @@
-"""The user's words for a search space: ``--seq-len``, ``--knob NAME=V1,V2``, and the
-narrowing of a space's values they ask for.
+"""The user's words for a search space: the ``seq_len`` and ``knobs`` options (``NAME=V1,V2``),
+and the narrowing of a space's values they ask for.
 
 ``parse_seq_len`` and ``parse_knob_args`` read the text; ``narrow`` keeps the values a
-``--knob`` names, checking each name and value against the registry's entries (and the
+``knobs`` item names, checking each name and value against the registry's entries (and the
 model's knobs) and saying why a value that exists is not searched on this device or model.
+Messages name the option's field (``seq_len``, ``knobs``), never a command-line flag: the
+CLI shows its flags in their place.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ __all__ = ["parse_knob_args", "narrow", "parse_seq_len"]
 
 _DERIVED = {
     "grad_accum": "grad_accum is derived (global batch / micro_batch); restrict micro_batch "
-    "or change --global-batch instead",
-    "global_batch": "the global batch is fixed during a search; use --global-batch",
+    "or change global_batch instead",
+    "global_batch": "the global batch is fixed during a search; set global_batch",
 }
 _TRUE = {"true", "on", "yes", "1"}
 _FALSE = {"false", "off", "no", "0"}
@@ -53,26 +55,26 @@ def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = 
                 values = _powers_of_two(lo, hi)
                 if not values:
                     raise UsageError(
-                        f"--seq-len {text!r}: the range holds no power of two; give one "
+                        f"seq_len {text!r}: the range holds no power of two; give one "
                         "length (e.g. 100) or a range that contains a power of two"
                     )
             else:
                 values = [int(raw)]
         except ValueError:
             raise UsageError(
-                f"cannot read --seq-len {text!r}: expected one length such as 128 or a "
+                f"cannot read seq_len {text!r}: expected one length such as 128 or a "
                 "range such as 64-256 (the powers of two within it are searched)"
             ) from None
     elif isinstance(text, bool):
-        raise UsageError(f"--seq-len must be a length, got {text!r}")
+        raise UsageError(f"seq_len must be a length, got {text!r}")
     else:
         values = [int(v) for v in text]
     if not values or any(v < 1 for v in values):
-        raise UsageError(f"--seq-len {text!r}: lengths must be positive integers")
+        raise UsageError(f"seq_len {text!r}: lengths must be positive integers")
     if max_seq_len is not None:
         too_long = [v for v in values if v > max_seq_len]
         if too_long == values:
-            raise UsageError(f"--seq-len {text!r}: the model accepts at most {max_seq_len} tokens")
+            raise UsageError(f"seq_len {text!r}: the model accepts at most {max_seq_len} tokens")
         values = [v for v in values if v <= max_seq_len]
     return sorted(set(values))
 
@@ -90,11 +92,11 @@ def parse_knob_args(items: Sequence[str]) -> dict[str, list[str]]:
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not name or not vals:
             raise UsageError(
-                f"cannot read --knob {item!r}: expected NAME=VALUE[,VALUE...], e.g. "
-                "--knob precision=bf16,fp32 or --knob compile=off"
+                f"cannot read knobs {item!r}: expected NAME=VALUE[,VALUE...], e.g. "
+                "precision=bf16,fp32 or compile=off"
             )
         if name in out:
-            raise UsageError(f"--knob {name} is given twice ({out[name]} and {vals}); merge them")
+            raise UsageError(f"knobs {name} is given twice ({out[name]} and {vals}); merge them")
         out[name] = vals
     return out
 
@@ -121,7 +123,7 @@ def narrow(
     where: Where,
     config_type: type[TrainConfig],
 ) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
-    """The built-in and model knob values left after ``--knob`` restrictions."""
+    """The built-in and model knob values left after the ``knobs`` restrictions."""
     spec, device = where.spec, where.device
     entries = {k.name: k for k in searched_knobs(config_type)}
     chosen = dict(full)
@@ -129,12 +131,12 @@ def narrow(
     for raw_name, values in restrict.items():
         name = raw_name.removeprefix("knobs.").removeprefix("model.")
         if raw_name in _DERIVED:
-            raise UsageError(f"--knob {raw_name}: {_DERIVED[raw_name]}")
+            raise UsageError(f"knobs {raw_name}: {_DERIVED[raw_name]}")
         is_model_knob = name in model_knobs and (raw_name != name or name not in entries)
         unsearched = {k.name: k for k in spec.knobs if k.name not in model_knobs}
         if not is_model_knob and name in unsearched and name not in full:
             raise UsageError(
-                f"--knob {raw_name}: model knob {name!r} is searched on a CUDA device only; "
+                f"knobs {raw_name}: model knob {name!r} is searched on a CUDA device only; "
                 f"on {device.device} it stays at {describe_value(unsearched[name].default)}"
             )
         if not is_model_knob and name not in full:
@@ -171,7 +173,8 @@ def _pick_values(
     exists: tuple[Any, ...],
     why_not: Mapping[Any, str],
 ) -> tuple[Any, ...]:
-    """The values of ``here`` that ``--knob raw_name=values`` names, in the space's order.
+    """The values of ``here`` that the ``knobs`` item ``raw_name=values`` names, in the
+    space's order.
 
     A value that does not exist at all (not in ``exists``), or that exists but not here
     (``why_not`` may say why), is a ``UsageError`` listing what is allowed here.
@@ -181,10 +184,10 @@ def _pick_values(
     for text in values:
         ok, value = _match_value(text, exists) if isinstance(text, str) else (text in exists, text)
         if not ok:
-            raise UsageError(f"--knob {raw_name}: unknown value {text!r}; allowed here: {shown}")
+            raise UsageError(f"knobs {raw_name}: unknown value {text!r}; allowed here: {shown}")
         if value not in here:
             reason = why_not.get(value, "not available here")
-            raise UsageError(f"--knob {raw_name}={text}: {reason}; allowed here: {shown}")
+            raise UsageError(f"knobs {raw_name}={text}: {reason}; allowed here: {shown}")
         if value not in picked:
             picked.append(value)
     return tuple(v for v in here if v in picked)  # the space's own order

@@ -11,7 +11,7 @@ segments, and for a convolutional model cuDNN autotuning and channels-last; and 
 knob marked ``cuda_only`` (the SDPA backend). Elsewhere these stay off and are no
 dimension. On a CPU with more than one core, the ``CPU_KNOBS``: ``omp_spin``, torch's
 OpenMP threads spinning between operations instead of sleeping (on CUDA it stays off).
-``--knob NAME=V1,V2`` restrictions narrow it (autotune/study/knob_args.py reads them).
+the ``knobs`` restrictions (``NAME=V1,V2``) narrow it (autotune/study/knob_args.py reads them).
 Each built-in knob's values and pruning come from its registry entry
 (autotune/config/knobs.py): the space names no knob of TrainConfig itself.
 
@@ -490,7 +490,7 @@ def _jsonable(value: Any) -> Any:
 def _global_batch(spec: ModelSpec, global_batch: int | None) -> int:
     gb = spec.global_batch if global_batch is None else global_batch
     if not isinstance(gb, int) or gb < 1:
-        raise UsageError(f"--global-batch must be a positive integer, got {gb!r}")
+        raise UsageError(f"global_batch must be a positive integer, got {gb!r}")
     return gb
 
 
@@ -499,9 +499,7 @@ def _seq_lens(spec: ModelSpec, seq_len: Sequence[int] | None) -> tuple[int, ...]
     seqs = tuple(sorted(set(seq_len))) if seq_len else (spec.seq_len,)
     over = [s for s in seqs if s > spec.max_seq_len]
     if over:
-        raise UsageError(
-            f"--seq-len {over}: model {spec.name!r} accepts at most {spec.max_seq_len}"
-        )
+        raise UsageError(f"seq_len {over}: model {spec.name!r} accepts at most {spec.max_seq_len}")
     return seqs
 
 
@@ -511,14 +509,14 @@ def _parallel_choices(
     """On several processes: the micro-batches whose accumulation splits over them, and
     the DDP/FSDP settings (autotune/config/parallel.py); nothing on one process."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise UsageError(f"--nproc-per-node: expected a positive integer, got {nproc!r}")
+        raise UsageError(f"nproc_per_node: expected a positive integer, got {nproc!r}")
     if nproc == 1:
         return {}
     fitting = tuple(m for m in micro_batches if (global_batch // m) % nproc == 0)
     if not fitting:
         raise UsageError(
-            f"--nproc-per-node {nproc}: the global batch {global_batch} does not split "
-            f"into whole micro-batches over {nproc} processes; use a --global-batch that "
+            f"nproc_per_node {nproc}: the global batch {global_batch} does not split "
+            f"into whole micro-batches over {nproc} processes; use a global_batch that "
             f"is a multiple of {nproc}"
         )
     return {"micro_batch": fitting, "parallel": par.space_choices(device)}

@@ -111,7 +111,7 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
     ("args", "expected"),
     [
         (["--knob", "precison=bf16"], "unknown knob 'precison'"),
-        (["--knob", "precision=fp8"], "unknown value 'fp8'"),
+        (["--knob", "precision=fp8"], "--knob precision: unknown value 'fp8'"),
         (["--knob", "precision=fp16"], "fp16 needs a CUDA device"),
         (["--knob", "block_group=3"], "allowed here: 1, 2, 4"),
         (["--knob", "compile"], "NAME=VALUE"),
