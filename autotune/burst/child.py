@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from autotune.burst.channel import connect
 from autotune.burst.request import read_request
 from autotune.burst.trial import Trial, classify_exception
+from autotune.core.signals import STOP_SIGNALS
 
 __all__ = ["main"]
 
@@ -43,31 +46,73 @@ def main(argv: list[str] | None = None) -> int:
     _no_core_dumps()
     parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
     _follow_parent(parent, workdir=Path(args[0]).parent)
+    _handle_stop_signals()
     channel.send("stage", name="importing")
     trial: Trial | None = None
+    outcome: dict[str, Any] = {}
     try:
-        request = read_request(args[0])
-        trial = Trial(request, channel)
-        outcome = trial.run()
-    except BaseException as exc:  # the parent must hear about every way this can end
-        status, reason = classify_exception(exc)
-        stage = trial.stage if trial is not None else "starting"
-        reason = f"{reason} (during {stage})"
-        outcome = (
-            trial.result(status, reason)
-            if trial is not None
-            else {
-                "status": status,
-                "reason": reason,
-                "stage": stage,
-            }
-        )
+        try:
+            request = read_request(args[0])
+            trial = Trial(request, channel)
+            outcome = trial.run()
+        except BaseException as exc:  # the parent must hear about every way this can end
+            if not _stopped:
+                outcome = _failure(exc, trial)
+    except _Stopped:  # the signal arrived while a failure was being described
+        pass
+    if _stopped:  # whatever was raised since is the stop's doing, not the model's
+        _end_as_signal(_stopped[0])
     channel.send("result", **outcome)
     # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
     # whatever is left of the group (DataLoader workers of an early return).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _failure(exc: BaseException, trial: Trial | None) -> dict[str, Any]:
+    """The ``result`` fields of a trial that raised ``exc``."""
+    status, reason = classify_exception(exc)
+    stage = trial.stage if trial is not None else "starting"
+    reason = f"{reason} (during {stage})"
+    if trial is not None:
+        return trial.result(status, reason)
+    return {"status": status, "reason": reason, "stage": stage}
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by the first stop signal: the trial was asked to stop."""
+
+
+_stopped: list[int] = []  # the stop signal that arrived, if one did
+
+
+def _handle_stop_signals() -> None:
+    """SIGTERM, SIGINT and SIGHUP (those not ignored) stop the trial: the first is recorded
+    and raised as ``_Stopped``. A signal sent to the trial's group reaches its helpers too
+    (Inductor's compile workers), and the step then fails of their death: whatever is
+    raised after a stop is the stop, and the trial ends as that signal (``_end_as_signal``),
+    never as an error of the model."""
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if not _stopped:
+            _stopped.append(signum)
+            raise _Stopped(signum)
+
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, on_signal)
+
+
+def _end_as_signal(signum: int) -> None:
+    """End this process by ``signum`` itself, as it would have without a handler: the
+    parent reads how the trial ended from its exit status."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # pragma: no cover - the signal ends the process first
 
 
 def _follow_parent(ppid: int, *, workdir: Path) -> None:
@@ -78,7 +123,6 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
     parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while this process
     started is already gone by now, and ``os.getppid()`` would name its adopter."""
     import shutil
-    import signal
     import threading
 
     alive = _parent_check(ppid)

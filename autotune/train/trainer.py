@@ -23,9 +23,9 @@ run continues the same loss curve as one never stopped (exactly, on CPU with
 ``num_workers=0``).
 
 Signals: SIGINT, SIGTERM or SIGHUP finishes the current step, saves a checkpoint and
-returns with ``interrupted`` set (``TrainResult.exit_code``: 128 + the signal number, as a
-shell has it; stop.py); DataLoader workers leave all three to this process and are shut
-down as the run ends. Out of memory: the last completed step is saved and
+returns with ``interrupted`` set (``TrainResult.exit_code``: 128 + the signal number;
+stop.py); an error raised after one (workers of the loader or the compiler died of it) is
+that stop. Out of memory: the last completed step is saved and
 ``TrainingOOMError`` says what to do, or with ``on_oom="adapt"`` the micro-batch halves,
 the accumulation doubles (the global batch is unchanged) and the step is run again.
 """
@@ -344,7 +344,8 @@ class Trainer:
 
     def _train_step(self, progress: Progress, total: int) -> bool:
         """One optimizer step, then its logging, evaluation and checkpoint; False when a
-        signal stopped the data loading (the step did not run)."""
+        stop signal ended it: what the data or the step raise after one is the stop's
+        doing, never the model's (the step did not run)."""
         t0 = time.perf_counter()
         start_pos = (self.stream.epoch, self.stream.offset)
         try:
@@ -358,8 +359,13 @@ class Trainer:
         try:
             with self._model_code():
                 out = self.stepper.step(micro)
-        except OOM_ERRORS as exc:
+        except Exception as exc:
             del micro
+            if self.signals.received is not None:  # e.g. the compiler's workers died of it
+                self.stream.seek(*start_pos)
+                return False
+            if not isinstance(exc, OOM_ERRORS):
+                raise
             free_after_oom(self.optimizer, self.device)
             self.stream.seek(*start_pos)
             if self._adapt_to_oom():
