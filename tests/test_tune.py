@@ -160,3 +160,88 @@ def test_tune_refuses_model(monkeypatch: pytest.MonkeyPatch) -> None:
     kwargs: dict[str, Any] = dict(build=build_linear, loss=mse, budget="1GB", model="mu")
     with pytest.raises(UsageError, match="not model="):
         autotune.tune(**kwargs, batch={"x": torch.zeros(2, 4)})
+
+
+def half_mse(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return 0.5 * mse(model, batch)
+
+
+def test_the_fingerprint_follows_the_code_not_the_data() -> None:
+    from autotune.study.tuning import model_fingerprint
+
+    def batch() -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(8, 4), "y": torch.randn(8, 1)}
+
+    same = model_fingerprint(build_linear, mse, batch())
+    assert model_fingerprint(build_linear, mse, batch()) == same  # random values: same code
+    assert model_fingerprint(build_linear, half_mse, batch()) != same  # another loss
+    assert model_fingerprint(lambda: nn.Linear(4, 2), mse, batch()) != model_fingerprint(
+        lambda: nn.Linear(4, 1), mse, batch()
+    )  # a constant changed
+    wider = {"x": torch.randn(8, 5), "y": torch.randn(8, 1)}
+    assert model_fingerprint(build_linear, mse, wider) != same  # another batch shape
+
+
+FINGERPRINT = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    from autotune.study.tuning import model_fingerprint
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.body(x)
+
+    def loss(model, batch):
+        return (model(batch["x"]) - batch["y"]).pow(2).mean()
+
+    print(model_fingerprint(Net, loss, {"x": torch.randn(8, 4), "y": torch.randn(8, 1)}))
+    """
+)
+
+
+def test_the_fingerprint_is_the_same_in_every_run_of_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "fp.py"
+    script.write_text(FINGERPRINT)
+    runs = [
+        subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and len(runs[0].strip()) == 8
+
+
+def test_a_changed_model_gets_a_study_of_its_own(tmp_path: Path) -> None:
+    """Fixing the loss and calling tune() again searches the fixed model, instead of
+    resuming the old study and answering with its trials."""
+    from fake_burst import FakeBurst, cpu_profile
+
+    import autotune
+
+    burst = FakeBurst()
+    common: dict[str, Any] = dict(
+        build=build_linear,
+        batch={"x": torch.zeros(8, 4), "y": torch.zeros(8, 1)},
+        budget="1GB",
+        global_batch=8,
+        trials=2,
+        steps=2,
+        runs_dir=tmp_path / "runs",
+        output=None,
+        hardware=cpu_profile(),
+        burst_fn=burst,
+    )
+    first = autotune.tune(loss=mse, **common).search
+    again = autotune.tune(loss=mse, **common).search
+    assert again.study_name == first.study_name  # the same code resumes its study
+    calls = len(burst.calls)
+    fixed = autotune.tune(loss=half_mse, **common).search
+    assert fixed.study_name != first.study_name
+    assert len(burst.calls) == calls + 2  # the fixed model was measured, not the old trials
+    named = autotune.tune(loss=half_mse, study="mine", **common).search
+    assert named.study_name == "mine"  # a name the user gives is kept as given

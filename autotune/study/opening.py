@@ -74,7 +74,7 @@ def study_name_for(state: SearchState, goal: Goal, *, shared: bool = False) -> s
     """The default name of the study of this search (``default_study_name``); for the
     workers of a shared search, one every worker gives, whatever its device's index."""
     name = default_study_name(
-        model=model_name(state.spec),
+        model=_study_model(state.spec),
         device=_study_device(state, shared=shared),
         budget_bytes=state.budget_bytes,
         space=state.space,
@@ -85,6 +85,14 @@ def study_name_for(state: SearchState, goal: Goal, *, shared: bool = False) -> s
         return name
     text = json.dumps(_space_setup(state, shared=True), sort_keys=True)
     return f"{name.rsplit('-', 1)[0]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _study_model(spec: ModelSpec) -> str:
+    """The model as a study's name gives it: with the fingerprint of its code where it was
+    given as functions (``autotune.tune``), so that changed code gets a study of its own."""
+    fingerprint = spec.extras.get("fingerprint")
+    name = model_name(spec)
+    return f"{name}-{fingerprint}" if isinstance(fingerprint, str) and fingerprint else name
 
 
 def _space_setup(state: SearchState, *, shared: bool) -> dict[str, Any]:

@@ -11,8 +11,11 @@ copied into each trial: keep it small, or give a function that opens the real da
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import sys
 import tempfile
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from autotune.preset.schema import Preset
     from autotune.study import SearchResult
 
-__all__ = ["TuneResult", "model_spec", "tune"]
+__all__ = ["TuneResult", "model_fingerprint", "model_spec", "tune"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,6 @@ class _ByValue:
         return self.fn(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        import sys
-
         import cloudpickle
 
         # What cloudpickle keeps by reference (a module's functions) the trial imports:
@@ -75,7 +76,6 @@ class _ByValue:
 
 def _from_bytes(data: bytes, paths: list[str]) -> _ByValue:
     import pickle
-    import sys
 
     sys.path.extend(p for p in paths if p not in sys.path)  # after the trial's own
     return _ByValue(pickle.loads(data))  # cloudpickle's output is read by plain pickle
@@ -169,6 +169,81 @@ class _SixN:
         return 6.0 * self.params
 
 
+# -- the model's identity -------------------------------------------------------------------
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+_LIBRARIES = {"torch", "numpy", "autotune", *sys.stdlib_module_names}  # named, not read
+
+
+def model_fingerprint(*parts: Any) -> str:
+    """8 hex digits that name the code of ``parts`` (functions, classes, example batches):
+    the same in every run of the same code, different once a function's body, a constant
+    it holds or a function it calls in its own module changes. Line numbers, comments and
+    the values of tensors are left out (an example batch counts by its keys, shapes and
+    dtypes), so a random example batch or a moved function keeps its study."""
+    digest = hashlib.sha256()
+    seen: set[int] = set()
+    for part in parts:
+        digest.update(_identity(part, seen).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:8]
+
+
+def _identity(obj: Any, seen: set[int]) -> str:
+    """A text that stands for ``obj``'s code (see ``model_fingerprint``)."""
+    if isinstance(obj, _PLAIN):
+        return repr(obj)
+    module = getattr(obj, "__module__", None)
+    if isinstance(obj, (type, types.FunctionType)) and str(module).split(".")[0] in _LIBRARIES:
+        return f"{module}.{obj.__qualname__}"
+    if id(obj) in seen:
+        return "<seen>"
+    seen.add(id(obj))
+    if isinstance(obj, types.CodeType):
+        consts = ",".join(_identity(c, seen) for c in obj.co_consts)
+        return f"code({obj.co_code.hex()};{consts};{obj.co_names};{obj.co_varnames})"
+    if isinstance(obj, (tuple, list)):
+        return "[" + ",".join(_identity(x, seen) for x in obj) + "]"
+    if isinstance(obj, Mapping):
+        return "{" + ",".join(f"{k!r}:{_identity(v, seen)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, _ByValue):
+        return _identity(obj.fn, seen)
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        return _function_identity(getattr(obj, "__func__", obj), seen)
+    if isinstance(obj, type):
+        body = {k: v for k, v in vars(obj).items() if not k.startswith("__") or k == "__init__"}
+        bases = [b.__qualname__ for b in obj.__mro__[1:]]
+        return f"class {obj.__qualname__}({bases}){_identity(body, seen)}"
+    shape = getattr(obj, "shape", None)
+    if shape is not None and hasattr(obj, "dtype"):  # a tensor or an array: not its values
+        return f"tensor({tuple(shape)},{obj.dtype})"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}:{_identity(type(obj), seen)}"
+
+
+def _function_identity(fn: types.FunctionType, seen: set[int]) -> str:
+    """A function's code, its defaults and closure, and the functions and classes of its
+    own module that it names (what it calls)."""
+    cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+    called = [
+        fn.__globals__[name]
+        for name in fn.__code__.co_names
+        if callable(fn.__globals__.get(name))
+        and getattr(fn.__globals__[name], "__module__", None) == fn.__module__
+    ]
+    return (
+        f"def {fn.__qualname__}{_identity(fn.__code__, seen)}"
+        f"{_identity([fn.__defaults__, fn.__kwdefaults__, cells, called], seen)}"
+    )
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
 def _is_data(obj: Any) -> bool:
     from torch.utils.data import DataLoader, Dataset
 
@@ -238,6 +313,8 @@ def model_spec(
         throughput_unit="samples",
         data_fn=data_fn,
         size_name=size_name,
+        # names the study (opening.py): changed code searches afresh, not the old trials
+        extras={"fingerprint": model_fingerprint(build, loss, batch, dataloader, flops)},
     )
 
 
