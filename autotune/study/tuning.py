@@ -208,8 +208,10 @@ def _identity(obj: Any, seen: set[int]) -> str:
         return "{" + ",".join(f"{k!r}:{_identity(v, seen)}" for k, v in obj.items()) + "}"
     if isinstance(obj, _ByValue):
         return _identity(obj.fn, seen)
-    if isinstance(obj, (types.FunctionType, types.MethodType)):
-        return _function_identity(getattr(obj, "__func__", obj), seen)
+    if isinstance(obj, types.MethodType):
+        return _identity(obj.__func__, seen)
+    if isinstance(obj, types.FunctionType):
+        return _function_identity(obj, seen)
     if isinstance(obj, type):
         body = {k: v for k, v in vars(obj).items() if not k.startswith("__") or k == "__init__"}
         bases = [b.__qualname__ for b in obj.__mro__[1:]]
