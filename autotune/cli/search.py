@@ -184,28 +184,16 @@ CpuWorkersOption = Annotated[
 ]
 
 
-# The flag of each option field, for the library's messages (which name the field).
+# The flag of each option field, for the library's messages (which name the field): the
+# field's name with dashes (``knobs``: ``--knob``).
 _FLAGS = {
-    "global_batch": "--global-batch",
-    "seq_len": "--seq-len",
-    "knobs": "--knob",
-    "objective": "--objective",
-    "train_steps": "--train-steps",
-    "device": "--device",
-    "nproc_per_node": "--nproc-per-node",
-    "trials": "--trials",
-    "timeout": "--timeout",
-    "steps": "--steps",
-    "warmup": "--warmup",
-    "burst_timeout": "--burst-timeout",
-    "finalists": "--finalists",
-    "race_rounds": "--race-rounds",
-    "storage": "--storage",
-    "study": "--study",
-    "seed": "--seed",
-    "warm_start": "--warm-start",
-    "output": "--output",
-}
+    name: "--knob" if name == "knobs" else "--" + name.replace("_", "-")
+    for name in (
+        "global_batch", "seq_len", "knobs", "objective", "train_steps", "device",
+        "nproc_per_node", "trials", "timeout", "steps", "warmup", "burst_timeout",
+        "finalists", "race_rounds", "storage", "study", "seed", "warm_start", "output",
+    )
+}  # fmt: skip
 # Where a problem of the option records names a field: first, or after these words.
 _FIELD = re.compile(r"(?:^|(?<=cannot read )|(?<=needs ))(" + "|".join(_FLAGS) + r")\b")
 
@@ -274,7 +262,7 @@ def search(
     try:
         result = run_search(model, budget=budget, **options)
     except UsageError as exc:  # the library names an option's field: show its flag
-        if type(exc) is not UsageError:
+        if type(exc) is not UsageError:  # a ConfigError lists its fields with their paths
             raise
         raise UsageError(_with_flags(str(exc))) from None
     except StopSignal as stop:
