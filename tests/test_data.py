@@ -18,7 +18,6 @@ import autotune.data.corpus
 from autotune.burst import data as _burst_data
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import DataError
-from autotune.core.signals import ignore_stop_signals
 from autotune.data import (
     Document,
     LMDataset,
@@ -33,6 +32,7 @@ from autotune.data import (
     split_validation,
     unigram_entropy,
 )
+from autotune.data.loader import worker_init
 from autotune.data.tokenizer import ByteTokenizer, WordVocab, load_tokenizer, split_words
 from autotune.train.batches import BatchStream
 from autotune.train.distributed import DistInfo
@@ -326,7 +326,7 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     assert {n: getattr(measured, n) for n in names} == {n: getattr(trained, n) for n in names}
     assert trained.pin_memory and trained.batch_size == 4 and trained.drop_last
     if workers:
-        extra["worker_init_fn"] = ignore_stop_signals
+        extra["worker_init_fn"] = worker_init
     assert loader_kwargs(cfg) == {
         "batch_size": 4, "drop_last": True, "num_workers": workers, "pin_memory": True, **extra,
     }  # fmt: skip

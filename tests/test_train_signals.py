@@ -19,13 +19,14 @@ from fake_lm import FAKE_LM
 from autotune.config.train_config import TrainConfig
 from autotune.core.signals import ignore_stop_signals
 from autotune.data import loader_kwargs
+from autotune.data.loader import worker_init
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
 
 
 def test_the_loader_workers_leave_stop_signals_to_the_main_process() -> None:
     with_workers = loader_kwargs(TrainConfig(micro_batch=2, seq_len=8, num_workers=2))
-    assert with_workers["worker_init_fn"] is ignore_stop_signals
+    assert with_workers["worker_init_fn"] is worker_init  # ignore_stop_signals, then more
     assert "worker_init_fn" not in loader_kwargs(TrainConfig(micro_batch=2, seq_len=8))
 
 

@@ -1,8 +1,15 @@
 """How the training DataLoader's arguments follow from a config: the one rule the burst
-(what is measured), the trainer (what is run), ``PresetLoop`` and the exports share."""
+(what is measured), the trainer (what is run), ``PresetLoop`` and the exports share; and
+what every worker does first (``worker_init``): leave stop signals to the main process,
+and die with it."""
 
 from __future__ import annotations
 
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.signals import ignore_stop_signals
@@ -10,17 +17,56 @@ from autotune.core.signals import ignore_stop_signals
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
 
-__all__ = ["loader_kwargs"]
+__all__ = ["die_with_parent", "loader_kwargs", "worker_init"]
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux ``prctl``
+    ``PR_SET_PDEATHSIG``; a no-op elsewhere), then end it at once if the parent died
+    before that was set. A worker whose main process was killed outright (``kill -9``)
+    would otherwise live on until PyTorch's watchdog notices, seconds later. The parent
+    is the one ``multiprocessing`` started this process from; the kernel follows the
+    thread that forked it, so the loader's iterator must be made by a thread that lives
+    as long as it (the main thread: the burst's, the trainer's)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a multiprocessing child: nothing to follow
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc prctl: PyTorch's watchdog remains
+        return
+    if os.getppid() != parent.pid:  # it died before prctl: no signal will come
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def worker_init(worker_id: int, user: Callable[[int], None] | None = None) -> None:
+    """A DataLoader worker's first act: die with its parent (``die_with_parent``), leave
+    stop signals to it (``signals.ignore_stop_signals``), then the caller's own
+    ``worker_init_fn`` (``user``), if any."""
+    die_with_parent()
+    ignore_stop_signals(worker_id)
+    if user is not None:
+        user(worker_id)
+
+
+def loader_kwargs(
+    config: TrainConfig, *, worker_init_fn: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """The training DataLoader's arguments that ``config`` decides: micro-batch, workers,
     pinned memory, prefetch, persistent workers.
 
     The burst (what is measured) and the trainer (what is run) both build their loader
     with these. ``pin_memory`` is the config's as given: ``check_config`` refuses it on a
-    device that is not CUDA, and the search never offers it there. Workers leave a stop
-    signal to the main process (``signals.ignore_stop_signals``).
+    device that is not CUDA, and the search never offers it there. Workers start with
+    ``worker_init``, then ``worker_init_fn`` (a caller's own, run after it).
     """
     kwargs: dict[str, Any] = {
         "batch_size": config.micro_batch,
@@ -29,8 +75,14 @@ def loader_kwargs(config: TrainConfig) -> dict[str, Any]:
         "pin_memory": config.pin_memory,
     }
     if config.num_workers > 0:
-        kwargs["worker_init_fn"] = ignore_stop_signals
+        kwargs["worker_init_fn"] = (
+            worker_init
+            if worker_init_fn is None
+            else functools.partial(worker_init, user=worker_init_fn)
+        )
         kwargs["persistent_workers"] = config.persistent_workers
         if config.prefetch_factor is not None:
             kwargs["prefetch_factor"] = config.prefetch_factor
+    elif worker_init_fn is not None:
+        kwargs["worker_init_fn"] = worker_init_fn  # no workers: the DataLoader ignores it
     return kwargs

@@ -119,19 +119,24 @@ class PresetLoop:
         """Micro-batches per optimizer step on this process."""
         return self.config.grad_accum
 
-    def loader_kwargs(self) -> dict[str, Any]:
+    def loader_kwargs(
+        self, *, worker_init_fn: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
         """The DataLoader arguments the config decides (batch size, workers, pinning,
-        prefetch, persistent workers, ``drop_last``)."""
+        prefetch, persistent workers, ``drop_last``); a ``worker_init_fn`` of yours runs
+        after autotune's own (workers leave stop signals to the main process and die
+        with it)."""
         from autotune.data.loader import loader_kwargs
 
-        return loader_kwargs(self.config)
+        return loader_kwargs(self.config, worker_init_fn=worker_init_fn)
 
     def dataloader(self, dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any]:
         """A DataLoader over ``dataset`` with the measured arguments; ``kwargs`` add to
-        them (``shuffle``, ``sampler``, ``collate_fn``, ...) and must not contradict them."""
+        them (``shuffle``, ``sampler``, ``collate_fn``, a ``worker_init_fn`` run after
+        autotune's own, ...) and must not contradict them."""
         from torch.utils.data import DataLoader
 
-        measured = self.loader_kwargs()
+        measured = self.loader_kwargs(worker_init_fn=kwargs.pop("worker_init_fn", None))
         clash = sorted(k for k in kwargs if k in measured and kwargs[k] != measured[k])
         if clash:
             raise ValueError(
