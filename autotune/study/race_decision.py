@@ -90,11 +90,7 @@ def decide(
         e.at_edge = e.at_edge or edge(e, state.budget_bytes)
     ranked = _ranked(entrants, basis)
     if not ranked and not any(e.problem or e.median for e in entrants):
-        raise AutotuneError(
-            "the search's time limit left no time to race a single config (the race "
-            "checks the winner's eval step and checkpoint save); no preset was written: "
-            "give the search a longer --timeout"
-        )
+        ranked = _trials_stand_in(entrants, notes)
     if not ranked:
         tried = "; ".join(f"{e.label}: {e.problem}" for e in entrants if e.problem)
         raise AutotuneError(
@@ -102,7 +98,7 @@ def decide(
             "no preset was written"
         )
     winner = _uncontradicted(ranked) if basis != QUIET else ranked[0]
-    fastest = max((e for e in entrants if e.eligible), key=lambda e: e.median or 0.0)
+    fastest = max(ranked, key=lambda e: e.median or 0.0)
     notes.extend(_edge_notes(winner, fastest))
     if winner is not ranked[0]:
         notes.append(
@@ -130,6 +126,41 @@ def decide(
         notes=tuple(notes),
         speedup_reason=reason,
     )
+
+
+def _trials_stand_in(entrants: list[Entrant], notes: list[str]) -> list[Entrant]:
+    """When the deadline left the race no figure at all: the entrants with a quiet trial,
+    best first, each standing on its trial's burst (said so; the eval step and checkpoint
+    save were not checked). ``AutotuneError`` without one."""
+    from autotune.burst.result import BurstResult
+
+    quiet = sorted(
+        (e for e in entrants if _quiet_trial(e)), key=lambda e: -(_quiet_trial(e) or 0.0)
+    )
+    if not quiet:
+        raise AutotuneError(
+            "the search's time limit left no time to race a single config, and no trial "
+            "was measured on a quiet machine; no preset was written: give the search a "
+            "longer --timeout"
+        )
+    for e in quiet:
+        r = e.record
+        e.stand_in = BurstResult(
+            status="ok",
+            tokens_per_s=r.tokens_per_s,
+            samples_per_s=r.samples_per_s,
+            step_time_median_s=r.step_time_median_s,
+            step_time_p90_s=r.step_time_p90_s,
+            compile_s=r.compile_s,
+            peak_memory_bytes=r.peak_memory_bytes,
+            mfu=r.mfu,
+        )
+    notes.append(
+        "warning: the time limit left the race no figure: the winner and its figures are "
+        "its trial's (its eval step and checkpoint save were not checked); give the "
+        "search a longer --timeout to race the finalists"
+    )
+    return quiet
 
 
 def _quiet_trial(entrant: Entrant) -> float | None:
@@ -199,7 +230,7 @@ def _figures(
     qualifies them: paired rounds measured alike (no reason; one round has no interval);
     with none, the ratio of the quiet trials (unpaired, said so); else nothing."""
     naive = next((e for e in entrants if "naive" in e.roles), None)
-    if naive is winner and not any(e is not naive and e.median for e in entrants):
+    if naive is winner and not any(e is not naive and not e.problem for e in entrants):
         return None, None, _only_naive(state, naive)
     if basis:
         speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)

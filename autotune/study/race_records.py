@@ -92,6 +92,7 @@ class Entrant:
     dropped: bool = False  # no longer measured
     eliminated: str = ""  # why it left the race early (clearly slower in a fair round)
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
+    stand_in: BurstResult | None = None  # its trial's figures, when the race measured none
 
     @property
     def figures(self) -> list[float | None]:
@@ -127,7 +128,7 @@ class Entrant:
         its figures agree with each other)."""
         pairs = [(t, b) for t, b in zip(self.figures, self.bursts, strict=False) if t]
         if not pairs or self.median is None:
-            return None
+            return self.stand_in
         return min(pairs, key=lambda p: abs(p[0] - (self.median or 0.0)))[1]
 
     def verify_burst(self) -> BurstResult | None:

@@ -486,3 +486,29 @@ def test_list_never_cuts_a_name_on_an_80_column_terminal(
     assert "…" not in result.stdout  # the other columns fold; nothing is cut off either
     listed = json.loads(invoke("list", "--json").stdout)
     assert sorted(row["ref"] for row in listed) == sorted([*shipped, "my-own-long-preset-name"])
+
+
+def test_show_and_list_print_the_speedup_with_its_evidence(places: dict[str, Path]) -> None:
+    # A race whose rounds all ran under load has no speedup: "not measured (why)", never a
+    # figure the machine made up; one round has a figure but no interval.
+    from autotune.preset import Baseline, Race
+
+    reason = "no quiet round, and no quiet trial of both configs"
+    unmeasured = make_preset(
+        baseline=Baseline(config=make_config(micro_batch=1, grad_accum=32), speedup=None),
+        race=Race(rounds=2, unit="tokens/s", winner="#3", speedup=None, speedup_reason=reason),
+    )
+    save_preset(unmeasured, places["builtin"] / "mu.yaml")
+    shown = invoke("show", "mu")
+    assert shown.exit_code == 0, shown.output
+    assert f"speedup: not measured ({reason})" in shown.output
+    assert "x the naive config" not in shown.output
+    listed = invoke("list", "--json")
+    row = json.loads(listed.stdout)[0]
+    assert row["speedup"] is None and row["speedup_text"] == f"not measured ({reason})"
+    one = make_preset(
+        name="one-round",
+        race=Race(rounds=1, unit="tokens/s", winner="#3", speedup=2.5, interval_reason="1 round"),
+    )
+    save_preset(one, places["builtin"] / "one.yaml")
+    assert "2.50x the naive config (no interval: 1 round)" in invoke("show", "one").output

@@ -292,3 +292,22 @@ def test_the_documented_version_1_file_migrates() -> None:
     v1 = next(block for block in yaml_blocks() if block.startswith("schema_version: 1"))
     preset = preset_from_dict(yaml.safe_load(v1), source="docs v1 example")
     assert preset.budget_bytes == 8 * 10**9 and preset.measured.step_time_median_s == 0.455
+
+
+def test_a_null_speedup_round_trips_with_its_reason(tmp_path: Path) -> None:
+
+    from autotune.preset import Race, load_preset, save_preset
+
+    race = Race(
+        rounds=1,
+        unit="tokens/s",
+        winner="#3",
+        speedup=None,
+        speedup_interval=None,
+        speedup_reason="no quiet round, and no quiet trial of both configs",
+        interval_reason="1 round",
+    )
+    path = save_preset(make_preset(race=race), tmp_path / "p.yaml")
+    loaded = load_preset(path)
+    assert loaded.race == race
+    assert "speedup_reason: no quiet round" in path.read_text()

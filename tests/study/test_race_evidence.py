@@ -1,0 +1,159 @@
+"""A figure is published only with its evidence: a race whose rounds all ran under load
+publishes no speedup of its own (null with the reason, or the quiet trials' ratio said
+so), one round gives no interval, busy rounds never crown a config that a quiet trial
+found slower, and a search on a slow machine keeps its time limit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_burst import FakeBurst, run
+from test_contention import FakeWatch, slowed
+
+from autotune.burst.result import BurstResult
+from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
+
+
+class Uncapped(FakeWatch):
+    """Load in every burst it sees, and no cores left to run on: every round is mixed."""
+
+    def burst_threads(self) -> int | None:
+        return None
+
+
+@dataclass
+class BusyRace(FakeBurst):
+    """Trials on a quiet machine; every race burst under load that arrived during it,
+    which slows the naive micro-batch 1 ten times and the rest 1.2 times (a contended core
+    hurts small micro-batches most)."""
+
+    watch: FakeWatch = field(default_factory=Uncapped)
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        race = kw.get("on_step") is None
+        self.watch.loaded = race
+        result = super().__call__(spec, config, **kw)
+        if race and result.tokens_per_s:
+            result = slowed(result, 10.0 if config.micro_batch == 1 else 1.2)
+        return result
+
+
+def test_a_race_whose_rounds_all_ran_under_load_publishes_no_speedup_of_its_own(
+    tmp_path: Path,
+) -> None:
+    from autotune.preset import load_preset
+
+    always = Uncapped(loaded=True)  # the trials too: nothing quiet anywhere
+    result = run(tmp_path / "loaded", FakeBurst(), trials=5, watch=always)
+    race = result.race
+    assert race is not None and all(race.busy_rounds)
+    assert race.speedup is None and result.speedup is None
+    assert race.speedup_reason == "no quiet round, and no quiet trial of both configs"
+    assert race.qualified_speedup() == (
+        "not measured (no quiet round, and no quiet trial of both configs)"
+    )
+    preset = load_preset(tmp_path / "loaded" / "best.yaml")
+    assert preset.race is not None and preset.race.speedup is None
+    assert preset.race.speedup_interval is None
+    assert preset.race.speedup_reason == race.speedup_reason
+    assert preset.baseline is None or preset.baseline.speedup is None
+
+
+def test_without_a_quiet_round_the_quiet_trials_decide_and_say_so(tmp_path: Path) -> None:
+    from autotune.preset import load_preset
+
+    burst = BusyRace()
+    result = run(tmp_path, burst, trials=5, watch=burst.watch)
+    race = result.race
+    assert race is not None and result.best is not None and race.naive is not None
+    # the busy rounds made naive look ten times slower than it is: not published
+    quiet = burst.speed(result.best.train_config()) / burst.speed(race.naive.record.train_config())
+    assert race.speedup is not None and race.speedup.estimate == pytest.approx(quiet)
+    assert "from the quiet trials" in race.speedup_reason
+    assert "no interval" in race.qualified_speedup()
+    preset = load_preset(tmp_path / "best.yaml")
+    assert preset.race is not None and preset.race.speedup_interval is None
+    assert preset.race.speedup_reason is not None
+    assert "from the quiet trials" in preset.race.speedup_reason
+
+
+def test_busy_rounds_never_crown_a_config_its_quiet_trial_found_slower(tmp_path: Path) -> None:
+    # The tester's case: naive quiet at 2,814 tokens/s, the loaded race gave it 327, and
+    # a config slower than naive in its quiet trial was crowned at 10.18x.
+    @dataclass
+    class NaiveIsFastest(BusyRace):
+        def speed(self, c: TrainConfig) -> float:
+            return 5000.0 if c.micro_batch == 1 else 3500.0 + c.micro_batch
+
+    burst = NaiveIsFastest()
+    result = run(tmp_path, burst, trials=5, watch=burst.watch)
+    race = result.race
+    assert race is not None and race.naive is not None
+    leader = max(race.entrants, key=lambda e: e.median or 0.0)
+    assert leader is not race.naive  # the busy rounds put another config first
+    assert race.winner is race.naive  # its quiet trial says otherwise, beyond the noise
+    assert race.speedup is not None and race.speedup.estimate == pytest.approx(1.0)
+
+
+def test_one_round_gives_no_interval(tmp_path: Path) -> None:
+    from autotune.preset import load_preset
+
+    result = run(tmp_path, FakeBurst(), trials=5, race_rounds=1)
+    race = result.race
+    assert race is not None and race.rounds == 1 and race.speedup is not None
+    assert race.interval_reason == "1 round"
+    data = race.to_dict()
+    assert data["speedup_interval"] is None and data["margin_interval"] is None
+    assert data["interval_reason"] == "1 round"
+    assert race.qualified_speedup().endswith("(no interval: 1 round)")
+    assert "no interval: 1 round" in race.speedup.describe()
+    preset = load_preset(tmp_path / "best.yaml")
+    assert preset.race is not None and preset.race.speedup_interval is None
+    assert preset.race.interval_reason == "1 round"
+
+
+@dataclass
+class LoadArrives(FakeBurst):
+    """Bursts take ``quick_s`` until ``after`` bursts have run, then ``slow_s`` (load
+    arrived: the race's bursts take far longer than the trials said), or their timeout
+    when that is less (a real burst is killed at its timeout)."""
+
+    quick_s: float = 0.3
+    slow_s: float = 4.0
+    after: int = 4
+    count: int = 0
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        self.count += 1
+        wall = self.quick_s if self.count <= self.after else self.slow_s
+        if kw["timeout_s"] < wall:
+            time.sleep(kw["timeout_s"])
+            return BurstResult(status="timeout", reason="fake: killed at its timeout")
+        time.sleep(wall)
+        return super().__call__(spec, config, **kw)
+
+
+def test_a_search_on_a_machine_that_slows_down_keeps_its_time_limit(tmp_path: Path) -> None:
+    limit = 8.0
+    t0 = time.monotonic()
+    result = run(tmp_path, LoadArrives(), trials=None, timeout="8s")
+    wall = time.monotonic() - t0
+    # the limit plus 10%, and a second for opening the study (the process's start)
+    assert wall <= limit * 1.1 + 1.0, wall
+    assert result.race is not None
+    assert sum(t.ran for t in result.trials) >= 2  # naive and the expert start measured
+
+
+def test_a_search_that_measured_only_naive_says_what_limit_would_do(tmp_path: Path) -> None:
+    # Every config but naive fails: nothing to compare, and no 1.00x printed.
+    burst = FakeBurst(fail=lambda c: None if c.micro_batch == 1 else "crash")
+    result = run(tmp_path, burst, trials=4, timeout="60s")
+    race = result.race
+    assert race is not None and race.winner is race.naive
+    assert race.speedup is None and "only the naive config" in race.speedup_reason
+    assert "a limit of about" in race.speedup_reason
