@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from autotune.config.train_config import did_you_mean
 from autotune.contract.spec import ModelSpec
@@ -83,10 +87,57 @@ def load_model(ref: str) -> ModelSpec:
     target, _, attr = ref.rpartition(":")
     if not target or not attr:
         raise ModelLoadError(f"cannot read model reference {ref!r}: expected module:attr")
-    module = _import_file(target, ref) if _is_file_ref(target) else _import_module(target, ref)
-    if not hasattr(module, attr):
-        raise ModelLoadError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
-    return dataclasses.replace(_resolve_spec(getattr(module, attr), ref), source=ref)
+    try:
+        with _exit_refused():
+            is_file = _is_file_ref(target)
+            module = _import_file(target, ref) if is_file else _import_module(target, ref)
+            if not hasattr(module, attr):
+                raise ModelLoadError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
+            spec = _resolve_spec(getattr(module, attr), ref)
+    except _ExitCalled as exc:
+        raise ModelLoadError(
+            f"loading {ref!r} (importing {target!r}, then {attr!r}) called {exc}, which ends "
+            "the process before it returns a model spec: "
+            f"{_import_fix(SystemExit(exc.code))}"
+        ) from None
+    return dataclasses.replace(spec, source=ref)
+
+
+class _ExitCalled(BaseException):
+    """User code called ``os._exit(code)`` while its model spec was loaded (which would end
+    autotune at once, with no message and, for 0, a success code)."""
+
+    def __init__(self, code: Any, where: str) -> None:
+        super().__init__(f"os._exit({code!r}){where}")
+        self.code = code
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """While a user's model is imported and its spec made, ``os._exit`` in this process
+    raises ``_ExitCalled`` instead of ending it (a process forked meanwhile still
+    exits for real). Checked in process: a child that imported the file first would cost
+    ~3 s per command (torch) and run the user's import code twice."""
+    real = os._exit
+    owner = os.getpid()
+
+    @functools.wraps(real)  # still reads as the built-in os._exit (see _resolve_spec)
+    def refuse(code: int) -> NoReturn:
+        if os.getpid() != owner:
+            real(code)
+        frames = [f for f in traceback.extract_stack()[:-1] if f.filename != __file__]
+        where = f" [{Path(frames[-1].filename).name}:{frames[-1].lineno}]" if frames else ""
+        raise _ExitCalled(code, where)
+
+    posix = sys.modules.get("posix") or sys.modules.get("nt")
+    modules = [m for m in (os, posix) if m is not None and getattr(m, "_exit", None) is real]
+    for module in modules:
+        setattr(module, "_exit", refuse)  # noqa: B010 (typed modules lack _exit)
+    try:
+        yield
+    finally:
+        for module in modules:
+            setattr(module, "_exit", real)  # noqa: B010
 
 
 def _import_fix(exc: BaseException) -> str:
@@ -116,7 +167,7 @@ def _import_file(target: str, ref: str) -> Any:
         spec.loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(module_name, None)
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt | _ExitCalled):
             raise
         raise ModelLoadError(
             f"importing {str(path)!r} failed: {describe_exception(exc)}; " + _import_fix(exc)
@@ -132,7 +183,7 @@ def _import_module(target: str, ref: str) -> Any:
         return importlib.import_module(target)
     except ImportError as exc:
         raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _ExitCalled):
         raise
     except BaseException as exc:
         raise ModelLoadError(
@@ -148,7 +199,7 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
     from autotune.core.errors import describe_exception
 
     target, _, attr = ref.rpartition(":")
-    if inspect.isbuiltin(obj):
+    if inspect.isbuiltin(inspect.unwrap(obj)):
         raise ModelLoadError(
             f"{ref!r} is the built-in function {getattr(obj, '__qualname__', attr)}, not an "
             "autotune ModelSpec; name a ModelSpec or a zero-argument function returning one "
@@ -157,7 +208,7 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
     if callable(obj) and not isinstance(obj, ModelSpec):
         try:
             obj = obj()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _ExitCalled):
             raise
         except BaseException as exc:
             raise ModelLoadError(

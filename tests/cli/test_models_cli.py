@@ -83,3 +83,58 @@ def test_list_never_cuts_a_name_on_an_80_column_terminal(monkeypatch: pytest.Mon
     for name in BUILTINS:
         assert any(line.startswith(f"│ {name} ") for line in rows), (name, result.stdout)
     assert "…" not in result.stdout
+
+
+OS_EXIT_AT_IMPORT = "import os\nos._exit(0)\n"
+OS_EXIT_IN_FACTORY = "import os\n\n\ndef make():\n    os._exit(0)\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "attr", "line"),
+    [(OS_EXIT_AT_IMPORT, "spec", 2), (OS_EXIT_IN_FACTORY, "make", 5)],
+)
+@pytest.mark.parametrize("command", [["models", "show"], ["train", "--max-steps", "1", "--model"]])
+def test_a_model_that_calls_os_exit_is_exit_2_with_a_message(
+    tmp_path: Path, text: str, attr: str, line: int, command: list[str]
+) -> None:
+    # In a process of its own: before the fix, os._exit(0) ended the command at once,
+    # exit 0 and no output, as if it had worked.
+    import subprocess
+    import sys
+
+    (tmp_path / "exiting_model.py").write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune", *command, f"exiting_model.py:{attr}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"called os._exit(0) [exiting_model.py:{line}]" in result.stderr
+    assert "if __name__ == '__main__'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_process_forked_while_a_model_loads_still_exits(tmp_path: Path) -> None:
+    # os._exit is refused only in the process that loads the model: a child forked by the
+    # model's import (multiprocessing does so) ends as it asked.
+    import subprocess
+    import sys
+
+    (tmp_path / "forking_model.py").write_text(
+        "import os\npid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+        "CHILD = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+        "open('child.txt', 'w').write(str(CHILD))\n"
+    )
+    script = (
+        "from autotune.models.registry import load_model\n"
+        "try:\n    load_model('forking_model.py:CHILD')\nexcept Exception as exc:\n"
+        "    print('loaded:', exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert result.stdout.count("loaded:") == 1, (result.stdout, result.stderr)
+    assert "'forking_model.py:CHILD' is a int" in result.stdout
+    assert (tmp_path / "child.txt").read_text() == "7"  # the child's own exit code
