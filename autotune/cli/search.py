@@ -580,6 +580,8 @@ def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
     if race is not None and (race.speedup is not None or race.speedup_reason):
         # the figure with its evidence, or "not measured (why)": never a made-up 1.00x
         naive = f" ({escape(result.naive.summary())})" if result.naive is not None else ""
+        if race.speedup is not None and not race.speedup_reason:
+            naive += f", paired over {race.speedup.rounds} round(s)"
         console.print(f"[bold]Speedup over naive[/]{naive}: {escape(race.qualified_speedup())}")
         if race.margin is not None and race.runner_up is not None:
             console.print(

@@ -112,7 +112,8 @@ def decide(
     naive = next((e for e in entrants if "naive" in e.roles), None)
     speedup, margin, reason = _figures(state, entrants, winner, runner_up, basis)
     if reason:
-        notes.append(f"race: speedup over naive {qualified(None, reason=reason)}")
+        figure = None if speedup is None else speedup.estimate
+        notes.append(f"race: speedup over naive {qualified(figure, reason=reason)}")
     return RaceResult(
         rounds=rounds,
         unit=state.unit,

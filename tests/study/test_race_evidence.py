@@ -76,6 +76,9 @@ def test_without_a_quiet_round_the_quiet_trials_decide_and_say_so(tmp_path: Path
     assert race.speedup is not None and race.speedup.estimate == pytest.approx(quiet)
     assert "from the quiet trials" in race.speedup_reason
     assert "no interval" in race.qualified_speedup()
+    assert any(
+        n.startswith(f"race: speedup over naive {quiet:.2f}x (no interval") for n in race.notes
+    )
     preset = load_preset(tmp_path / "best.yaml")
     assert preset.race is not None and preset.race.speedup_interval is None
     assert preset.race.speedup_reason is not None
