@@ -286,6 +286,7 @@ class Task:
     peer_steps: int
     peer_timeout_s: float
     search_timeout: str
+    search_steps: int | None
     tmp: Path
     pgids: list[int]
 
@@ -355,6 +356,7 @@ def run_autotune(task: Task, out: Path | None) -> PeerRun:
         "--budget", task.budget_text, "--device", task.caps.device,
         "--timeout", task.search_timeout, "--output", str(preset),
         "--global-batch", str(task.global_batch), "--seq-len", str(task.seq_len),
+        *(["--steps", str(task.search_steps)] if task.search_steps else []),
     ]  # fmt: skip
     _log(f"[autotune] {' '.join(command[2:])}")
     timeout = parse_duration(task.search_timeout, what="--search-timeout") * 2 + 300
@@ -469,10 +471,12 @@ def render(runs: Sequence[PeerRun], throughputs: dict[str, float | None], *, uni
     return table + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
 
 
-def machine_header(task: Task, argv: Sequence[str] | None, load_before: str) -> list[str]:
+def machine_header(
+    task: Task, argv: Sequence[str] | None, *, started: str, load_before: str
+) -> list[str]:
     """The date, the command, the machine and its software (torch's version among them)."""
     return [
-        f"## vs_peers: {task.spec.name}, budget {task.budget_text}, {utc_now()}",
+        f"## vs_peers: {task.spec.name}, budget {task.budget_text}, {started}",
         "",
         f"- command: `{command_line(argv, script=__file__)}`",
         *(f"- {line}" for line in hardware_lines(task.profile, task.caps.device)),
@@ -497,6 +501,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-timeout", default="15m", help="per tool, e.g. 15m")
     p.add_argument("--peer-steps", type=int, default=3, help="steps per size a tool tries")
     p.add_argument("--search-timeout", default="4m", help="autotune search's --timeout")
+    p.add_argument("--search-steps", type=int, default=None, help="autotune search's --steps")
     p.add_argument("--steps", type=int, default=None, help="timed steps per burst (CPU 5, CUDA 20)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (CPU 2, CUDA 3)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of bursts")
@@ -505,8 +510,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write every row here as JSON")
     p.add_argument(
         "--quick", action="store_true",
-        help="a smoke run: 1 step per size tried, --peer-timeout 5m, a 2m search, 2 rounds of "
-        "1 warm-up + 2 timed steps",
+        help="a smoke run: 1 step per size tried, --peer-timeout 5m, a 2m search of 1-step "
+        "bursts, 2 rounds of 1 warm-up + 2 timed steps",
     )  # fmt: skip
     return p
 
@@ -522,9 +527,10 @@ def _task(args: argparse.Namespace, tmp: Path, pgids: list[int]) -> Task:
     caps = profile.device(args.device)
     if args.quick:
         args.peer_steps, args.search_timeout, args.peer_timeout = 1, "2m", "5m"
+        args.search_steps = 1
         args.steps, args.warmup, args.repeats = 2, 1, 2
-    for name in ("peer_steps", "repeats"):
-        if getattr(args, name) < 1:
+    for name in ("peer_steps", "repeats", "search_steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return Task(
         spec=spec, profile=profile, caps=caps,
@@ -532,7 +538,7 @@ def _task(args: argparse.Namespace, tmp: Path, pgids: list[int]) -> Task:
         budget_text=args.budget, global_batch=args.global_batch or spec.global_batch,
         seq_len=args.seq_len or spec.seq_len, peer_steps=args.peer_steps,
         peer_timeout_s=parse_duration(args.peer_timeout, what="--peer-timeout"),
-        search_timeout=args.search_timeout, tmp=tmp, pgids=pgids,
+        search_timeout=args.search_timeout, search_steps=args.search_steps, tmp=tmp, pgids=pgids,
     )  # fmt: skip
 
 
@@ -565,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from autotune.core.errors import AutotuneError, UsageError
 
-    load_before = load_average()
+    load_before, started = load_average(), utc_now()
     pgids: list[int] = []
     try:
         peers = [p.strip() for p in args.peers.split(",") if p.strip()]
@@ -581,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log(f"error: {exc}")
         return 2
     left = leftovers(pgids, [tmp])
-    header = machine_header(task, argv, load_before)
+    header = machine_header(task, argv, started=started, load_before=load_before)
     header.append(f"- load average after: {load_average()}")
     if args.quick:
         header.append("- **--quick: a smoke run, not a figure**")
