@@ -484,3 +484,49 @@ def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) 
     assert (root / "pyproject.toml").is_file()
     env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(root)
+
+
+def test_the_trial_removes_its_folder_once_its_result_is_sent(tmp_path: Path) -> None:
+    """A search killed after the trial's result, before its own clean-up, leaves no folder:
+    the trial took it with it (here the parent's own removal is switched off)."""
+    script = (
+        "import shutil\n"
+        "from autotune.burst import supervisor\n"
+        "from autotune.config.train_config import TrainConfig\n"
+        "from autotune.models.registry import load_model\n"
+        "supervisor.shutil.rmtree = lambda *a, **k: None  # as if killed before it\n"
+        f"spec = load_model({FAKES!r} + ':oom_spec')\n"
+        "config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)\n"
+        "result = supervisor.run_burst(spec, config, steps=2, warmup=0)\n"
+        "assert result.ok, result.reason\n"
+    )
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp.glob("autotune-burst-*")] == []
+
+
+def test_a_folder_whose_makers_pid_was_reused_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's name carries its maker's start time: a live process with the same
+    pid that started at another time did not make it."""
+    import tempfile
+
+    from autotune.burst.process import make_workdir, remove_orphaned_workdirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine = make_workdir()
+    started = int(psutil.Process().create_time())
+    reused = tmp_path / f"autotune-burst-{os.getpid()}-{started - 3600:x}-abc"
+    reused.mkdir()
+    remove_orphaned_workdirs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]

@@ -42,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m autotune.burst.child REQUEST_PATH RESULT_FD", file=sys.stderr)
         return 2
-    channel = connect(args[1])
-    _no_core_dumps()
     parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
     _follow_parent(parent, workdir=Path(args[0]).parent)
+    channel = connect(args[1])
+    _no_core_dumps()
     _handle_stop_signals()
     channel.send("stage", name="importing")
     trial: Trial | None = None
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if _stopped:  # whatever was raised since is the stop's doing, not the model's
         _end_as_signal(_stopped[0])
     channel.send("result", **outcome)
+    _remove_workdir(Path(args[0]).parent)  # the parent has what it needs: the result
     # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
     # whatever is left of the group (DataLoader workers of an early return).
     sys.stdout.flush()
@@ -117,35 +118,63 @@ def _end_as_signal(signum: int) -> None:
 
 def _follow_parent(ppid: int, *, workdir: Path) -> None:
     """End this trial's whole process group if the parent dies (it can no longer time us
-    out or read the result), checked twice a second on a daemon thread. The parent would
-    have removed the trial's temporary folder (``workdir``, made by ``run_burst``); a
-    parent killed outright cannot, so the trial does. ``ppid`` is the parent's pid as the
-    parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while this process
-    started is already gone by now, and ``os.getppid()`` would name its adopter."""
-    import shutil
+    out or read the result), noticed at once on a daemon thread (``_wait_while``). The
+    parent would have removed the trial's temporary folder (``workdir``, made by
+    ``run_burst``); a parent killed outright cannot, so the trial does. ``ppid`` is the
+    parent's pid as the parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while
+    this process started is already gone by now, and ``os.getppid()`` would name its
+    adopter."""
     import threading
 
     alive = _parent_check(ppid)
 
     def watch() -> None:
-        while alive():
-            time.sleep(0.5)
+        _wait_while(alive, ppid)
         import psutil
 
         for child in psutil.Process().children(recursive=True):  # DataLoader workers: none
             with contextlib.suppress(psutil.Error):  # may write in the folder as it goes
                 child.kill()
-        if workdir.name.startswith("autotune-burst-"):  # run_burst's own, never a user's
-            for _ in range(3):  # this process's main thread may still be writing in it
-                shutil.rmtree(workdir, ignore_errors=True)
-                if not workdir.exists():
-                    break
-                time.sleep(0.05)
+        _remove_workdir(workdir, always=True)
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
 
     threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
+def _wait_while(alive: Callable[[], bool], ppid: int) -> None:
+    """Return once the parent is gone: at its exit through a pidfd (Linux 5.3+; the
+    kernel says when the process ends), else polled twice a second."""
+    import select
+
+    try:
+        fd = os.pidfd_open(ppid)
+    except (AttributeError, OSError):  # no pidfd here, or the parent is already gone
+        fd = -1
+    if fd >= 0 and alive():  # the pidfd is of the parent itself, not of a reused pid
+        select.select([fd], [], [])
+        return
+    while alive():
+        time.sleep(0.5)
+
+
+def _remove_workdir(workdir: Path, *, always: bool = False) -> None:
+    """Remove the trial's folder (``run_burst``'s, never a user's): after the result when
+    this trial is one process (the parent needs nothing more from it, and a parent killed
+    after reading the result could not remove it), or ``always`` when the parent died.
+    Under torchrun (a rank is not its group's leader) the parent removes it."""
+    import shutil
+
+    if not workdir.name.startswith("autotune-burst-"):
+        return
+    if not always and os.getpgrp() != os.getpid():
+        return
+    for _ in range(3):  # this process's main thread may still be writing in it
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not workdir.exists():
+            break
+        time.sleep(0.05)
 
 
 def _parent_check(ppid: int) -> Callable[[], bool]:

@@ -69,20 +69,40 @@ def wait_exit(proc: psutil.Process | None, timeout_s: float) -> bool:
 
 
 def remove_orphaned_workdirs() -> None:
-    """Remove the trial folders whose maker died. A trial removes its folder when its
-    search was killed (``autotune.burst.child._follow_parent``), except when the search was
-    killed in the moment between making the folder and starting the trial: then the
-    next burst on this machine removes it."""
+    """Remove the trial folders whose maker is gone: no process with its pid, or another
+    one (the pid reused: the folder's name carries its maker's start time). A trial
+    removes its own folder once it sent its result, and when its search was killed
+    (``autotune.burst.child``); this sweep, at each burst's start, takes what neither
+    could: a search killed between making a folder and starting its trial."""
     for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
-        pid = path.name.removeprefix(WORKDIR_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if path.is_dir() and not _maker_alive(path.name.removeprefix(WORKDIR_PREFIX)):
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _maker_alive(name: str) -> bool:
+    """Whether the process that made the folder ``PID-START-XXXX`` (``make_workdir``:
+    START its start time, hex seconds; ``PID-XXXX`` from an older autotune) still runs."""
+    pid, _, rest = name.partition("-")
+    if not pid.isdigit():
+        return True  # not one of ours: leave it
+    start = rest.split("-", 1)[0] if "-" in rest else ""
+    try:
+        created = psutil.Process(int(pid)).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # another user's process: it may be theirs
+    try:
+        return abs(created - int(start, 16)) < 2.0
+    except ValueError:  # no start time in the name: the pid is all there is to go by
+        return True
+
+
 def make_workdir() -> Path:
-    """A fresh temporary folder for one trial, named after this process (see
-    ``remove_orphaned_workdirs``)."""
-    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+    """A fresh temporary folder for one trial, named after this process and its start
+    time (see ``remove_orphaned_workdirs``)."""
+    started = int(psutil.Process().create_time())  # in hex: the name stays short (sockets)
+    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{started:x}-"))
 
 
 # The longest temporary folder whose files can still be AF_UNIX sockets (108 bytes with
