@@ -89,6 +89,8 @@ def decide(
     for e in entrants:
         e.at_edge = e.at_edge or edge(e, state.budget_bytes)
     ranked = _ranked(entrants, basis)
+    if not basis:  # no round counts: the figures a preset records are the quiet trials'
+        _stand_on_trials(entrants)
     if not ranked and not any(e.problem or e.median for e in entrants):
         ranked = _trials_stand_in(entrants, notes)
     if not ranked:
@@ -126,6 +128,7 @@ def decide(
         load=load,
         notes=tuple(notes),
         speedup_reason=reason,
+        paired=bool(basis),
     )
 
 
@@ -133,8 +136,6 @@ def _trials_stand_in(entrants: list[Entrant], notes: list[str]) -> list[Entrant]
     """When the deadline left the race no figure at all: the entrants with a quiet trial,
     best first, each standing on its trial's burst (said so; the eval step and checkpoint
     save were not checked). ``AutotuneError`` without one."""
-    from autotune.burst.result import BurstResult
-
     quiet = sorted(
         (e for e in entrants if _quiet_trial(e)), key=lambda e: -(_quiet_trial(e) or 0.0)
     )
@@ -144,24 +145,33 @@ def _trials_stand_in(entrants: list[Entrant], notes: list[str]) -> list[Entrant]
             "was measured on a quiet machine; no preset was written: give the search a "
             "longer --timeout"
         )
-    for e in quiet:
-        r = e.record
-        e.stand_in = BurstResult(
-            status="ok",
-            tokens_per_s=r.tokens_per_s,
-            samples_per_s=r.samples_per_s,
-            step_time_median_s=r.step_time_median_s,
-            step_time_p90_s=r.step_time_p90_s,
-            compile_s=r.compile_s,
-            peak_memory_bytes=r.peak_memory_bytes,
-            mfu=r.mfu,
-        )
+    _stand_on_trials(quiet)
     notes.append(
         "warning: the time limit left the race no figure: the winner and its figures are "
         "its trial's (its eval step and checkpoint save were not checked); give the "
         "search a longer --timeout to race the finalists"
     )
     return quiet
+
+
+def _stand_on_trials(entrants: list[Entrant]) -> None:
+    """Each of ``entrants`` with a quiet trial stands on that trial's figures (the
+    preset's ``measured``), not on race bursts that no round lets count."""
+    from autotune.burst.result import BurstResult
+
+    for e in entrants:
+        r = e.record
+        if _quiet_trial(e):
+            e.stand_in = BurstResult(
+                status="ok",
+                tokens_per_s=r.tokens_per_s,
+                samples_per_s=r.samples_per_s,
+                step_time_median_s=r.step_time_median_s,
+                step_time_p90_s=r.step_time_p90_s,
+                compile_s=r.compile_s,
+                peak_memory_bytes=r.peak_memory_bytes,
+                mfu=r.mfu,
+            )
 
 
 def _quiet_trial(entrant: Entrant) -> float | None:

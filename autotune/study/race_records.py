@@ -92,7 +92,7 @@ class Entrant:
     dropped: bool = False  # no longer measured
     eliminated: str = ""  # why it left the race early (clearly slower in a fair round)
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
-    stand_in: BurstResult | None = None  # its trial's figures, when the race measured none
+    stand_in: BurstResult | None = None  # its quiet trial's figures, when no round counts
 
     @property
     def figures(self) -> list[float | None]:
@@ -125,10 +125,12 @@ class Entrant:
 
     def typical_burst(self) -> BurstResult | None:
         """The burst whose throughput is closest to the median (a real measurement, so
-        its figures agree with each other)."""
+        its figures agree with each other); its trial's, when no race round counts."""
+        if self.stand_in is not None:
+            return self.stand_in
         pairs = [(t, b) for t, b in zip(self.figures, self.bursts, strict=False) if t]
         if not pairs or self.median is None:
-            return self.stand_in
+            return None
         return min(pairs, key=lambda p: abs(p[0] - (self.median or 0.0)))[1]
 
     def verify_burst(self) -> BurstResult | None:
@@ -154,6 +156,7 @@ class RaceResult:
     # why there is no speedup, or what it rests on when not on rounds measured alike
     # ("" when it comes from paired rounds measured alike)
     speedup_reason: str = ""
+    paired: bool = True  # some rounds were measured alike: their ratios count
 
     @property
     def interval_reason(self) -> str:
@@ -180,7 +183,8 @@ class RaceResult:
         return [round(p.low, 4), round(p.high, 4)]
 
     def ratio_to_naive(self, entrant: Entrant) -> Paired | None:
-        if self.naive is None:
+        """Paired over the rounds that count; None when no round does."""
+        if self.naive is None or not self.paired:
             return None
         return paired_ratio(entrant.figures, self.naive.figures)
 

@@ -234,3 +234,20 @@ def test_the_templates_ship_in_the_wheel() -> None:
     templates = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.j2"))
     assert "templates/report.html.j2" in templates
     assert [t for t in templates if not any(fnmatch(t, g) for g in globs)] == []
+
+
+def test_a_race_without_evidence_says_not_measured_with_the_reason() -> None:
+    reason = "no quiet round, and no quiet trial of both configs"
+    entries = [{**e, "ratio_to_naive": None} for e in RACE["entries"]]
+    unmeasured = {
+        **RACE,
+        "speedup": None,
+        "speedup_interval": None,
+        "speedup_reason": reason,
+        "entries": entries,
+    }
+    text = race_html(unmeasured, "tokens/s")
+    assert f"speedup over naive not measured ({reason})" in text
+    assert "2.31x" not in text
+    one = {**RACE, "rounds": 1, "speedup_interval": None, "interval_reason": "1 round"}
+    assert "2.31x naive" in race_html(one, "tokens/s") and "(1 round)" in race_html(one, "tokens/s")

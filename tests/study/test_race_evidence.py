@@ -53,6 +53,8 @@ def test_a_race_whose_rounds_all_ran_under_load_publishes_no_speedup_of_its_own(
     race = result.race
     assert race is not None and all(race.busy_rounds)
     assert race.speedup is None and result.speedup is None
+    # nor a ratio per entry from the busy rounds
+    assert all(entry["ratio_to_naive"] is None for entry in race.to_dict()["entries"])
     assert race.speedup_reason == "no quiet round, and no quiet trial of both configs"
     assert race.qualified_speedup() == (
         "not measured (no quiet round, and no quiet trial of both configs)"
@@ -80,6 +82,8 @@ def test_without_a_quiet_round_the_quiet_trials_decide_and_say_so(tmp_path: Path
         n.startswith(f"race: speedup over naive {quiet:.2f}x (no interval") for n in race.notes
     )
     preset = load_preset(tmp_path / "best.yaml")
+    # the preset's figure is the winner's quiet trial, not a busy race burst
+    assert preset.measured.tokens_per_s == pytest.approx(result.best.tokens_per_s)
     assert preset.race is not None and preset.race.speedup_interval is None
     assert preset.race.speedup_reason is not None
     assert "from the quiet trials" in preset.race.speedup_reason
@@ -116,6 +120,8 @@ def test_one_round_gives_no_interval(tmp_path: Path) -> None:
     assert race.qualified_speedup().endswith("(no interval: 1 round)")
     assert "no interval: 1 round" in race.speedup.describe()
     preset = load_preset(tmp_path / "best.yaml")
+    # the preset's figure is the winner's quiet trial, not a busy race burst
+    assert preset.measured.tokens_per_s == pytest.approx(result.best.tokens_per_s)
     assert preset.race is not None and preset.race.speedup_interval is None
     assert preset.race.interval_reason == "1 round"
 
