@@ -343,6 +343,17 @@ def run_peer(task: Task, peer: str) -> PeerRun:
     return run
 
 
+def search_command(task: Task, preset: Path) -> list[str]:
+    """``autotune search`` with the run's model, budget, device, batch and length."""
+    return [
+        sys.executable, "-m", "autotune", "search", "--model", task.spec.name,
+        "--budget", task.budget_text, "--device", task.caps.device,
+        "--timeout", task.search_timeout, "--output", str(preset),
+        "--global-batch", str(task.global_batch), "--seq-len", str(task.seq_len),
+        *(["--steps", str(task.search_steps)] if task.search_steps else []),
+    ]  # fmt: skip
+
+
 def run_autotune(task: Task, out: Path | None) -> PeerRun:
     """``autotune search`` as a user types it, in its own session and folder."""
     from autotune.core.units import parse_duration
@@ -351,13 +362,7 @@ def run_autotune(task: Task, out: Path | None) -> PeerRun:
     folder = task.tmp / "autotune"
     folder.mkdir()
     preset = folder / "preset.yaml"
-    command = [
-        sys.executable, "-m", "autotune", "search", "--model", task.spec.name,
-        "--budget", task.budget_text, "--device", task.caps.device,
-        "--timeout", task.search_timeout, "--output", str(preset),
-        "--global-batch", str(task.global_batch), "--seq-len", str(task.seq_len),
-        *(["--steps", str(task.search_steps)] if task.search_steps else []),
-    ]  # fmt: skip
+    command = search_command(task, preset)
     _log(f"[autotune] {' '.join(command[2:])}")
     timeout = parse_duration(task.search_timeout, what="--search-timeout") * 2 + 300
     outcome = run_watched(
@@ -510,10 +515,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write every row here as JSON")
     p.add_argument(
         "--quick", action="store_true",
-        help="a smoke run: 1 step per size tried, --peer-timeout 5m, a 2m search of 1-step "
+        help="a smoke run: 1 step per size tried, --peer-timeout 5m, a 2m search of 2-step "
         "bursts, 2 rounds of 1 warm-up + 2 timed steps",
     )  # fmt: skip
     return p
+
+
+def apply_quick(args: argparse.Namespace) -> None:
+    """``--quick``: the smoke run's settings (the search's bursts at their least steps)."""
+    if args.quick:
+        from autotune.study.optuna_glue import PRUNE_MIN_STEPS
+
+        args.peer_steps, args.search_timeout, args.peer_timeout = 1, "2m", "5m"
+        args.search_steps = PRUNE_MIN_STEPS
+        args.steps, args.warmup, args.repeats = 2, 1, 2
 
 
 def _task(args: argparse.Namespace, tmp: Path, pgids: list[int]) -> Task:
@@ -525,10 +540,7 @@ def _task(args: argparse.Namespace, tmp: Path, pgids: list[int]) -> Task:
     spec = load_model(args.model)
     profile = probe()
     caps = profile.device(args.device)
-    if args.quick:
-        args.peer_steps, args.search_timeout, args.peer_timeout = 1, "2m", "5m"
-        args.search_steps = 1
-        args.steps, args.warmup, args.repeats = 2, 1, 2
+    apply_quick(args)
     for name in ("peer_steps", "repeats", "search_steps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -229,3 +229,34 @@ def test_a_real_peer_library_answers_under_the_budget(tmp_path: Path) -> None:
     log = (tmp_path / "log.txt").read_text()
     assert (run.status, run.micro_batch, run.grad_accum) == ("ok", 4, 1), log
     assert vs.leftovers(pgids, []) == []
+
+
+def test_quick_runs_the_search_as_the_cli_accepts_it(tmp_path: Path) -> None:
+    from fake_caps import cpu_caps
+
+    from autotune.models.registry import get_model
+    from autotune.study.optuna_glue import PRUNE_MIN_STEPS
+
+    args = vs._parser().parse_args(["--model", "gpt-small", "--budget", "8GB", "--quick"])
+    vs.apply_quick(args)
+    assert args.search_steps >= PRUNE_MIN_STEPS and args.peer_steps == 1
+    task = vs.Task(
+        spec=get_model("gpt-small"),
+        profile=None,
+        caps=cpu_caps(),
+        budget=8 * 10**9,
+        budget_text="8GB",
+        global_batch=32,
+        seq_len=256,
+        peer_steps=1,
+        peer_timeout_s=60,
+        search_timeout=args.search_timeout,
+        search_steps=args.search_steps,
+        tmp=tmp_path,
+        pgids=[],
+    )
+    command = vs.search_command(task, tmp_path / "p.yaml")
+    assert command[1:4] == ["-m", "autotune", "search"]
+    flags = dict(zip(command[4::2], command[5::2], strict=True))
+    assert flags["--steps"] == str(PRUNE_MIN_STEPS) and flags["--timeout"] == "2m"
+    assert flags["--output"] == str(tmp_path / "p.yaml") and flags["--global-batch"] == "32"
