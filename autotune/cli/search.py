@@ -520,7 +520,7 @@ def _top_table(result: SearchResult) -> Table:
     table.add_column(result.unit, justify="right")
     table.add_column("step (s)", justify="right")
     table.add_column("peak", justify="right")
-    table.add_column("config")
+    table.add_column("config", ratio=1, overflow="fold")  # folded, never cut
     rows: list[TrialRecord] = list(result.top)
     if result.naive is not None and result.naive not in rows:
         rows.append(result.naive)
@@ -544,21 +544,24 @@ def _race_table(result: SearchResult) -> Table:
     race = result.race
     assert race is not None
     table = Table(title=f"Finalist race ({race.rounds} interleaved rounds)", title_justify="left")
-    for name in ("config", f"median {result.unit}", "spread", "vs naive", "rounds", "summary"):
-        table.add_column(name, justify="left" if name in ("config", "summary") else "right")
+    # The config (its label, then its whole summary below it) takes the width the figures
+    # leave, and folds rather than cuts: in 80 columns a cut summary ("block_group…") hid
+    # what told the winner from the runner-up.
+    table.add_column("config", ratio=1, overflow="fold")
+    for name in (f"median {result.unit}", "spread", "vs naive", "rounds"):
+        table.add_column(name, justify="right", overflow="fold")
     for e in race.entrants:
         ratio = race.ratio_to_naive(e)
         label = e.label + (" [bold]winner[/]" if e is race.winner else "")
         rounds = " ".join(_fmt_tp(t) if t else "-" for t in e.throughputs)
         table.add_row(
-            label,
+            f"{label}\n[dim]{escape(e.record.summary())}[/]"
+            + (f" [red]({escape(e.problem)})[/]" if e.problem else "")
+            + (f" [dim]({escape(e.eliminated)})[/]" if e.eliminated else ""),
             _fmt_tp(e.median),
             f"{e.spread:.1%}" if e.spread is not None else "-",
             f"{ratio.estimate:.2f}x" if ratio is not None else "-",
             rounds,
-            escape(e.record.summary())
-            + (f" [red]({escape(e.problem)})[/]" if e.problem else "")
-            + (f" [dim]({escape(e.eliminated)})[/]" if e.eliminated else ""),
         )
     return table
 

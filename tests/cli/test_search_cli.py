@@ -297,3 +297,22 @@ def test_finish_names_the_studies_the_storage_holds(env: tuple[str, FakeBurst]) 
     assert result.exit_code == 2, result.output
     assert "no study named 'gone'" in result.stderr and "'there'" in result.stderr
     assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["there"]
+
+
+def test_in_80_columns_the_tables_fold_configs_and_cut_none(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    """The race's point is telling the winner from the runner-up: at 80 columns every
+    word of every entrant's config is printed whole (folded onto more lines, never cut)."""
+    from autotune.preset import load_preset
+
+    model, _ = env
+    args = ["search", "--model", model, "--budget", "1GB", "--trials", "5", "--steps", "3"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    race = load_preset(tmp_path / "best.yaml").race
+    assert race is not None and len(race.entries) >= 2
+    words = set(result.stdout.split())
+    for entry in race.entries:
+        assert set(entry.config.split()) <= words, entry.config
