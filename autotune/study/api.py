@@ -367,12 +367,19 @@ class _Race:
 def _restrictions(
     knobs: Mapping[str, Sequence[Any]] | Sequence[str] | None,
 ) -> dict[str, Sequence[Any]]:
-    """``knobs`` as a mapping: knob name -> the values to keep."""
+    """``knobs`` as a mapping: knob name -> the values to keep. ``UsageError`` for
+    anything else than a mapping of names to lists or a list of ``NAME=VALUE`` texts."""
+    if knobs is None:
+        return {}
     if isinstance(knobs, Mapping):
-        return dict(knobs)
-    if knobs is not None:
+        if all(isinstance(k, str) and isinstance(v, list | tuple) for k, v in knobs.items()):
+            return dict(knobs)
+    elif isinstance(knobs, list | tuple) and all(isinstance(k, str) for k in knobs):
         return dict(parse_knob_args(list(knobs)))
-    return {}
+    raise UsageError(
+        "knobs must be a mapping of knob names to lists of values ({'precision': ['bf16']}) "
+        f"or a list of NAME=VALUE texts (['precision=bf16']), got {knobs!r}"
+    )
 
 
 # -- build the space ------------------------------------------------------------------------

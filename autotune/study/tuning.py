@@ -260,6 +260,20 @@ def _takes_checkpointing(build: Callable[..., Any]) -> bool:
     return "activation_checkpointing" in params
 
 
+def _check_sizes(*, name: Any, global_batch: Any, size: Any, size_name: Any) -> None:
+    """``UsageError`` naming every argument of ``model_spec`` that is not of its kind."""
+    problems = []
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"name= must be a non-empty text, got {name!r}")
+    for key, value in (("global_batch", global_batch), ("size", size)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31:
+            problems.append(f"{key}= must be a positive whole number, got {value!r}")
+    if not isinstance(size_name, str) or not size_name.isidentifier():
+        problems.append(f"size_name= must be a short name such as 'image', got {size_name!r}")
+    if problems:
+        raise UsageError("tune: " + "; ".join(problems))
+
+
 def model_spec(
     *,
     build: Callable[..., nn.Module],
@@ -284,6 +298,7 @@ def model_spec(
 
     if (batch is None) == (dataloader is None):
         raise UsageError("tune: give exactly one of batch= (an example batch) or dataloader=")
+    _check_sizes(name=name, global_batch=global_batch, size=size, size_name=size_name)
     if not callable(build) or not callable(loss):
         raise UsageError("tune: build= and loss= must be functions")
     checkpointing = _takes_checkpointing(build)
