@@ -8,13 +8,13 @@ median and p90, warm-up and compile seconds and MFU come from; the statuses are 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from autotune.core.plain import MEASURED, from_plain, to_plain
 from autotune.core.units import throughput_label
 
 if TYPE_CHECKING:
@@ -77,19 +77,12 @@ class BurstResult:
         return throughput_label(self.throughput_unit)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["config"] = dict(self.config)
-        data["losses"] = list(self.losses)
-        data["step_times_s"] = list(self.step_times_s)
-        return data
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BurstResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        kwargs["losses"] = tuple(kwargs.get("losses", ()))
-        kwargs["step_times_s"] = tuple(kwargs.get("step_times_s", ()))
-        return cls(**kwargs)
+        """The inverse of ``to_dict`` (unknown keys ignored; a NaN loss is a figure too)."""
+        return from_plain(cls, data, path="burst", converters=MEASURED)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -29,13 +29,13 @@ values are ``ParallelConfig.label()`` texts such as ``ddp-b100-view`` or
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.schema import BAD, Rule, Section, build, positive
+from autotune.core.plain import from_plain, to_plain
+from autotune.core.schema import Rule, Section, positive
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -96,7 +96,7 @@ class ParallelConfig(Section):
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return to_plain(self)
 
     @classmethod
     def from_mapping(cls, data: Any, *, path: str = "config.parallel") -> ParallelConfig:
@@ -104,11 +104,9 @@ class ParallelConfig(Section):
         (unknown and missing fields, types, ranges), each with its path."""
         if isinstance(data, ParallelConfig):
             return data
-        problems: list[str] = []
-        built = build(cls, data, path, problems)
-        if built is BAD:
-            raise ConfigError(problems, context="invalid parallel section")
-        return cast(ParallelConfig, built)
+        return from_plain(
+            cls, data, path=path, ignore_unknown=False, context="invalid parallel section"
+        )
 
     def label(self) -> str:
         """A short name of the knobs (not of the process count): ``ddp-b25``,

@@ -26,6 +26,7 @@ import numpy as np
 
 from autotune.core.errors import DataError
 from autotune.core.files import atomic_write_text, dir_mode
+from autotune.core.plain import to_plain
 from autotune.data.corpus import (
     Document,
     default_corpus,
@@ -107,7 +108,7 @@ class DataStats:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return to_plain(self)
 
 
 def write_cache(

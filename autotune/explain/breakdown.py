@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.plain import MEASURED, from_plain, to_plain
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -80,24 +82,12 @@ class Breakdown:
         return sum(self.parts.get(p, 0.0) for p in PARTS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "steps": self.steps,
-            "step_s": self.step_s,
-            "parts": dict(self.parts),
-            "modules": {k: dict(v) for k, v in self.modules.items()},
-            "modules_note": self.modules_note,
-            "op_s": self.op_s,
-            "ops_per_step": self.ops_per_step,
-            "device_busy_s": self.device_busy_s,
-            "compile_s": self.compile_s,
-            "trace_path": self.trace_path,
-        }
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Breakdown:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """The inverse of ``to_dict`` (unknown keys ignored)."""
+        return from_plain(cls, data, path="breakdown", converters=MEASURED)
 
 
 # -- the profiled steps (in the trial) --------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.core.plain import to_plain
 from autotune.explain.breakdown import Breakdown
 
 __all__ = ["KNOBS", "Finding", "Verdict", "classify", "refine_order"]
@@ -79,10 +80,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "findings": [
-                {"kind": f.kind, "evidence": f.evidence, "knobs": list(f.knobs)}
-                for f in self.findings
-            ],
+            "findings": [to_plain(f) for f in self.findings],
             "knobs": list(self.knobs),
             "unknown": list(self.unknown),
         }

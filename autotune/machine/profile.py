@@ -9,12 +9,11 @@ fingerprint).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
-from autotune.core.schema import BAD, build
+from autotune.core.errors import HardwareMismatchError, UsageError
+from autotune.core.plain import from_plain, to_plain
 from autotune.machine.caps import DeviceCaps, parse_device, peak_flops
 
 __all__ = [
@@ -214,7 +213,7 @@ class HardwareProfile:
             "schema_version": SCHEMA_VERSION,
             "default_device": self.default_device,
         }
-        data.update(_plain(dataclasses.asdict(self)))
+        data.update(to_plain(self))
         for gpu_dict, gpu in zip(data["gpus"], self.gpus, strict=True):
             peaks = peak_flops(gpu.name)
             gpu_dict.update({f"peak_flops_{kind}": value for kind, value in peaks.items()})
@@ -228,17 +227,4 @@ class HardwareProfile:
         Derived and unknown keys are ignored, so a profile written by a newer autotune
         still loads; a missing or mistyped field raises ``ConfigError`` naming its path.
         """
-        problems: list[str] = []
-        profile = build(cls, data, path, problems, ignore_unknown=True)
-        if problems or profile is BAD:
-            raise ConfigError(problems, context="invalid hardware profile")
-        return cast(HardwareProfile, profile)
-
-
-def _plain(value: Any) -> Any:
-    """Tuples to lists, recursively: what JSON and yaml.safe_dump accept."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+        return from_plain(cls, data, path=path, context="invalid hardware profile")

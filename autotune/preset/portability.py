@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import HardwareMismatchError
+from autotune.core.plain import to_plain
 from autotune.core.units import format_bytes
 from autotune.preset.schema import Fingerprint, Preset, find_device
 
@@ -34,7 +35,7 @@ class PortabilityReport:
     device_name: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return to_plain(self)
 
 
 def default_device_for(preset: Preset, profile: HardwareProfile) -> str:

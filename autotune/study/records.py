@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.config.knobs import switch_knobs
 from autotune.config.train_config import TrainConfig
+from autotune.core.plain import to_plain
 
 if TYPE_CHECKING:
     import optuna
@@ -96,34 +97,7 @@ class TrialRecord:
         return summarize_config(self.config, self.size_name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "state": self.state,
-            "status": self.status,
-            "config": dict(self.config),
-            "value": self.value,
-            "throughput": self.throughput,
-            "tokens_per_s": self.tokens_per_s,
-            "samples_per_s": self.samples_per_s,
-            "step_time_median_s": self.step_time_median_s,
-            "step_time_p90_s": self.step_time_p90_s,
-            "compile_s": self.compile_s,
-            "mfu": self.mfu,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "time_to_train_s": self.time_to_train_s,
-            "reason": self.reason,
-            "role": self.role,
-            "ran": self.ran,
-            "duplicate_of": self.duplicate_of,
-            "wall_s": self.wall_s,
-            "disturbed": self.disturbed,
-            "size_name": self.size_name,
-            "predicted_peak_bytes": self.predicted_peak_bytes,
-            "predicted_edge_micro_batch": self.predicted_edge_micro_batch,
-            "prediction_error_pct": self.prediction_error_pct,
-            "alloc_retries": self.alloc_retries,
-            "at_edge": self.at_edge,
-        }
+        return to_plain(self)
 
     @classmethod
     def from_trial(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:

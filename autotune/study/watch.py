@@ -43,13 +43,14 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import psutil
 
 from autotune.burst.result import percentile
 from autotune.core.errors import describe_exception
+from autotune.core.plain import from_plain
 from autotune.engine.memory import nvml_handle
 
 __all__ = [
@@ -142,23 +143,16 @@ class Load:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Load:
-        """The inverse of ``to_dict``; raises ValueError on a missing or malformed field."""
-        try:
-            util = data["gpu_util_idle_mean"]
-            gpu = str(data["gpu"])
-            if gpu not in ("none", "watched", "unknown"):
-                raise ValueError(f"gpu must be none, watched or unknown, got {gpu!r}")
-            return cls(
-                outside_cores_mean=float(data["outside_cores_mean"]),
-                outside_cores_max=float(data["outside_cores_max"]),
-                other_gpu_processes=tuple(int(pid) for pid in data["other_gpu_processes"]),
-                gpu_util_idle_mean=float(util) if util is not None else None,
-                gpu=gpu,  # type: ignore[arg-type]  # checked above
-                samples=int(data["samples"]),
-                busy=bool(data["busy"]),
-            )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a machine load record ({exc!r}): {dict(data)!r}") from exc
+        """The inverse of ``to_dict``: every field must be there; raises ValueError listing
+        each missing or malformed one."""
+        return from_plain(
+            cls,
+            data,
+            path="load",
+            required=tuple(f.name for f in fields(cls)),
+            error=ValueError,
+            context="not a machine load record",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import statistics
@@ -14,6 +13,7 @@ from typing import Any
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.files import atomic_write_text
+from autotune.core.plain import to_plain
 
 __all__ = ["SteadyFigures", "TrainResult", "steady_figures", "write_summary"]
 
@@ -48,12 +48,8 @@ class TrainResult:
         return 128 + int(getattr(signal, self.interrupted, signal.SIGTERM))
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["out_dir"] = str(self.out_dir)
-        data["checkpoint"] = None if self.checkpoint is None else str(self.checkpoint)
-        data["config"] = self.config.to_dict()
-        data["losses"] = list(self.losses)
-        data["eval"] = None if self.eval is None else dict(self.eval)
+        data = to_plain(self)
+        data["config"] = self.config.to_dict()  # a single process's config has no parallel key
         return data
 
 
