@@ -39,8 +39,9 @@ ProfileOption = Annotated[
     typer.Option(
         "--profile",
         help="Profile a few steps in a burst's extra steps, never among the timed ones: "
-        "where a step's time goes and which limit it hits (search: of the naive config "
-        "and the winner, after the race, into the preset's notes).",
+        "where a step's time goes and which limit it hits (search: the naive config's "
+        "verdict, once it ran, picks the knobs refined first; after the race the naive "
+        "config and the winner go into the preset's notes).",
     ),
 ]
 

@@ -256,7 +256,7 @@ def search(
         race=_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
         study={"storage": storage, "study": study, "seed": seed, "worker": worker,
                "finish": finish is not None, "warm_start": _warm_start(warm_start)},
-        output={"output": output, "progress": _LiveView(err)},
+        output={"output": output, "progress": _LiveView(err), "profile": profile},
     )  # fmt: skip
     restore_signals = _stop_signals_as_interrupt()
     try:

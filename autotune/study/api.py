@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
+    from autotune.explain.verdict import Verdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study.watch import MachineWatch
@@ -160,7 +161,9 @@ def search(
             _watching(state, machine.watch, machine.burst_fn),
             shared_compile_cache(study.runs_dir),
         ):
-            result, found = run.trials_and_race(Planner(state=state, caps=caps), study, notes)
+            explain = _naive_explainer(state, bursts) if output.profile else None
+            planner = Planner(state=state, caps=caps, explain=explain)
+            result, found = run.trials_and_race(planner, study, notes)
             if output.output is not None and found is not None:
                 path = Path(output.output)
                 path = write_preset(result, found, spec=spec, hardware=hardware, path=path)
@@ -442,6 +445,26 @@ def _budget_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
         f"{caps.device} ({format_bytes(caps.total_memory_bytes)}); the device's memory "
         "is the real limit"
     ]
+
+
+def _naive_explainer(
+    state: SearchState, bursts: BurstRunner
+) -> Callable[[TrainConfig], ExplainVerdict | None]:
+    """``Planner.explain`` for a profiled search: one burst of a config with the profiler
+    on (3 profiled steps after 1 timed one, held to the search's deadline like any other)
+    and the verdict of its breakdown; None where the burst brought none back."""
+
+    def explain(config: TrainConfig) -> ExplainVerdict | None:
+        from autotune.explain.render import explain_result
+
+        timeout = state.burst_timeout(bursts.timeout_s)
+        if timeout is None:
+            return None
+        burst = bursts.run(config, steps=1, timeout_s=timeout, profile=True)
+        explained = explain_result(burst, budget_bytes=state.budget_bytes)
+        return None if explained is None else explained[1]
+
+    return explain
 
 
 def _burst_runner(

@@ -287,9 +287,14 @@ class SearchOutput(_Options):
     the last trial: its nearest existing folder must be one this process can write in."""
     progress: Callable[[SearchEvent], None] | None = None
     """Receives a ``SearchEvent`` per trial, race round and note."""
+    profile: bool = False
+    """Profile the naive config once it has run (a separate burst: the trials' figures
+    carry no profiler) and refine first the knobs its verdict names (autotune.explain)."""
 
     def _problems(self) -> list[str]:
         problems = [] if self.output is None else _output_problems(self.output)
+        if not isinstance(self.profile, bool):
+            problems.append(f"profile must be true or false, got {self.profile!r}")
         if self.progress is not None and not callable(self.progress):
             problems.append(f"progress must be callable, got {self.progress!r}")
         return problems

@@ -17,8 +17,8 @@ predicts over the budget, is ruled out without a burst.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config.train_config import TrainConfig
+    from autotune.explain.verdict import Verdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.study.memory_model import Verdict
     from autotune.study.state import SearchState
@@ -56,6 +57,10 @@ class Planner:
     experts: list[TrainConfig] = field(default_factory=list)  # the expert starts, in order
     refine_due: bool = False  # a new best came while expert starts waited: refine after
     remeasure: list[TrainConfig] = field(default_factory=list)  # disturbed, not yet queued
+    # With a profiled search: the naive config's verdict (autotune.explain), asked once the
+    # naive trial ran; the knobs it names are refined first around every new best.
+    explain: Callable[[TrainConfig], ExplainVerdict | None] | None = None
+    first_knobs: tuple[str, ...] = ()
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
@@ -137,6 +142,7 @@ class Planner:
         the study when the search is done."""
         record = TrialRecord.from_trial(frozen)
         self.state.record_trial(record)
+        self.explain_naive(record)
         self.check_budget(study)
         self.enqueue_experts(study)
         self.without_compile(study, record)
@@ -147,6 +153,23 @@ class Planner:
         if reason:
             self.state.stopped = reason
             study.stop()
+
+    def explain_naive(self, record: TrialRecord) -> None:
+        """Once the naive trial ran, ask where its step's time goes (``explain``: a
+        profiling burst) and keep the knobs its verdict names, saying why in the output."""
+        if self.explain is None or self.first_knobs or record.role != "naive":
+            return
+        verdict = self.explain(record.train_config()) if record.ran else None
+        if verdict is None or not verdict.knobs:
+            self.state.note(
+                "the naive config gave no profile: knobs are refined in their usual order"
+            )
+            return
+        self.first_knobs = verdict.knobs
+        self.state.note(
+            f"the naive config is {verdict.kind} ({verdict.evidence}): "
+            f"{', '.join(verdict.knobs)} are refined first"
+        )
 
     def without_compile(self, study: optuna.Study, record: TrialRecord) -> None:
         """When the playbook's compiled start gives no result because of its compile
@@ -190,9 +213,19 @@ class Planner:
         self.refine_due = self.starts_waiting(study)
         if self.refine_due or not best.ran or best.role == "naive":
             return
-        space = self.state.space
-        for cand in space.neighbours(best.train_config(), workers=False, kernels=True):
+        space, config = self.state.space, best.train_config()
+        workers = "num_workers" in self.first_knobs  # an input-bound naive: its workers too
+        cands = space.neighbours(config, workers=workers, kernels=True)
+        for cand in sorted(cands, key=lambda c: self._verdict_rank(config, c)):
             self._queue(study, cand, role="refine", refines=best.number)
+
+    def _verdict_rank(self, config: TrainConfig, cand: TrainConfig) -> int:
+        """Where ``cand`` (one knob moved from ``config``) stands in the naive verdict's
+        order: the position of the knob it moves, else after all of them (a stable sort
+        keeps the space's own order within each)."""
+        moved = [f.name for f in fields(config) if getattr(config, f.name) != getattr(cand, f.name)]
+        ranks = [self.first_knobs.index(k) for k in moved if k in self.first_knobs]
+        return min(ranks, default=len(self.first_knobs))
 
     def fit_with_checkpointing(
         self, study: optuna.Study, record: TrialRecord, refines: Any

@@ -80,6 +80,7 @@ class Recorder:
     fake: FakeBurst = field(default_factory=FakeBurst)
     profiled: list[TrainConfig] = field(default_factory=list)
     trial_profile_flags: list[bool] = field(default_factory=list)
+    stderr: str = ""
 
     def __call__(self, spec: Any, config: TrainConfig, **kwargs: Any) -> BurstResult:
         profile = kwargs.pop("profile", False)
@@ -107,6 +108,7 @@ def _search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tup
     args = ["search", "--model", f"{tmp_path / 'toy_model.py'}:spec", "--budget", "1GB"]
     out = CliRunner().invoke(app, [*args, "--trials", "4", "--steps", "2", "--json", *extra])
     assert out.exit_code == 0, out.output
+    recorder.stderr = out.stderr  # the live output
     return json.loads(out.stdout), recorder
 
 
@@ -121,12 +123,41 @@ def test_search_profile_notes_both_configs_and_records_the_same_trials(
 
     plain, plain_bursts = _search(tmp_path / "plain", monkeypatch)
     profiled, bursts = _search(tmp_path / "profiled", monkeypatch, "--profile")
-    assert _figures(profiled) == _figures(plain)  # what the search records is unchanged
+    # Profiling changes no recorded figure: a config both searches measured has the same
+    # figure in each, and no trial's burst ran the profiler.
+    plain_figures = {json.dumps(c, sort_keys=True): f for c, _, f in _figures(plain)}
+    both = [
+        (c, f) for c, _, f in _figures(profiled) if json.dumps(c, sort_keys=True) in plain_figures
+    ]
+    assert len(both) >= 2 and all(
+        plain_figures[json.dumps(c, sort_keys=True)] == f for c, f in both
+    )
     assert bursts.trial_profile_flags and not any(bursts.trial_profile_flags)
-    assert not plain_bursts.profiled and len(bursts.profiled) == 2  # naive and the winner
+    # the naive config once it ran (its verdict orders the refinement), then after the
+    # race the naive config and the winner
+    assert not plain_bursts.profiled and len(bursts.profiled) == 3
     assert [p["config"].split(" ")[0] for p in profiled["profile"]] == ["naive", "winner"]
     assert profiled["profile"][0]["verdict"]["kind"] == "input-bound"
     notes = load_preset(tmp_path / "profiled" / "best.yaml").notes
     assert "profile of naive" in notes and "profile of winner" in notes
     assert "input-bound" in notes and "num_workers" in notes
     assert "profile of" not in load_preset(tmp_path / "plain" / "best.yaml").notes
+
+
+def test_a_profiled_search_refines_first_the_knobs_the_naive_verdict_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The naive config is input-bound (the recorder's breakdown: 40% data wait): the
+    first refinement moves num_workers, which the plain search's refinement never moves,
+    and the search says why."""
+    plain, _ = _search(tmp_path / "plain", monkeypatch)
+    profiled, bursts = _search(tmp_path / "profiled", monkeypatch, "--profile")
+
+    def refinements(data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [t["config"] for t in data["trials"] if t.get("role") == "refine"]
+
+    assert refinements(profiled), profiled["trials"]
+    assert refinements(profiled)[0]["num_workers"] > 0
+    assert all(c["num_workers"] == 0 for c in refinements(plain))
+    live = " ".join(bursts.stderr.split())
+    assert "the naive config is input-bound" in live and "are refined first" in live
