@@ -1,7 +1,8 @@
 """What ``autotune search --profile`` adds after the race: a profiling burst of the naive
 config and of the winner (separate bursts: the trials' and the race's figures never carry
 the profiler), their breakdowns and verdicts as lines of the preset's ``notes``, and
-each one's Chrome trace in the run's folder."""
+each one's Chrome trace in the run's folder. The breakdowns and verdicts are also kept, as
+JSON, in the study's ``profile`` user attribute, where the report page reads them."""
 
 from __future__ import annotations
 
@@ -17,9 +18,18 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import Verdict
     from autotune.study.records import SearchResult, TrialRecord
 
-__all__ = ["Profiled", "add_notes", "profile_found", "profile_into_preset", "run_folder"]
+__all__ = [
+    "PROFILE_ATTR",
+    "Profiled",
+    "add_notes",
+    "profile_found",
+    "profile_into_preset",
+    "record_profile",
+    "run_folder",
+]
 
 Profiled = tuple[str, "Breakdown", "Verdict"]
+PROFILE_ATTR = "profile"  # the study's user attribute: a list of explain_to_dict + "config"
 
 
 def run_folder(result: SearchResult) -> Path | None:
@@ -84,7 +94,8 @@ def profile_into_preset(
     result: SearchResult, model: str, *, console: Console
 ) -> list[dict[str, Any]]:
     """``autotune search --profile``: the naive config's and the winner's breakdowns and
-    verdicts (as JSON), added to the preset's notes and printed on ``console``."""
+    verdicts (as JSON), added to the preset's notes, kept in the study (``record_profile``)
+    and printed on ``console``."""
     from rich.markup import escape
 
     from autotune.explain.render import explain_to_dict
@@ -92,11 +103,35 @@ def profile_into_preset(
 
     with console.status("profiling the naive config and the winner", spinner="dots"):
         profiled, notes = profile_found(result, load_model(model))
+    explained = [{"config": label, **explain_to_dict(b, v)} for label, b, v in profiled]
     if result.preset_path:
         add_notes(result.preset_path, notes)
-    for line in notes:
+    problem = record_profile(result, explained)
+    for line in [*notes, *([problem] if problem else [])]:
         console.print(escape(line))
-    return [{"config": label, **explain_to_dict(b, v)} for label, b, v in profiled]
+    return explained
+
+
+def record_profile(result: SearchResult, explained: list[dict[str, Any]]) -> str | None:
+    """Keep ``explained`` in the study's ``PROFILE_ATTR`` user attribute (the report reads
+    it there); None when kept or nothing to keep, else a note on why it was not (the
+    search's results stand either way)."""
+    import optuna
+
+    from autotune.core.errors import AutotuneError
+    from autotune.core.redact import redact
+    from autotune.study.optuna_glue import open_storage, quiet_optuna
+
+    if not explained:
+        return None
+    try:
+        with quiet_optuna():
+            storage = open_storage(result.storage, create=False)  # the search made it
+            study = optuna.load_study(study_name=result.study_name, storage=storage)
+            study.set_user_attr(PROFILE_ATTR, explained)
+    except (AutotuneError, KeyError) as exc:
+        return f"profile not kept in the study {redact(result.storage)!r}: {exc}"
+    return None
 
 
 def add_notes(preset_path: str | Path, lines: list[str]) -> None:

@@ -22,10 +22,13 @@ from autotune.study.records import TrialRecord, distinct_best
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.explain.breakdown import Breakdown
+    from autotune.explain.verdict import Verdict
     from autotune.preset import Preset
 
 __all__ = [
     "MIN_TRIALS_FOR_IMPORTANCE",
+    "ProfiledConfig",
     "ReportData",
     "load_report_data",
     "study_data",
@@ -34,6 +37,16 @@ __all__ = [
 # Optuna's importances need a handful of measured configs that differ; fewer says nothing.
 MIN_TRIALS_FOR_IMPORTANCE = 5
 DEFAULT_RUNS_DIR = "autotune_runs"  # the search's default (autotune/study/api.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfiledConfig:
+    """One config ``autotune search --profile`` profiled: its label (naive or winner, with
+    its config), where its step's time went, and the limit it hits."""
+
+    label: str
+    breakdown: Breakdown
+    verdict: Verdict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +66,7 @@ class ReportData:
     preset_path: str | None = None
     race: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    profile: tuple[ProfiledConfig, ...] = ()  # the study's "profile" attr (search --profile)
 
     # -- what the sections ask --------------------------------------------------------
 
@@ -252,6 +266,7 @@ def study_data(name: str, url: str) -> ReportData:
     if not isinstance(setup, Mapping):
         setup = {}
         notes.append(f"study {name!r} was not made by autotune search: its trials may lack figures")
+    profile = _profile(attrs.get("profile"), notes)
     return ReportData(
         title=f"autotune report: {name}",
         study_name=name,
@@ -261,8 +276,35 @@ def study_data(name: str, url: str) -> ReportData:
         verify=verify,
         importances=importances,
         importance_note=note,
+        profile=profile,
         notes=tuple(notes),
     )
+
+
+def _profile(raw: Any, notes: list[str]) -> tuple[ProfiledConfig, ...]:
+    """The profiled configs the search kept in the study (none without ``--profile``); an
+    entry that does not read is left out, with a note."""
+    from autotune.core.plain import from_plain
+    from autotune.explain.breakdown import Breakdown
+    from autotune.explain.verdict import Verdict
+
+    if raw is None:
+        return ()
+    out = []
+    for i, entry in enumerate(raw if isinstance(raw, list) else [raw]):
+        try:
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"expected a mapping, got {type(entry).__name__}")
+            out.append(
+                ProfiledConfig(
+                    label=str(entry.get("config") or "?"),
+                    breakdown=Breakdown.from_dict(entry.get("breakdown") or {}),
+                    verdict=from_plain(Verdict, entry.get("verdict"), path="verdict"),
+                )
+            )
+        except (AutotuneError, ValueError) as exc:
+            notes.append(f"the study's profile entry {i} could not be read ({exc}): not shown")
+    return tuple(out)
 
 
 def _verify_order(key: str) -> tuple[int, str]:

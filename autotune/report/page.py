@@ -8,25 +8,29 @@ the template, never pasted into markup (principle 6). This module gathers what e
 says: ``render_html(data)`` builds the page; each ``_section_*`` function returns the
 section's blocks (paragraphs, tables, figures) and says in a sentence why it is empty when
 it has nothing to show. ``race_html(race, unit)`` renders a preset's finalist race from its
-plain mapping.
+plain mapping. The blocks themselves are ``blocks.py``'s; the section on where a step's time
+goes (shown only for a profiled search) is ``steps.py``'s.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import shlex
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import jinja2
-from markupsafe import Markup
 
-from autotune.core.units import format_bytes, format_figure
+from autotune.core.units import format_bytes
 from autotune.report import plots
+from autotune.report.blocks import Block, Table, Text
+from autotune.report.blocks import fmt as _fmt
+from autotune.report.blocks import make_figure as _figure
+from autotune.report.blocks import note as _note
+from autotune.report.blocks import table as _table
+from autotune.report.steps import STEPS_SECTION, section_steps
 from autotune.study.records import (
     TrialRecord,
     distinct_best,
@@ -54,53 +58,6 @@ SECTIONS = (
 _TEMPLATES = Path(__file__).parent / "templates"
 
 
-# -- the blocks a section is made of (the template turns each into markup) ---------------------
-
-
-@dataclass(frozen=True)
-class Text:
-    """A paragraph: ``style`` is p, note, big, pre or h3; ``code`` follows the text in a
-    ``<code>`` element."""
-
-    text: str
-    style: str = "p"
-    code: str = ""
-    kind: ClassVar[str] = "text"
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    num: bool = False  # right-aligned, tabular figures
-
-
-@dataclass(frozen=True)
-class Row:
-    cells: tuple[Cell, ...]
-    cls: str = ""  # changed / same in the config diff
-
-
-@dataclass(frozen=True)
-class Table:
-    """A table; with ``details``, folded under a ``<details>`` whose summary it is."""
-
-    header: tuple[str, ...]
-    rows: tuple[Row, ...]
-    details: str = ""
-    kind: ClassVar[str] = "table"
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str
-    svg: Markup
-    caption: str
-    kind: ClassVar[str] = "figure"
-
-
-Block = Text | Table | Figure
-
-
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """The one environment every page and fragment is rendered with."""
@@ -116,54 +73,14 @@ def _environment() -> jinja2.Environment:
 
 def render_html(data: ReportData) -> str:
     """The whole page as text."""
+    shown = list(SECTIONS)
+    if data.profile:  # only a search run with --profile says where a step's time goes
+        shown.insert(shown.index(("finalists", "Finalists")) + 1, STEPS_SECTION)
     sections = [
-        {"id": sid, "title": title, "blocks": _RENDERERS[sid](data)} for sid, title in SECTIONS
+        {"id": sid, "title": title, "blocks": _RENDERERS[sid](data)} for sid, title in shown
     ]
     template = _environment().get_template("report.html.j2")
     return template.render(title=data.title, notes=data.notes, sections=sections)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        return format_figure(value)
-    return str(value)
-
-
-def _cell(value: Any) -> Cell:
-    return Cell(_fmt(value), num=isinstance(value, (int, float)) and not isinstance(value, bool))
-
-
-def _table(
-    header: Sequence[str] | None,
-    rows: Sequence[Sequence[Any]],
-    *,
-    classes: Sequence[str] = (),
-    details: str = "",
-) -> Table:
-    return Table(
-        header=tuple(header or ()),
-        rows=tuple(
-            Row(tuple(_cell(c) for c in row), classes[i] if i < len(classes) else "")
-            for i, row in enumerate(rows)
-        ),
-        details=details,
-    )
-
-
-def _figure(fig: Any, name: str, caption: str) -> Figure:
-    # The one string that reaches the page unescaped: matplotlib's SVG of a figure our own
-    # code drew from numbers. Its XML writer escapes every text it writes (labels are drawn
-    # as paths; their text survives only in escaped comments), and figure_svg only renames
-    # ids after our own figure names. Nothing from a preset or a study is pasted into it.
-    return Figure(name=name, svg=Markup(plots.figure_svg(fig, name=name)), caption=caption)
-
-
-def _note(text: str) -> Text:
-    return Text(text, style="note")
 
 
 # -- the sections ------------------------------------------------------------------------------
@@ -563,4 +480,5 @@ _RENDERERS: dict[str, Callable[[ReportData], list[Block]]] = {
     "hardware": _section_hardware,
     "config": _section_config,
     "reproduce": _section_reproduce,
+    "steps": section_steps,
 }

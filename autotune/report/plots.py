@@ -36,6 +36,7 @@ __all__ = [
     "knob_values",
     "knobs_figure",
     "memory_figure",
+    "profile_figure",
     "require_matplotlib",
     "summary_png",
 ]
@@ -295,6 +296,44 @@ def importance_figure(importances: Mapping[str, float]) -> Figure:
     ax.set_xlim(0, 1)
     ax.grid(alpha=0.3, axis="x")
     return fig
+
+
+# -- where a step's time goes ---------------------------------------------------------------
+
+# Each part of a step, in the order the bars stack them, with its colour and legend label.
+STEP_PARTS = (
+    ("data_wait", "#d62728", "data wait"),
+    ("h2d", "#9467bd", "host-to-device copy"),
+    ("forward", "#1f77b4", "forward"),
+    ("backward", "#ff7f0e", "backward"),
+    ("optimizer", "#2ca02c", "optimizer step"),
+    ("rest", "#7f7f7f", "rest (Python, launches, sync)"),
+)
+
+
+def profile_figure(rows: Sequence[tuple[str, Mapping[str, float]]]) -> Figure:
+    """One horizontal stacked bar per config (``(label, seconds per step by part)``, the
+    first on top), all on one x axis in ms per step, the parts in ``STEP_PARTS`` order."""
+    fig = _figure(8, 1.3 + 0.5 * len(rows))
+    ax = fig.axes[0]
+    ys = list(range(len(rows)))[::-1]
+    left = [0.0] * len(rows)
+    for part, color, label in STEP_PARTS:
+        widths = [max(0.0, float(parts.get(part, 0.0))) * 1e3 for _, parts in rows]
+        ax.barh(ys, widths, left=left, color=color, label=label, height=0.6)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(ys, [_short(label) for label, _ in rows], fontsize="small")
+    for tick in ax.get_yticklabels():
+        tick.set_parse_math(False)  # a label is data: "$" is a dollar, never mathtext
+    ax.set_xlabel("ms per optimizer step")
+    ax.set_xlim(0, max(left, default=0.0) * 1.05 or 1.0)
+    ax.grid(alpha=0.3, axis="x")
+    fig.legend(fontsize="small", ncols=3, loc="outside lower center")
+    return fig
+
+
+def _short(label: str, width: int = 40) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 # -- the finalists -----------------------------------------------------------------------------
