@@ -1,5 +1,6 @@
 """Shared fixtures. Its presence also puts tests/ on sys.path (pytest's default "prepend"
-import mode), so test modules anywhere below can ``import fake_nvml``."""
+import mode), so test modules anywhere below can import the helpers beside it; the
+shipped fakes are in ``autotune.testing``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 from autotune.machine.hardware import probe
 from autotune.machine.profile import HardwareProfile
+from autotune.testing.nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 
 @pytest.fixture

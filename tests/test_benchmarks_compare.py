@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from benchmark_modules import load_benchmark
-from fake_caps import cpu_caps, cuda_caps
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
+from autotune.testing.caps import cpu_caps, cuda_caps
 
 compare = load_benchmark("compare")
 common = load_benchmark("_common")

@@ -31,8 +31,9 @@ from autotune.models.registry import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_models
-from fake_caps import cpu_caps
 from fake_models import FAKES
+
+from autotune.testing.caps import cpu_caps
 
 CPU_CAPS = cpu_caps(peak_flops_bf16=2e11, peak_flops_fp32=1e11)
 

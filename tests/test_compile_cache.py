@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import FakeBurst, run
 
 from autotune.burst.outcome import Progress
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.machine.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache
+from autotune.testing.burst import FakeBurst, run
 
 HERE = Path(__file__).parent
 

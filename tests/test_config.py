@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch.utils.data
-from fake_caps import cpu_caps
 from fake_lm import FAKE_LM
 from fake_models import FAKES
-from toy_spec import toy_spec
 from typer.testing import CliRunner
 
 import autotune.config.machine_limits
@@ -21,6 +19,8 @@ from autotune.core.errors import ConfigError
 from autotune.machine.hardware import probe
 from autotune.preset import Fingerprint, Measured, ModelRef, Preset, Task, save_preset
 from autotune.study.space import SearchSpace
+from autotune.testing.caps import cpu_caps
+from autotune.testing.toy import toy_spec
 
 runner = CliRunner()
 

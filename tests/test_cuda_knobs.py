@@ -16,10 +16,8 @@ from typing import Any
 
 import pytest
 import torch
-from fake_caps import cpu_caps, cuda_caps
 from fake_conv import CONV
 from fake_presets import gpu_fingerprint, make_config, make_preset
-from toy_spec import toy_spec
 
 from autotune.burst.supervisor import run_burst
 from autotune.burst.trial import _build
@@ -41,6 +39,8 @@ from autotune.preset.export import export_preset
 from autotune.preset.io import preset_from_dict, preset_to_dict
 from autotune.study.playbook import playbook_config
 from autotune.study.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
+from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.toy import toy_spec
 
 CPU = torch.device("cpu")
 

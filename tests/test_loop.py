@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_caps import cpu_caps
 from fake_presets import make_config, make_preset
 from torch import nn
 
@@ -17,6 +16,7 @@ from autotune.config.train_config import MAX_NUM_WORKERS
 from autotune.core.errors import ConfigError
 from autotune.data import loader_kwargs
 from autotune.preset import ModelRef, save_preset
+from autotune.testing.caps import cpu_caps
 from autotune.train.loop import PresetLoop
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,10 +11,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fake_caps import cpu_caps, cuda_caps
 from fake_conv import CONV
 from fake_lm import FAKE_LM
-from toy_spec import toy_spec
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig, check_config
@@ -23,6 +21,8 @@ from autotune.machine import omp
 from autotune.models.registry import load_model
 from autotune.study.playbook import playbook_config
 from autotune.study.space import SearchSpace
+from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.toy import toy_spec
 
 SPIN = TrainConfig(micro_batch=2, seq_len=8, omp_spin=True)
 PLAIN = TrainConfig(micro_batch=2, seq_len=8)

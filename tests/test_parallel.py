@@ -13,7 +13,6 @@ from typing import Any
 import optuna
 import pytest
 import torch
-from fake_caps import cpu_caps, cuda_caps
 from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
@@ -39,6 +38,7 @@ from autotune.preset import (
 )
 from autotune.preset.export import export_preset
 from autotune.study.space import SearchSpace
+from autotune.testing.caps import cpu_caps, cuda_caps
 from autotune.train.checkpoint import list_checkpoints
 
 gloo = pytest.mark.skipif(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from fake_caps import cpu_caps, cuda_caps
-from toy_spec import toy_spec
 
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import ConfigError, UsageError
 from autotune.machine.caps import DeviceCaps
 from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
+from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.toy import toy_spec
 
 
 def _spec(

@@ -219,9 +219,8 @@ def test_the_fingerprint_is_the_same_in_every_run_of_a_script(tmp_path: Path) ->
 def test_a_changed_model_gets_a_study_of_its_own(tmp_path: Path) -> None:
     """Fixing the loss and calling tune() again searches the fixed model, instead of
     resuming the old study and answering with its trials."""
-    from fake_burst import FakeBurst, cpu_profile
-
     import autotune
+    from autotune.testing.burst import FakeBurst, cpu_profile
 
     burst = FakeBurst()
     common: dict[str, Any] = dict(

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 import torch
-from fake_nvml import FakeGPU, gpu_stack, no_gpu_stack
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
 from autotune.machine import hardware
 from autotune.machine.profile import SCHEMA_VERSION, HardwareProfile
+from autotune.testing.nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 runner = CliRunner()
 

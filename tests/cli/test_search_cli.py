@@ -10,12 +10,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fake_burst import FakeBurst, cpu_profile
 from typer.testing import CliRunner
 
 import autotune.burst.supervisor
 import autotune.machine.hardware
 from autotune.cli.main import app
+from autotune.testing.burst import FakeBurst, cpu_profile
 
 MODEL_FILE = textwrap.dedent(
     """

@@ -10,13 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fake_burst import FakeBurst, cpu_profile
 from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
 import autotune.burst.supervisor
 import autotune.machine.hardware
 from autotune.cli.main import app
+from autotune.testing.burst import FakeBurst, cpu_profile
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import FakeBurst, cpu_profile
 from fake_models import FAKES
 from sleepy_spec import SLEEPY
 from typer.testing import CliRunner
@@ -23,6 +22,7 @@ from autotune.burst.supervisor import run_burst
 from autotune.cli.main import app
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
+from autotune.testing.burst import FakeBurst, cpu_profile
 
 
 def test_the_profiled_steps_come_after_the_timed_ones(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_burst import MB, FakeBurst, run
 
 from autotune.config.train_config import TrainConfig
 from autotune.study import SearchResult
+from autotune.testing.burst import MB, FakeBurst, run
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import Searched
-from fake_burst import FakeBurst, cpu_profile, run
 from typer.testing import CliRunner, Result
 
 import autotune.burst.supervisor
 import autotune.machine.hardware
 from autotune.cli.main import app
 from autotune.core.errors import AutotuneError
+from autotune.testing.burst import FakeBurst, cpu_profile, run
 
 pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
 

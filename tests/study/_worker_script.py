@@ -12,9 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from fake_burst import FakeBurst, cpu_profile, toy_spec
-
 from autotune.study import search, search_options
+from autotune.testing.burst import FakeBurst, cpu_profile, toy_spec
 
 
 class LoggedBurst(FakeBurst):

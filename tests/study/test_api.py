@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import GB, FakeBurst, cpu_profile, run, toy_spec
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import BudgetError, UsageError
@@ -24,6 +23,7 @@ from autotune.study import (
     SearchStudy,
     search,
 )
+from autotune.testing.burst import GB, FakeBurst, cpu_profile, run, toy_spec
 
 
 def test_autotune_search_is_the_python_api(tmp_path: Path) -> None:

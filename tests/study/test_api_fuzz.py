@@ -10,12 +10,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fake_burst import FakeBurst, cpu_profile, toy_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.core.errors import AutotuneError
 from autotune.study import search, search_options
+from autotune.testing.burst import FakeBurst, cpu_profile, toy_spec
 
 TEXTS = st.one_of(
     st.sampled_from(

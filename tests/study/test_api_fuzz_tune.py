@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fake_burst import FakeBurst, cpu_profile
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 import autotune
 from autotune.core.errors import AutotuneError
+from autotune.testing.burst import FakeBurst, cpu_profile
 
 
 def build() -> nn.Module:

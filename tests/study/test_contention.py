@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fake_burst import FakeBurst, run
-
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study import SearchResult
 from autotune.study.records import SearchEvent
 from autotune.study.watch import Load
+from autotune.testing.burst import FakeBurst, run
 
 
 @dataclass

@@ -14,17 +14,17 @@ from pathlib import Path
 import optuna
 import pytest
 from claim_race import claim_at_once
-from fake_burst import FakeBurst, run
 from fake_lm import FAKE_LM
 
 from autotune.core.errors import UsageError
 from autotune.study import optuna_glue, ownership
+from autotune.testing.burst import FakeBurst, run
 
 RACER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from fake_burst import FakeBurst, cpu_profile
+    from autotune.testing.burst import FakeBurst, cpu_profile
     import autotune.burst.supervisor, autotune.machine.hardware
     import autotune.study.api as api
     from autotune.cli.main import main

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import MB, FakeBurst, run, toy_spec
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
+from autotune.testing.burst import MB, FakeBurst, run, toy_spec
 
 
 @pytest.mark.parametrize("seed", range(6))

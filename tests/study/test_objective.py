@@ -8,12 +8,12 @@ from typing import Any
 
 import optuna
 import pytest
-from fake_burst import GB, MB, FakeBurst, run, study_of
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
+from autotune.testing.burst import GB, MB, FakeBurst, run, study_of
 
 
 def test_infeasible_trials_are_complete_with_a_positive_constraint(tmp_path: Path) -> None:

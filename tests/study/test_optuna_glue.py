@@ -9,11 +9,11 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
-from fake_burst import FakeBurst, run
 
 from autotune.core.errors import UsageError
 from autotune.study import SlowConfigPruner
 from autotune.study.optuna_glue import open_study
+from autotune.testing.burst import FakeBurst, run
 
 # -- pruning -----------------------------------------------------------------------------
 

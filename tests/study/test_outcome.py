@@ -6,10 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fake_burst import GB, FakeBurst, run, toy_spec
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import AutotuneError
+from autotune.testing.burst import GB, FakeBurst, run, toy_spec
 
 # -- verification and the preset ---------------------------------------------------------
 
@@ -55,7 +55,7 @@ def test_a_user_models_file_hash_is_recorded(tmp_path: Path) -> None:
     from autotune.preset import load_preset
 
     model_file = tmp_path / "my_model.py"
-    model_file.write_text("from fake_burst import toy_spec\nspec = toy_spec()\n")
+    model_file.write_text("from autotune.testing.burst import toy_spec\nspec = toy_spec()\n")
     spec = replace(toy_spec(), source=f"{model_file}:spec")
     result = run(tmp_path, FakeBurst(), trials=4, spec=spec)
     assert result.preset_path is not None

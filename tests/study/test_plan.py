@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from fake_burst import GB, MB, FakeBurst, run, toy_spec
 
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob
 from autotune.core.errors import BudgetError
+from autotune.testing.burst import GB, MB, FakeBurst, run, toy_spec
 
 # -- the naive baseline -----------------------------------------------------------------
 

@@ -4,7 +4,6 @@ playbook's rules per device class."""
 from __future__ import annotations
 
 import pytest
-from fake_caps import cpu_caps, cuda_caps
 
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.memory_model import MemoryModel
@@ -17,6 +16,7 @@ from autotune.study.playbook import (
     project,
 )
 from autotune.study.space import SearchSpace
+from autotune.testing.caps import cpu_caps, cuda_caps
 
 GB = 10**9
 
@@ -42,7 +42,7 @@ def test_the_guides_hand_tuned_config_is_the_first_expert_start(name: str) -> No
 
 
 def test_a_model_without_a_guide_gets_the_playbook_alone() -> None:
-    from fake_burst import toy_spec
+    from autotune.testing.burst import toy_spec
 
     spec = toy_spec()
     caps = cpu_caps(bf16_native=True)
@@ -52,7 +52,7 @@ def test_a_model_without_a_guide_gets_the_playbook_alone() -> None:
 
 
 def test_the_playbook_on_a_cpu_follows_its_bf16_units() -> None:
-    from fake_burst import toy_spec
+    from autotune.testing.burst import toy_spec
 
     spec = toy_spec()
     for native, precision in ((True, "bf16"), (False, "fp32")):
@@ -66,7 +66,7 @@ def test_the_playbook_on_a_cpu_follows_its_bf16_units() -> None:
 
 
 def test_the_playbook_on_cuda_takes_the_largest_micro_batch_predicted_to_fit() -> None:
-    from fake_burst import toy_spec
+    from autotune.testing.burst import toy_spec
 
     spec = toy_spec()
     caps = cuda_caps()

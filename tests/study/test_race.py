@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import FakeBurst, run
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study.race import Entrant, _order, paired_ratio
 from autotune.study.records import TrialRecord
+from autotune.testing.burst import FakeBurst, run
 
 # -- paired ratios ---------------------------------------------------------------------------
 
@@ -257,10 +257,9 @@ def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -
 def _limited_state(limit: float | None, *, elapsed: float) -> Any:
     import time
 
-    from fake_burst import cpu_profile, toy_spec
-
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
@@ -279,11 +278,10 @@ def _limited_state(limit: float | None, *, elapsed: float) -> Any:
 def test_the_reserve_keeps_room_for_a_finalist_the_next_trial_may_add() -> None:
     # pointer-gen on the 2-core CPU: the fourth trial made the final three after the trials'
     # time was spent, the reserve grew past the time left, and the race ran one round.
-    from fake_burst import cpu_profile, toy_spec
-
     from autotune.study.race import race_reserve_s
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
@@ -317,11 +315,10 @@ def test_the_reserve_keeps_room_for_a_finalist_the_next_trial_may_add() -> None:
 def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     # mu's first search on a fresh machine: every compile of the study was a first one, so
     # the quickest the search saw was no cached one; the race's come from the cache.
-    from fake_burst import cpu_profile, toy_spec
-
     from autotune.study.race import CACHED_COMPILE_SHARE, race_reserve_s
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_burst import FakeBurst, run
 from test_contention import FakeWatch, slowed
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
+from autotune.testing.burst import FakeBurst, run
 
 
 class Uncapped(FakeWatch):

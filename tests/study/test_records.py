@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fake_burst import FakeBurst, run
-
 from autotune.study import SearchEvent
+from autotune.testing.burst import FakeBurst, run
 
 
 def test_progress_events_and_json(tmp_path: Path) -> None:
@@ -29,9 +28,8 @@ def test_a_model_that_names_its_size_is_shown_and_preset_by_that_name(tmp_path: 
     """A vision model's seq_len is an image side: records, summaries and the preset say so."""
     from dataclasses import replace
 
-    from fake_burst import toy_spec
-
     from autotune.preset import load_preset
+    from autotune.testing.burst import toy_spec
 
     result = run(tmp_path, FakeBurst(), trials=3, spec=replace(toy_spec(), size_name="image"))
     assert result.best is not None and result.best.size_name == "image"

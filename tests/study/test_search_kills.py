@@ -24,7 +24,7 @@ SEARCH = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from fake_burst import FakeBurst, cpu_profile, toy_spec
+    from autotune.testing.burst import FakeBurst, cpu_profile, toy_spec
     from autotune.study import search, search_options
 
     class SlowBurst(FakeBurst):

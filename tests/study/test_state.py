@@ -13,11 +13,11 @@ from typing import Any
 
 import optuna
 import pytest
-from fake_burst import FakeBurst, run
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
+from autotune.testing.burst import FakeBurst, run
 
 # -- resume ------------------------------------------------------------------------------
 
@@ -54,7 +54,7 @@ _KILL_SCRIPT = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from fake_burst import FakeBurst, cpu_profile, toy_spec
+    from autotune.testing.burst import FakeBurst, cpu_profile, toy_spec
     from autotune.study import search, search_options
 
     class Hang(FakeBurst):

@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from autotune.study.watch import Load, MachineWatch, ProcessRow, disturbed_steps
-from tests.fake_nvml import FakeGPU, FakeNVML
+from autotune.testing.nvml import FakeGPU, FakeNVML
 
 ROOT = 100  # the search process in the fake table
 

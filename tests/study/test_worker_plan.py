@@ -6,11 +6,11 @@ import dataclasses
 import os
 
 import pytest
-from fake_burst import cpu_profile
 
 from autotune.core.errors import AutotuneError, UsageError
 from autotune.machine.profile import GPUInfo, HardwareProfile
 from autotune.study.workers import WorkerSlot, plan_workers
+from autotune.testing.burst import cpu_profile
 
 
 def _gpus(*names: str) -> HardwareProfile:

@@ -280,9 +280,8 @@ def test_devices_run_one_worker_per_device_and_never_share_one(
 def test_cpu_workers_are_pinned_to_cores_of_their_own(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from fake_burst import cpu_profile
-
     from autotune.study.workers import plan_workers, run_workers
+    from autotune.testing.burst import cpu_profile
 
     cores = len(os.sched_getaffinity(0))
     slots = plan_workers("", cpu_profile(cores=cores), cpu_workers=cores)

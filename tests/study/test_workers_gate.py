@@ -7,11 +7,11 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fake_burst import cpu_profile, toy_spec
 
 from autotune.study import workers
 from autotune.study.space import SearchSpace
 from autotune.study.state import Limits, SearchState
+from autotune.testing.burst import cpu_profile, toy_spec
 
 
 def _setup(tmp_path: Path, trials: int | None) -> tuple[optuna.Study, workers.Workers]:

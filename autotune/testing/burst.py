@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from toy_spec import toy_spec as make_toy_spec
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.machine.profile import CPUInfo, HardwareProfile, SoftwareInfo
 from autotune.study import SearchResult, search, search_options
+from autotune.testing.toy import toy_spec as make_toy_spec
 
 MB = 10**6
 GB = 10**9
