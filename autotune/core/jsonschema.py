@@ -46,14 +46,22 @@ _SCALARS: dict[Any, dict[str, Any]] = {
 }
 
 
-def json_schema(cls: type[Any], *, title: str | None = None) -> dict[str, Any]:
-    """The JSON Schema of the record ``cls``, nested records inlined under ``$defs``."""
+def json_schema(
+    cls: type[Any], *, title: str | None = None, required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The JSON Schema of the record ``cls``, nested records inlined under ``$defs``;
+    ``required`` names root fields a file must hold although they have defaults (as
+    ``build(..., required=...)`` does)."""
     defs: dict[str, dict[str, Any]] = {}
     root = _record(cls, defs)
     schema: dict[str, Any] = {"$schema": DRAFT}
     if title:
         schema["title"] = title
     schema.update(defs.pop(root))
+    if required:
+        fields = [f.name for f in dataclasses.fields(cls)]
+        needed = {*schema.get("required", []), *required}
+        schema["required"] = [name for name in fields if name in needed]
     if defs:
         schema["$defs"] = dict(sorted(defs.items()))
     return schema

@@ -23,7 +23,7 @@ from autotune.core.redact import redact
 from autotune.core.schema import Section, build, plain_copy, show, type_name
 from autotune.core.text import one_line
 from autotune.core.units import format_bytes
-from autotune.preset.json_schema import schema_comment
+from autotune.preset.json_schema import REQUIRED_IN_A_FILE, schema_comment
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
 
@@ -131,13 +131,13 @@ def preset_from_dict(data: Any, *, source: str = "<preset>") -> Preset:
     if version == 1:
         migrated = migrate_v1(data, problems)
         later: list[str] = []
-        preset = build(Preset, migrated, "", later, required=("created",))
+        preset = build(Preset, migrated, "", later, required=REQUIRED_IN_A_FILE)
         problems += [v1_path(p) for p in later]  # in the names the file uses
         if problems or not isinstance(preset, Preset):
             unique = list(dict.fromkeys(problems))
             raise PresetError(unique, context=f"invalid preset {source} (schema version 1)")
         return preset
-    preset = build(Preset, data, "", problems, required=("created",))
+    preset = build(Preset, data, "", problems, required=REQUIRED_IN_A_FILE)
     if problems or not isinstance(preset, Preset):
         raise PresetError(problems, context=f"invalid preset {source}")
     return preset

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "REQUIRED_IN_A_FILE",
     "SCHEMA_FILE",
     "preset_json_schema",
     "schema_comment",
@@ -23,13 +24,18 @@ __all__ = [
 
 SCHEMA_FILE = Path(__file__).with_name("preset.schema.json")
 
+# Fields a preset file must hold although the record has a default for them (a preset
+# made in code gets its version and its time; a file without them is not a preset). The
+# reader (``preset_from_dict``) and the schema both require them.
+REQUIRED_IN_A_FILE = ("schema_version", "created")
+
 
 def preset_json_schema() -> dict[str, Any]:
     """The JSON Schema of a preset file, from the records that validate one."""
     from autotune.core.jsonschema import json_schema
     from autotune.preset.schema import Preset
 
-    return json_schema(Preset, title="autotune preset")
+    return json_schema(Preset, title="autotune preset", required=REQUIRED_IN_A_FILE)
 
 
 def schema_text() -> str:
