@@ -4,6 +4,7 @@ shipped fakes are in ``autotune.testing``."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -48,3 +49,16 @@ def unwatched_searches(monkeypatch: pytest.MonkeyPatch) -> None:
     import autotune.study.api
 
     monkeypatch.setattr(autotune.study.api, "WATCH_REAL_BURSTS", False)
+
+
+@pytest.fixture
+def sigint_not_ignored() -> Iterator[None]:
+    """SIGINT as a terminal leaves it, in the test's own process and so in every process
+    it starts: CI runs the tests as a background command (``cmd &`` in a script), which
+    starts with SIGINT ignored, and an ignored signal stays ignored through fork and exec
+    (tests/child_signals.py does the same for a child alone)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -18,7 +18,10 @@ from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+pytestmark = [
+    pytest.mark.usefixtures("sigint_not_ignored"),
+    pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals"),
+]
 
 DYING = "InductorError: SubprocException: a compile worker died"
 

@@ -26,7 +26,7 @@ from autotune.train.trainer import Trainer
 SEQ = 16
 
 pytestmark = [
-    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.usefixtures("one_thread", "sigint_not_ignored"),
     pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals"),
 ]
 
