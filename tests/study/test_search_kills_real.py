@@ -8,9 +8,10 @@ worker: the space has ``num_workers`` 0 and 1) runs, between trials, during the
 finalist race and while the preset is written. After each one: no finished trial lost or
 changed, and within a few seconds no process left (the search, its bursts, their workers).
 The temporary folder (``TMPDIR``: one this test owns) is empty at the end; a kill in the
-few milliseconds between making a trial's folder and starting its process leaves that
-folder until the next burst removes it (counted: at most 1 kill in 10 may). The last
-run completes the search and writes the preset.
+few milliseconds when no trial process holds a folder (made, not yet started; ended
+without a result, not yet removed) leaves that folder until the next burst removes it
+(counted: at most 1 kill in 10 may). The last run completes the search and writes the
+preset.
 
 The schedule comes from a seeded RNG: ``AUTOTUNE_KILL_SEED=N`` replays or varies it (the
 seed is printed, and named in every failure).
@@ -201,7 +202,9 @@ def test_random_kills_of_a_search_with_real_bursts(
     alive, files = _settled(tmp_path, tmp, before)
     assert (alive, files) == ([], []), f"seed {SEED}: left at the end"
     # A folder orphaned by a kill is transient (the next burst removes it; the end state is
-    # asserted empty above). Seen: 1 in 36 kills before the finalist race, 7 in 50 with it
-    # on a loaded machine (the race runs more, shorter bursts, so more kills land while a
-    # trial starts). Far more would mean a trial stopped cleaning up.
-    assert len(orphans) <= KILLS // 5, f"seed {SEED}: kills left trial folders {orphans}"
+    # asserted empty above). A trial removes its folder once its result is sent and when
+    # its search dies; what is left is a kill in the moments no trial process exists for a
+    # folder (made, not yet started; ended without a result, not yet removed). Seen with
+    # seed 20: 11 and 7 in 50 before the trial removed its folder after its result, 2, 2
+    # and 2 after. More would mean a trial stopped cleaning up.
+    assert len(orphans) <= KILLS // 10, f"seed {SEED}: kills left trial folders {orphans}"
