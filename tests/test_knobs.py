@@ -236,3 +236,38 @@ def test_an_added_knob_is_exported_under_its_names_and_listed_where_it_has_none(
     assert "turbo" not in str(lightning.data)
     off = dataclasses.replace(preset, config=config.replace(turbo=False))
     assert not any("turbo" in line for line in export_preset(off, "lightning").unmapped)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoaderConfig(TrainConfig):
+    """TrainConfig and one made-up DataLoader argument, declared only here."""
+
+    loader_timeout: int = knob(
+        default=0,
+        low=0,
+        needs="num_workers",
+        loader_arg="timeout",
+        help="The made-up loader timeout.",
+        doc="a made-up DataLoader argument",
+    )
+
+
+def test_an_added_loader_knob_reaches_the_dataloader_without_other_code() -> None:
+    from autotune.data.loader import loader_kwargs
+
+    with_workers = loader_kwargs(
+        LoaderConfig(micro_batch=2, seq_len=8, num_workers=1, loader_timeout=5)
+    )
+    assert with_workers["timeout"] == 5 and with_workers["batch_size"] == 2
+    without = loader_kwargs(LoaderConfig(micro_batch=2, seq_len=8))
+    assert "timeout" not in without  # it needs workers, as prefetch_factor does
+    plain = loader_kwargs(TrainConfig(micro_batch=2, seq_len=8, num_workers=1, prefetch_factor=3))
+    assert plain == {
+        "drop_last": True,
+        "batch_size": 2,
+        "num_workers": 1,
+        "pin_memory": False,
+        "prefetch_factor": 3,
+        "persistent_workers": False,
+        "worker_init_fn": plain["worker_init_fn"],
+    }

@@ -68,21 +68,20 @@ def loader_kwargs(
     device that is not CUDA, and the search never offers it there. Workers start with
     ``worker_init``, then ``worker_init_fn`` (a caller's own, run after it).
     """
-    kwargs: dict[str, Any] = {
-        "batch_size": config.micro_batch,
-        "drop_last": True,
-        "num_workers": config.num_workers,
-        "pin_memory": config.pin_memory,
-    }
+    from autotune.config.knobs import registry
+
+    kwargs: dict[str, Any] = {"drop_last": True}
+    for knob in registry(type(config)):  # each knob that is a DataLoader argument
+        value = getattr(config, knob.name)
+        off = knob.needs is not None and not getattr(config, knob.needs)  # prefetch: workers
+        if knob.loader_arg is not None and value is not None and not off:
+            kwargs[knob.loader_arg] = value
     if config.num_workers > 0:
         kwargs["worker_init_fn"] = (
             worker_init
             if worker_init_fn is None
             else functools.partial(worker_init, user=worker_init_fn)
         )
-        kwargs["persistent_workers"] = config.persistent_workers
-        if config.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = config.prefetch_factor
     elif worker_init_fn is not None:
         kwargs["worker_init_fn"] = worker_init_fn  # no workers: the DataLoader ignores it
     return kwargs
