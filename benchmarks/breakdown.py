@@ -64,17 +64,16 @@ def main(argv: list[str] | None = None) -> int:
 def _configs(
     spec: ModelSpec, caps: DeviceCaps, args: argparse.Namespace, *, cpu_count: int
 ) -> list[tuple[str, TrainConfig]]:
-    """(label, config): naive, the playbook's, and the ``--preset``'s."""
-    from autotune.study.playbook import naive_config, playbook_config
+    """(label, config): the search's naive (micro-batch 1), the playbook's, and the
+    ``--preset``'s. One naive everywhere: the study's, not a guide's starting config."""
+    from autotune.study.playbook import playbook_config
     from autotune.study.space import SearchSpace
 
     seq_len = args.seq_len or spec.seq_len
     space = SearchSpace.for_model(
         spec, caps, global_batch=args.global_batch, seq_len=[seq_len], cpu_count=cpu_count
     )
-    naive = naive_config(spec, global_batch=args.global_batch, seq_len=seq_len).config
-    assert naive is not None  # naive_config always gives one
-    configs = [("naive", naive), ("playbook", playbook_config(space, spec))]
+    configs = [("naive", space.naive()), ("playbook", playbook_config(space, spec))]
     if args.preset:
         from autotune.preset import load_preset, resolve_preset
 
