@@ -424,9 +424,11 @@ def _build_space(
 ) -> SearchSpace:
     """The space of configs: the model's and the device's knobs, narrowed by ``restrict``;
     with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun)."""
+    from autotune.config.machine_limits import machine_problems
+
     seq_len = scope.seq_len
     seqs = None if seq_len is None else parse_seq_len(seq_len, max_seq_len=spec.max_seq_len)
-    return SearchSpace.for_model(
+    space = SearchSpace.for_model(
         spec,
         caps,
         global_batch=scope.global_batch,
@@ -435,6 +437,12 @@ def _build_space(
         restrict=restrict,
         nproc_per_node=machine.nproc_per_node,
     )
+    # The machine's bounds (processes per core or GPU) hold for every config the space
+    # holds alike: checked on its naive config, before any process starts.
+    problems = machine_problems(space.naive(), caps)
+    if problems:
+        raise UsageError("this machine cannot run the search: " + "; ".join(problems))
+    return space
 
 
 def _budget_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:

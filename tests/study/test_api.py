@@ -233,3 +233,14 @@ def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
     preset = load_preset(tmp_path / "tiny.yaml")
     assert preset.config == result.best.train_config()
     assert preset.measured.peak_memory_bytes is not None
+
+
+def test_a_process_count_above_the_usable_cores_is_refused_before_any_burst(
+    tmp_path: Path,
+) -> None:
+    """--nproc-per-node 512 on a 2-core machine started 512 ranks; the search now refuses
+    it before its first burst, naming the bound."""
+    burst = FakeBurst()
+    with pytest.raises(UsageError, match="512 processes on a CPU need as many usable cores"):
+        run(tmp_path, burst, nproc_per_node=512, global_batch=512)
+    assert burst.calls == []
