@@ -36,6 +36,7 @@ import pytest
 import torch
 from child_signals import interactive
 from fake_lm import FAKE_LM
+from processes import describe_live
 
 from autotune.train.run_folder import LOCK_FILE
 
@@ -186,12 +187,12 @@ def _left_alive(folder: Path, wait_s: float, before: set[int]) -> list[str]:
     deadline = time.monotonic() + wait_s
     while True:
         alive = [
-            p
+            line
             for p in psutil.Process().children(recursive=True) + _processes_of(folder)
-            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            if p.pid not in before and (line := describe_live(p))
         ]
         if not alive or time.monotonic() > deadline:
-            return [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in alive]
+            return alive
         time.sleep(0.2)
 
 

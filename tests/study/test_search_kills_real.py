@@ -36,6 +36,7 @@ import psutil
 import pytest
 from child_signals import interactive
 from fake_lm import FAKE_LM
+from processes import describe_live
 from test_search_kills import _finished
 
 pytestmark = [
@@ -78,12 +79,12 @@ def _settled(folder: Path, tmp: Path, before: set[int]) -> tuple[list[str], list
     files then; this test's children in ``before`` (another test's helpers) do not count."""
     deadline = time.monotonic() + SETTLE_S
     while True:
-        alive = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in _mine(folder, tmp)]
+        alive = [line for p in _mine(folder, tmp) if (line := describe_live(p, ""))]
         with contextlib.suppress(psutil.Error):
             alive += [
-                f"{p.pid} child {' '.join(p.cmdline())[:100]}"
+                line
                 for p in psutil.Process().children(recursive=True)
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+                if p.pid not in before and (line := describe_live(p, "child "))
             ]
         if not alive or time.monotonic() > deadline:
             return alive, sorted(p.name for p in tmp.iterdir())
