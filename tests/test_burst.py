@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -443,17 +444,85 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
 
     env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
-    assert env["TMPDIR"] == str(tmp_path / "w")  # its temporary files: in its folder
+    assert env["TMPDIR"] == str(tmp_path / "w")  # torchrun's temporary files: in its folder
     workdir = tmp_path / "autotune-burst-1-x"
     workdir.mkdir()
     script = (
-        "import time\nfrom pathlib import Path\nfrom autotune.burst.child import _follow_parent\n"
-        f"_follow_parent({_dead_pid()}, workdir=Path({str(workdir)!r}))\ntime.sleep(60)\n"
+        "import time\nfrom pathlib import Path\nfrom autotune.burst.child import _Workdir, "
+        f"_follow_parent\n_follow_parent({_dead_pid()}, workdir=_Workdir(Path({str(workdir)!r})))"
+        "\ntime.sleep(60)\n"
     )
     trial = subprocess.run(
         [sys.executable, "-c", script], start_new_session=True, timeout=30, check=False
     )
     assert trial.returncode in (1, -9) and not workdir.exists()
+
+
+def test_a_trial_makes_no_folder_once_its_parent_is_gone(tmp_path: Path) -> None:
+    """A one-process trial makes its own folder: when its parent died before that, the
+    folder is never made (the parent-death handler holds the folder's lock to the end)."""
+    script = (
+        "import tempfile, time\nfrom autotune.burst.child import _Workdir, _follow_parent\n"
+        f"tempfile.tempdir = {str(tmp_path)!r}\nw = _Workdir(None)\n"
+        f"_follow_parent({_dead_pid()}, workdir=w)\ntime.sleep(0.5)\nw.make()\n"
+        "time.sleep(60)\n"
+    )
+    trial = subprocess.run(
+        [sys.executable, "-c", script], start_new_session=True, timeout=30, check=False
+    )
+    assert trial.returncode in (1, -9)
+    assert list(tmp_path.glob("autotune-burst-*")) == []
+
+
+def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(tmp_path: Path) -> None:
+    """The parent makes no folder for a one-process trial (its request is a file with no
+    name), so a search killed at the moment it starts one leaves nothing behind."""
+    script = (
+        "import os, subprocess\n"
+        "from autotune.burst import supervisor\n"
+        "from autotune.config.train_config import TrainConfig\n"
+        "from autotune.models.registry import load_model\n"
+        "def killed(*a, **k):\n    os._exit(9)  # as if SIGKILLed as the trial started\n"
+        "subprocess.Popen = killed\n"
+        f"spec = load_model({FAKES!r} + ':oom_spec')\n"
+        "supervisor.run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, warmup=0)\n"
+    )
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 9, done.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_trial_killed_outright_has_its_folder_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial's folder is named after the trial; a trial SIGKILLed mid-step (as the
+    budget's watchdog does) cannot remove it, and its burst does so as it ends."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path.parent / "inductor"))
+    folders: list[str] = []
+
+    def kill_the_trial(index: int, seconds: float) -> bool:
+        (folder,) = tmp_path.glob("autotune-burst-*")
+        folders.append(folder.name)
+        os.kill(int(folder.name.split("-")[2]), signal.SIGKILL)  # the trial's own pid
+        time.sleep(1.0)
+        return True
+
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    result = run_burst(fake("oom_spec"), config, steps=5, warmup=0, on_step=kill_the_trial)
+    assert result.status == "crash", result.reason
+    assert len(folders) == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_bursts_temporary_files_go_with_its_folder(
@@ -495,7 +564,7 @@ def test_the_trial_removes_its_folder_once_its_result_is_sent(tmp_path: Path) ->
         "from autotune.burst import supervisor\n"
         "from autotune.config.train_config import TrainConfig\n"
         "from autotune.models.registry import load_model\n"
-        "supervisor.shutil.rmtree = lambda *a, **k: None  # as if killed before it\n"
+        "supervisor.remove_orphaned_workdirs = lambda: None  # as if killed before it\n"
         f"spec = load_model({FAKES!r} + ':oom_spec')\n"
         "config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)\n"
         "result = supervisor.run_burst(spec, config, steps=2, warmup=0)\n"

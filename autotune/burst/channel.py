@@ -19,11 +19,11 @@ __all__ = ["Channel", "FailuresOnly", "LineReader", "connect", "open_channel"]
 
 
 # -- the parent's end -------------------------------------------------------------------
-def open_channel(workdir: Path, nproc: int) -> tuple[int, int, str]:
+def open_channel(workdir: Path | None, nproc: int) -> tuple[int, int, str]:
     """(read end, write end, what the child is told): a pipe whose descriptor the child
     inherits; under torchrun, whose workers inherit none, a FIFO in ``workdir`` that every
     rank opens by its path (rank 0 reports, the others only their failures)."""
-    if nproc == 1:
+    if nproc == 1 or workdir is None:
         read_fd, write_fd = os.pipe()
         return read_fd, write_fd, str(write_fd)
     fifo = workdir / "channel.fifo"

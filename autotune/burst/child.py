@@ -3,8 +3,9 @@
 Started by ``autotune.burst.supervisor.run_burst`` as
 ``python -m autotune.burst.child REQUEST FD``: ``REQUEST`` is a pickle written by the
 parent (``autotune.burst.request``: the spec's source or the pickled spec, the config, the
-step counts, the budget), ``FD`` a pipe (``autotune.burst.channel``) on which this process
-writes one JSON object per line:
+step counts, the budget), inherited as ``fd:N`` (this process then makes its own folder)
+or, under torchrun, a path in the folder the parent made; ``FD`` a pipe
+(``autotune.burst.channel``) on which this process writes one JSON object per line:
 
     {"type": "stage", "name": "building the model"}
     {"type": "context", "bytes": 5.2e8, "method": "nvml-process"}           (CUDA only)
@@ -24,6 +25,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,10 +42,14 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m autotune.burst.child REQUEST_PATH RESULT_FD", file=sys.stderr)
+        print("usage: python -m autotune.burst.child fd:N|REQUEST_PATH RESULT_FD", file=sys.stderr)
         return 2
     parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
-    _follow_parent(parent, workdir=Path(args[0]).parent)
+    own_folder = args[0].startswith("fd:")
+    workdir = _Workdir(None if own_folder else Path(args[0]).parent)
+    _follow_parent(parent, workdir=workdir)
+    if own_folder:
+        workdir.make()
     channel = connect(args[1])
     _no_core_dumps()
     _handle_stop_signals()
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             request = read_request(args[0])
+            request["workdir"] = request.get("workdir") or str(workdir.path)
             trial = Trial(request, channel)
             outcome = trial.run()
         except BaseException as exc:  # the parent must hear about every way this can end
@@ -61,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     except _Stopped:  # the signal arrived while a failure was being described
         pass
     if _stopped:  # whatever was raised since is the stop's doing, not the model's
+        workdir.remove()
         _end_as_signal(_stopped[0])
     channel.send("result", **outcome)
-    _remove_workdir(Path(args[0]).parent)  # the parent has what it needs: the result
+    workdir.remove()  # the parent has what it needs: the result
     # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
     # whatever is left of the group (DataLoader workers of an early return).
     sys.stdout.flush()
@@ -116,16 +124,57 @@ def _end_as_signal(signum: int) -> None:
     os._exit(128 + signum)  # pragma: no cover - the signal ends the process first
 
 
-def _follow_parent(ppid: int, *, workdir: Path) -> None:
+class _Workdir:
+    """The trial's temporary folder and who removes it. A one-process trial makes it
+    (``make``, named after this process) and removes it as it ends; under torchrun the
+    parent made it and removes it. When the parent dies, the trial removes it either way
+    (``abandon``). The lock keeps making and abandoning apart: no folder is made after the
+    parent's death was handled, and none is made without a process that will remove it."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+
+    def make(self) -> None:
+        from autotune.burst.process import make_workdir, use_as_tmpdir
+
+        with self.lock:
+            self.path = make_workdir()
+            use_as_tmpdir(self.path)  # DataLoader workers' sockets and folders go in it
+
+    def remove(self) -> None:
+        """After the result, or at a stop: when this trial is one process (the parent
+        needs nothing more from the folder). Under torchrun (a rank is not its group's
+        leader) the parent removes it."""
+        if os.getpgrp() == os.getpid():
+            with self.lock:
+                self._remove()
+
+    def abandon(self) -> None:
+        """The parent is gone: remove the folder, and hold the lock until this process
+        exits so that none is made after."""
+        self.lock.acquire()
+        self._remove()
+
+    def _remove(self) -> None:
+        import shutil
+
+        if self.path is None or not self.path.name.startswith("autotune-burst-"):
+            return  # not made yet, or not run_burst's (never a user's folder)
+        for _ in range(3):  # this process's main thread may still be writing in it
+            shutil.rmtree(self.path, ignore_errors=True)
+            if not self.path.exists():
+                break
+            time.sleep(0.05)
+
+
+def _follow_parent(ppid: int, *, workdir: _Workdir) -> None:
     """End this trial's whole process group if the parent dies (it can no longer time us
-    out or read the result), noticed at once on a daemon thread (``_wait_while``). The
-    parent would have removed the trial's temporary folder (``workdir``, made by
-    ``run_burst``); a parent killed outright cannot, so the trial does. ``ppid`` is the
+    out or read the result), noticed at once on a daemon thread (``_wait_while``), and
+    remove the trial's folder, which a parent killed outright cannot. ``ppid`` is the
     parent's pid as the parent said it (``AUTOTUNE_BURST_PARENT``): a parent killed while
     this process started is already gone by now, and ``os.getppid()`` would name its
     adopter."""
-    import threading
-
     alive = _parent_check(ppid)
 
     def watch() -> None:
@@ -135,7 +184,7 @@ def _follow_parent(ppid: int, *, workdir: Path) -> None:
         for child in psutil.Process().children(recursive=True):  # DataLoader workers: none
             with contextlib.suppress(psutil.Error):  # may write in the folder as it goes
                 child.kill()
-        _remove_workdir(workdir, always=True)
+        workdir.abandon()
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
@@ -157,24 +206,6 @@ def _wait_while(alive: Callable[[], bool], ppid: int) -> None:
         return
     while alive():
         time.sleep(0.5)
-
-
-def _remove_workdir(workdir: Path, *, always: bool = False) -> None:
-    """Remove the trial's folder (``run_burst``'s, never a user's): after the result when
-    this trial is one process (the parent needs nothing more from it, and a parent killed
-    after reading the result could not remove it), or ``always`` when the parent died.
-    Under torchrun (a rank is not its group's leader) the parent removes it."""
-    import shutil
-
-    if not workdir.name.startswith("autotune-burst-"):
-        return
-    if not always and os.getpgrp() != os.getpid():
-        return
-    for _ in range(3):  # this process's main thread may still be writing in it
-        shutil.rmtree(workdir, ignore_errors=True)
-        if not workdir.exists():
-            break
-        time.sleep(0.05)
 
 
 def _parent_check(ppid: int) -> Callable[[], bool]:

@@ -10,12 +10,12 @@ The outcome comes from the trial's messages alone, never from its log: ``ok``, `
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from autotune.core.units import format_bytes
 
@@ -167,7 +167,7 @@ def verdict(
     budget_bytes: int | None,
     timeout_s: float,
     on_cuda: bool,
-    log_path: Path,
+    log: IO[bytes],
     returncode: int | None,
 ) -> tuple[BurstStatus, str, dict[str, Any]]:
     """The burst's status, its reason and the result's extra fields, from how the watch
@@ -189,7 +189,7 @@ def verdict(
         return "pruned", f"stopped by on_step after timed step {len(progress.step_times)}", {}
     result = progress.result
     if result is None:
-        tail = log_tail(log_path)
+        tail = log_tail(log)
         return (
             "crash",
             f"the trial process {describe_exit(returncode)} without a result, during "
@@ -225,13 +225,13 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def log_tail(path: Path, limit: int = 300) -> str:
+def log_tail(log: IO[bytes], limit: int = 300) -> str:
     """The last meaningful line of the trial's stderr, for context in a crash reason."""
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - 8192))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - 8192))
+        lines = log.read().decode("utf-8", "replace").splitlines()
+    except (OSError, ValueError):  # not seekable, or closed
         return ""
     for line in reversed(lines):
         text = line.strip()

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import psutil
 
@@ -30,12 +30,14 @@ __all__ = [
     "REQUEST_FILE",
     "child_env",
     "exited",
+    "fits_sockets",
     "kill_group",
     "make_workdir",
     "reap_tree",
     "remove_orphaned_workdirs",
     "spawn_child",
     "tree_budget",
+    "use_as_tmpdir",
     "wait_exit",
 ]
 
@@ -70,10 +72,12 @@ def wait_exit(proc: psutil.Process | None, timeout_s: float) -> bool:
 
 def remove_orphaned_workdirs() -> None:
     """Remove the trial folders whose maker is gone: no process with its pid, or another
-    one (the pid reused: the folder's name carries its maker's start time). A trial
-    removes its own folder once it sent its result, and when its search was killed
-    (``autotune.burst.child``); this sweep, at each burst's start, takes what neither
-    could: a search killed between making a folder and starting its trial."""
+    one (the pid reused: the folder's name carries its maker's start time). A one-process
+    trial makes its own folder and removes it as it ends, and when its search was killed
+    (``autotune.burst.child``); ``run_burst`` makes the folder of a torchrun trial. This
+    sweep, at each burst's start and end, takes what neither could: a trial killed outright
+    (the budget's watchdog, a timeout), or a search killed while its torchrun trial had not
+    yet started."""
     for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
         if path.is_dir() and not _maker_alive(path.name.removeprefix(WORKDIR_PREFIX)):
             shutil.rmtree(path, ignore_errors=True)
@@ -99,8 +103,8 @@ def _maker_alive(name: str) -> bool:
 
 
 def make_workdir() -> Path:
-    """A fresh temporary folder for one trial, named after this process and its start
-    time (see ``remove_orphaned_workdirs``)."""
+    """A fresh temporary folder for one trial, named after this process (the trial, or
+    the search under torchrun) and its start time (see ``remove_orphaned_workdirs``)."""
     started = int(psutil.Process().create_time())  # in hex: the name stays short (sockets)
     return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{started:x}-"))
 
@@ -110,22 +114,23 @@ def make_workdir() -> Path:
 _MAX_SOCKET_DIR = 70
 
 
-def child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
+def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
     """The trial's environment: this process's, with the OpenMP wait policy ``config`` runs
-    with (``autotune/machine/omp.py``: OpenMP reads it when torch loads, before the child can set
-    anything). Its temporary files go in its own folder (``workdir``),
-    which is removed when the burst ends, or by the trial when its search was killed: a
-    DataLoader worker's ``pymp-*`` folder (its worker ends by a signal, skipping the
-    clean-up at exit) would otherwise be left in the user's temporary folder by every
-    burst. torch.compile's cache stays where it was, shared by the bursts."""
+    with (``autotune/machine/omp.py``: OpenMP reads it when torch loads, before the child
+    can set anything). Its temporary files go in its own folder (``workdir`` where this
+    process made it, under torchrun; a one-process trial moves them there itself, see
+    ``use_as_tmpdir``), removed with it: a DataLoader worker's ``pymp-*`` folder (its worker
+    ends by a signal, skipping the clean-up at exit) would otherwise be left in the user's
+    temporary folder by every burst. torch.compile's cache stays where it was, shared by
+    the bursts."""
     from autotune.machine.compile_cache import CACHE_ENV, torch_default_dir
     from autotune.machine.omp import environment_for
 
     env = environment_for(config, os.environ)
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
     env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
-    if len(str(workdir)) <= _MAX_SOCKET_DIR:
-        env.setdefault(CACHE_ENV, torch_default_dir())
+    env.setdefault(CACHE_ENV, torch_default_dir())  # not under the trial's TMPDIR
+    if workdir is not None and fits_sockets(workdir):
         env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
     # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
@@ -134,6 +139,19 @@ def child_env(workdir: Path, config: TrainConfig) -> dict[str, str]:
         path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(root) + (os.pathsep + path if path else "")
     return env
+
+
+def fits_sockets(folder: Path) -> bool:
+    """Whether ``folder`` is short enough to hold multiprocessing's sockets."""
+    return len(str(folder)) <= _MAX_SOCKET_DIR
+
+
+def use_as_tmpdir(folder: Path) -> None:
+    """Send this process's temporary files, and its children's, to ``folder`` (where it
+    is short enough for sockets): called by a trial before it starts any worker."""
+    if fits_sockets(folder):
+        os.environ["TMPDIR"] = str(folder)
+        tempfile.tempdir = str(folder)
 
 
 def tree_budget(budget_bytes: int | None, nproc: int) -> int | None:
@@ -145,31 +163,39 @@ def tree_budget(budget_bytes: int | None, nproc: int) -> int | None:
 
 
 def spawn_child(
-    workdir: Path,
     config: TrainConfig,
     *,
+    request: IO[bytes] | Path,
     write_fd: int,
-    log_path: Path,
+    log: IO[bytes],
     channel: str | None = None,
     nproc: int = 1,
 ) -> subprocess.Popen[bytes]:
     """The trial process, in a session (and process group) of its own, its output in
-    ``log_path``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
-    processes, to the FIFO named ``channel``)."""
+    ``log``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
+    processes, to the FIFO named ``channel``). One process inherits its ``request`` (a
+    file with no name) and makes its own folder, so that no folder exists without a
+    trial to remove it; torchrun's ranks read it by its path in the folder made for them."""
     from autotune.train.distributed import torchrun_command
 
-    args = ["autotune.burst.child", str(workdir / REQUEST_FILE), channel or str(write_fd)]
+    fds: tuple[int, ...] = ()
+    workdir: Path | None = None
+    if isinstance(request, Path):  # torchrun's ranks: by its path, in their folder
+        args = ["autotune.burst.child", str(request), channel or str(write_fd)]
+        workdir = request.parent
+    else:
+        args = ["autotune.burst.child", f"fd:{request.fileno()}", str(write_fd)]
+        fds = (write_fd, request.fileno())
     command = [sys.executable, "-m", *args] if nproc == 1 else torchrun_command(nproc, args)
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            pass_fds=(write_fd,) if nproc == 1 else (),
-            start_new_session=True,
-            env=child_env(workdir, config),
-        )
+    return subprocess.Popen(  # an OSError here (no interpreter?) is the caller's
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        pass_fds=fds,
+        start_new_session=True,
+        env=child_env(workdir, config),
+    )
 
 
 def reap_tree(sampler: ProcessTreeSampler) -> None:

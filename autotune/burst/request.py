@@ -1,5 +1,7 @@
-"""What the parent sends the trial: one pickle in the trial's folder, written by
-``write_request`` and read back by the trial (``read_request``, ``load_spec``).
+"""What the parent sends the trial: one pickle, written by ``write_request`` and read back
+by the trial (``read_request``, ``load_spec``). A one-process trial reads it from a file
+with no name that it inherits (``fd:N``), so the parent leaves nothing on disk; torchrun's
+ranks inherit no descriptors and read it by its path in the folder the parent made.
 
 It holds the config, the step counts, the budget, the device, the seed and the spec: by
 its source (a built-in name, ``pkg.mod:attr`` or ``file.py:attr``) with its arguments,
@@ -8,10 +10,10 @@ re-loaded in the trial, or pickled whole where it has no source.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -21,7 +23,7 @@ __all__ = ["load_spec", "read_request", "spec_payload", "write_request"]
 
 
 def write_request(
-    path: Path,
+    out: IO[bytes],
     spec: ModelSpec,
     config: TrainConfig,
     *,
@@ -32,11 +34,14 @@ def write_request(
     seed: int,
     verify: bool,
     threads: int | None,
+    workdir: str | None = None,
     profile: bool = False,
     profile_steps: int = 3,
     trace_path: str | None = None,
 ) -> None:
-    """Write the trial's request to ``path``; raises if the spec cannot travel.
+    """Write the trial's request to ``out``; raises if the spec cannot travel. ``workdir``
+    is the trial's folder where the parent made one (torchrun); None: the trial makes its
+    own and fills it in.
 
     ``profile`` adds ``profile_steps`` profiled steps after the timed ones (their
     breakdown comes back in the result; ``trace_path`` receives their Chrome trace)."""
@@ -48,15 +53,15 @@ def write_request(
         "device": device,
         "seed": seed,
         "verify": verify,
-        "workdir": str(path.parent),
+        "workdir": workdir,
         "threads": threads,
         "profile": profile,
         "profile_steps": profile_steps,
         "trace_path": trace_path,
     }
     request.update(spec_payload(spec))
-    with open(path, "wb") as f:
-        pickle.dump(request, f)
+    pickle.dump(request, out)
+    out.flush()
 
 
 def spec_payload(spec: ModelSpec) -> dict[str, Any]:
@@ -69,10 +74,16 @@ def spec_payload(spec: ModelSpec) -> dict[str, Any]:
     return {"spec_source": None, "spec_args": None, "spec": spec}
 
 
-def read_request(path: Path | str) -> dict[str, Any]:
-    """The request ``write_request`` wrote (in the trial)."""
-    with open(path, "rb") as f:
-        request: dict[str, Any] = pickle.load(f)
+def read_request(source: str) -> dict[str, Any]:
+    """The request ``write_request`` wrote (in the trial), from ``source``: ``fd:N``, an
+    inherited descriptor of a file with no name, or a path."""
+    if source.startswith("fd:"):
+        with os.fdopen(int(source.removeprefix("fd:")), "rb") as f:
+            f.seek(0)
+            request: dict[str, Any] = pickle.load(f)
+        return request
+    with open(source, "rb") as f:
+        request = pickle.load(f)
     return request
 
 

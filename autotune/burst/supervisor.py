@@ -31,11 +31,12 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import psutil
 
@@ -122,42 +123,58 @@ def run_burst(
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
     remove_orphaned_workdirs()
-    workdir = make_workdir()
+    # torchrun's ranks inherit no descriptors: their request and channel need a folder,
+    # made here. A one-process trial makes its own (``spawn_child``).
+    workdir = make_workdir() if burst.nproc > 1 else None
     try:
-        try:
-            write_request(
-                workdir / REQUEST_FILE,
-                spec,
-                config,
-                steps=steps,
-                warmup=warmup,
+        with tempfile.TemporaryFile() as log, _request_file(workdir) as request:
+            try:
+                write_request(
+                    request,
+                    spec,
+                    config,
+                    steps=steps,
+                    warmup=warmup,
+                    budget_bytes=budget_bytes,
+                    device=device,
+                    seed=seed,
+                    verify=verify,
+                    threads=threads,
+                    workdir=None if workdir is None else str(workdir),
+                    profile=profile,
+                    trace_path=trace_path,
+                )
+            except Exception as exc:
+                return burst.result(
+                    "error",
+                    f"cannot send model {spec.name!r} to the trial process: "
+                    f"{type(exc).__name__}: {exc} (give it a source: a built-in name or a "
+                    "pkg.mod:attr / file.py:attr reference)",
+                    Progress(),
+                )
+            return _supervise(
+                request=request if workdir is None else workdir / REQUEST_FILE,
+                log=log,
+                workdir=workdir,
+                burst=burst,
+                progress=Progress(warmup=warmup, steps=steps),
+                timeout_s=timeout_s,
                 budget_bytes=budget_bytes,
-                device=device,
-                seed=seed,
-                verify=verify,
-                threads=threads,
-                profile=profile,
-                trace_path=trace_path,
+                on_step=on_step,
+                memory_interval_s=memory_interval_s,
             )
-        except Exception as exc:
-            return burst.result(
-                "error",
-                f"cannot send model {spec.name!r} to the trial process: "
-                f"{type(exc).__name__}: {exc} (give it a source: a built-in name or a "
-                "pkg.mod:attr / file.py:attr reference)",
-                Progress(),
-            )
-        return _supervise(
-            workdir=workdir,
-            burst=burst,
-            progress=Progress(warmup=warmup, steps=steps),
-            timeout_s=timeout_s,
-            budget_bytes=budget_bytes,
-            on_step=on_step,
-            memory_interval_s=memory_interval_s,
-        )
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        remove_orphaned_workdirs()  # the trial's own folder, if it was killed outright
+
+
+def _request_file(workdir: Path | None) -> IO[bytes]:
+    """Where the trial's request is written: a file with no name that a one-process
+    trial inherits, or ``request.pkl`` in torchrun's folder."""
+    if workdir is None:
+        return tempfile.TemporaryFile()
+    return open(workdir / REQUEST_FILE, "wb")  # the caller's with closes it
 
 
 def _check_arguments(
@@ -224,7 +241,9 @@ class _Burst:
 
 def _supervise(
     *,
-    workdir: Path,
+    request: IO[bytes] | Path,
+    log: IO[bytes],
+    workdir: Path | None,
     burst: _Burst,
     progress: Progress,
     timeout_s: float,
@@ -235,18 +254,12 @@ def _supervise(
     """Start the trial process, watch it to its end, stop its whole tree and say how it
     went."""
     nproc, on_cuda = burst.nproc, burst.on_cuda
-    log_path = workdir / "trial.log"
     read_fd, write_fd, channel = open_channel(workdir, nproc)
     proc: subprocess.Popen[bytes] | None = None
     sampler: ProcessTreeSampler | None = None
     try:
         proc = spawn_child(
-            workdir,
-            burst.config,
-            write_fd=write_fd,
-            log_path=log_path,
-            channel=channel,
-            nproc=nproc,
+            burst.config, request=request, write_fd=write_fd, log=log, channel=channel, nproc=nproc
         )
         if nproc == 1:  # a FIFO's write end stays open here: no end of file before rank 0 opens it
             os.close(write_fd)
@@ -279,7 +292,7 @@ def _supervise(
             budget_bytes=budget_bytes,
             timeout_s=timeout_s,
             on_cuda=on_cuda,
-            log_path=log_path,
+            log=log,
             returncode=returncode,
         )
         return burst.result(status, reason, progress, **memory, **extra)
