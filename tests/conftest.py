@@ -4,8 +4,12 @@ shipped fakes are in ``autotune.testing``."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +31,16 @@ def cpu_only_profile() -> HardwareProfile:
     """A probed profile of this machine with every GPU hidden: the device is the CPU."""
     nvml, cuda = no_gpu_stack()
     return probe(nvml=nvml, cuda=cuda)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path (``/tmp/at-XXXX``), as a user's TMPDIR usually
+    is: a burst makes its trial's folder in it (under a long one, such as pytest's own
+    folders, it goes to /tmp instead: ``autotune.burst.process.make_workdir``)."""
+    folder = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -442,9 +442,9 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     its parent is gone, removes its folder and ends."""
     from autotune.burst.process import child_env
 
-    env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
+    env = child_env(Path("/tmp/at-w"), TrainConfig(micro_batch=1, seq_len=8))
     assert env["AUTOTUNE_BURST_PARENT"] == str(os.getpid())
-    assert env["TMPDIR"] == str(tmp_path / "w")  # torchrun's temporary files: in its folder
+    assert env["TMPDIR"] == "/tmp/at-w"  # torchrun's temporary files: in its folder
     workdir = tmp_path / "autotune-burst-1-x"
     workdir.mkdir()
     script = (
@@ -458,12 +458,12 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
     assert trial.returncode in (1, -9) and not workdir.exists()
 
 
-def test_a_trial_makes_no_folder_once_its_parent_is_gone(tmp_path: Path) -> None:
+def test_a_trial_makes_no_folder_once_its_parent_is_gone(short_tmp: Path) -> None:
     """A one-process trial makes its own folder: when its parent died before that, the
     folder is never made (the parent-death handler holds the folder's lock to the end)."""
     script = (
         "import tempfile, time\nfrom autotune.burst.child import _Workdir, _follow_parent\n"
-        f"tempfile.tempdir = {str(tmp_path)!r}\nw = _Workdir(None)\n"
+        f"tempfile.tempdir = {str(short_tmp)!r}\nw = _Workdir(None)\n"
         f"_follow_parent({_dead_pid()}, workdir=w)\ntime.sleep(0.5)\nw.make()\n"
         "time.sleep(60)\n"
     )
@@ -471,10 +471,12 @@ def test_a_trial_makes_no_folder_once_its_parent_is_gone(tmp_path: Path) -> None
         [sys.executable, "-c", script], start_new_session=True, timeout=30, check=False
     )
     assert trial.returncode in (1, -9)
-    assert list(tmp_path.glob("autotune-burst-*")) == []
+    assert list(short_tmp.glob("autotune-burst-*")) == []
 
 
-def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(tmp_path: Path) -> None:
+def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(
+    tmp_path: Path, short_tmp: Path
+) -> None:
     """The parent makes no folder for a one-process trial (its request is a file with no
     name), so a search killed at the moment it starts one leaves nothing behind."""
     script = (
@@ -487,11 +489,10 @@ def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(tmp_path: Path) -
         f"spec = load_model({FAKES!r} + ':oom_spec')\n"
         "supervisor.run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, warmup=0)\n"
     )
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     done = subprocess.run(
         [sys.executable, "-c", script],
-        env={**os.environ, "TMPDIR": str(tmp)},
+        env={**os.environ, "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")},
         capture_output=True,
         timeout=120,
         check=False,
@@ -501,48 +502,48 @@ def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(tmp_path: Path) -
 
 
 def test_a_trial_killed_outright_has_its_folder_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trial's folder is named after the trial; a trial SIGKILLed mid-step (as the
     budget's watchdog does) cannot remove it, and its burst does so as it ends."""
     import tempfile
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path.parent / "inductor"))
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     folders: list[str] = []
 
     def kill_the_trial(index: int, seconds: float) -> bool:
-        (folder,) = tmp_path.glob("autotune-burst-*")
+        (folder,) = short_tmp.glob("autotune-burst-*")
         folders.append(folder.name)
         os.kill(int(folder.name.split("-")[2]), signal.SIGKILL)  # the trial's own pid
-        time.sleep(1.0)
         return True
 
-    config = TrainConfig(micro_batch=2, seq_len=16)
-    result = run_burst(fake("oom_spec"), config, steps=5, warmup=0, on_step=kill_the_trial)
+    config = TrainConfig(micro_batch=2, seq_len=16)  # steps of 0.5 s: killed during the next
+    spec = fake("fake_spec", step_sleep_s=0.5)
+    result = run_burst(spec, config, steps=5, warmup=0, on_step=kill_the_trial)
     assert result.status == "crash", result.reason
-    assert len(folders) == 1 and list(tmp_path.iterdir()) == []
+    assert len(folders) == 1 and list(short_tmp.iterdir()) == []
 
 
 def test_a_bursts_temporary_files_go_with_its_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DataLoader workers' pymp-* folders land in the trial's folder, removed with it; a
     folder whose maker died is removed by the next burst; a live maker's is kept."""
     import tempfile
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path.parent / "inductor"))  # a cache
-    orphan = tmp_path / f"autotune-burst-{_dead_pid()}-abc"
-    live = tmp_path / f"autotune-burst-{os.getpid()}-abc"
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cache
+    orphan = short_tmp / f"autotune-burst-{_dead_pid()}-abc"
+    live = short_tmp / f"autotune-burst-{os.getpid()}-abc"
     orphan.mkdir()
     live.mkdir()
     config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
     result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, device_caps=CPU_CAPS)
     assert result.ok, result.reason
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+    assert sorted(p.name for p in short_tmp.iterdir()) == [live.name]
 
 
 def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) -> None:
@@ -556,7 +557,7 @@ def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) 
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(root)
 
 
-def test_the_trial_removes_its_folder_once_its_result_is_sent(tmp_path: Path) -> None:
+def test_the_trial_removes_its_folder_once_its_result_is_sent(short_tmp: Path) -> None:
     """A search killed after the trial's result, before its own clean-up, leaves no folder:
     the trial took it with it (here the parent's own removal is switched off)."""
     script = (
@@ -570,8 +571,7 @@ def test_the_trial_removes_its_folder_once_its_result_is_sent(tmp_path: Path) ->
         "result = supervisor.run_burst(spec, config, steps=2, warmup=0)\n"
         "assert result.ok, result.reason\n"
     )
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     done = subprocess.run(
         [sys.executable, "-c", script],
         env={**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"},
@@ -585,7 +585,7 @@ def test_the_trial_removes_its_folder_once_its_result_is_sent(tmp_path: Path) ->
 
 
 def test_a_folder_whose_makers_pid_was_reused_is_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The folder's name carries its maker's start time: a live process with the same
     pid that started at another time did not make it."""
@@ -593,10 +593,29 @@ def test_a_folder_whose_makers_pid_was_reused_is_removed(
 
     from autotune.burst.process import make_workdir, remove_orphaned_workdirs
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
     mine = make_workdir()
     started = int(psutil.Process().create_time())
-    reused = tmp_path / f"autotune-burst-{os.getpid()}-{started - 3600:x}-abc"
+    reused = short_tmp / f"autotune-burst-{os.getpid()}-{started - 3600:x}-abc"
     reused.mkdir()
     remove_orphaned_workdirs()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+    assert sorted(p.name for p in short_tmp.iterdir()) == [mine.name]
+
+
+def test_a_burst_with_workers_runs_under_a_temporary_folder_too_long_for_sockets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DataLoader worker's socket lives in the temporary folder; under a long one (the
+    tests' own folder under pytest-xdist) it cannot be bound, the batch never came and the
+    burst waited out its timeout. The trial's folder then goes in /tmp."""
+    import tempfile
+
+    long = tmp_path / ("x" * 40)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
+    result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, timeout_s=60)
+    assert result.ok, result.reason
+    assert [p.name for p in long.iterdir()] == []

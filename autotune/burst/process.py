@@ -78,7 +78,7 @@ def remove_orphaned_workdirs() -> None:
     sweep, at each burst's start and end, takes what neither could: a trial killed outright
     (the budget's watchdog, a timeout), or a search killed while its torchrun trial had not
     yet started."""
-    for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+    for path in (p for root in _workdir_roots() for p in root.glob(f"{WORKDIR_PREFIX}*-*")):
         if path.is_dir() and not _maker_alive(path.name.removeprefix(WORKDIR_PREFIX)):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -104,14 +104,30 @@ def _maker_alive(name: str) -> bool:
 
 def make_workdir() -> Path:
     """A fresh temporary folder for one trial, named after this process (the trial, or
-    the search under torchrun) and its start time (see ``remove_orphaned_workdirs``)."""
+    the search under torchrun) and its start time (see ``remove_orphaned_workdirs``), in
+    the temporary folder, or in /tmp where that one's path is too long for the sockets
+    of DataLoader workers (a worker whose socket cannot be bound never delivers a batch,
+    and the trial would wait for it until its timeout)."""
     started = int(psutil.Process().create_time())  # in hex: the name stays short (sockets)
-    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{started:x}-"))
+    prefix = f"{WORKDIR_PREFIX}{os.getpid()}-{started:x}-"
+    root = _workdir_roots()[-1]
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
 # The longest temporary folder whose files can still be AF_UNIX sockets (108 bytes with
 # the name multiprocessing gives them: pymp-XXXXXXXX/listener-XXXXXXXX).
 _MAX_SOCKET_DIR = 70
+_SHORT_ROOT = Path("/tmp")
+_WORKDIR_NAME = len(f"/{WORKDIR_PREFIX}4194304-{2**32:x}-xxxxxxxx")  # the longest name
+
+
+def _workdir_roots() -> list[Path]:
+    """Where trial folders are made: the temporary folder, then /tmp in its place when
+    a folder in it could not hold sockets (the last entry is where new ones go)."""
+    root = Path(tempfile.gettempdir())
+    if len(str(root)) + _WORKDIR_NAME <= _MAX_SOCKET_DIR or not _SHORT_ROOT.is_dir():
+        return [root]
+    return [root, _SHORT_ROOT]
 
 
 def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:

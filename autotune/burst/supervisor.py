@@ -145,13 +145,7 @@ def run_burst(
                     trace_path=trace_path,
                 )
             except Exception as exc:
-                return burst.result(
-                    "error",
-                    f"cannot send model {spec.name!r} to the trial process: "
-                    f"{type(exc).__name__}: {exc} (give it a source: a built-in name or a "
-                    "pkg.mod:attr / file.py:attr reference)",
-                    Progress(),
-                )
+                return burst.result("error", _cannot_send(spec, exc), Progress())
             return _supervise(
                 request=request if workdir is None else workdir / REQUEST_FILE,
                 log=log,
@@ -167,6 +161,13 @@ def run_burst(
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
         remove_orphaned_workdirs()  # the trial's own folder, if it was killed outright
+
+
+def _cannot_send(spec: ModelSpec, exc: Exception) -> str:
+    return (
+        f"cannot send model {spec.name!r} to the trial process: {type(exc).__name__}: {exc} "
+        "(give it a source: a built-in name or a pkg.mod:attr / file.py:attr reference)"
+    )
 
 
 def _request_file(workdir: Path | None) -> IO[bytes]:
