@@ -19,6 +19,17 @@ from autotune.machine.profile import HardwareProfile
 from autotune.testing.nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes run the tests (``-n auto``, in pyproject.toml's addopts): the
+    default tier in as many as the machine has cores (most of its time is spent waiting
+    on trial processes and timers, which overlap), every other selection (``-m slow``,
+    ``-m gpu``) in this one process. The slow tier's kill loops and real searches watch
+    process trees and time; its bursts already use every core."""
+    if config.option.markexpr != "not slow":
+        return 0
+    return max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
+
+
 @pytest.fixture
 def fake_h100_profile() -> HardwareProfile:
     """A probed profile of this machine's CPU plus one faked H100 (cuda:0) through NVML."""
