@@ -619,3 +619,27 @@ def test_a_burst_with_workers_runs_under_a_temporary_folder_too_long_for_sockets
     result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, timeout_s=60)
     assert result.ok, result.reason
     assert [p.name for p in long.iterdir()] == []
+
+
+def test_a_trial_whose_channel_breaks_removes_its_folder(short_tmp: Path) -> None:
+    """A parent killed outright breaks the channel, and the trial's next message fails
+    before its parent-watch thread may have run: the trial still takes its folder with it,
+    and ends quietly (exit 3, no traceback). 18 of 50 kills left a folder this way."""
+    import tempfile
+
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)  # nobody reads: the first message fails (EPIPE)
+    with tempfile.TemporaryFile() as request:
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune.burst.child", f"fd:{request.fileno()}", str(write_fd)],
+            pass_fds=(write_fd, request.fileno()),
+            env={**os.environ, "TMPDIR": str(short_tmp), "AUTOTUNE_BURST_PARENT": str(os.getpid())},
+            capture_output=True,
+            timeout=60,
+            check=False,
+            start_new_session=True,
+        )
+    os.close(write_fd)
+    assert done.returncode == 3, done.stderr
+    assert b"Traceback" not in done.stderr
+    assert list(short_tmp.iterdir()) == []

@@ -15,7 +15,7 @@ import select
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["Channel", "FailuresOnly", "LineReader", "connect", "open_channel"]
+__all__ = ["Channel", "FailuresOnly", "LineReader", "ParentGone", "connect", "open_channel"]
 
 
 # -- the parent's end -------------------------------------------------------------------
@@ -65,8 +65,15 @@ class LineReader:
 
 
 # -- the trial's end --------------------------------------------------------------------
+class ParentGone(BaseException):
+    """The parent closed the channel (it was killed outright): nobody is left to hear the
+    trial, which ends quietly once its folder is removed (``autotune.burst.child``). A
+    BaseException, so that no handler of the trial's (or the model's) takes it for an
+    error of the model."""
+
+
 class Channel:
-    """JSON lines to the parent. A parent that is gone ends this process quietly."""
+    """JSON lines to the parent; ``ParentGone`` once the parent is gone."""
 
     def __init__(self, fd: int) -> None:
         self._out: TextIO = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
@@ -76,7 +83,7 @@ class Channel:
             self._out.write(json.dumps({"type": kind, **fields}) + "\n")
             self._out.flush()
         except BrokenPipeError:
-            os._exit(3)
+            raise ParentGone from None
 
 
 class FailuresOnly(Channel):

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.burst.channel import connect
+from autotune.burst.channel import ParentGone, connect
 from autotune.burst.request import read_request
 from autotune.burst.trial import Trial, classify_exception
 from autotune.core.signals import STOP_SIGNALS
@@ -50,6 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     _follow_parent(parent, workdir=workdir)
     if own_folder:
         workdir.make()
+    code = 0
+    try:
+        _run(args, workdir)
+    except ParentGone:  # a parent killed outright broke the channel: nobody to tell
+        code = 3
+    finally:  # whatever way the trial ended, its folder goes with it
+        workdir.remove()
+    # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
+    # whatever is left of the group (DataLoader workers of an early return).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run(args: list[str], workdir: _Workdir) -> None:
+    """The trial, from its first message to its result (or its end as a stop signal)."""
     channel = connect(args[1])
     _no_core_dumps()
     _handle_stop_signals()
@@ -62,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             request["workdir"] = request.get("workdir") or str(workdir.path)
             trial = Trial(request, channel)
             outcome = trial.run()
+        except ParentGone:
+            raise
         except BaseException as exc:  # the parent must hear about every way this can end
             if not _stopped:
                 outcome = _failure(exc, trial)
@@ -71,12 +89,6 @@ def main(argv: list[str] | None = None) -> int:
         workdir.remove()
         _end_as_signal(_stopped[0])
     channel.send("result", **outcome)
-    workdir.remove()  # the parent has what it needs: the result
-    # Done: skip the interpreter's teardown (seconds with torch loaded). The parent ends
-    # whatever is left of the group (DataLoader workers of an early return).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _failure(exc: BaseException, trial: Trial | None) -> dict[str, Any]:
