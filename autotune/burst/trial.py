@@ -256,10 +256,10 @@ class Trial:
         self, stepper: Stepper, batches: Iterator[Batch], config: TrainConfig
     ) -> dict[str, Any]:
         """A few profiled steps: where their time went (``autotune.explain``)."""
-        from autotune.explain.breakdown import profile_steps
+        from autotune.explain.breakdown import profile_steps, profiled_step_count
 
         self.set_stage("profiling")
-        steps = int(self.request.get("profile_steps") or 3)
+        steps = profiled_step_count(int(self.request.get("profile_steps") or 3), config.grad_accum)
         trace = self.request.get("trace_path")
         return profile_steps(stepper, batches, config, steps=steps, trace_path=trace).to_dict()
 

@@ -34,7 +34,14 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch
     from autotune.engine.step import Stepper
 
-__all__ = ["PARTS", "Breakdown", "parse_events", "profile_steps", "top_modules"]
+__all__ = [
+    "PARTS",
+    "Breakdown",
+    "parse_events",
+    "profile_steps",
+    "profiled_step_count",
+    "top_modules",
+]
 
 # The named parts of a step, in the order a table lists them ("rest" is what is left).
 PARTS = ("data_wait", "h2d", "forward", "backward", "optimizer")
@@ -91,6 +98,19 @@ class Breakdown:
 
 
 # -- the profiled steps (in the trial) --------------------------------------------------
+# The micro-batches a profile covers at most, in whole steps (at least one): the profiler
+# keeps an event per operator call in memory, and three steps of 32 micro-batches of a
+# model that loops over its tokens (pointer-gen's naive config) held about 15 GB until the
+# kernel's OOM killer ended the trial.
+MAX_PROFILED_MICRO_BATCHES = 8
+
+
+def profiled_step_count(steps: int, grad_accum: int) -> int:
+    """How many of ``steps`` requested steps to profile for a config that accumulates
+    ``grad_accum`` micro-batches a step: one step of many micro-batches is sample enough."""
+    return max(1, min(steps, MAX_PROFILED_MICRO_BATCHES // max(1, grad_accum)))
+
+
 def profile_steps(
     stepper: Stepper,
     batches: Iterator[Batch],

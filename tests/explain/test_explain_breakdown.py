@@ -21,7 +21,7 @@ from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Batch, ModelSpec
 from autotune.engine.step import Stepper, make_optimizer
 from autotune.explain import PARTS, Breakdown, classify, profile_steps, refine_order
-from autotune.explain.breakdown import top_modules
+from autotune.explain.breakdown import profiled_step_count, top_modules
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -154,3 +154,14 @@ def test_the_normal_step_opens_no_profiler_range() -> None:
     assert not [e.name for e in prof.events() if e.name.startswith("autotune.")]
     b = profile_steps(stepper, _repeat({"x": torch.randn(2, 4)}), config, steps=1)
     assert b.parts["optimizer"] > 0 and stepper.profile is False
+
+
+@pytest.mark.parametrize(
+    ("steps", "grad_accum", "profiled"), [(3, 1, 3), (3, 4, 2), (3, 8, 1), (3, 32, 1), (1, 1, 1)]
+)
+def test_a_profile_covers_a_bounded_number_of_micro_batches(
+    steps: int, grad_accum: int, profiled: int
+) -> None:
+    """The profiler holds an event per operator call: a config of 32 micro-batches a step
+    is profiled for one step, not three (pointer-gen's naive profile was OOM-killed)."""
+    assert profiled_step_count(steps, grad_accum) == profiled
