@@ -60,15 +60,16 @@ def _command(folder: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _mine(*folders: Path) -> list[psutil.Process]:
-    """The live processes of this test's searches: a search names its folder on its
-    command line, a burst its request file in TMPDIR, a DataLoader worker its parent's
-    command line."""
+def _mine(folder: Path, tmp: Path) -> list[psutil.Process]:
+    """The live processes of this test's searches: a search names ``folder`` on its
+    command line; a burst, which names neither (its request is a file with no name), and
+    a DataLoader worker have their TMPDIR in ``tmp``."""
     found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
+    for process in psutil.process_iter(["cmdline", "status", "environ"]):
         cmdline = process.info.get("cmdline") or []
-        if process.info.get("status") != psutil.STATUS_ZOMBIE and any(
-            str(folder) in part for part in cmdline for folder in folders
+        tmpdir = (process.info.get("environ") or {}).get("TMPDIR", "")
+        if process.info.get("status") != psutil.STATUS_ZOMBIE and (
+            any(str(folder) in part for part in cmdline) or tmpdir.startswith(str(tmp))
         ):
             found.append(process)
     return found
