@@ -30,7 +30,6 @@ __all__ = [
     "REQUEST_FILE",
     "child_env",
     "exited",
-    "fits_sockets",
     "kill_group",
     "make_workdir",
     "reap_tree",
@@ -146,7 +145,7 @@ def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
     env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
     env.setdefault(CACHE_ENV, torch_default_dir())  # not under the trial's TMPDIR
-    if workdir is not None and fits_sockets(workdir):
+    if workdir is not None and _fits_sockets(workdir):
         env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
     # Never for an installed one: site-packages on PYTHONPATH would go before the stdlib.
@@ -157,7 +156,7 @@ def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
     return env
 
 
-def fits_sockets(folder: Path) -> bool:
+def _fits_sockets(folder: Path) -> bool:
     """Whether ``folder`` is short enough to hold multiprocessing's sockets."""
     return len(str(folder)) <= _MAX_SOCKET_DIR
 
@@ -165,7 +164,7 @@ def fits_sockets(folder: Path) -> bool:
 def use_as_tmpdir(folder: Path) -> None:
     """Send this process's temporary files, and its children's, to ``folder`` (where it
     is short enough for sockets): called by a trial before it starts any worker."""
-    if fits_sockets(folder):
+    if _fits_sockets(folder):
         os.environ["TMPDIR"] = str(folder)
         tempfile.tempdir = str(folder)
 
