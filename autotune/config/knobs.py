@@ -245,7 +245,7 @@ class KnobDef:
     high: int | None = None
     choices: tuple[Any, ...] | None = None
     rule: Callable[[Any], str | None] | None = None  # the check of a mapping or a record
-    needs: str | None = None  # set off its default only where this knob is above 0
+    needs: str | None = None  # set off its default only where this knob is on (not 0, 'off')
     runs: tuple[Applies, ...] = ()  # where a non-default value runs (``check_config``)
     value_problem: Callable[[Any, Where], str | None] | None = None
     search: Search | None = None
@@ -485,9 +485,11 @@ def field_problems(config: Any, *, path: str = "config") -> list[str]:
             bad.add(k.name)
     for k in knobs:
         value, needed = getattr(config, k.name), k.needs
-        off = needed is not None and needed not in bad and getattr(config, needed) == 0
-        if off and k.name not in bad and value != k.default:
-            problems.append(f"{path}.{k.name}: only allowed with {needed} > 0")
+        if needed is None or needed in bad or k.name in bad or value == k.default:
+            continue
+        if getattr(config, needed) in (0, "off"):
+            on = "on" if isinstance(getattr(config, needed), str) else "> 0"
+            problems.append(f"{path}.{k.name}: only allowed with {needed} {on}")
     return problems
 
 

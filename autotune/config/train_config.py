@@ -221,6 +221,23 @@ class TrainConfig:
         "Triton autotuning)",
         example="`default`",
     )
+    # mu and gpt-small on the 2-core EPYC: the first compile 0.62x and 0.77x of the whole
+    # model's, its steps slower (BENCHMARKS.md), so not searched: measured, not assumed.
+    compile_regions: bool = knob(
+        default=False,
+        needs="compile",
+        applied_by="the step (each repeated block compiled on its own: block.compile())",
+        label="compile-per-block",
+        help="Compile each repeated block (the model's layers) once instead of the whole "
+        "model: a shorter compile (needs --compile).",
+        export_hint="compile each repeated block instead of the model: "
+        "for block in model.layers: block.compile(mode=...)",
+        doc="compile each repeated block (the largest `nn.ModuleList` of one module class: "
+        "the layers) on its own instead of the whole model, so one block's code is compiled "
+        "once and reused: a shorter compile, where the steps may be slower (only with "
+        "`compile` on)",
+        example="`false`",
+    )
     num_workers: int = knob(
         default=0,
         low=0,

@@ -25,6 +25,7 @@ from torch import nn
 
 from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
+from autotune.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
@@ -43,6 +44,7 @@ __all__ = [
     "place_model",
     "profiled_phase",
     "prepare_model",
+    "repeated_blocks",
     "to_device",
 ]
 
@@ -130,11 +132,42 @@ def channels_last_batch(batch: Batch) -> Batch:
 
 
 def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
+    """``model`` compiled as the config says: off, the whole model, or with
+    ``compile_regions`` each repeated block in place (the model itself is returned)."""
     if config.compile == "off":
         return model
     mode = None if config.compile == "default" else config.compile
+    if config.compile_regions:
+        for block in repeated_blocks(model):
+            block.compile(mode=mode)
+        return model
     compiled: nn.Module = torch.compile(model, mode=mode)  # type: ignore[assignment]
     return compiled
+
+
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks: the ``nn.ModuleList`` of two or more modules of one
+    class holding the most parameters (a transformer's layers). torch.compile compiles
+    one block's code once and reuses it for the others; a ConfigError where there is none."""
+    lists: list[nn.ModuleList] = [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.ModuleList) and len(m) > 1 and len({type(b) for b in m}) == 1
+    ]
+    if not lists:
+        raise ConfigError(
+            [
+                "config.compile_regions: the model has no repeated blocks to compile one by one "
+                "(an nn.ModuleList of two or more modules of one class, such as its layers); "
+                "compile the whole model instead (compile_regions: false)"
+            ]
+        )
+    sizes = [_parameter_count(m) for m in lists]
+    return list(lists[sizes.index(max(sizes))])
+
+
+def _parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
 
 
 def make_optimizer(

@@ -154,6 +154,8 @@ def summarize_config(
         parts.append("ckpt")
     if config.get("compile", "off") != "off":
         parts.append(f"compile={config.get('compile')}")
+        if config.get("compile_regions"):
+            parts.append("per-block")
     workers = config.get("num_workers") or 0
     if workers:
         extra = "+pin" if config.get("pin_memory") else ""

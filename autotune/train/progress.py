@@ -101,7 +101,9 @@ def opening_lines(trainer: Trainer, total: int) -> list[str]:
         f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"
         + (f" x world {dist.world_size}" if dist.enabled else "")
         + f" = global batch {global_batch} ({tokens:,} {spec.throughput_unit}/step), "
-        f"{spec.size_label(cfg.seq_len)}, {cfg.precision}, compile {cfg.compile}, "
+        f"{spec.size_label(cfg.seq_len)}, {cfg.precision}, compile {cfg.compile}"
+        + (" (each block)" if cfg.compile_regions else "")
+        + ", "
         f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
         f"{cfg.num_workers} workers"
         + (", OpenMP threads spin (omp_spin)" if cfg.omp_spin else "")
