@@ -3,9 +3,10 @@ by the trial (``read_request``, ``load_spec``). A one-process trial reads it fro
 with no name that it inherits (``fd:N``), so the parent leaves nothing on disk; torchrun's
 ranks inherit no descriptors and read it by its path in the folder the parent made.
 
-It holds the config, the step counts, the budget, the device, the seed and the spec: by
-its source (a built-in name, ``pkg.mod:attr`` or ``file.py:attr``) with its arguments,
-re-loaded in the trial, or pickled whole where it has no source.
+It holds the config, the step counts (and when the timed steps may end early), the
+budget, the device, the seed and the spec: by its source (a built-in name,
+``pkg.mod:attr`` or ``file.py:attr``) with its arguments, re-loaded in the trial, or
+pickled whole where it has no source.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ def write_request(
     profile: bool = False,
     profile_steps: int = 3,
     trace_path: str | None = None,
+    stable_within: float | None = None,
 ) -> None:
     """Write the trial's request to ``out``; raises if the spec cannot travel. ``workdir``
     is the trial's folder where the parent made one (torchrun); None: the trial makes its
     own and fills it in.
 
     ``profile`` adds ``profile_steps`` profiled steps after the timed ones (their
-    breakdown comes back in the result; ``trace_path`` receives their Chrome trace)."""
+    breakdown comes back in the result; ``trace_path`` receives their Chrome trace).
+    ``stable_within``: the trial may end its timed steps early once they agree within
+    this fraction (``autotune.burst.result.steps_stable``)."""
     request: dict[str, Any] = {
         "config": config,
         "steps": steps,
@@ -58,6 +62,7 @@ def write_request(
         "profile": profile,
         "profile_steps": profile_steps,
         "trace_path": trace_path,
+        "stable_within": stable_within,
     }
     request.update(spec_payload(spec))
     pickle.dump(request, out)

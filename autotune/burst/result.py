@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
 
-__all__ = ["BurstResult", "BurstStatus", "percentile", "step_figures"]
+__all__ = [
+    "STABLE_MIN_STEPS",
+    "BurstResult",
+    "BurstStatus",
+    "percentile",
+    "step_figures",
+    "steps_stable",
+]
 
 BurstStatus = Literal["ok", "oom", "timeout", "crash", "nan", "error", "pruned"]
 
@@ -94,6 +101,20 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+STABLE_MIN_STEPS = 2  # a figure is called stable on no fewer timed steps
+
+
+def steps_stable(
+    step_times: list[float], within: float, *, min_steps: int = STABLE_MIN_STEPS
+) -> bool:
+    """Whether the timed steps so far give a stable figure: at least ``min_steps`` of
+    them, the slowest within ``within`` (a fraction) of the fastest. More steps would
+    move the median by less than that, so a trial may end its timed steps there."""
+    if len(step_times) < min_steps or min(step_times) <= 0:
+        return False
+    return max(step_times) <= (1 + within) * min(step_times)
 
 
 def step_figures(

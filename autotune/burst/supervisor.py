@@ -99,6 +99,7 @@ def run_burst(
     threads: int | None = None,
     profile: bool = False,
     trace_path: str | None = None,
+    stable_within: float | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -113,12 +114,11 @@ def run_burst(
     per core); a search gives fewer while other processes hold cores (see
     ``autotune.study.watch.free_cores``). ``profile`` adds a few profiled steps after the
     timed ones (never among them): the result's ``breakdown`` says where a step's time
-    went, and ``trace_path`` receives their Chrome trace. Nothing the trial started
-    outlives this call.
+    went, and ``trace_path`` receives their Chrome trace. ``stable_within``: a one-process
+    trial ends its timed steps once two agree within that fraction (``steps_stable``).
+    Nothing the trial started outlives this call.
     """
-    _check_arguments(
-        steps=steps, warmup=warmup, timeout_s=timeout_s, budget_bytes=budget_bytes, threads=threads
-    )
+    _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
@@ -143,6 +143,7 @@ def run_burst(
                     workdir=None if workdir is None else str(workdir),
                     profile=profile,
                     trace_path=trace_path,
+                    stable_within=stable_within,
                 )
             except Exception as exc:
                 return burst.result("error", _cannot_send(spec, exc), Progress())
@@ -179,7 +180,12 @@ def _request_file(workdir: Path | None) -> IO[bytes]:
 
 
 def _check_arguments(
-    *, steps: int, warmup: int, timeout_s: float, budget_bytes: int | None, threads: int | None
+    steps: int,
+    warmup: int,
+    timeout_s: float,
+    budget_bytes: int | None,
+    threads: int | None,
+    stable_within: float | None,
 ) -> None:
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps=}")
@@ -191,6 +197,8 @@ def _check_arguments(
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes=}")
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads=}")
+    if stable_within is not None and not 0 < stable_within < 1:
+        raise ValueError(f"stable_within must be between 0 and 1, got {stable_within=}")
 
 
 @dataclass(frozen=True, kw_only=True)

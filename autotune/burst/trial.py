@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
 from autotune.burst.request import load_spec
+from autotune.burst.result import steps_stable
 from autotune.core.errors import describe_exception
 
 if TYPE_CHECKING:
@@ -169,7 +170,10 @@ class Trial:
         samples = micro_batches * config.micro_batch
         loader = make_loader(spec, config, samples=samples, seed=seed + self.dist.rank)
         batches = forever(loader)
-        failed = self._timed_steps(stepper, batches, config, warmup=warmup, steps=steps)
+        stable = req.get("stable_within") if self.dist.world_size == 1 else None
+        failed = self._timed_steps(
+            stepper, batches, config, warmup=warmup, steps=steps, stable_within=stable
+        )
         if failed is not None:
             return failed
 
@@ -214,9 +218,12 @@ class Trial:
         *,
         warmup: int,
         steps: int,
+        stable_within: float | None = None,
     ) -> dict[str, Any] | None:
         """The warm-up steps, then the timed ones, each reported on the channel; the
-        ``nan`` result at the first non-finite loss, else None."""
+        ``nan`` result at the first non-finite loss, else None. With ``stable_within``
+        the timed steps end once their times agree within it (``steps_stable``); one
+        process decides alone, so torchrun's ranks never get it."""
         import torch
 
         from autotune.engine.step import to_device
@@ -231,6 +238,7 @@ class Trial:
             return stepper.step(micro)
 
         compiled = config.compile != "off"
+        timed: list[float] = []
         self.channel.send("ready", threads=torch.get_num_threads())
         for i in range(warmup + steps):
             is_warmup = i < warmup
@@ -250,6 +258,11 @@ class Trial:
             )
             if not _finite(loss):
                 return self.result("nan", f"loss is {loss} at {self.stage}")
+            if is_warmup or stable_within is None:
+                continue
+            timed.append(seconds)
+            if index + 1 < steps and steps_stable(timed, stable_within):
+                break
         return None
 
     def _profile(

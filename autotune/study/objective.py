@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INFEASIBLE_VALUE",
+    "TRIAL_STABLE_WITHIN",
     "BurstFn",
     "BurstRunner",
     "Goal",
@@ -89,6 +90,12 @@ COMPILE_SHARE = 1 / 3
 # end takes (pointer-gen: a third of the limit left time for one more config, and the
 # playbook's config without compile was not reached).
 UNPROVEN_COMPILE_SHARE = 1 / 2
+
+# A trial's timed steps end once two or more agree within this fraction: more steps would
+# move its figure by less, and a slow config (naive at micro-batch 1: 25 s a step on a
+# slow CPU) leaves the search the time of its remaining steps. The race's bursts run all
+# their steps: its rounds are compared step count for step count.
+TRIAL_STABLE_WITHIN = 0.05
 
 # A burst function has run_burst's signature (tests pass fakes).
 BurstFn = Callable[..., "BurstResult"]
@@ -234,6 +241,7 @@ class TrialObjective:
                     timeout_s=timeout_s,
                     on_step=on_step,
                     threads=threads,
+                    stable_within=TRIAL_STABLE_WITHIN,
                 )
         except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)
             with contextlib.suppress(Exception):

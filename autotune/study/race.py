@@ -182,13 +182,16 @@ def _burst_estimate(
     """How long a race burst of ``record``'s config takes: its trial's wall time (the
     compile counted as the cache serves it) scaled by the race's steps over the trial's,
     and no more than its start-up plus the race's timed steps at its measured step time
-    (``race_steps``: where steps are slow a race burst times fewer of them)."""
+    (``race_steps``: where steps are slow a race burst times fewer of them). A trial whose
+    steps were stable early is counted as if it had run all ``trial_steps``."""
     wall = record.wall_s or 0.0
     if record.compile_s:
         wall = max(0.0, wall - record.compile_s) + cached
     step = record.step_time_median_s
     if not step or not trial_steps:
         return wall * steps_ratio
+    if record.timed_steps and record.timed_steps < trial_steps:
+        wall += (trial_steps - record.timed_steps) * step
     start_up = max(0.0, wall - trial_steps * step)
     stepped = start_up + race_steps(step, round(trial_steps * steps_ratio)) * step
     return min(wall * steps_ratio, stepped)

@@ -55,6 +55,7 @@ class TrialRecord:
     step_time_median_s: float | None = None
     step_time_p90_s: float | None = None
     compile_s: float | None = None
+    timed_steps: int | None = None  # the timed steps its burst ran (fewer once stable)
     mfu: float | None = None
     peak_memory_bytes: int | None = None
     time_to_train_s: float | None = None
@@ -121,6 +122,7 @@ class TrialRecord:
             step_time_median_s=attrs.get("step_time_median_s"),
             step_time_p90_s=attrs.get("step_time_p90_s"),
             compile_s=attrs.get("compile_s"),
+            timed_steps=attrs.get("timed_steps"),
             mfu=attrs.get("mfu"),
             peak_memory_bytes=attrs.get("peak_memory_bytes"),
             time_to_train_s=attrs.get("time_to_train_s"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from autotune.burst.result import BurstResult
+from autotune.burst.result import STABLE_MIN_STEPS, BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.machine.profile import CPUInfo, HardwareProfile, SoftwareInfo
@@ -77,6 +77,8 @@ class FakeBurst:
     race_calls: list[TrainConfig] = field(default_factory=list)  # the race's other rounds
     steps_reported: list[int] = field(default_factory=list)
     threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
+    stable_within: list[float | None] = field(default_factory=list)  # each burst's
+    stop_when_stable: bool = False  # end the timed steps once stable, as a real trial does
 
     def peak(self, c: TrainConfig) -> float:
         act = (
@@ -105,8 +107,12 @@ class FakeBurst:
         verify: bool = False,
         on_step: Callable[[int, float], bool] | None = None,
         threads: int | None = None,
+        stable_within: float | None = None,
     ) -> BurstResult:
         self.threads.append(threads)
+        self.stable_within.append(stable_within)
+        if self.stop_when_stable and stable_within is not None:  # its steps take one time
+            steps = min(steps, STABLE_MIN_STEPS)
         if verify:
             self.verify_calls.append(config)
         elif on_step is None:  # the search's trials always watch their steps; the race not

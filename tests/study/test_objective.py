@@ -53,6 +53,23 @@ def test_the_naive_baseline_is_never_pruned(tmp_path: Path) -> None:
     assert any(n < 6 for n in burst.steps_reported[1:])  # while later ones are pruned
 
 
+def test_trials_end_their_steps_once_stable_and_the_race_runs_every_step(
+    tmp_path: Path,
+) -> None:
+    from autotune.study.objective import TRIAL_STABLE_WITHIN
+
+    burst = FakeBurst(stop_when_stable=True)
+    result = run(tmp_path, burst, trials=4, steps=6)
+    sent = dict.fromkeys(burst.stable_within)
+    assert TRIAL_STABLE_WITHIN in sent and None in sent  # trials, and the race's bursts
+    assert len(burst.stable_within) == len(burst.calls) + len(burst.race_calls) + len(
+        burst.verify_calls
+    )
+    trials = [t for t in result.trials if t.ran and t.status == "ok"]
+    assert trials and all(t.timed_steps == 2 for t in trials)  # stable after two of six
+    assert burst.steps_reported and set(burst.steps_reported) == {2}
+
+
 # -- failures, duplicates ----------------------------------------------------------------
 
 

@@ -358,3 +358,36 @@ def test_a_round_line_writes_throughputs_as_people_read_them() -> None:
     fast, slow, naive = _entrant(7, [10_630.4]), _entrant(4, [24.61]), _entrant(0, [None], "naive")
     line = _round_line(0, [fast, slow, naive], "tokens/s")  # gpt-small printed 1.06e+04
     assert line == "race round 1: #7 10,630, #4 24.6, #0 (naive) - tokens/s"
+
+
+def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> None:
+    # A trial ends its timed steps once they agree; its race bursts run them all.
+    from autotune.study.race import race_reserve_s
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+
+    def reserve(wall: float, timed_steps: int | None) -> float:
+        state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+        state.trial_steps = 4
+        state.absorb(
+            TrialRecord(
+                number=0,
+                state="COMPLETE",
+                status="ok",
+                config=space.naive().to_dict(),
+                value=100.0,
+                ran=True,
+                wall_s=wall,
+                step_time_median_s=2.0,
+                timed_steps=timed_steps,
+            )
+        )
+        return race_reserve_s(state, finalists=3, rounds=2)
+
+    # 6 s of start-up, then 2 of its 4 steps at 2 s each: as the 4-step trial's 14 s
+    assert reserve(10.0, 2) == pytest.approx(reserve(14.0, 4)) == pytest.approx(2 * (14 + 14))
+    assert reserve(14.0, None) == pytest.approx(reserve(14.0, 4))

@@ -1,0 +1,82 @@
+"""A trial's timed steps end early once they agree (``stable_within``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+import autotune.burst.trial as trial_module
+from autotune.burst.result import steps_stable
+from autotune.config.train_config import TrainConfig
+
+
+def test_steps_are_stable_from_two_that_agree_within_the_fraction() -> None:
+    assert not steps_stable([1.0], 0.05)  # one step says nothing
+    assert steps_stable([1.0, 1.04], 0.05)
+    assert not steps_stable([1.0, 1.06], 0.05)
+    assert not steps_stable([1.0, 1.5, 1.02], 0.05)  # every step so far counts
+    assert steps_stable([1.0, 1.02, 1.03], 0.05, min_steps=3)
+    assert not steps_stable([0.0, 0.0], 0.05)
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self.sent.append((kind, fields))
+
+
+class _Out:
+    def loss_value(self) -> float:
+        return 1.0
+
+
+def _timed(
+    monkeypatch: pytest.MonkeyPatch, times: list[float], *, steps: int, within: float | None
+) -> list[float]:
+    """The timed steps a trial reports when its steps take ``times`` (one warm-up first)."""
+    clock = iter(times)
+    monkeypatch.setattr(trial_module, "timed_step", lambda run, device: (next(clock), _Out()))
+    channel = _Channel()
+    trial = trial_module.Trial({}, channel)  # type: ignore[arg-type]
+    stepper = SimpleNamespace(device=torch.device("cpu"))
+    config = TrainConfig(micro_batch=1, seq_len=8)
+    failed = trial._timed_steps(
+        stepper,  # type: ignore[arg-type]
+        iter([]),
+        config,
+        warmup=1,
+        steps=steps,
+        stable_within=within,
+    )
+    assert failed is None
+    return [fields["time_s"] for kind, fields in channel.sent if kind == "step"]
+
+
+def test_a_trial_ends_its_timed_steps_once_two_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the warm-up (a compile: 5 s) is not among them
+    assert _timed(monkeypatch, [5.0, 1.0, 1.02, 1.0, 1.0], steps=4, within=0.05) == [1.0, 1.02]
+
+
+def test_a_trial_whose_steps_disagree_runs_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    times = [5.0, 1.0, 1.5, 1.04, 1.0]
+    assert _timed(monkeypatch, times, steps=4, within=0.05) == times[1:]
+
+
+def test_without_stable_within_every_step_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    times = [5.0, 1.0, 1.0, 1.0, 1.0]
+    assert _timed(monkeypatch, times, steps=4, within=None) == times[1:]
+
+
+def test_run_burst_refuses_a_fraction_outside_zero_to_one() -> None:
+    from autotune.burst.supervisor import run_burst
+    from autotune.testing.toy import toy_spec
+
+    config = TrainConfig(micro_batch=1, seq_len=8)
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="stable_within"):
+            run_burst(toy_spec(), config, steps=2, warmup=0, stable_within=bad)
