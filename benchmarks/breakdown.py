@@ -10,6 +10,7 @@ are printed as one Markdown table per model.
     python benchmarks/breakdown.py --model gpt-small --steps 2
     python benchmarks/breakdown.py --global-batch 8 --seq-len 64      # every built-in family
     python benchmarks/breakdown.py --model mu --preset best.yaml --trace-dir traces/
+    python benchmarks/breakdown.py --model pointer-gen --only naive   # one column
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default=None, help="also profile this preset's config")
     parser.add_argument("--trace-dir", default=None, help="write each Chrome trace here")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per burst")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("naive", "playbook", "preset"),
+        help="profile only these columns (repeatable); default: every one",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.global_batch < 1:
         parser.error("--steps and --global-batch must be >= 1, --warmup >= 0")
@@ -78,7 +85,7 @@ def _configs(
         from autotune.preset import load_preset, resolve_preset
 
         configs.append(("preset", load_preset(resolve_preset(args.preset)).config))
-    return configs
+    return [(label, c) for label, c in configs if not args.only or label in args.only]
 
 
 def _one_model(model: str, args: argparse.Namespace, caps: DeviceCaps, *, cpu_count: int) -> int:
