@@ -80,3 +80,23 @@ def test_run_burst_refuses_a_fraction_outside_zero_to_one() -> None:
     for bad in (0.0, 1.0, -0.1):
         with pytest.raises(ValueError, match="stable_within"):
             run_burst(toy_spec(), config, steps=2, warmup=0, stable_within=bad)
+
+
+def test_should_stop_ends_a_running_trial_with_its_reason() -> None:
+    import time
+
+    from autotune.burst.supervisor import run_burst
+    from autotune.testing.toy import toy_spec
+
+    start = time.monotonic()
+
+    def load_arrived() -> str | None:
+        return "outside load arrived" if time.monotonic() - start > 1.0 else None
+
+    config = TrainConfig(micro_batch=1, seq_len=8)
+    result = run_burst(
+        toy_spec(), config, steps=100_000, warmup=0, timeout_s=120, should_stop=load_arrived
+    )
+    assert result.status == "pruned"
+    assert result.reason.startswith("outside load arrived after timed step ")
+    assert time.monotonic() - start < 60

@@ -3,8 +3,9 @@ the status, reason and memory figures the parent decides from it.
 
 The outcome comes from the trial's messages alone, never from its log: ``ok``, ``oom``,
 ``nan`` and ``error`` are sent by the trial; ``timeout`` (killed at the deadline),
-``crash`` (died without a result), ``pruned`` (``on_step`` said stop) and a CPU ``oom``
-(the watchdog saw the tree pass the budget) are decided here (``verdict``).
+``crash`` (died without a result), ``pruned`` (``on_step`` or ``should_stop`` said stop)
+and a CPU ``oom`` (the watchdog saw the tree pass the budget) are decided here
+(``verdict``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Progress:
     graphs_after_warmup: int | None = None  # graphs torch.compile had built by then
     graphs: int | None = None  # ... by the last step
     threads: int | None = None  # torch's intra-op threads, as the trial said
+    stop_reason: str | None = None  # why the caller's ``should_stop`` stopped it
 
     def recompiles(self) -> int | None:
         """Graphs torch.compile built during the timed steps (recompilation: dynamic shapes
@@ -186,7 +188,8 @@ def verdict(
             {},
         )
     if outcome == "pruned":
-        return "pruned", f"stopped by on_step after timed step {len(progress.step_times)}", {}
+        why = progress.stop_reason or "stopped by on_step"
+        return "pruned", f"{why} after timed step {len(progress.step_times)}", {}
     result = progress.result
     if result is None:
         tail = log_tail(log)

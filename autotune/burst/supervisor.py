@@ -100,6 +100,7 @@ def run_burst(
     profile: bool = False,
     trace_path: str | None = None,
     stable_within: float | None = None,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -107,14 +108,13 @@ def run_burst(
     ``budget_bytes`` is enforced inside the trial on CUDA (the allocator is capped) and by
     the parent's watchdog on CPU. ``on_step(index, seconds)`` is called here, in the
     caller's process, after each timed step (``index`` from 0); returning False stops the
-    trial at once with status ``pruned``; an exception it raises ends the trial and is
+    trial at once with status ``pruned``, as does a reason returned by ``should_stop()``
+    (polled while the trial runs); an exception either raises ends the trial and is
     re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
     checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
-    ``threads`` caps torch's intra-op threads in the trial (None: torch's default, one
-    per core); a search gives fewer while other processes hold cores (see
-    ``autotune.study.watch.free_cores``). ``profile`` adds a few profiled steps after the
-    timed ones (never among them): the result's ``breakdown`` says where a step's time
-    went, and ``trace_path`` receives their Chrome trace. ``stable_within``: a one-process
+    ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds a
+    few profiled steps after the timed ones: the result's ``breakdown`` says where a
+    step's time went, ``trace_path`` receives their trace. ``stable_within``: a one-process
     trial ends its timed steps once two agree within that fraction (``steps_stable``).
     Nothing the trial started outlives this call.
     """
@@ -157,6 +157,7 @@ def run_burst(
                 budget_bytes=budget_bytes,
                 on_step=on_step,
                 memory_interval_s=memory_interval_s,
+                should_stop=should_stop,
             )
     finally:
         if workdir is not None:
@@ -259,6 +260,7 @@ def _supervise(
     budget_bytes: int | None,
     on_step: Callable[[int, float], bool] | None,
     memory_interval_s: float,
+    should_stop: Callable[[], str | None] | None,
 ) -> BurstResult:
     """Start the trial process, watch it to its end, stop its whole tree and say how it
     went."""
@@ -289,6 +291,7 @@ def _supervise(
             started=burst.started,
             deadline=burst.started + timeout_s,
             on_step=on_step,
+            should_stop=should_stop,
         )
         returncode = _end(proc, leader, sampler, outcome)
         memory = memory_figures(progress, sampler, on_cuda=on_cuda, nproc=nproc)
@@ -367,12 +370,16 @@ def _watch(
     started: float,
     deadline: float,
     on_step: Callable[[int, float], bool] | None,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> WatchOutcome:
     """Read the trial's messages until it sends a result, dies, times out, passes the
-    budget or is pruned."""
+    budget or is pruned (by ``on_step``, or by the reason ``should_stop`` gives)."""
     while True:
         if sampler.over_budget_bytes is not None:
             return "budget"
+        if should_stop is not None and (reason := should_stop()):
+            progress.stop_reason = reason
+            return "pruned"
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             return "timeout"

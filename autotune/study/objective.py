@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import optuna
 
 from autotune.core.units import format_bytes, format_figure
+from autotune.study.cores_left import run_on_cores_left
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
@@ -235,12 +236,15 @@ class TrialObjective:
         threads = self.state.burst_threads()
         try:
             with watch.burst() if watch is not None else contextlib.nullcontext():
-                result = self.bursts.run(
+                result, threads = run_on_cores_left(
+                    self.state,
+                    self.bursts,
                     config,
-                    steps=self.bursts.steps,
+                    number=trial.number,
                     timeout_s=timeout_s,
-                    on_step=on_step,
                     threads=threads,
+                    steps=self.bursts.steps,
+                    on_step=on_step,
                     stable_within=TRIAL_STABLE_WITHIN,
                 )
         except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)

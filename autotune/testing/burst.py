@@ -79,6 +79,7 @@ class FakeBurst:
     threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
     stable_within: list[float | None] = field(default_factory=list)  # each burst's
     stop_when_stable: bool = False  # end the timed steps once stable, as a real trial does
+    stops_on_load: bool = False  # stop at once where ``should_stop`` gives a reason
 
     def peak(self, c: TrainConfig) -> float:
         act = (
@@ -108,8 +109,11 @@ class FakeBurst:
         on_step: Callable[[int, float], bool] | None = None,
         threads: int | None = None,
         stable_within: float | None = None,
+        should_stop: Callable[[], str | None] | None = None,
     ) -> BurstResult:
         self.threads.append(threads)
+        if self.stops_on_load and should_stop is not None and (why := should_stop()):
+            return BurstResult(status="pruned", reason=why)
         self.stable_within.append(stable_within)
         if self.stop_when_stable and stable_within is not None:  # its steps take one time
             steps = min(steps, STABLE_MIN_STEPS)

@@ -222,3 +222,40 @@ def test_load_from_mid_race_on_counts_the_rounds_run_on_the_cores_left(tmp_path:
     assert result.speedup is not None and abs(result.speedup - quiet_ratio) < 1e-6 * quiet_ratio
     assert any("measured on the 1 core(s) it left" in n for n in notes)
     assert not any(n.startswith("warning: every race round") for n in notes)
+
+
+def test_a_burst_on_every_core_that_load_catches_runs_again_on_the_cores_left(
+    tmp_path: Path,
+) -> None:
+    # mu's naive on 2 threads, a busy process arriving on one core: 43.8 tokens/s until its
+    # 300 s timeout; on the core left, 1,008.
+    @dataclass
+    class LoadArrives(FakeBurst):
+        watch: FakeWatch = field(default_factory=FakeWatch)
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            self.watch.loaded = True  # arrives as the first burst runs, and stays
+            return super().__call__(spec, config, **kw)
+
+    burst = LoadArrives(stops_on_load=True)
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        burst,
+        trials=3,
+        watch=burst.watch,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert burst.threads[:2] == [None, 1]  # the naive on every core, then on the core left
+    assert set(burst.threads[2:]) == {1}  # every later burst starts on the core left
+    naive = result.trials[0]
+    assert naive.role == "naive" and naive.status == "ok" and naive.throughput
+    assert naive.disturbed.endswith("; measured on the 1 core(s) left to it")
+    assert any("#0: outside load arrived" in n and "on the 1 core(s) left" in n for n in notes)
+
+
+def test_a_burst_that_load_does_not_reach_runs_once(tmp_path: Path) -> None:
+    burst = FakeBurst(stops_on_load=True)
+    run(tmp_path, burst, trials=3, watch=FakeWatch())
+    assert burst.threads and set(burst.threads) == {None}
+    assert len(burst.threads) == len(burst.calls) + len(burst.verify_calls) + len(burst.race_calls)
