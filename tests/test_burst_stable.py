@@ -86,7 +86,7 @@ def test_should_stop_ends_a_running_trial_with_its_reason() -> None:
     import time
 
     from autotune.burst.supervisor import run_burst
-    from autotune.testing.toy import toy_spec
+    from tests import fake_models
 
     start = time.monotonic()
 
@@ -95,7 +95,12 @@ def test_should_stop_ends_a_running_trial_with_its_reason() -> None:
 
     config = TrainConfig(micro_batch=1, seq_len=8)
     result = run_burst(
-        toy_spec(), config, steps=100_000, warmup=0, timeout_s=120, should_stop=load_arrived
+        fake_models.fake_spec,
+        config,
+        steps=100_000,
+        warmup=0,
+        timeout_s=120,
+        should_stop=load_arrived,
     )
     assert result.status == "pruned"
     assert result.reason.startswith("outside load arrived after timed step ")

@@ -112,11 +112,10 @@ def run_burst(
     (polled while the trial runs); an exception either raises ends the trial and is
     re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
     checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
-    ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds a
-    few profiled steps after the timed ones: the result's ``breakdown`` says where a
-    step's time went, ``trace_path`` receives their trace. ``stable_within``: a one-process
-    trial ends its timed steps once two agree within that fraction (``steps_stable``).
-    Nothing the trial started outlives this call.
+    ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
+    profiled steps after the timed ones (the result's ``breakdown``; their trace to
+    ``trace_path``). ``stable_within``: a one-process trial ends its timed steps once two
+    agree within that fraction (``steps_stable``). Nothing the trial started outlives it.
     """
     _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
     started = time.perf_counter()
