@@ -118,6 +118,23 @@ def test_field_checks_report_every_problem_with_a_did_you_mean() -> None:
     assert "config.knobs: expected a mapping, got list" in problems
 
 
+def test_a_config_file_gets_its_unknown_keys_and_its_bad_values_in_one_error() -> None:
+    data = {"micro_batch": 0, "precison": "bf16", "precision": "fp8", "seq_len": 8}
+    with pytest.raises(ConfigError) as info:
+        TrainConfig.from_mapping(data, path="preset.config")
+    assert info.value.problems == [
+        "preset.config.precison: unknown field (did you mean 'precision'?)",
+        "preset.config.micro_batch: expected a positive integer, got 0",
+        "preset.config.precision: expected one of fp32, tf32, bf16, fp16; got 'fp8'",
+    ]
+    with pytest.raises(ConfigError) as missing:
+        TrainConfig.from_mapping({"precision": "bf16"})
+    assert missing.value.problems == [
+        "config.micro_batch: missing required field",
+        "config.seq_len: missing required field",
+    ]
+
+
 def test_export_names_come_from_the_entries() -> None:
     hf = export_names("hf")
     assert list(hf) == [k.name for k in KNOBS]

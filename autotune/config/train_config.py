@@ -1,11 +1,10 @@
 """The training config: every knob a search may turn, each declared once as a registry entry.
 
-Each field of ``TrainConfig`` is a ``knob(...)`` (autotune/config/knobs.py; ``KNOBS`` is the
-registry). ``__post_init__`` checks each field on its own, ``check_config`` against a model,
-a device and this machine (the knobs the model has, at most ``WORKERS_PER_CORE`` workers
-per usable core); both report every problem at once, each with its path
-(``config.precision: expected one of ...; got 'fp8'``). ``TrainingDefaults`` holds a full
-run's optimisation settings; ``apply_overrides`` applies ``--set section.field=value``.
+Each field of ``TrainConfig`` is a ``knob(...)`` (autotune/config/knobs.py). ``__post_init__``
+checks each field, ``check_config`` against a model, a device and this machine (at most
+``WORKERS_PER_CORE`` workers per usable core); both report every problem at once, each
+with its path (``config.precision: expected one of ...; got 'fp8'``). ``TrainingDefaults``:
+a full run's optimisation settings; ``apply_overrides`` applies ``--set section.field=value``.
 """
 
 from __future__ import annotations
@@ -221,8 +220,7 @@ class TrainConfig:
         "Triton autotuning)",
         example="`default`",
     )
-    # mu and gpt-small on the 2-core EPYC: the first compile 0.62x and 0.77x of the whole
-    # model's, its steps slower (BENCHMARKS.md), so not searched: measured, not assumed.
+    # Not searched: per block, mu's compile 0.62x, its steps 0.78x as fast (BENCHMARKS.md).
     compile_regions: bool = knob(
         default=False,
         needs="compile",
@@ -232,10 +230,9 @@ class TrainConfig:
         "model: a shorter compile (needs --compile).",
         export_hint="compile each repeated block instead of the model: "
         "for block in model.layers: block.compile(mode=...)",
-        doc="compile each repeated block (the largest `nn.ModuleList` of one module class: "
-        "the layers) on its own instead of the whole model, so one block's code is compiled "
-        "once and reused: a shorter compile, where the steps may be slower (only with "
-        "`compile` on)",
+        doc="compile each repeated block (the largest `nn.ModuleList` of one module class) "
+        "on its own instead of the whole model: one block's code is compiled once and "
+        "reused, a shorter compile where the steps may be slower (only with `compile` on)",
         example="`false`",
     )
     num_workers: int = knob(
@@ -416,16 +413,20 @@ class TrainConfig:
 
     @classmethod
     def from_mapping(cls, data: Any, *, path: str = "config") -> TrainConfig:
-        """Build from plain data (YAML/JSON), reporting every bad field with its path."""
+        """Build from plain data (YAML/JSON), reporting every bad key and value at once."""
         if not isinstance(data, Mapping):
             raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
         problems = key_problems(cls, data, path)
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            config = cls(**{k: v for k, v in data.items() if k in names})
+        except ConfigError as exc:
+            problems += [p.replace("config", path, 1) for p in exc.problems]
+        except TypeError:  # a required field is missing: key_problems says which
+            pass
         if problems:
             raise ConfigError(problems)
-        try:
-            return cls(**data)
-        except ConfigError as exc:
-            raise ConfigError([p.replace("config", path, 1) for p in exc.problems]) from None
+        return config
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -572,11 +573,10 @@ def apply_overrides(
 def check_config(
     config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps, cores: int | None = None
 ) -> None:
-    """Reject combinations this model, this device or this machine cannot run (``cores``:
-    the usable CPU cores, default this process's), all problems at once: each knob's own
-    conditions (the registry's ``runs`` and ``value_problem``), this machine's limits
-    (``machine_problems``: workers and processes per core, the parallel settings), and
-    the model's knobs."""
+    """Reject what this model, device or machine (``cores``: default this process's usable
+    cores) cannot run, all problems at once: each knob's conditions (the registry's
+    ``runs`` and ``value_problem``), the machine's limits (``machine_problems``), and the
+    model's knobs."""
     cores = usable_cores() if cores is None else cores
     problems = device_problems(config, Where(spec=spec, device=device, cores=cores))
     problems += machine_problems(config, device, cores=cores)
