@@ -35,6 +35,7 @@ from _common import (
     render_table,
     utc_now,
 )
+from burst_args import CONFIG as MU_CONFIG
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
@@ -43,15 +44,8 @@ from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 from autotune.study import summarize_config
 
-CONFIGS = {  # the playbook's compiled start of each model (bf16, eager attention)
-    "mu": TrainConfig(
-        micro_batch=8,
-        grad_accum=4,
-        seq_len=128,
-        precision="bf16",
-        compile="default",
-        knobs={"block_group": 8, "attention": "eager"},
-    ),
+CONFIGS = {  # a compiled config of each model (bf16, eager attention; mu's: burst_args.py's)
+    "mu": MU_CONFIG,
     "gpt-small": TrainConfig(
         micro_batch=8,
         grad_accum=4,

@@ -238,14 +238,7 @@ def test_a_burst_on_every_core_that_load_catches_runs_again_on_the_cores_left(
             return super().__call__(spec, config, **kw)
 
     burst = LoadArrives(stops_on_load=True)
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        burst,
-        trials=3,
-        watch=burst.watch,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
+    result, notes = run_noting(tmp_path, burst)
     assert burst.threads[:2] == [None, 1]  # the naive on every core, then on the core left
     assert set(burst.threads[2:]) == {1}  # every later burst starts on the core left
     naive = result.trials[0]
