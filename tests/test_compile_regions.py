@@ -97,3 +97,14 @@ def test_a_config_compiled_per_block_says_so_in_its_summary() -> None:
     assert summarize_config(config.to_dict()).endswith("compile=default")
     regions = config.replace(compile_regions=True).to_dict()
     assert summarize_config(regions).endswith("compile=default per-block")
+
+
+def test_a_burst_of_a_model_without_blocks_says_why_in_one_line() -> None:
+    from autotune.core.errors import describe_exception
+
+    try:
+        repeated_blocks(nn.Sequential(nn.Linear(2, 2)))
+    except ConfigError as exc:
+        text = describe_exception(exc)
+    assert "\n" not in text
+    assert text.startswith("ConfigError: config.compile_regions: the model has no repeated blocks")

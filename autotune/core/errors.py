@@ -85,6 +85,8 @@ def describe_exception(exc: BaseException, *, limit: int = 240) -> str:
     """
     if isinstance(exc, SystemExit):
         message = f"it called sys.exit({exc.code!r})"
+    elif isinstance(exc, ConfigError) and exc.problems:  # its first line is only the context
+        message = "; ".join(exc.problems)
     else:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if len(message) > limit:
