@@ -487,8 +487,9 @@ def field_problems(config: Any, *, path: str = "config") -> list[str]:
         value, needed = getattr(config, k.name), k.needs
         if needed is None or needed in bad or k.name in bad or value == k.default:
             continue
-        if getattr(config, needed) in (0, "off"):
-            on = "on" if isinstance(getattr(config, needed), str) else "> 0"
+        needed_value = getattr(config, needed)
+        if needed_value in (0, "off"):
+            on = "on" if isinstance(needed_value, str) else "> 0"
             problems.append(f"{path}.{k.name}: only allowed with {needed} {on}")
     return problems
 

@@ -112,9 +112,9 @@ class FakeBurst:
         should_stop: Callable[[], str | None] | None = None,
     ) -> BurstResult:
         self.threads.append(threads)
+        self.stable_within.append(stable_within)
         if self.stops_on_load and should_stop is not None and (why := should_stop()):
             return BurstResult(status="pruned", reason=why)
-        self.stable_within.append(stable_within)
         if self.stop_when_stable and stable_within is not None:  # its steps take one time
             steps = min(steps, STABLE_MIN_STEPS)
         if verify:
