@@ -37,12 +37,14 @@ mixed and never counts. How the winner and its figures follow from the rounds th
 
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
 search how long the race will take, from the entrants' measured step times (a burst of
-slow steps times fewer of them: ``race_steps``) and never from a disturbed trial. Every
+slow steps times fewer of them: ``race_steps``) and never from a disturbed trial, with
+every entrant in the first round and the likely contenders after it. Every
 burst is held to the search's deadline (``SearchState.burst_timeout``: the limit plus
 half of ``OVERRUN_SHARE`` of it): a burst with no time left is not started, one whose
 timeout the deadline capped and that ran out is cut, and a round the deadline cut is left
 out; a round that would end past the deadline is not started (the first round always
-starts: it is the eval and checkpoint check). The time the entrants that left the race no
+starts: it is the eval and checkpoint check), or runs with the leader and naive alone
+when those two fit. The time the entrants that left the race no
 longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each
 only if it ends within the limit): more paired rounds, a narrower interval.
 """
@@ -83,6 +85,7 @@ __all__ = [
     "RaceResult",
     "entrants_for",
     "paired_ratio",
+    "likely_contenders",
     "race_reserve_s",
     "run_race",
 ]
@@ -97,6 +100,10 @@ EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, with
 # never fewer than MIN_RACE_STEPS (a median of 3 steps still leaves out one odd step).
 RACE_TIMED_S = 20.0
 MIN_RACE_STEPS = 3
+# The trials' figures that forecast the race's contenders after its first round: CUT
+# (0.8 of a paired round's fastest) less the spread of trials measured minutes apart
+# (mu's default search: #2's trial at 0.69x the best's, out after round 1 at 0.59x).
+SURVIVE = 0.7
 # A compile found in the cache, as a share of the first one (mu on the 2-core CPU: 7-9 s
 # from the cache after a 33 s first compile)
 CACHED_COMPILE_SHARE = 0.3
@@ -144,9 +151,17 @@ def race_reserve_s(
     compile of the search is a first one: mu's first search on a fresh machine reserved
     305 s for two rounds while its race ran three in 190 s, and measured 4 trials.
 
+    Rounds after the first measure only the contenders (``_eliminate``): the reserve counts
+    every entrant in the first round and, in the later ones, naive and the entrants whose
+    trial came within ``SURVIVE`` of the best trial's figure (mu's default search: 2 of 4
+    entrants raced after round 1, yet the reserve held 2 full rounds, which the race then
+    spent on extra rounds while the trials had stopped at 2 minutes). When a later round
+    holds more contenders than its time allows, it is run with the leader and naive alone
+    (``_trim_for_time``).
+
     While fewer than ``finalists`` configs are in the final on their own merit (not as
     naive or the expert start as well, which race anyway), the next trial may make the
-    final and add its own rounds: the reserve keeps room for them (a median entrant's).
+    final: the reserve keeps room for its first-round burst (a median entrant's).
     pointer-gen on the 2-core CPU: its fifth trial made the final, pushing out naive (which
     races all the same) after the trials' time was spent; the reserve grew past the time
     left, and the race ran one round."""
@@ -157,13 +172,30 @@ def race_reserve_s(
         id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, cached) for e in entrants
     }
     quiet = [estimates[id(e)] for e in entrants if not e.record.disturbed]
-    walls = [
-        statistics.median(quiet) if e.record.disturbed and quiet else estimates[id(e)]
+    walls = {
+        id(e): statistics.median(quiet) if e.record.disturbed and quiet else estimates[id(e)]
         for e in entrants
+    }
+    if not walls:
+        return 0.0
+    first = sum(walls.values())
+    if sum(e.roles == ["finalist"] for e in entrants) < finalists:
+        first += statistics.median(walls.values())
+    later = sum(walls[id(e)] for e in likely_contenders(entrants))
+    return first + later * (rounds - 1)
+
+
+def likely_contenders(entrants: list[Entrant]) -> list[Entrant]:
+    """The entrants the race will likely still measure after its first round: naive, and
+    those whose trial came within ``SURVIVE`` of the best trial's figure (a disturbed
+    trial's figure says nothing: it counts as a contender)."""
+    values = [e.record.value or 0.0 for e in entrants if not e.record.disturbed]
+    best = max(values, default=0.0)
+    return [
+        e
+        for e in entrants
+        if "naive" in e.roles or e.record.disturbed or (e.record.value or 0.0) >= SURVIVE * best
     ]
-    if walls and sum(e.roles == ["finalist"] for e in entrants) < finalists:
-        walls.append(statistics.median(walls))
-    return sum(walls) * rounds
 
 
 def race_steps(step_time_s: float | None, steps: int) -> int:
@@ -233,8 +265,11 @@ def run_race(
         if round_ >= rounds and not _extra_round_fits(state, entrants):
             break
         if round_ >= 1 and _out_of_time(state, entrants):
-            notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
-            break
+            trimmed = _trim_for_time(state, entrants, round_)
+            if not trimmed:
+                notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
+                break
+            state.note(trimmed)
         round_started = watch.now() if watch is not None else 0.0
         conditions = _run_round(
             state, bursts, entrants, round_, steps=steps, score=scorer, watch=watch
@@ -423,6 +458,30 @@ def _run_one(
         )
     )
     return False
+
+
+def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> str:
+    """When the next round with every contender would end past the deadline but one with
+    the leader (the best median so far) and naive would not, the others leave the race
+    for time (their figures stay; the margin over them rests on the rounds they ran).
+    What it says about it, or "" when even the two would not fit."""
+    running = [e for e in entrants if not e.dropped]
+    others = [e for e in running if "naive" not in e.roles and e.median is not None]
+    if not others:
+        return ""
+    leader = max(others, key=lambda e: e.median or 0.0)
+    kept = [e for e in running if e is leader or "naive" in e.roles]
+    if len(kept) == len(running) or _out_of_time(state, kept):
+        return ""
+    left = [e for e in running if e not in kept]
+    for e in left:
+        e.dropped = True
+        e.eliminated = f"out after round {round_} for time"
+    labels = ", ".join(e.label for e in left)
+    return (
+        f"race: {labels} out after round {round_}: the time left holds a round of "
+        f"{leader.label} and naive only"
+    )
 
 
 def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
