@@ -59,6 +59,7 @@ from autotune.study.cores_left import run_on_cores_left
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
+from autotune.study.trial_cost import will_not_finish
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -203,9 +204,12 @@ class TrialObjective:
         if outdated and role == "refine":
             _pass_over(trial, outdated)
         short = "" if role in ("naive", "re-measure") else will_not_finish(self.state, config)
-        if short:  # the race gets the time instead: it runs more rounds in time saved
-            self.state.stopped = short
-            trial.study.stop()
+        if short:
+            # a config queued after it that fits (its code in the compile cache) runs
+            # next; with none, the race gets the time: it runs more rounds in time saved
+            if self.planner.waiting_that_fits(trial.study) is None:
+                self.state.stopped = short
+                trial.study.stop()
             _pass_over(trial, short)
         if self.workers is not None:
             status, reason = self.workers.gate(trial, config, again=remeasure)
@@ -483,28 +487,6 @@ class TrialObjective:
         if previous.state == "PRUNED":
             raise optuna.TrialPruned(f"same config as pruned trial #{previous.number}")
         return float(previous.value if previous.value is not None else INFEASIBLE_VALUE)
-
-
-def will_not_finish(state: SearchState, config: TrainConfig) -> str:
-    """Why a burst of the compiled ``config`` would not finish in the time left for trials
-    ("" when it may): each config compiles its own graph, and the quickest compiled trial
-    of this search so far is the least it takes. mu on the 2-core CPU with an empty cache:
-    a refinement started with 36 s left, where compiled trials had taken 44-52 s, and was
-    stopped at the limit with nothing measured."""
-    left = state.time_for_trials()
-    if config.compile == "off" or left is None:
-        return ""
-    walls = [
-        r.wall_s
-        for r in state.records.values()
-        if r.ran and r.feasible and r.wall_s and r.config.get("compile", "off") != "off"
-    ]
-    if not walls or left >= min(walls):
-        return ""
-    return (
-        f"the time left for trials ({left:.0f} s) is less than a compiled trial takes here "
-        f"({min(walls):.0f} s, the quickest so far)"
-    )
 
 
 def _pass_over(trial: optuna.Trial, reason: str) -> NoReturn:

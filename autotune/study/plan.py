@@ -61,6 +61,7 @@ class Planner:
     # naive trial ran; the knobs it names are refined first around every new best.
     explain: Callable[[TrainConfig], ExplainVerdict | None] | None = None
     first_knobs: tuple[str, ...] = ()
+    queued: list[TrainConfig] = field(default_factory=list)  # every config it queued
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
@@ -320,7 +321,21 @@ class Planner:
         if refines is not None:
             attrs["refines"] = refines
         study.enqueue_trial(params, user_attrs=attrs)
+        self.queued.append(config)
         return True
+
+    def waiting_that_fits(self, study: optuna.Study) -> TrainConfig | None:
+        """A config still queued whose trial would finish in the time left for trials
+        (``trial_cost.will_not_finish``), or None: where a refinement's first compile no
+        longer fits, one whose code the compile cache holds may (mu with an empty cache:
+        36 s left, a first compile 44 s, a cached one 7-9 s)."""
+        from autotune.study.trial_cost import will_not_finish
+
+        for config in self.queued:
+            waiting = _waiting(study, self.state.space.params_of(config))
+            if waiting and not will_not_finish(self.state, config):
+                return config
+        return None
 
     def _needed(self, record: TrialRecord) -> str:
         """What an infeasible config needed, for the too-small-budget message."""

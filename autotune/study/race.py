@@ -68,6 +68,7 @@ from autotune.study.records import (
     distinct_best,
 )
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
+from autotune.study.trial_cost import cached_compile_s
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -104,9 +105,6 @@ MIN_RACE_STEPS = 3
 # (0.8 of a paired round's fastest) less the spread of trials measured minutes apart
 # (mu's default search: #2's trial at 0.69x the best's, out after round 1 at 0.59x).
 SURVIVE = 0.7
-# A compile found in the cache, as a share of the first one (mu on the 2-core CPU: 7-9 s
-# from the cache after a 33 s first compile)
-CACHED_COMPILE_SHARE = 0.3
 
 
 # -- who races ----------------------------------------------------------------------------
@@ -165,8 +163,7 @@ def race_reserve_s(
     pointer-gen on the 2-core CPU: its fifth trial made the final, pushing out naive (which
     races all the same) after the trials' time was spent; the reserve grew past the time
     left, and the race ran one round."""
-    compiles = [r.compile_s for r in state.records.values() if r.ran and r.compile_s]
-    cached = min([*compiles, CACHED_COMPILE_SHARE * max(compiles)]) if compiles else 0.0
+    cached = cached_compile_s(list(state.records.values()))
     entrants = entrants_for(state, finalists=finalists, expert=expert)
     estimates = {
         id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, cached) for e in entrants

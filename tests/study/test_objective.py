@@ -334,7 +334,9 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
     state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0)
     compiled = TrainConfig(micro_batch=16, seq_len=64, compile="default")
     eager = compiled.replace(compile="off")
-    assert "less than a compiled trial takes here (52 s" in will_not_finish(state, compiled)
+    assert "less than this compiled trial takes here (52 s: the quickest" in will_not_finish(
+        state, compiled
+    )
     assert will_not_finish(state, eager) == ""  # an uncompiled burst is not judged by it
     records[2] = record(2, "default", 30.0)  # a quicker compile: 36 s may be enough
     assert will_not_finish(state, compiled) == ""

@@ -362,9 +362,10 @@ def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
 def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     # mu's first search on a fresh machine: every compile of the study was a first one, so
     # the quickest the search saw was no cached one; the race's come from the cache.
-    from autotune.study.race import CACHED_COMPILE_SHARE, race_reserve_s
+    from autotune.study.race import race_reserve_s
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
+    from autotune.study.trial_cost import CACHED_COMPILE_SHARE
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()

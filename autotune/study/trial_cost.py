@@ -1,0 +1,97 @@
+"""What a compiled trial will cost in the time left: its compile is a first one, unless
+an earlier trial of this search compiled the same code, which the compile cache then
+serves.
+
+torch.compile compiles the model, so the knobs that act outside it (the DataLoader's, the
+environment's such as OpenMP's wait policy, the optimizer's, the number of micro-batches)
+leave its code as it was: a config that differs from a compiled trial's only in those
+compiles from the cache (mu on the 2-core CPU: 7-9 s instead of 44-54 s on an empty
+cache). Every other knob (micro-batch: the shapes; precision; checkpointing; the model's
+own knobs) compiles new code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune.config.knobs import registry
+
+if TYPE_CHECKING:
+    from autotune.config.train_config import TrainConfig
+    from autotune.study.records import TrialRecord
+    from autotune.study.state import SearchState
+
+__all__ = ["CACHED_COMPILE_SHARE", "cached_compile_s", "compiled_code_key", "will_not_finish"]
+
+# A compile found in the cache, as a share of the first one (mu on the 2-core CPU: 7-9 s
+# from the cache after a 33 s first compile)
+CACHED_COMPILE_SHARE = 0.3
+
+
+def _outside_the_model(config: TrainConfig) -> frozenset[str]:
+    """The config's knobs that the compiled code does not see: the DataLoader's (but the
+    micro-batch, which sets the shapes), the environment's, the optimizer's, and the
+    number of micro-batches a step accumulates."""
+    names = {"grad_accum"}
+    for k in registry(type(config)):
+        loader = k.loader_arg is not None and k.name != "micro_batch"
+        if loader or k.env is not None or k.optimizer_arg is not None:
+            names.add(k.name)
+    return frozenset(names)
+
+
+def compiled_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What decides ``config``'s compiled code: its settings less the knobs outside the
+    model. Two compiled configs with one key share their compile in the cache."""
+    from autotune.config.train_config import TrainConfig
+
+    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_mapping(config)
+    outside = _outside_the_model(cfg)
+    return tuple(sorted((k, repr(v)) for k, v in cfg.to_dict().items() if k not in outside))
+
+
+def cached_compile_s(records: list[TrialRecord]) -> float:
+    """How long a compile served by the cache takes here: the quickest compile the search
+    saw, and at most ``CACHED_COMPILE_SHARE`` of the slowest (on an empty cache every
+    compile of a search is a first one). 0 before any compile."""
+    compiles = [r.compile_s for r in records if r.ran and r.compile_s]
+    return min([*compiles, CACHED_COMPILE_SHARE * max(compiles)]) if compiles else 0.0
+
+
+def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str] | None:
+    """How long a trial of the compiled ``config`` will take at least, and why: a trial
+    with the same compiled code less its compile plus a cached one, else the quickest
+    compiled trial (a first compile). None before any compiled trial has a result."""
+    compiled = [
+        r
+        for r in state.records.values()
+        if r.ran and r.feasible and r.wall_s and r.config.get("compile", "off") != "off"
+    ]
+    if not compiled:
+        return None
+    key = compiled_code_key(config)
+    same = [r for r in compiled if r.compile_s and compiled_code_key(r.config) == key]
+    if same:
+        cached = cached_compile_s(list(state.records.values()))
+        wall = min((r.wall_s or 0.0) - (r.compile_s or 0.0) for r in same) + cached
+        return wall, f"#{same[0].number}'s code from the compile cache"
+    return min(r.wall_s or 0.0 for r in compiled), "the quickest compiled trial so far"
+
+
+def will_not_finish(state: SearchState, config: TrainConfig) -> str:
+    """Why a burst of the compiled ``config`` would not finish in the time left for trials
+    ("" when it may): ``expected_wall_s``. mu on the 2-core CPU with an empty cache: a
+    refinement started with 36 s left, where compiled trials had taken 44-52 s, and was
+    stopped at the limit with nothing measured."""
+    left = state.time_for_trials()
+    if config.compile == "off" or left is None:
+        return ""
+    expected = expected_wall_s(state, config)
+    if expected is None or left >= expected[0]:
+        return ""
+    wall, basis = expected
+    return (
+        f"the time left for trials ({left:.0f} s) is less than this compiled trial takes "
+        f"here ({wall:.0f} s: {basis})"
+    )

@@ -1,0 +1,93 @@
+"""A compiled trial's cost in the time left: a first compile, or the cache's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+
+from autotune.config.train_config import TrainConfig
+from autotune.study.records import TrialRecord
+from autotune.study.trial_cost import (
+    CACHED_COMPILE_SHARE,
+    cached_compile_s,
+    compiled_code_key,
+    will_not_finish,
+)
+
+BEST = TrainConfig(
+    micro_batch=8, grad_accum=4, seq_len=128, precision="bf16", compile="default",
+    knobs={"attention": "eager"},
+)  # fmt: skip
+
+
+def test_knobs_outside_the_model_keep_its_compiled_code() -> None:
+    key = compiled_code_key(BEST)
+    for same in (
+        BEST.replace(num_workers=2, pin_memory=True),
+        BEST.replace(omp_spin=True),
+        BEST.replace(fused_optimizer=True),
+        BEST.replace(grad_accum=8),
+    ):
+        assert compiled_code_key(same) == key, same
+    for other in (
+        BEST.replace(micro_batch=16, grad_accum=2),  # the shapes
+        BEST.replace(precision="fp32"),
+        BEST.replace(activation_checkpointing=True),
+        BEST.replace(knobs={"attention": "sdpa"}),
+        BEST.replace(compile="max-autotune-no-cudagraphs"),
+    ):
+        assert compiled_code_key(other) != key, other
+    assert compiled_code_key(BEST.to_dict()) == key  # a trial record's config
+
+
+def _record(number: int, config: TrainConfig, wall: float, compile_s: float | None) -> TrialRecord:
+    return TrialRecord(
+        number=number,
+        state="COMPLETE",
+        status="ok",
+        config=config.to_dict(),
+        ran=True,
+        value=100.0,
+        wall_s=wall,
+        compile_s=compile_s,
+    )
+
+
+def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not() -> None:
+    # mu, empty cache: compiled trials took 44-47 s (36-40 s of it compiling); 36 s left
+    naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
+    records = {
+        0: _record(0, naive, 12.0, None),
+        1: _record(1, BEST.replace(knobs={"attention": "sdpa"}), 47.0, 40.0),
+        2: _record(2, BEST, 44.0, 36.0),
+    }
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0)
+    assert cached_compile_s(list(records.values())) == CACHED_COMPILE_SHARE * 40.0
+    first = BEST.replace(micro_batch=16, grad_accum=2)
+    said = will_not_finish(state, first)
+    assert "(44 s: the quickest compiled trial so far)" in said
+    cached = BEST.replace(omp_spin=True)  # 8 s of steps after #2's compile, and a cached one
+    assert will_not_finish(state, cached) == ""
+    state.time_for_trials = lambda: 8.0 + CACHED_COMPILE_SHARE * 40.0 - 1.0
+    assert "#2's code from the compile cache" in will_not_finish(state, cached)
+
+
+def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
+    from autotune.study.plan import Planner
+
+    naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
+    records = {0: _record(0, naive, 12.0, None), 2: _record(2, BEST, 44.0, 36.0)}
+    space: Any = SimpleNamespace(params_of=lambda c: {"key": repr(c.to_dict())})
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=space)
+    planner = Planner(state=state)
+    study = optuna.create_study(direction="maximize")
+    first = BEST.replace(micro_batch=16, grad_accum=2)
+    cached = BEST.replace(num_workers=2)
+    for config in (first, cached):
+        study.enqueue_trial(space.params_of(config), skip_if_exists=False)
+        planner.queued.append(config)
+    assert planner.waiting_that_fits(study) == cached
+    planner.queued.remove(cached)
+    assert planner.waiting_that_fits(study) is None
