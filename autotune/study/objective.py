@@ -59,7 +59,7 @@ from autotune.study.cores_left import run_on_cores_left
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.study.trial_cost import will_not_finish
+from autotune.study.trial_cost import held_to_time, will_not_finish
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -203,7 +203,7 @@ class TrialObjective:
         outdated = self.planner.outdated(trial.user_attrs.get("refines"))
         if outdated and role == "refine":
             _pass_over(trial, outdated)
-        short = "" if role in ("naive", "re-measure") else will_not_finish(self.state, config)
+        short = will_not_finish(self.state, config) if held_to_time(role, config) else ""
         if short:
             # a config queued after it that fits (its code in the compile cache) runs
             # next; with none, the race gets the time: it runs more rounds in time saved

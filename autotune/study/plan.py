@@ -150,7 +150,7 @@ class Planner:
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.measure_again(study, record)
-        reason = self.state.stop_reason()
+        reason = self.state.stop_reason(next_fits=self.waiting_that_fits(study) is not None)
         if reason:
             self.state.stopped = reason
             study.stop()

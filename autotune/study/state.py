@@ -270,8 +270,10 @@ class SearchState:
         )
 
     # -- when to stop ----------------------------------------------------------------------
-    def stop_reason(self) -> str:
-        """Why the search should stop now, or "" to go on."""
+    def stop_reason(self, *, next_fits: bool = False) -> str:
+        """Why the search should stop now, or "" to go on. ``next_fits``: a queued config
+        is expected to finish in the time left for trials (``Planner.waiting_that_fits``),
+        so less time than a typical burst is no reason to stop."""
         if self.budget_problem:
             return "budget too small"
         left = self.trials_left()
@@ -286,7 +288,7 @@ class SearchState:
                     f"finalist race needs ({self.reserve():.0f} s)"
                 )
             return f"reached the time limit ({self.limits.time_limit_s:.0f} s)"
-        if time_left is not None:
+        if time_left is not None and not next_fits:
             walls = [r.wall_s for r in self.records.values() if r.ran and r.wall_s and r.feasible]
             typical = statistics.median(walls) if walls else 0.0
             if time_left < typical:

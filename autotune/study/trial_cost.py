@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from autotune.study.records import TrialRecord
     from autotune.study.state import SearchState
 
-__all__ = ["CACHED_COMPILE_SHARE", "cached_compile_s", "compiled_code_key", "will_not_finish"]
+__all__ = [
+    "CACHED_COMPILE_SHARE",
+    "cached_compile_s",
+    "compiled_code_key",
+    "held_to_time",
+    "will_not_finish",
+]
 
 # A compile found in the cache, as a share of the first one (mu on the 2-core CPU: 7-9 s
 # from the cache after a 33 s first compile)
@@ -60,16 +66,21 @@ def cached_compile_s(records: list[TrialRecord]) -> float:
 
 
 def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str] | None:
-    """How long a trial of the compiled ``config`` will take at least, and why: a trial
-    with the same compiled code less its compile plus a cached one, else the quickest
-    compiled trial (a first compile). None before any compiled trial has a result."""
-    compiled = [
+    """How long a trial of ``config`` will take at least, and why: without compile, the
+    quickest trial without compile; compiled, a trial with the same compiled code less its
+    compile plus a cached one, else the quickest compiled trial (a first compile). None
+    before such a trial has a result."""
+    eager = config.compile == "off"
+    alike = [
         r
         for r in state.records.values()
-        if r.ran and r.feasible and r.wall_s and r.config.get("compile", "off") != "off"
+        if r.ran and r.feasible and r.wall_s and (r.config.get("compile", "off") == "off") == eager
     ]
-    if not compiled:
+    if not alike:
         return None
+    if eager:
+        return min(r.wall_s or 0.0 for r in alike), "the quickest trial without compile so far"
+    compiled = alike
     key = compiled_code_key(config)
     same = [r for r in compiled if r.compile_s and compiled_code_key(r.config) == key]
     if same:
@@ -79,19 +90,27 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
     return min(r.wall_s or 0.0 for r in compiled), "the quickest compiled trial so far"
 
 
+def held_to_time(role: str | None, config: TrainConfig) -> bool:
+    """Whether a trial in ``role`` is passed over when ``will_not_finish`` says so: not
+    naive or a re-measure (they always run), nor an expert start without compile (a
+    loaded machine measures at least the expert's config; its timeout is capped)."""
+    if role in ("naive", "re-measure"):
+        return False
+    return config.compile != "off" or role in ("refine", "", None)
+
+
 def will_not_finish(state: SearchState, config: TrainConfig) -> str:
-    """Why a burst of the compiled ``config`` would not finish in the time left for trials
-    ("" when it may): ``expected_wall_s``. mu on the 2-core CPU with an empty cache: a
-    refinement started with 36 s left, where compiled trials had taken 44-52 s, and was
-    stopped at the limit with nothing measured."""
+    """Why a burst of ``config`` would not finish in the time left for trials ("" when it
+    may): ``expected_wall_s``. mu on the 2-core CPU with an empty cache: a refinement
+    started with 36 s left, where compiled trials had taken 44-52 s, and was stopped at
+    the limit with nothing measured."""
     left = state.time_for_trials()
-    if config.compile == "off" or left is None:
-        return ""
-    expected = expected_wall_s(state, config)
-    if expected is None or left >= expected[0]:
+    expected = expected_wall_s(state, config) if left is not None else None
+    if left is None or expected is None or left >= expected[0]:
         return ""
     wall, basis = expected
+    kind = "this trial" if config.compile == "off" else "this compiled trial"
     return (
-        f"the time left for trials ({left:.0f} s) is less than this compiled trial takes "
-        f"here ({wall:.0f} s: {basis})"
+        f"the time left for trials ({left:.0f} s) is less than {kind} takes here "
+        f"({wall:.0f} s: {basis})"
     )

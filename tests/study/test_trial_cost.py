@@ -91,3 +91,43 @@ def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
     assert planner.waiting_that_fits(study) == cached
     planner.queued.remove(cached)
     assert planner.waiting_that_fits(study) is None
+
+
+def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -> None:
+    naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
+    records = {0: _record(0, naive, 30.0, None), 1: _record(1, naive.replace(micro_batch=8,
+        grad_accum=4), 14.0, None)}  # fmt: skip
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 13.0)
+    said = will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8))
+    assert "less than this trial takes here (14 s: the quickest trial without compile" in said
+    state.time_for_trials = lambda: 14.0
+    assert will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8)) == ""
+
+
+def test_naive_re_measures_and_the_expert_starts_without_compile_always_run() -> None:
+    from autotune.study.trial_cost import held_to_time
+
+    eager, compiled = BEST.replace(compile="off"), BEST
+    assert not held_to_time("naive", eager) and not held_to_time("re-measure", compiled)
+    assert not held_to_time("hand-tuned", eager) and not held_to_time("playbook-eager", eager)
+    assert held_to_time("playbook", compiled) and held_to_time("hand-tuned", compiled)
+    assert held_to_time("refine", eager) and held_to_time(None, eager)  # the sampler's
+
+
+def test_less_time_than_a_typical_burst_stops_the_trials_unless_a_queued_one_fits() -> None:
+    import time
+
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(
+        spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 100.0),
+        started=time.monotonic() - 70.0,
+    )  # fmt: skip
+    state.reserve = lambda: 0.0
+    state.absorb(_record(0, space.naive(), 40.0, None))
+    assert "less than a typical burst (40 s)" in state.stop_reason()  # 30 s left
+    assert state.stop_reason(next_fits=True) == ""
