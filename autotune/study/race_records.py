@@ -48,9 +48,8 @@ class Paired:
         return self.rounds >= 2
 
     def describe(self) -> str:
-        if not self.has_interval:  # rounds 0: two unpaired measurements
-            why = NO_INTERVAL if self.rounds else "unpaired trials"
-            return f"{self.estimate:.2f}x (no interval: {why})"
+        if not self.has_interval:
+            return f"{self.estimate:.2f}x (no interval: {NO_INTERVAL})"
         return f"{self.estimate:.2f}x ({CONFIDENCE:.0%} interval {self.low:.2f}-{self.high:.2f})"
 
 
@@ -162,8 +161,6 @@ class RaceResult:
     def interval_reason(self) -> str:
         """Why the speedup and margin have no interval ("" when they have one)."""
         if self.speedup is None and self.margin is None:
-            return self.speedup_reason
-        if self.speedup_reason:  # from the trials: unpaired figures have no interval
             return self.speedup_reason
         paired = self.speedup or self.margin
         return "" if paired is None or paired.has_interval else NO_INTERVAL

@@ -73,20 +73,20 @@ def test_without_a_quiet_round_the_quiet_trials_decide_and_say_so(tmp_path: Path
     result = run(tmp_path, burst, trials=5, watch=burst.watch)
     race = result.race
     assert race is not None and result.best is not None and race.naive is not None
-    # the busy rounds made naive look ten times slower than it is: not published
+    # the busy rounds made naive look ten times slower than it is: not published; nor is
+    # the unpaired ratio of two quiet trials minutes apart (mu's naive trial measured 1,296
+    # and 1,553 tokens/s in two quiet searches: 0.78x the paired figure, contention.py)
     quiet = burst.speed(result.best.train_config()) / burst.speed(race.naive.record.train_config())
-    assert race.speedup is not None and race.speedup.estimate == pytest.approx(quiet)
-    assert "from the quiet trials" in race.speedup_reason
-    assert "no interval" in race.qualified_speedup()
-    assert any(
-        n.startswith(f"race: speedup over naive {quiet:.2f}x (no interval") for n in race.notes
-    )
+    assert race.speedup is None and race.margin is None and result.speedup is None
+    assert race.speedup_reason.startswith("no race round was quiet")
+    assert f"gave {quiet:.2f}x, too loose to publish" in race.speedup_reason
+    assert race.qualified_speedup() == f"not measured ({race.speedup_reason})"
     preset = load_preset(tmp_path / "best.yaml")
     # the preset's figure is the winner's quiet trial, not a busy race burst
     assert preset.measured.tokens_per_s == pytest.approx(result.best.tokens_per_s)
-    assert preset.race is not None and preset.race.speedup_interval is None
-    assert preset.race.speedup_reason is not None
-    assert "from the quiet trials" in preset.race.speedup_reason
+    assert preset.race is not None and preset.race.speedup is None
+    assert preset.race.speedup_interval is None
+    assert preset.race.speedup_reason == race.speedup_reason
 
 
 def test_busy_rounds_never_crown_a_config_its_quiet_trial_found_slower(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_busy_rounds_never_crown_a_config_its_quiet_trial_found_slower(tmp_path:
     leader = max(race.entrants, key=lambda e: e.median or 0.0)
     assert leader is not race.naive  # the busy rounds put another config first
     assert race.winner is race.naive  # its quiet trial says otherwise, beyond the noise
-    assert race.speedup is not None and race.speedup.estimate == pytest.approx(1.0)
+    assert race.speedup is None and "gave 1.00x, too loose to publish" in race.speedup_reason
 
 
 def test_one_round_gives_no_interval(tmp_path: Path) -> None:
