@@ -157,6 +157,9 @@ def race_reserve_s(
     holds more contenders than its time allows, it is run with the leader and naive alone
     (``_trim_for_time``).
 
+    The first round's eval step compiles a forward-only graph of each compiled entrant,
+    counted at a cached compile's time.
+
     While fewer than ``finalists`` configs are in the final on their own merit (not as
     naive or the expert start as well, which race anyway), the next trial may make the
     final: the reserve keeps room for its first-round burst (a median entrant's).
@@ -175,7 +178,11 @@ def race_reserve_s(
     }
     if not walls:
         return 0.0
-    first = sum(walls.values())
+    # The first round's eval step compiles each compiled entrant's forward-only graph,
+    # which no trial made (mu, empty cache: round 1 took 0-18 s more per compiled entrant
+    # than its trial foretold, and a quiet search lost its second round)
+    evals = sum(1 for e in entrants if e.record.compile_s) * cached
+    first = sum(walls.values()) + evals
     if sum(e.roles == ["finalist"] for e in entrants) < finalists:
         first += statistics.median(walls.values())
     later = sum(walls[id(e)] for e in likely_contenders(entrants))
