@@ -4,7 +4,8 @@ The target: with one CPU-bound process started halfway through a search, the
 output warns, and the race's speedup stays within 15% of a quiet run's. This script runs
 ``autotune search`` (a fresh study each time, the command's defaults otherwise) once on
 the quiet machine and once with a busy loop (one core) started after ``--delay`` seconds,
-and prints both side by side: wall time, whether the output warned, the trials marked
+and prints both side by side: wall time, whether the output warned (a trial's warning or
+the race's note about a busy round), the trials marked
 disturbed, the race's speedup and its interval.
 
 Usage (from the repository root, with nothing else running)::
@@ -74,12 +75,19 @@ def keep(result: dict, folder: Path, to: Path) -> None:
         (to / "best.yaml").write_bytes(preset.read_bytes())
 
 
+def said_load(output: str) -> bool:
+    """Whether the search's live output told the user that outside load touched its
+    figures: a trial's warning, or the race's note about a round run while busy (load
+    that arrives after the trials touches only the race)."""
+    return "warning: trial #" in output or "ran while the machine was busy" in output
+
+
 def row(name: str, result: dict, quiet_speedup: float | None) -> dict[str, str]:
     race = result.get("race") or {}
     speedup = race.get("speedup")
     low, high = race.get("speedup_interval") or (None, None)
     disturbed = [t["number"] for t in result["trials"] if t.get("disturbed")]
-    warned = "warning: trial #" in result["_stderr"]
+    warned = said_load(result["_stderr"])
     vs_quiet = "-"
     if speedup and quiet_speedup:
         vs_quiet = f"{speedup / quiet_speedup:.2f}x"

@@ -42,3 +42,10 @@ def test_keep_leaves_each_searchs_result_output_and_preset(tmp_path: Path) -> No
     assert (kept / "best.yaml").read_text() == "name: x\n"
     contention.keep(_result(), tmp_path / "no-preset", tmp_path / "kept" / "quiet")
     assert not (tmp_path / "kept" / "quiet" / "best.yaml").exists()
+
+
+def test_the_races_note_about_a_busy_round_counts_as_a_warning() -> None:
+    # load that arrives after the trials touches only the race: its note tells the user
+    assert contention.said_load("  race round 1 ran while the machine was busy (another")
+    assert contention.said_load("warning: trial #3 was measured while the machine was busy")
+    assert not contention.said_load("race round 1: #3 4,003, #0 (naive) 1,270 tokens/s\n")
