@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes
 from autotune.study.records import TrialRecord, summarize_config
+from autotune.study.trial_cost import will_not_finish
 
 if TYPE_CHECKING:
     import optuna
@@ -329,8 +330,6 @@ class Planner:
         (``trial_cost.will_not_finish``), or None: where a refinement's first compile no
         longer fits, one whose code the compile cache holds may (mu with an empty cache:
         36 s left, a first compile 44 s, a cached one 7-9 s)."""
-        from autotune.study.trial_cost import will_not_finish
-
         for config in self.queued:
             waiting = _waiting(study, self.state.space.params_of(config))
             if waiting and not will_not_finish(self.state, config):
