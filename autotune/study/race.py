@@ -68,7 +68,7 @@ from autotune.study.records import (
     distinct_best,
 )
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
-from autotune.study.trial_cost import cached_compile_s
+from autotune.study.trial_cost import cached_compile_s, compiled_code_key
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -105,6 +105,10 @@ MIN_RACE_STEPS = 3
 # (0.8 of a paired round's fastest) less the spread of trials measured minutes apart
 # (mu's default search: #2's trial at 0.69x the best's, out after round 1 at 0.59x).
 SURVIVE = 0.7
+# The first round's eval step compiles a forward-only graph, as a share of a first compile
+# of the training step (mu, mb 16, empty cache: 27 s more than a cached burst, after a 54 s
+# first compile; benchmarks/verify_compile.py)
+EVAL_COMPILE_SHARE = 0.5
 
 
 # -- who races ----------------------------------------------------------------------------
@@ -157,8 +161,8 @@ def race_reserve_s(
     holds more contenders than its time allows, it is run with the leader and naive alone
     (``_trim_for_time``).
 
-    The first round's eval step compiles a forward-only graph of each compiled entrant,
-    counted at a cached compile's time.
+    The first round's eval step compiles a forward-only graph of each compiled code among
+    the entrants (``_eval_compiles_s``).
 
     While fewer than ``finalists`` configs are in the final on their own merit (not as
     naive or the expert start as well, which race anyway), the next trial may make the
@@ -178,15 +182,20 @@ def race_reserve_s(
     }
     if not walls:
         return 0.0
-    # The first round's eval step compiles each compiled entrant's forward-only graph,
-    # which no trial made (mu, empty cache: round 1 took 0-18 s more per compiled entrant
-    # than its trial foretold, and a quiet search lost its second round)
-    evals = sum(1 for e in entrants if e.record.compile_s) * cached
-    first = sum(walls.values()) + evals
+    first = sum(walls.values()) + _eval_compiles_s(state, entrants)
     if sum(e.roles == ["finalist"] for e in entrants) < finalists:
         first += statistics.median(walls.values())
     later = sum(walls[id(e)] for e in likely_contenders(entrants))
     return first + later * (rounds - 1)
+
+
+def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
+    """What the first round's eval steps add: each compiled code among the entrants
+    compiles its forward-only eval graph there once (no trial ran an eval step), at
+    ``EVAL_COMPILE_SHARE`` of the search's slowest compile (a first one)."""
+    compiles = [r.compile_s for r in state.records.values() if r.ran and r.compile_s]
+    codes = {compiled_code_key(e.record.config) for e in entrants if e.record.compile_s}
+    return len(codes) * EVAL_COMPILE_SHARE * max(compiles, default=0.0)
 
 
 def likely_contenders(entrants: list[Entrant]) -> list[Entrant]:
@@ -466,14 +475,16 @@ def _run_one(
 
 def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> str:
     """When the next round with every contender would end past the deadline but one with
-    the leader (the best median so far) and naive would not, the others leave the race
-    for time (their figures stay; the margin over them rests on the rounds they ran).
-    What it says about it, or "" when even the two would not fit."""
+    the leader (the best median so far, with headroom when one has it) and naive would
+    not, the others leave the race for time (their figures stay; the margin over them
+    rests on the rounds they ran). What it says about it, or "" when even the two would
+    not fit."""
     running = [e for e in entrants if not e.dropped]
     others = [e for e in running if "naive" not in e.roles and e.median is not None]
     if not others:
         return ""
-    leader = max(others, key=lambda e: e.median or 0.0)
+    roomy = [e for e in others if not edge(e, state.budget_bytes)]  # as _eliminate's
+    leader = max(roomy or others, key=lambda e: e.median or 0.0)
     kept = [e for e in running if e is leader or "naive" in e.roles]
     if len(kept) == len(running) or _out_of_time(state, kept):
         return ""

@@ -357,12 +357,19 @@ def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
         e.walls.append(6.0)
     assert _trim_for_time(tight, [late, other, base], 1) == ""
     assert not any(e.dropped for e in (late, other, base))
+    # a faster config at the edge of the budget is not the leader the round keeps
+    roomy, at_edge = _entrant(1, [100.0]), _entrant(2, [120.0], edge="peak 95% of the budget")
+    naive = _entrant(0, [40.0], "naive")
+    for e in (roomy, at_edge, naive):
+        e.walls.append(6.0)
+    assert "#2 out after round 1" in _trim_for_time(state, [roomy, at_edge, naive], 1)
+    assert at_edge.dropped and not roomy.dropped
 
 
 def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     # mu's first search on a fresh machine: every compile of the study was a first one, so
     # the quickest the search saw was no cached one; the race's come from the cache.
-    from autotune.study.race import race_reserve_s
+    from autotune.study.race import EVAL_COMPILE_SHARE, race_reserve_s
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
     from autotune.study.trial_cost import CACHED_COMPILE_SHARE
@@ -393,7 +400,7 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     hit = CACHED_COMPILE_SHARE * 60.0
     walls = [20.0, 10.0 + hit]
     room = (walls[0] + walls[1]) / 2  # one more entrant: the median of those in
-    evals = hit  # round 1's eval step compiles the compiled entrant's forward-only graph
+    evals = EVAL_COMPILE_SHARE * 60.0  # round 1's eval step compiles a forward-only graph
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals
     )
@@ -401,7 +408,7 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     walls = [20.0, 10.0 + 8.0, 7.0 + 8.0]  # the quickest compile seen is the cache's
     room = sorted(walls)[1]
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
-        2 * sum(walls) + room + 2 * 8.0
+        2 * sum(walls) + room + 2 * evals  # two compiled codes (micro-batch 8 and 16)
     )
 
 
