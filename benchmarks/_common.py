@@ -14,7 +14,7 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -143,3 +143,20 @@ def fmt_seconds(value: float | None) -> str:
         minutes, seconds = divmod(round(value), 60)
         return f"{minutes} min {seconds:02d} s"
     return f"{value:.3g} s"
+
+
+@contextlib.contextmanager
+def empty_compile_cache(prefix: str) -> Iterator[str]:
+    """An empty torch.compile cache folder of its own for the bursts started inside (their
+    children inherit ``TORCHINDUCTOR_CACHE_DIR``), removed after, the user's setting back."""
+    import shutil
+    import tempfile
+
+    from autotune.machine.compile_cache import compile_cache_at
+
+    cache = tempfile.mkdtemp(prefix=prefix)
+    try:
+        with compile_cache_at(cache):
+            yield cache
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)

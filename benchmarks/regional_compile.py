@@ -16,11 +16,8 @@ Usage (from the repository root, with nothing else running)::
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     command_line,
+    empty_compile_cache,
     fmt_ratio,
     fmt_seconds,
     hardware_lines,
@@ -39,7 +37,6 @@ from burst_args import CONFIG as MU_CONFIG
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
-from autotune.machine.compile_cache import CACHE_ENV
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 from autotune.study import summarize_config
@@ -62,19 +59,10 @@ def measure(model: str, scope: str, *, steps: int) -> tuple[float | None, float 
     """One fresh burst on an empty compile cache: (compile seconds, throughput), None for
     a burst that did not end ``ok``."""
     config = CONFIGS[model].replace(compile_regions=scope == "per block")
-    cache = tempfile.mkdtemp(prefix="autotune-regional-")
-    previous = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = cache  # the burst's child inherits it
-    try:
+    with empty_compile_cache("autotune-regional-"):
         result = run_burst(
             load_model(model), config, steps=steps, warmup=1, budget_bytes=8 * 10**9, timeout_s=900
         )
-    finally:
-        if previous is None:
-            os.environ.pop(CACHE_ENV, None)
-        else:
-            os.environ[CACHE_ENV] = previous
-        shutil.rmtree(cache, ignore_errors=True)
     if not result.ok:
         print(f"  {model} {scope}: {result.status}: {result.reason}", flush=True)
         return None, None

@@ -17,20 +17,24 @@ Usage (from the repository root, with nothing else running)::
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import command_line, fmt_seconds, hardware_lines, load_average, render_table, utc_now
+from _common import (
+    command_line,
+    empty_compile_cache,
+    fmt_seconds,
+    hardware_lines,
+    load_average,
+    render_table,
+    utc_now,
+)
 from regional_compile import CONFIGS
 
 from autotune.burst.supervisor import run_burst
-from autotune.machine.compile_cache import CACHE_ENV
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 from autotune.study import summarize_config
@@ -57,11 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {line}")
     print(f"- {args.model}: {summarize_config(config.to_dict())}")
     print(f"- load average at start: {load_average()}", flush=True)
-    cache = tempfile.mkdtemp(prefix="autotune-verify-")
-    previous = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = cache  # the bursts' children inherit it
     rows = []
-    try:
+    with empty_compile_cache("autotune-verify-"):
         for what, verify in BURSTS:
             started = time.monotonic()
             result = run_burst(
@@ -73,12 +74,6 @@ def main(argv: list[str] | None = None) -> int:
             shown = [fmt_seconds(wall), fmt_seconds(result.compile_s), rate]
             rows.append([what, result.status, *shown])
             print(f"  {what}: {result.status}, {wall:.1f} s", flush=True)
-    finally:
-        if previous is None:
-            os.environ.pop(CACHE_ENV, None)
-        else:
-            os.environ[CACHE_ENV] = previous
-        shutil.rmtree(cache, ignore_errors=True)
     print(f"- load average at the end: {load_average()}\n")
     print(render_table(["burst", "status", "wall", "compile", "tokens/s"], rows, align="llrrr"))
     return 0

@@ -24,7 +24,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "compile_cache_dir", "shared_compile_cache", "torch_default_dir"]
+__all__ = [
+    "CACHE_ENV",
+    "compile_cache_at",
+    "compile_cache_dir",
+    "shared_compile_cache",
+    "torch_default_dir",
+]
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -42,9 +48,18 @@ def shared_compile_cache(runs_dir: str | Path) -> Iterator[Path]:
         yield Path(before)
         return
     folder = compile_cache_dir(runs_dir).resolve()
+    with compile_cache_at(folder):
+        yield folder
+
+
+@contextlib.contextmanager
+def compile_cache_at(folder: str | Path) -> Iterator[None]:
+    """Inductor's cache (this process and the bursts it starts) at ``folder`` for the
+    duration, the variable as it was after."""
+    before = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(folder)
     try:
-        yield folder
+        yield
     finally:
         if before is None:
             os.environ.pop(CACHE_ENV, None)
