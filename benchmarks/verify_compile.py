@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch", type=int, default=16)
     args = p.parse_args(argv)
     base = CONFIGS[args.model]
+    if args.micro_batch < 1 or base.global_batch % args.micro_batch:
+        p.error(f"--micro-batch: a divisor of the global batch {base.global_batch}")
     config = base.replace(
         micro_batch=args.micro_batch, grad_accum=base.global_batch // args.micro_batch
     )

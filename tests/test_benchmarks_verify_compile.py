@@ -38,3 +38,13 @@ def test_four_bursts_share_one_cache_that_starts_empty_and_is_removed(
     assert os.environ[CACHE_ENV] == "/the/users/own"
     out = capsys.readouterr().out
     assert "with eval and checkpoint: the eval's graph new" in out and "16.7 s" in out
+
+
+@pytest.mark.parametrize("micro_batch", ["0", "3", "-8"])
+def test_a_micro_batch_that_does_not_divide_the_global_batch_is_a_usage_error(
+    micro_batch: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--micro-batch", micro_batch])
+    assert exit_.value.code == 2
+    assert "a divisor of the global batch 32" in capsys.readouterr().err
