@@ -68,7 +68,7 @@ from autotune.study.records import (
     distinct_best,
 )
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
-from autotune.study.trial_cost import cached_compile_s, compiled_code_key
+from autotune.study.trial_cost import cached_compile_s, compile_times, compiled_code_key
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -193,9 +193,9 @@ def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
     """What the first round's eval steps add: each compiled code among the entrants
     compiles its forward-only eval graph there once (no trial ran an eval step), at
     ``EVAL_COMPILE_SHARE`` of the search's slowest compile (a first one)."""
-    compiles = [r.compile_s for r in state.records.values() if r.ran and r.compile_s]
+    slowest = max(compile_times(list(state.records.values())), default=0.0)
     codes = {compiled_code_key(e.record.config) for e in entrants if e.record.compile_s}
-    return len(codes) * EVAL_COMPILE_SHARE * max(compiles, default=0.0)
+    return len(codes) * EVAL_COMPILE_SHARE * slowest
 
 
 def likely_contenders(entrants: list[Entrant]) -> list[Entrant]:
@@ -366,8 +366,7 @@ def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list
         if not e.dropped and not e.problem and len(e.throughputs) > round_
     }
     running = [e for e in entrants if figures.get(id(e))]
-    roomy = [e for e in running if not edge(e, state.budget_bytes)]
-    leader = max(roomy or running, key=lambda e: figures[id(e)] or 0.0, default=None)
+    leader = _leader(running, state.budget_bytes, lambda e: figures[id(e)] or 0.0)
     if leader is None:
         return []
     best = figures[id(leader)] or 0.0
@@ -380,6 +379,15 @@ def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list
         e.dropped = True
         said.append(f"race: {e.label} {e.eliminated} (below {CUT:.1f}x the round's fastest)")
     return said
+
+
+def _leader(
+    entrants: list[Entrant], budget: int, figure: Callable[[Entrant], float]
+) -> Entrant | None:
+    """The entrant with the best ``figure`` among those with headroom when there is one
+    (a config at the edge of the budget leads only if every config is), else None."""
+    roomy = [e for e in entrants if not edge(e, budget)]
+    return max(roomy or entrants, key=figure, default=None)
 
 
 def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
@@ -481,10 +489,9 @@ def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> 
     not fit."""
     running = [e for e in entrants if not e.dropped]
     others = [e for e in running if "naive" not in e.roles and e.median is not None]
-    if not others:
+    leader = _leader(others, state.budget_bytes, lambda e: e.median or 0.0)
+    if leader is None:
         return ""
-    roomy = [e for e in others if not edge(e, state.budget_bytes)]  # as _eliminate's
-    leader = max(roomy or others, key=lambda e: e.median or 0.0)
     kept = [e for e in running if e is leader or "naive" in e.roles]
     if len(kept) == len(running) or _out_of_time(state, kept):
         return ""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_COMPILE_SHARE",
     "cached_compile_s",
+    "compile_times",
     "compiled_code_key",
     "held_to_time",
     "will_not_finish",
@@ -57,11 +58,16 @@ def compiled_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[st
     return tuple(sorted((k, repr(v)) for k, v in cfg.to_dict().items() if k not in outside))
 
 
+def compile_times(records: list[TrialRecord]) -> list[float]:
+    """The compile of every trial that ran one (first ones and the cache's alike)."""
+    return [r.compile_s for r in records if r.ran and r.compile_s]
+
+
 def cached_compile_s(records: list[TrialRecord]) -> float:
     """How long a compile served by the cache takes here: the quickest compile the search
     saw, and at most ``CACHED_COMPILE_SHARE`` of the slowest (on an empty cache every
     compile of a search is a first one). 0 before any compile."""
-    compiles = [r.compile_s for r in records if r.ran and r.compile_s]
+    compiles = compile_times(records)
     return min([*compiles, CACHED_COMPILE_SHARE * max(compiles)]) if compiles else 0.0
 
 
@@ -80,14 +86,13 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         return None
     if eager:
         return min(r.wall_s or 0.0 for r in alike), "the quickest trial without compile so far"
-    compiled = alike
     key = compiled_code_key(config)
-    same = [r for r in compiled if r.compile_s and compiled_code_key(r.config) == key]
+    same = [r for r in alike if r.compile_s and compiled_code_key(r.config) == key]
     if same:
         cached = cached_compile_s(list(state.records.values()))
         wall = min((r.wall_s or 0.0) - (r.compile_s or 0.0) for r in same) + cached
         return wall, f"#{same[0].number}'s code from the compile cache"
-    return min(r.wall_s or 0.0 for r in compiled), "the quickest compiled trial so far"
+    return min(r.wall_s or 0.0 for r in alike), "the quickest compiled trial so far"
 
 
 def held_to_time(role: str | None, config: TrainConfig) -> bool:
