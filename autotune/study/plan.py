@@ -151,7 +151,7 @@ class Planner:
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.measure_again(study, record)
-        reason = self.state.stop_reason(next_fits=self.waiting_that_fits(study) is not None)
+        reason = self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
         if reason:
             self.state.stopped = reason
             study.stop()
@@ -330,9 +330,11 @@ class Planner:
         (``trial_cost.will_not_finish``), or None: where a refinement's first compile no
         longer fits, one whose code the compile cache holds may (mu with an empty cache:
         36 s left, a first compile 44 s, a cached one 7-9 s)."""
+        waiting = _waiting_params(study)
         for config in self.queued:
-            waiting = _waiting(study, self.state.space.params_of(config))
-            if waiting and not will_not_finish(self.state, config):
+            if self.state.space.params_of(config) in waiting and not will_not_finish(
+                self.state, config
+            ):
                 return config
         return None
 
@@ -354,9 +356,12 @@ class Planner:
 
 def _waiting(study: optuna.Study, params: Mapping[str, Any]) -> bool:
     """Whether the config with these ``params`` is queued in the study already (WAITING)."""
+    return params in _waiting_params(study)
+
+
+def _waiting_params(study: optuna.Study) -> list[Any]:
+    """The parameters of every config queued in the study (WAITING), read once."""
     from optuna.trial import TrialState
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if t.system_attrs.get("fixed_params") == params:
-            return True
-    return False
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return [t.system_attrs.get("fixed_params") for t in waiting]

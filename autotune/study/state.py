@@ -270,10 +270,11 @@ class SearchState:
         )
 
     # -- when to stop ----------------------------------------------------------------------
-    def stop_reason(self, *, next_fits: bool = False) -> str:
-        """Why the search should stop now, or "" to go on. ``next_fits``: a queued config
-        is expected to finish in the time left for trials (``Planner.waiting_that_fits``),
-        so less time than a typical burst is no reason to stop."""
+    def stop_reason(self, *, next_fits: Callable[[], bool] | None = None) -> str:
+        """Why the search should stop now, or "" to go on. ``next_fits``: whether a queued
+        config is expected to finish in the time left for trials
+        (``Planner.waiting_that_fits``), asked only when less time than a typical burst is
+        left, which is then no reason to stop."""
         if self.budget_problem:
             return "budget too small"
         left = self.trials_left()
@@ -288,10 +289,10 @@ class SearchState:
                     f"finalist race needs ({self.reserve():.0f} s)"
                 )
             return f"reached the time limit ({self.limits.time_limit_s:.0f} s)"
-        if time_left is not None and not next_fits:
+        if time_left is not None:
             walls = [r.wall_s for r in self.records.values() if r.ran and r.wall_s and r.feasible]
             typical = statistics.median(walls) if walls else 0.0
-            if time_left < typical:
+            if time_left < typical and not (next_fits is not None and next_fits()):
                 return (
                     f"the time limit ({self.limits.time_limit_s:.0f} s) leaves {time_left:.0f} s, "
                     f"less than a typical burst ({typical:.0f} s)"

@@ -130,4 +130,5 @@ def test_less_time_than_a_typical_burst_stops_the_trials_unless_a_queued_one_fit
     state.reserve = lambda: 0.0
     state.absorb(_record(0, space.naive(), 40.0, None))
     assert "less than a typical burst (40 s)" in state.stop_reason()  # 30 s left
-    assert state.stop_reason(next_fits=True) == ""
+    assert state.stop_reason(next_fits=lambda: True) == ""
+    assert "less than a typical burst" in state.stop_reason(next_fits=lambda: False)
