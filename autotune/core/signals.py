@@ -3,16 +3,24 @@
 The trainer stops cleanly (after the step, with a checkpoint) on each of
 :data:`STOP_SIGNALS`; the burst and the trainer's DataLoader workers run
 :func:`ignore_stop_signals` (through ``data.loader_kwargs``), so a signal sent to the whole
-process group reaches only the process that knows how to stop.
+process group reaches only the process that knows how to stop. :class:`HeldStops` keeps a
+stop signal out of Optuna's bookkeeping between trials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, TypeVar
 
-__all__ = ["STOP_SIGNALS", "ignore_stop_signals"]
+__all__ = ["STOP_SIGNALS", "HeldStops", "ignore_stop_signals"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 STOP_SIGNALS = tuple(
@@ -49,3 +57,73 @@ def ignore_stop_signals(_worker_id: int) -> None:
                 os._exit(0)
 
     threading.Thread(target=watch, name="autotune-sigterm", daemon=True).start()
+
+
+class HeldStops:
+    """Stop signals held while a library's bookkeeping runs, let through in our own code.
+
+    Optuna's ``study.optimize`` records a trial's outcome after the objective returns; a
+    ``KeyboardInterrupt`` raised there (Ctrl-C, or the CLI's handler for SIGTERM and
+    SIGHUP) escapes its ``except Exception`` and its ``finally`` then fails on a name it
+    never set (``UnboundLocalError``: a traceback instead of a clean stop). Inside
+    ``with HeldStops() as held:``, a stop signal whose handler is Python's own (Ctrl-C's
+    ``default_int_handler``, the CLI's) is recorded instead of handled; inside
+    ``held.released()`` (the objective), and at ``held.replay()`` (a callback after the
+    outcome is stored), one recorded earlier is handled and later ones are handled at once.
+    Leaving the block handles one still recorded, unless an exception is already on its
+    way out. Signals whose handler is ``SIG_IGN`` or ``SIG_DFL`` are left alone; off the
+    main thread nothing is held (Python runs handlers only there).
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, Callable[[int, FrameType | None], Any]] = {}
+        self._pending: int | None = None
+        self._open = False
+
+    def __enter__(self) -> HeldStops:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    self._handlers[sig] = handler
+                    signal.signal(sig, self._arrived)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self._open = False
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+        if exc_type is None:
+            self.replay()
+        self._handlers = {}
+
+    def _arrived(self, signum: int, frame: FrameType | None) -> None:
+        if self._open:
+            self._handlers[signum](signum, frame)
+        elif self._pending is None:
+            self._pending = signum
+
+    def replay(self, *_: object) -> None:
+        """Handle a signal recorded while held (its handler raises, most often)."""
+        signum, self._pending = self._pending, None
+        if signum is not None:
+            self._handlers[signum](signum, None)
+
+    def let_through(self, func: Callable[[T], R]) -> Callable[[T], R]:
+        """``func`` run with stop signals :meth:`released`."""
+
+        def run(arg: T) -> R:
+            with self.released():
+                return func(arg)
+
+        return run
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """Stop signals handled as they come (one recorded before, first)."""
+        self._open = True
+        try:
+            self.replay()
+            yield
+        finally:
+            self._open = False

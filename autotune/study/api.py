@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.core.errors import BudgetError, UsageError
+from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
@@ -517,7 +518,12 @@ def _optimize(
     state.stopped = state.stop_reason()
     if not state.stopped:
         try:
-            study.optimize(measure, callbacks=[planner.after_trial], gc_after_trial=False)
+            with HeldStops() as held:  # a stop lands in a trial or once its outcome is stored
+                study.optimize(
+                    held.let_through(measure),
+                    callbacks=[planner.after_trial, held.replay],
+                    gc_after_trial=False,
+                )
         except KeyboardInterrupt:
             state.note(
                 f"interrupted: {state.measured()} measured trials are saved in study "
