@@ -26,7 +26,8 @@ third rung of successive halving, after the trials' screening and their step-wis
 pruning), since a paired round that far behind is not this machine's noise
 (``benchmarks/burst_noise.py``: a few % between bursts). Naive never leaves (every ratio
 needs it); a mixed round (below) removes no one. An entrant that left cannot win; its
-figures stay in the table.
+figures stay in the table. A finalist whose quiet trial came below ``SURVIVE`` of the best
+quiet trial's does not race at all (``behind_the_best``): round 1 would only cut it.
 
 Outside load (``MachineWatch``): a burst runs on the cores other processes leave it when
 it starts under load, and a round counts only beside rounds measured alike: the quiet
@@ -68,7 +69,7 @@ from autotune.study.records import (
     distinct_best,
 )
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
-from autotune.study.trial_cost import cached_compile_s, compile_times, compiled_code_key
+from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -84,6 +85,7 @@ __all__ = [
     "Entrant",
     "Paired",
     "RaceResult",
+    "behind_the_best",
     "entrants_for",
     "paired_ratio",
     "likely_contenders",
@@ -118,7 +120,9 @@ def entrants_for(
     state: SearchState, *, finalists: int, expert: TrialRecord | None
 ) -> list[Entrant]:
     """The top ``finalists`` distinct configs of the search, the naive config and the
-    expert start; one entrant per config (a config with several roles has them all)."""
+    expert start; one entrant per config (a config with several roles has them all). A
+    finalist whose quiet trial came below ``SURVIVE`` of the best quiet trial's figure
+    does not race (``behind_the_best``): its first round would cut it."""
     out: dict[int, Entrant] = {}
 
     def add(record: TrialRecord | None, role: str) -> None:
@@ -130,11 +134,23 @@ def entrants_for(
         if role not in entrant.roles:
             entrant.roles.append(role)
 
-    for record in distinct_best(list(state.records.values()))[:finalists]:
-        add(record, "finalist")
+    top = distinct_best(list(state.records.values()))[:finalists]
+    behind = {r.number for r in behind_the_best(top)}
+    for record in top:
+        if record.number not in behind:
+            add(record, "finalist")
     add(state.record_of(state.space.naive()), "naive")
     add(expert, "expert")
     return list(out.values())
+
+
+def behind_the_best(records: list[TrialRecord]) -> list[TrialRecord]:
+    """The quiet trials below ``SURVIVE`` of the best quiet trial's figure: a paired round
+    cuts an entrant below ``CUT`` of its fastest, and trials minutes apart spread less
+    than the gap between the two (mu's default search: #2's trial at 0.65x the best's raced
+    a round, 30 s of a 340 s limit, and left at 0.65x)."""
+    best = max((r.value or 0.0 for r in records if not r.disturbed), default=0.0)
+    return [r for r in records if not r.disturbed and (r.value or 0.0) < SURVIVE * best]
 
 
 def race_reserve_s(
@@ -190,11 +206,12 @@ def race_reserve_s(
 
 
 def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
-    """What the first round's eval steps add: each compiled code among the entrants
-    compiles its forward-only eval graph there once (no trial ran an eval step), at
-    ``EVAL_COMPILE_SHARE`` of the search's slowest compile (a first one)."""
+    """What the first round's eval steps add: each eval code among the entrants (their
+    compiled code less the micro-batch: ``eval_code_key``) compiles its forward-only graph
+    there once (no trial ran an eval step), at ``EVAL_COMPILE_SHARE`` of the search's
+    slowest compile (a first one)."""
     slowest = max(compile_times(list(state.records.values())), default=0.0)
-    codes = {compiled_code_key(e.record.config) for e in entrants if e.record.compile_s}
+    codes = {eval_code_key(e.record.config) for e in entrants if e.record.compile_s}
     return len(codes) * EVAL_COMPILE_SHARE * slowest
 
 
@@ -271,6 +288,12 @@ def run_race(
         f"race: {len(entrants)} configs ({', '.join(e.label for e in entrants)}), "
         f"{rounds} interleaved rounds of {steps} timed steps"
     )
+    top = distinct_best(list(state.records.values()))[:finalists]
+    best = max((r.value or 0.0 for r in top if not r.disturbed), default=0.0)
+    for record in behind_the_best(top):
+        if all(e.record.number != record.number for e in entrants):
+            ratio = (record.value or 0.0) / best
+            state.note(f"race: #{record.number} not raced: its trial was {ratio:.2f}x the best's")
     done = 0
     busy: list[bool] = []
     kinds: list[str] = []  # per round: quiet, capped N, mixed or cut (_round_kind)

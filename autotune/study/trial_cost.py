@@ -27,6 +27,7 @@ __all__ = [
     "cached_compile_s",
     "compile_times",
     "compiled_code_key",
+    "eval_code_key",
     "held_to_time",
     "will_not_finish",
 ]
@@ -56,6 +57,16 @@ def compiled_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[st
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_mapping(config)
     outside = _outside_the_model(cfg)
     return tuple(sorted((k, repr(v)) for k, v in cfg.to_dict().items() if k not in outside))
+
+
+def eval_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What decides the compiled code of ``config``'s eval step (the race's first round):
+    its compiled code less the micro-batch. The eval batch (twice the micro-batch) is the
+    second shape the model sees in its process, so torch.compile makes the eval graph
+    dynamic in the batch, and one compile serves every micro-batch (mu on the 2-core CPU,
+    an empty cache: the eval of mb 8 added 27 s to a burst, that of mb 16 after it none;
+    ``benchmarks/verify_compile.py``)."""
+    return tuple(item for item in compiled_code_key(config) if item[0] != "micro_batch")
 
 
 def compile_times(records: list[TrialRecord]) -> list[float]:

@@ -4,7 +4,7 @@ search, the expert start and naive in the race, the race inside the time limit."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -309,16 +309,14 @@ def test_the_reserve_counts_the_likely_contenders_after_the_first_round() -> Non
     add(0)  # naive alone, a finalist too: room for one more like it in the first round
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx((30 + 30) + 30)
     add(1)
-    add(2)  # #1 (200) is below 0.7x #2 (300): in the first round only; room for a next
+    add(2)  # #1 (200) is below 0.7x #2 (300): not raced; room for a next finalist
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx((10 + 30 + 20) + (10 + 30))
+    add(3)  # the fastest so far pushes naive out of the final; #1 still behind: not raced
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
-        (10 + 20 + 30 + 20) + (10 + 30)
-    )
-    add(3)  # the fastest so far pushes naive out of the final: three on their own merit
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
-        (40 + 10 + 20 + 30) + (40 + 10 + 30)
+        (40 + 10 + 30 + 30) + (40 + 10 + 30)
     )
     assert race_reserve_s(state, finalists=5, rounds=3) == pytest.approx(
-        (100 + 25) + 2 * (40 + 10 + 30)
+        (40 + 10 + 30 + 30) + 2 * (40 + 10 + 30)
     )
 
 
@@ -337,6 +335,35 @@ def test_likely_contenders_are_naive_the_close_and_the_disturbed() -> None:
     loud = entrant(5, 1000.0, disturbed=True)  # nor does it set the bar for the others
     picked = likely_contenders([best, close, far, naive, slowed, loud])
     assert [e.record.number for e in picked] == [1, 2, 0, 4, 5]
+
+
+def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> None:
+    # mu's default search: #2's trial at 0.65x the best's raced round 1 (30 s) to leave at
+    # 0.65x; the expert start and naive race whatever their figures.
+    from autotune.study.race import behind_the_best, entrants_for
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile, toy_spec
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    configs = [space.naive().replace(micro_batch=m, grad_accum=32 // m) for m in (1, 2, 4, 8)]
+    records = [
+        TrialRecord(
+            number=n, state="COMPLETE", status="ok", config=configs[n].to_dict(), ran=True,
+            value=value,
+        )
+        for n, value in ((0, 10.0), (1, 40.0), (2, 65.0), (3, 100.0))
+    ]  # fmt: skip
+    for record in records:
+        state.absorb(record)
+    expert = records[1]  # 0.4x the best: races as the expert start
+    numbers = [e.record.number for e in entrants_for(state, finalists=3, expert=expert)]
+    assert numbers == [3, 0, 1]  # #2 (0.65x) stays out
+    assert [r.number for r in behind_the_best(records)] == [0, 1, 2]
+    slowed = replace(records[2], disturbed="load from 12 s")  # a figure that says nothing
+    assert [r.number for r in behind_the_best([records[3], slowed])] == []
 
 
 def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
@@ -408,7 +435,12 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     walls = [20.0, 10.0 + 8.0, 7.0 + 8.0]  # the quickest compile seen is the cache's
     room = sorted(walls)[1]
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
-        2 * sum(walls) + room + 2 * evals  # two compiled codes (micro-batch 8 and 16)
+        2 * sum(walls) + room + evals  # one eval graph serves micro-batches 8 and 16
+    )
+    add(3, compiled.replace(precision="bf16"), 15.0, 8.0)  # another code: its own eval graph
+    walls = [20.0, 10.0 + 8.0, 7.0 + 8.0, 7.0 + 8.0]
+    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
+        2 * sum(walls) + 2 * evals  # three finalists in: no room for another
     )
 
 

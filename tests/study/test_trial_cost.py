@@ -13,6 +13,7 @@ from autotune.study.trial_cost import (
     CACHED_COMPILE_SHARE,
     cached_compile_s,
     compiled_code_key,
+    eval_code_key,
     will_not_finish,
 )
 
@@ -40,6 +41,14 @@ def test_knobs_outside_the_model_keep_its_compiled_code() -> None:
     ):
         assert compiled_code_key(other) != key, other
     assert compiled_code_key(BEST.to_dict()) == key  # a trial record's config
+
+
+def test_one_eval_graph_serves_every_micro_batch_of_a_code() -> None:
+    key = eval_code_key(BEST)
+    assert eval_code_key(BEST.replace(micro_batch=16, grad_accum=2)) == key
+    assert eval_code_key(BEST.replace(omp_spin=True).to_dict()) == key
+    assert eval_code_key(BEST.replace(precision="fp32")) != key
+    assert eval_code_key(BEST.replace(knobs={"attention": "sdpa"})) != key
 
 
 def _record(number: int, config: TrainConfig, wall: float, compile_s: float | None) -> TrialRecord:
