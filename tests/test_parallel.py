@@ -258,7 +258,12 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     tmp_path: Path, parallel: dict[str, Any]
 ) -> None:
     preset = write_preset(tmp_path / "p.yaml", parallel, log_interval=1, checkpoint_interval=2)
-    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    temp = tmp_path / "tmp"  # the temporary folder: torchrun left a torchelastic_* folder there
+    temp.mkdir()
+    env = {
+        **os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(temp),
+    }  # fmt: skip
     env.pop("WORLD_SIZE", None)
     cmd = [
         sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
@@ -276,6 +281,8 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     proc = subprocess.run(more, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "resumed from" in proc.stdout and "step 3/3" in proc.stdout
+    assert not list(temp.glob("torchelastic_*")), "torchrun's folder left in the temporary one"
+    assert len(list((tmp_path / "run" / "torchrun").iterdir())) == 2  # one per launch
 
 
 @gloo

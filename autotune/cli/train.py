@@ -145,14 +145,15 @@ _JsonLogs = Annotated[
 ]
 
 
-def _relaunch_under_torchrun(nproc: int) -> None:
+def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     """Replace this process by torchrun running this same command on ``nproc`` processes
-    (signals and the exit code are torchrun's from here on)."""
+    (signals and the exit code are torchrun's from here on); torchrun's own folder goes
+    in the run's, ``out_dir/torchrun``."""
     import shlex
 
     from autotune.train.distributed import torchrun_command
 
-    command = torchrun_command(nproc, ["autotune", *sys.argv[1:]])
+    command = torchrun_command(nproc, ["autotune", *sys.argv[1:]], log_dir=out_dir / "torchrun")
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -216,15 +217,16 @@ def train(
         os.environ[omp.OMP_WAIT_VAR] = str(omp.wait_policy(run.config, None))
         if run.config.parallel is None or os.environ.get("WORLD_SIZE"):
             _relaunch_with_omp_policy()
+    out_dir = out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name)
     if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
-        _relaunch_under_torchrun(run.config.parallel.nproc_per_node)
+        _relaunch_under_torchrun(run.config.parallel.nproc_per_node, out_dir)
     with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code
         result = run_training(
             run.spec,
             run.config,
             run.training,
             data=data,
-            out_dir=out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name),
+            out_dir=out_dir,
             device=run.device,
             device_caps=run.caps,
             resume=resume,

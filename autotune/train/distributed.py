@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -167,9 +168,14 @@ def all_gather_objects(info: DistInfo, obj: Any) -> Sequence[Any]:
     return out
 
 
-def torchrun_command(nproc_per_node: int, module_args: list[str]) -> list[str]:
+def torchrun_command(
+    nproc_per_node: int, module_args: list[str], *, log_dir: Path | None = None
+) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node N -m ...``: one
-    machine, a free port picked by torchrun's own rendezvous."""
+    machine, a free port picked by torchrun's own rendezvous. ``log_dir``: where torchrun
+    keeps its per-run folder (without it, a ``torchelastic_*`` folder in the temporary
+    folder that nothing removes)."""
+    logs = ["--log-dir", str(log_dir)] if log_dir is not None else []
     return [
         sys.executable,
         "-m",
@@ -177,6 +183,7 @@ def torchrun_command(nproc_per_node: int, module_args: list[str]) -> list[str]:
         "--standalone",
         "--nproc-per-node",
         str(nproc_per_node),
+        *logs,
         "-m",
         *module_args,
     ]
