@@ -127,6 +127,8 @@ def test_ok_run_memory_counts_the_workers(ok_run: BurstResult) -> None:
 def test_ok_run_verification(ok_run: BurstResult) -> None:
     assert ok_run.eval_loss is not None and math.isfinite(ok_run.eval_loss)
     assert ok_run.checkpoint_bytes is not None and ok_run.checkpoint_bytes > 1000
+    # what the race takes off a first-round burst to judge the next round's time
+    assert ok_run.verify_s is not None and 0 < ok_run.verify_s < (ok_run.wall_s or 0)
 
 
 def test_no_sampler_thread_outlives_the_burst(ok_run: BurstResult) -> None:

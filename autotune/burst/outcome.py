@@ -199,7 +199,7 @@ def verdict(
             f"{progress.stage}" + (f"; last output: {tail}" if tail else ""),
             {},
         )
-    kept = ("eval_loss", "checkpoint_bytes", "breakdown")
+    kept = ("eval_loss", "checkpoint_bytes", "verify_s", "breakdown")
     extra = {k: result[k] for k in kept if result.get(k) is not None}
     status, reason = result["status"], result.get("reason", "")
     if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:

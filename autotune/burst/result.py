@@ -58,6 +58,7 @@ class BurstResult:
     wall_s: float | None = None
     eval_loss: float | None = None  # set by a verification burst
     checkpoint_bytes: int | None = None  # set by a verification burst
+    verify_s: float | None = None  # ... its eval step and checkpoint save (the eval's compile)
     throughput_unit: Literal["tokens", "samples"] = "tokens"
     memory_source: str = ""  # how peak_memory_bytes was measured
     host_peak_bytes: int | None = None  # CPU memory of the process tree (also on CUDA)

@@ -285,7 +285,7 @@ class Trial:
         config: TrainConfig,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """An eval step on a fresh batch and a checkpoint save: (the failed result or None,
-        the figures for the result: ``eval_loss``, ``checkpoint_bytes``)."""
+        the figures for the result: ``eval_loss``, ``checkpoint_bytes``, ``verify_s``)."""
         import torch
 
         from autotune.engine.step import autocast_context, to_device
@@ -293,6 +293,7 @@ class Trial:
         device = stepper.device
         seed: int = self.request["seed"]
         extra: dict[str, Any] = {}
+        started = time.perf_counter()
         self.set_stage("verifying: eval step")
         try:
             model.eval()
@@ -316,6 +317,7 @@ class Trial:
                 config,
                 dist=self.dist,
             )
+            extra["verify_s"] = time.perf_counter() - started
         except Exception as exc:
             _, reason = classify_exception(exc)
             return self.result("error", f"verification failed ({self.stage}): {reason}"), extra

@@ -421,7 +421,7 @@ def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
     running = [e for e in entrants if not e.dropped]
     if left is None or not any("naive" not in e.roles for e in running):
         return False
-    return 0 < sum(w for e in running for w in e.walls[-1:]) <= left
+    return 0 < sum(_next_burst_s(e) for e in running) <= left
 
 
 def _condition(watch: MachineWatch | None, since: float, threads: int | None) -> str:
@@ -532,10 +532,22 @@ def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> 
 def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
     """Whether another round would end past the search's deadline (``fits_deadline``:
     the time limit plus half of ``OVERRUN_SHARE``), judged from the entrants' last bursts
-    (the first round's, with its eval and checkpoint, overestimate the next). Load or no
-    load: a round without a fair figure earns no extra time."""
-    round_s = sum(w for e in entrants if not e.dropped for w in e.walls[-1:])
+    (``_next_burst_s``). Load or no load: a round without a fair figure earns no extra
+    time."""
+    round_s = sum(_next_burst_s(e) for e in entrants if not e.dropped)
     return not state.fits_deadline(round_s)
+
+
+def _next_burst_s(entrant: Entrant) -> float:
+    """How long ``entrant``'s next burst will take: its last one's wall, less the eval step
+    and checkpoint save a first-round burst ran (``verify_s``; gpt-small on the 2-core CPU:
+    a first round of 89 s, the next 73 s; in another search a first round of 98 s had the
+    race cut the second to the leader and naive). 0 before its first burst."""
+    if not entrant.walls:
+        return 0.0
+    last = entrant.bursts[-1] if entrant.bursts else None
+    verify = last.verify_s if last is not None and last.verify_s else 0.0
+    return max(0.0, entrant.walls[-1] - verify)
 
 
 def _round_line(round_: int, entrants: list[Entrant], unit: str) -> str:

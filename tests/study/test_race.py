@@ -366,6 +366,23 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
     assert [r.number for r in behind_the_best([records[3], slowed])] == []
 
 
+def test_a_later_round_is_judged_without_the_first_rounds_eval_and_checkpoint() -> None:
+    # gpt-small: a first round of 98 s (each compiled entrant's eval graph compiled) had
+    # the race cut the second round to the leader and naive; the next took 73 s.
+    from autotune.study.race import _out_of_time
+
+    state = _limited_state(100.0, elapsed=60.0)  # 45 s to the deadline (the limit + 5%)
+    entrants = [_entrant(1, [100.0]), _entrant(2, [95.0]), _entrant(0, [40.0], "naive")]
+    for e in entrants:
+        e.walls.append(20.0)  # 60 s in all: past the deadline as they stand
+        e.bursts.append(BurstResult(status="ok", verify_s=8.0))  # 36 s without the verify
+    assert not _out_of_time(state, entrants)  # the round runs with all three
+    for e in entrants:
+        e.walls.append(20.0)  # a later round's burst: no verify to take off
+        e.bursts.append(BurstResult(status="ok"))
+    assert _out_of_time(state, entrants)
+
+
 def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
     from autotune.study.race import _trim_for_time
 
