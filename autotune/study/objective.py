@@ -294,6 +294,7 @@ class TrialObjective:
             seen=seen,
             predicted=predicted,
             edge=edge,
+            cores_left=threads,
         )
 
     def _step_reporter(
@@ -370,13 +371,16 @@ class TrialObjective:
         seen: Sequence[float] = (),
         predicted: float | None = None,
         edge: int | None = None,
+        cores_left: int | None = None,
     ) -> float:
         """Store the burst's outcome on the trial; return its value (or raise TrialPruned).
         ``predicted``, ``edge``: the memory model's peak and largest micro-batch for the
-        config, made before the burst ran."""
+        config, made before the burst ran; ``cores_left``: the cores outside load left it
+        (None: it ran on all)."""
         throughput = self.state.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
         peak = result.peak_memory_bytes
         common = _figures(result, throughput, wall_s=wall_s)
+        common["cores_left"] = cores_left
         budget = self.state.budget_bytes
         common.update(_memory_figures(result, budget, predicted=predicted, edge=edge))
         status = result.status

@@ -26,8 +26,9 @@ third rung of successive halving, after the trials' screening and their step-wis
 pruning), since a paired round that far behind is not this machine's noise
 (``benchmarks/burst_noise.py``: a few % between bursts). Naive never leaves (every ratio
 needs it); a mixed round (below) removes no one. An entrant that left cannot win; its
-figures stay in the table. A finalist whose quiet trial came below ``SURVIVE`` of the best
-quiet trial's does not race at all (``behind_the_best``): round 1 would only cut it.
+figures stay in the table. A finalist whose trial came below ``SURVIVE`` of the best one
+measured alike (quiet, or on the same cores left by outside load) does not race at all
+(``behind_the_best``): round 1 would only cut it.
 
 Outside load (``MachineWatch``): a burst runs on the cores other processes leave it when
 it starts under load, and a round counts only beside rounds measured alike: the quiet
@@ -121,8 +122,8 @@ def entrants_for(
 ) -> list[Entrant]:
     """The top ``finalists`` distinct configs of the search, the naive config and the
     expert start; one entrant per config (a config with several roles has them all). A
-    finalist whose quiet trial came below ``SURVIVE`` of the best quiet trial's figure
-    does not race (``behind_the_best``): its first round would cut it."""
+    finalist whose trial came below ``SURVIVE`` of the best figure measured alike does
+    not race (``behind_the_best``): its first round would cut it."""
     out: dict[int, Entrant] = {}
 
     def add(record: TrialRecord | None, role: str) -> None:
@@ -135,7 +136,7 @@ def entrants_for(
             entrant.roles.append(role)
 
     top = distinct_best(list(state.records.values()))[:finalists]
-    behind = {r.number for r in behind_the_best(top)}
+    behind = behind_the_best(top)
     for record in top:
         if record.number not in behind:
             add(record, "finalist")
@@ -144,13 +145,32 @@ def entrants_for(
     return list(out.values())
 
 
-def behind_the_best(records: list[TrialRecord]) -> list[TrialRecord]:
-    """The quiet trials below ``SURVIVE`` of the best quiet trial's figure: a paired round
-    cuts an entrant below ``CUT`` of its fastest, and trials minutes apart spread less
-    than the gap between the two (mu's default search: #2's trial at 0.65x the best's raced
-    a round, 30 s of a 340 s limit, and left at 0.65x)."""
-    best = max((r.value or 0.0 for r in records if not r.disturbed), default=0.0)
-    return [r for r in records if not r.disturbed and (r.value or 0.0) < SURVIVE * best]
+def measured_alike(record: TrialRecord) -> str | None:
+    """What a trial's figure compares with: ``quiet`` (no outside load), ``N cores left``
+    (it ran on the N cores outside load left it: its figure compares with others run so,
+    as the race's rounds on the cores left do), or None (load hit it: it compares with
+    nothing)."""
+    if not record.disturbed:
+        return "quiet"
+    return f"{record.cores_left} cores left" if record.cores_left else None
+
+
+def behind_the_best(records: list[TrialRecord]) -> dict[int, float]:
+    """The trials below ``SURVIVE`` of the best figure measured alike (``measured_alike``),
+    by number, each with its ratio to it: a paired round cuts an entrant below ``CUT`` of
+    its fastest, and trials minutes apart spread less than the gap between the two (mu's
+    default search: #2's trial at 0.65x the best's raced a round, 30 s of a 340 s limit,
+    and left at 0.65x; under load, every trial on the core left, 0.67x and 0.66x)."""
+    best: dict[str, float] = {}
+    for r in records:
+        if (alike := measured_alike(r)) is not None:
+            best[alike] = max(best.get(alike, 0.0), r.value or 0.0)
+    behind: dict[int, float] = {}
+    for r in records:
+        top = best.get(measured_alike(r) or "", 0.0)
+        if top > 0 and (r.value or 0.0) < SURVIVE * top:
+            behind[r.number] = (r.value or 0.0) / top
+    return behind
 
 
 def race_reserve_s(
@@ -217,15 +237,10 @@ def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
 
 def likely_contenders(entrants: list[Entrant]) -> list[Entrant]:
     """The entrants the race will likely still measure after its first round: naive, and
-    those whose trial came within ``SURVIVE`` of the best trial's figure (a disturbed
-    trial's figure says nothing: it counts as a contender)."""
-    values = [e.record.value or 0.0 for e in entrants if not e.record.disturbed]
-    best = max(values, default=0.0)
-    return [
-        e
-        for e in entrants
-        if "naive" in e.roles or e.record.disturbed or (e.record.value or 0.0) >= SURVIVE * best
-    ]
+    those whose trial came within ``SURVIVE`` of the best figure measured alike
+    (``behind_the_best``; a trial that load hit says nothing: it counts as a contender)."""
+    behind = behind_the_best([e.record for e in entrants])
+    return [e for e in entrants if "naive" in e.roles or e.record.number not in behind]
 
 
 def race_steps(step_time_s: float | None, steps: int) -> int:
@@ -289,11 +304,9 @@ def run_race(
         f"{rounds} interleaved rounds of {steps} timed steps"
     )
     top = distinct_best(list(state.records.values()))[:finalists]
-    best = max((r.value or 0.0 for r in top if not r.disturbed), default=0.0)
-    for record in behind_the_best(top):
-        if all(e.record.number != record.number for e in entrants):
-            ratio = (record.value or 0.0) / best
-            state.note(f"race: #{record.number} not raced: its trial was {ratio:.2f}x the best's")
+    for number, ratio in behind_the_best(top).items():
+        if all(e.record.number != number for e in entrants):
+            state.note(f"race: #{number} not raced: its trial was {ratio:.2f}x the best's")
     done = 0
     busy: list[bool] = []
     kinds: list[str] = []  # per round: quiet, capped N, mixed or cut (_round_kind)

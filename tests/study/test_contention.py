@@ -190,6 +190,8 @@ def test_bursts_on_a_busy_machine_run_on_the_cores_left_to_them(tmp_path: Path) 
     result = run(tmp_path / "busy", busy, trials=3, watch=FakeWatch(loaded=True))
     assert busy.threads and set(busy.threads) == {1}  # trials and race alike
     assert result.trials[0].disturbed.endswith("; measured on the 1 core(s) left to it")
+    assert {t.cores_left for t in result.trials if t.ran} == {1}  # they compare alike
+    assert {t.cores_left for t in run(tmp_path / "again", FakeBurst(), trials=2).trials} == {None}
 
 
 def test_load_from_mid_race_on_counts_the_rounds_run_on_the_cores_left(tmp_path: Path) -> None:

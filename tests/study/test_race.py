@@ -361,9 +361,37 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
     expert = records[1]  # 0.4x the best: races as the expert start
     numbers = [e.record.number for e in entrants_for(state, finalists=3, expert=expert)]
     assert numbers == [3, 0, 1]  # #2 (0.65x) stays out
-    assert [r.number for r in behind_the_best(records)] == [0, 1, 2]
+    assert behind_the_best(records) == {0: 0.1, 1: 0.4, 2: 0.65}
     slowed = replace(records[2], disturbed="load from 12 s")  # a figure that says nothing
-    assert [r.number for r in behind_the_best([records[3], slowed])] == []
+    assert behind_the_best([records[3], slowed]) == {}
+
+
+def test_trials_run_on_the_cores_load_left_compare_among_themselves() -> None:
+    # mu under a busy core: every trial ran on the core left; #2 at 0.67x and the expert
+    # at 0.54x of #3 raced round 1 to be cut, and the reserve held them for round 2 too.
+    from autotune.study.race import behind_the_best, likely_contenders, measured_alike
+
+    def record(number: int, value: float, cores_left: int | None) -> TrialRecord:
+        disturbed = "another process used 1.0 cores" if cores_left != 0 else ""
+        return TrialRecord(
+            number=number, state="COMPLETE", status="ok", value=value,
+            disturbed=disturbed, cores_left=cores_left or None,
+        )  # fmt: skip
+
+    naive, expert = record(0, 1022.0, 1), record(1, 1176.0, 1)
+    playbook, best = record(2, 1451.0, 1), record(3, 2166.0, 1)
+    quiet = record(4, 5000.0, 0)  # measured before the load came: another scale
+    hit = record(5, 100.0, None)  # load came during it: its figure says nothing
+    assert [measured_alike(r) for r in (best, quiet, hit)] == ["1 cores left", "quiet", None]
+    behind = behind_the_best([naive, expert, playbook, best, quiet, hit])
+    assert sorted(behind) == [0, 1, 2]
+    assert behind[2] == pytest.approx(1451 / 2166)
+    entrants = [
+        Entrant(record=r, roles=roles)
+        for r, roles in ((best, ["finalist"]), (playbook, ["finalist"]), (naive, ["naive"]),
+                         (expert, ["expert"]), (hit, ["finalist"]))
+    ]  # fmt: skip
+    assert [e.record.number for e in likely_contenders(entrants)] == [3, 0, 5]
 
 
 def test_a_later_round_is_judged_without_the_first_rounds_eval_and_checkpoint() -> None:
