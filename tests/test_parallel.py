@@ -286,6 +286,24 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
 
 
 @gloo
+def test_a_run_folder_torchrun_cannot_use_is_a_usage_error(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, checkpoint_interval=2)
+    taken = tmp_path / "a-file"
+    taken.write_text("mine\n")
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("WORLD_SIZE", None)
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(taken),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cannot use" in proc.stderr and "it is a file" in proc.stderr
+    assert "Traceback" not in proc.stderr and "torch.distributed.run" not in proc.stderr
+    assert taken.read_text() == "mine\n"
+
+
+@gloo
 @pytest.mark.slow
 def test_a_failure_on_another_rank_is_that_ranks_outcome(tmp_path: Path) -> None:
     """Rank 1 runs out of memory building the model while rank 0 waits for it: the

@@ -148,11 +148,14 @@ _JsonLogs = Annotated[
 def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     """Replace this process by torchrun running this same command on ``nproc`` processes
     (signals and the exit code are torchrun's from here on); torchrun's own folder goes
-    in the run's, ``out_dir/torchrun``."""
+    in the run's, ``out_dir/torchrun`` (the run folder made first: torchrun would fail
+    on one it cannot make with a traceback)."""
     import shlex
 
     from autotune.train.distributed import torchrun_command
+    from autotune.train.run_folder import create_run_folder
 
+    create_run_folder(out_dir, "--out")
     command = torchrun_command(nproc, ["autotune", *sys.argv[1:]], log_dir=out_dir / "torchrun")
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)
     sys.stdout.flush()

@@ -42,12 +42,27 @@ from autotune.train.checkpoint import (
 )
 from autotune.train.distributed import DistInfo, all_gather_objects, barrier
 
-__all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolder"]
+__all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolder", "create_run_folder"]
 
 LOCK_FILE = ".autotune.lock"  # held by the one run that writes the folder
 HOLDER_FILE = ".autotune.lock.json"  # who holds it, for the refusal of a second run
 
 StateFn = Callable[[Sequence[Any]], dict[str, Any]]
+
+
+def create_run_folder(path: Path, out_name: str = "--out") -> None:
+    """The run folder ``path``, made where it is missing; a ``UsageError`` naming the
+    option ``out_name`` where it cannot be (a file, a folder that is not writable)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as exc:
+        what = "it is a file" if path.is_file() else (exc.strerror or str(exc))
+        raise UsageError(
+            f"cannot use {str(path)!r} as the run folder: {what}; give {out_name} a folder "
+            "you can write to"
+        ) from None
 
 
 class RunFolder:
@@ -159,17 +174,7 @@ class RunFolder:
                 )
 
     def _create(self) -> None:
-        """The folder, made where it is missing; a ``UsageError`` where it cannot be."""
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            if not os.access(self.path, os.W_OK | os.X_OK):
-                raise PermissionError(errno.EACCES, "not writable")
-        except OSError as exc:
-            what = "it is a file" if self.path.is_file() else (exc.strerror or str(exc))
-            raise UsageError(
-                f"cannot use {str(self.path)!r} as the run folder: {what}; give "
-                f"{self.out_name} a folder you can write to"
-            ) from None
+        create_run_folder(self.path, self.out_name)
 
     def save(self, step: int, state: StateFn, *, best: bool = False) -> Path | None:
         """Checkpoint ``step`` with ``state(every rank's RNG state)`` (collective under DDP:
