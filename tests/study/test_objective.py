@@ -213,6 +213,41 @@ def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: 
     assert result.race is not None and result.race.rounds >= 2
 
 
+def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
+    tmp_path: Path,
+) -> None:
+    # mu beside a busy core: the playbook's compile took 62 s of its 80 s cap, its steps
+    # 3.4 s each; the search called it "most likely still compiling" and ruled compile out.
+    calls: list[float] = []
+
+    class SlowSteps(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.compile != "off" and kw.get("on_step") is not None and not calls:
+                calls.append(kw["timeout_s"])
+                time.sleep(kw["timeout_s"])  # compiled, then its steps ran out the cap
+                return BurstResult(
+                    status="timeout", reason="fake: slow steps", warmup_s=2.0, compile_s=1.8,
+                    step_times_s=(0.5,),
+                )  # fmt: skip
+            return super().__call__(spec, config, **kw)
+
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        SlowSteps(),
+        trials=None,
+        timeout="9s",
+        output=None,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert calls == [pytest.approx(3.0)]
+    stopped = [t for t in result.trials if t.status == "stopped"]
+    assert len(stopped) == 1 and "compiled in 2 s" in stopped[0].reason
+    assert "still compiling" not in stopped[0].reason
+    assert not any("is not run again in this search" in n for n in notes)
+    assert not any("not run again" in (t.reason or "") for t in result.trials)
+
+
 def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_again(
     tmp_path: Path,
 ) -> None:
