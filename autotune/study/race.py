@@ -160,7 +160,8 @@ def behind_the_best(records: list[TrialRecord]) -> dict[int, float]:
     by number, each with its ratio to it: a paired round cuts an entrant below ``CUT`` of
     its fastest, and trials minutes apart spread less than the gap between the two (mu's
     default search: #2's trial at 0.65x the best's raced a round, 30 s of a 340 s limit,
-    and left at 0.65x; under load, every trial on the core left, 0.67x and 0.66x)."""
+    and left at 0.65x; beside a busy core, every trial on the core left, #2's at 0.67x
+    raced a round to leave at 0.66x)."""
     best: dict[str, float] = {}
     for r in records:
         if (alike := measured_alike(r)) is not None:
