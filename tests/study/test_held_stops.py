@@ -25,9 +25,22 @@ from autotune.testing.burst import FakeBurst, run
 
 @pytest.fixture
 def cli_handlers() -> Iterator[None]:
+    """The CLI's handlers for SIGTERM and SIGHUP, and Python's own for Ctrl-C, whatever
+    this process inherited: under ``nohup`` or as a background job of a script (CI),
+    SIGHUP and SIGINT arrive ignored, and the CLI rightly leaves an ignored signal ignored;
+    a blocked one would stay pending."""
+    stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    inherited = {sig: signal.getsignal(sig) for sig in stops}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     restore = _stop_signals_as_interrupt()
     yield
     restore()
+    for sig, handler in inherited.items():
+        signal.signal(sig, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _signal_while_storing(
