@@ -135,7 +135,7 @@ def entrants_for(
         if role not in entrant.roles:
             entrant.roles.append(role)
 
-    top = distinct_best(list(state.records.values()))[:finalists]
+    top = _top(state, finalists)
     behind = behind_the_best(top)
     for record in top:
         if record.number not in behind:
@@ -143,6 +143,11 @@ def entrants_for(
     add(state.record_of(state.space.naive()), "naive")
     add(expert, "expert")
     return list(out.values())
+
+
+def _top(state: SearchState, finalists: int) -> list[TrialRecord]:
+    """The search's ``finalists`` best distinct configs, best first."""
+    return distinct_best(list(state.records.values()))[:finalists]
 
 
 def measured_alike(record: TrialRecord) -> str | None:
@@ -304,8 +309,7 @@ def run_race(
         f"race: {len(entrants)} configs ({', '.join(e.label for e in entrants)}), "
         f"{rounds} interleaved rounds of {steps} timed steps"
     )
-    top = distinct_best(list(state.records.values()))[:finalists]
-    for number, ratio in behind_the_best(top).items():
+    for number, ratio in behind_the_best(_top(state, finalists)).items():
         if all(e.record.number != number for e in entrants):
             state.note(f"race: #{number} not raced: its trial was {ratio:.2f}x the best's")
     done = 0
