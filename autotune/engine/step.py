@@ -26,6 +26,7 @@ from torch import nn
 from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
+from autotune.machine.compile_cache import keep_precompiled_headers
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
@@ -137,6 +138,7 @@ def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
     if config.compile == "off":
         return model
     mode = None if config.compile == "default" else config.compile
+    keep_precompiled_headers()
     if config.compile_regions:
         for block in repeated_blocks(model):
             block.compile(mode=mode)
