@@ -329,7 +329,7 @@ class Planner:
         """A config still queued whose trial would finish in the time left for trials
         (``trial_cost.will_not_finish``), or None: where a refinement's first compile no
         longer fits, one whose code the compile cache holds may (mu with an empty cache:
-        36 s left, a first compile 44 s, a cached one 7-9 s)."""
+        36 s left, a first compile 44 s, a cached one 3 s)."""
         waiting = _waiting_params(study)
         for config in self.queued:
             if self.state.space.params_of(config) in waiting and not will_not_finish(

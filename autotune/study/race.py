@@ -190,8 +190,8 @@ def race_reserve_s(
     """How long the race would take now: each entrant's trial wall time (scaled by the
     race's steps over the search's) times the rounds. A compiled entrant's compilation is
     counted at the quickest one the search saw, and at most ``CACHED_COMPILE_SHARE`` of the
-    slowest: the race finds its code in the compile cache (mu on the 2-core CPU: a 33 s
-    compile in its trial, 7-9 s from the cache). On a machine whose cache was empty every
+    slowest: the race finds its code in the compile cache (mu on the 2-core CPU: a 48 s
+    compile in its trial, 2.7 s from the cache). On a machine whose cache was empty every
     compile of the search is a first one: mu's first search on a fresh machine reserved
     305 s for two rounds while its race ran three in 190 s, and measured 4 trials.
 

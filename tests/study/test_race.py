@@ -476,14 +476,14 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals
     )
-    add(2, compiled.replace(micro_batch=16, grad_accum=2), 15.0, 8.0)  # a cached compile
-    walls = [20.0, 10.0 + 8.0, 7.0 + 8.0]  # the quickest compile seen is the cache's
+    add(2, compiled.replace(micro_batch=16, grad_accum=2), 11.0, 4.0)  # a cached compile
+    walls = [20.0, 10.0 + 4.0, 7.0 + 4.0]  # the quickest compile seen is the cache's
     room = sorted(walls)[1]
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals  # one eval graph serves micro-batches 8 and 16
     )
-    add(3, compiled.replace(precision="bf16"), 15.0, 8.0)  # another code: its own eval graph
-    walls = [20.0, 10.0 + 8.0, 7.0 + 8.0, 7.0 + 8.0]
+    add(3, compiled.replace(precision="bf16"), 11.0, 4.0)  # another code: its own eval graph
+    walls = [20.0, 10.0 + 4.0, 7.0 + 4.0, 7.0 + 4.0]
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + 2 * evals  # three finalists in: no room for another
     )
