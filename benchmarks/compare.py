@@ -972,7 +972,8 @@ def _autotune_row(task: Task) -> Row:
             )
     counts = result.counts()
     notes = [
-        f"search: {counts['measured']} measured trials ({counts['infeasible']} infeasible, "
+        f"search: {counts['ran']} trials ran, {counts['measured']} measured "
+        f"({counts['infeasible']} infeasible, "
         f"{counts['pruned']} pruned, {counts['failed']} failed) of a space of "
         f"{result.space_size}; stopped: {result.stopped}; preset {result.preset_path}",
     ]

@@ -94,7 +94,7 @@ def row(name: str, result: dict, quiet_speedup: float | None) -> dict[str, str]:
     return {
         "run": name,
         "wall": f"{result['_wall_s']:.0f} s",
-        "trials": str(result["counts"]["measured"]),
+        "trials": str(result["counts"]["ran"]),
         "warned": "yes" if warned else "no",
         "disturbed trials": ", ".join(f"#{n}" for n in disturbed) or "-",
         "winner": race.get("winner") or "-",

@@ -266,7 +266,7 @@ def _report(
         f"{time_ratio:.1%} (target <= {TIME_TARGET:.0%})"
     )
     print(
-        f"search detail: {counts['measured']} bursts ({counts['pruned']} pruned, "
+        f"search detail: {counts['ran']} bursts ({counts['pruned']} pruned, "
         f"{counts['infeasible']} infeasible, {counts['failed']} failed, "
         f"{counts['duplicates']} repeats not re-run); wall {search_wall:.0f}s including the "
         f"sampler and storage; trial time includes the {race_time:.0f}s finalist race; grid wall "

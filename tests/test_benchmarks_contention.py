@@ -16,7 +16,7 @@ def _result() -> dict:
         "race": {"speedup": 2.2, "speedup_interval": [2.0, 2.4], "winner": "#3",
                  "busy_rounds": [True, False]},
         "trials": [{"number": 0, "disturbed": ""}, {"number": 3, "disturbed": "busy"}],
-        "counts": {"measured": 2},
+        "counts": {"ran": 2, "measured": 2},
         "notes": ["race round 1 ran while the machine was busy"],
         "_wall_s": 300.0,
         "_stderr": "warning: trial #3 was measured while the machine was busy\n",

@@ -491,7 +491,8 @@ def render_result(result: SearchResult, console: Console) -> None:
 
     counts = result.counts()
     console.print(
-        f"[bold]Search finished[/] ({escape(result.stopped)}): {counts['measured']} measured, "
+        f"[bold]Search finished[/] ({escape(result.stopped)}): {counts['ran']} trials ran, "
+        f"{counts['measured']} measured, "
         f"{counts['infeasible']} infeasible, {counts['pruned']} pruned, {counts['failed']} "
         f"failed, {counts['duplicates']} repeats; {_fmt_s(result.wall_s)}; study "
         f"{escape(result.study_name)!s} in {escape(result.storage)}"

@@ -60,7 +60,7 @@ def write_preset(
         measured=Measured.from_burst(typical),
         baseline=_baseline(race, Baseline),
         search=SearchSummary(
-            trials_run=counts["measured"],
+            trials_run=counts["ran"],
             infeasible=counts["infeasible"],
             pruned=counts["pruned"],
             failed=counts["failed"],

@@ -226,13 +226,15 @@ class SearchResult:
         return None if self.best is None else self.best.train_config()
 
     def counts(self) -> dict[str, int]:
-        """trials (all finished), measured (a burst ran), infeasible, pruned (by the
-        pruner or the time limit; not the outdated refinements skipped without a burst),
-        failed."""
+        """trials (all finished), ran (a burst ran), measured (a burst ran and gave a
+        figure: not one stopped before its first timed step, out of memory or failed),
+        infeasible, pruned (by the pruner or the time limit; not the outdated refinements
+        skipped without a burst), failed."""
         done = [t for t in self.trials if t.finished]
         return {
             "trials": len(done),
-            "measured": sum(1 for t in done if t.ran),
+            "ran": sum(1 for t in done if t.ran),
+            "measured": sum(1 for t in done if t.ran and t.throughput is not None),
             "infeasible": sum(1 for t in done if t.infeasible),
             "pruned": sum(1 for t in done if t.state == "PRUNED" and t.status != "skipped"),
             "failed": sum(1 for t in done if t.failed),

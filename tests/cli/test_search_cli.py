@@ -84,13 +84,13 @@ def test_json_output_and_resume(env: tuple[str, FakeBurst], tmp_path: Path) -> N
     first = CliRunner().invoke(app, [*base, "--trials", "3", "--output", "a.yaml"])
     assert first.exit_code == 0, first.output
     data = json.loads(first.stdout)
-    assert data["counts"]["measured"] == 3 and data["preset_path"] == "a.yaml"
+    assert data["counts"]["ran"] == 3 and data["preset_path"] == "a.yaml"
     assert data["trials"][0]["role"] == "naive" and data["best"]["status"] == "ok"
     second = CliRunner().invoke(app, [*base, "--trials", "5", "--output", "b.yaml"])
     assert second.exit_code == 0, second.output
     again = json.loads(second.stdout)
     assert again["study_name"] == data["study_name"]  # the same study, resumed
-    assert again["counts"]["measured"] == 5
+    assert again["counts"]["ran"] == 5
     assert len(burst.calls) == 5  # 3 + 2: nothing measured twice
 
 

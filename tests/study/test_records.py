@@ -20,7 +20,9 @@ def test_progress_events_and_json(tmp_path: Path) -> None:
     assert all(e.trials_left is not None for e in trial_events)
     data = json.loads(json.dumps(result.to_dict()))
     assert data["best"]["config"] == dict(result.best.config)  # type: ignore[union-attr]
-    assert data["counts"]["measured"] == 4
+    counts = data["counts"]
+    assert counts["ran"] == 4  # the fake's third trial runs out of memory: no figure
+    assert counts["measured"] == 3 and counts["infeasible"] == 1
     assert data["preset_path"] == str(tmp_path / "best.yaml")
 
 
@@ -37,3 +39,23 @@ def test_a_model_that_names_its_size_is_shown_and_preset_by_that_name(tmp_path: 
     preset = load_preset(tmp_path / "best.yaml")
     assert preset.task.size_name == "image"
     assert preset.task.size_label() == f"image {preset.task.seq_len}"
+
+
+def test_a_trial_stopped_before_its_figure_ran_but_is_not_counted_as_measured(
+    tmp_path: Path,
+) -> None:
+    """A compiled trial the time limit stopped during its compile ran a burst and measured
+    nothing: the summary's "measured" counts configs with a figure."""
+    from dataclasses import replace
+
+    from autotune.study.records import TrialRecord
+
+    result = run(tmp_path, FakeBurst(), trials=3)
+    before = result.counts()
+    stopped = TrialRecord(number=99, state="PRUNED", status="pruned", ran=True)
+    skipped = TrialRecord(number=100, state="PRUNED", status="skipped")
+    counts = replace(result, trials=(*result.trials, stopped, skipped)).counts()
+    assert counts["trials"] == before["trials"] + 2
+    assert counts["ran"] == before["ran"] + 1
+    assert counts["measured"] == before["measured"] > 0
+    assert counts["pruned"] == before["pruned"] + 1
