@@ -492,10 +492,9 @@ def render_result(result: SearchResult, console: Console) -> None:
     counts = result.counts()
     console.print(
         f"[bold]Search finished[/] ({escape(result.stopped)}): {counts['ran']} trials ran, "
-        f"{counts['measured']} measured, "
-        f"{counts['infeasible']} infeasible, {counts['pruned']} pruned, {counts['failed']} "
-        f"failed, {counts['duplicates']} repeats; {_fmt_s(result.wall_s)}; study "
-        f"{escape(result.study_name)!s} in {escape(result.storage)}"
+        f"{counts['measured']} measured, {counts['infeasible']} infeasible, {counts['pruned']} "
+        f"pruned, {counts['failed']} failed, {counts['duplicates']} repeats; "
+        f"{_fmt_s(result.wall_s)}; study {escape(result.study_name)!s} in {escape(result.storage)}"
     )
     console.print(_top_table(result))
     if result.race is not None:
