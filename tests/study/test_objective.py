@@ -13,6 +13,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
+from autotune.study.records import SearchResult
 from autotune.testing.burst import GB, MB, FakeBurst, run, study_of
 
 
@@ -213,6 +214,20 @@ def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: 
     assert result.race is not None and result.race.rounds >= 2
 
 
+def _nine_second_search(tmp_path: Path, burst: FakeBurst) -> tuple[SearchResult, list[str]]:
+    """A search with a 9 s limit and no preset: its result and the notes it gave."""
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        burst,
+        trials=None,
+        timeout="9s",
+        output=None,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    return result, notes
+
+
 def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
     tmp_path: Path,
 ) -> None:
@@ -231,15 +246,7 @@ def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
                 )  # fmt: skip
             return super().__call__(spec, config, **kw)
 
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        SlowSteps(),
-        trials=None,
-        timeout="9s",
-        output=None,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
+    result, notes = _nine_second_search(tmp_path, SlowSteps())
     assert calls == [pytest.approx(3.0)]
     at_cap = [t for t in result.trials if t.status == "stopped" and "within 3 s" in t.reason]
     assert len(at_cap) == 1 and "compiled in 2 s" in at_cap[0].reason
@@ -262,15 +269,7 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
                 return BurstResult(status="timeout", reason="fake: still compiling")
             return super().__call__(spec, config, **kw)
 
-    notes: list[str] = []
-    result = run(
-        tmp_path,
-        NeverCompiles(),
-        trials=None,
-        timeout="9s",
-        output=None,
-        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
-    )
+    result, notes = _nine_second_search(tmp_path, NeverCompiles())
     assert timeouts == [pytest.approx(3.0)]  # a third of the 9 s limit, once
     compiled = [t for t in result.trials if t.config["compile"] != "off"]
     ran = [t for t in compiled if t.ran]
