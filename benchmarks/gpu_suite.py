@@ -57,6 +57,7 @@ whatever is missing where it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -167,6 +168,10 @@ class Context:
 
     work: Path  # a folder for the steps' files
     python: str = sys.executable
+    search_timeout: str | None = None  # the search step's --timeout (None: its default)
+    compare_search_timeout: str = "2m"  # compare.py's --search-timeout
+    compare_args: tuple[str, ...] = ()  # more of compare.py's options (--policies, --repeats)
+    test_workers: int = 1  # pytest processes for the gpu-marked tests (-n, pytest-xdist)
 
     def autotune(self, *args: str) -> list[str]:
         return [self.python, "-m", "autotune", *args]
@@ -249,6 +254,12 @@ GPU_TEST_FILES = (
 )
 
 
+def _workers(ctx: Context) -> list[str]:
+    """``-n N`` when the tests are spread over N processes (each burst is a process of its
+    own already; the tests check behaviour, not speed, so they may share the card)."""
+    return ["-n", str(ctx.test_workers)] if ctx.test_workers > 1 else []
+
+
 def _tests_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
     run = runs[0]
     summary = next(
@@ -289,6 +300,7 @@ def _search_commands(ctx: Context) -> list[list[str]]:
         ctx.autotune(
             "search", "--model", "mu", "--budget", "8GB", "--device", "cuda", "--json",
             "--output", str(ctx.preset), "--storage", f"sqlite:///{ctx.work / 'mu-8GB.db'}",
+            *(["--timeout", ctx.search_timeout] if ctx.search_timeout else []),
         )
     ]  # fmt: skip
 
@@ -377,8 +389,9 @@ def _compare(model: str, budget: str, *extra: str) -> Callable[[Context], list[l
     def commands(ctx: Context) -> list[list[str]]:
         return [[
             ctx.python, str(ROOT / "benchmarks" / "compare.py"), "--model", model, "--device",
-            "cuda", "--budget", budget, "--search-timeout", "2m", "--grid-max", "0", "--out",
-            str(ctx.work / f"compare-{model}"), *extra,
+            "cuda", "--budget", budget, "--search-timeout", ctx.compare_search_timeout,
+            "--grid-max", "0", "--out",
+            str(ctx.work / f"compare-{model}"), *extra, *ctx.compare_args,
         ]]  # fmt: skip
 
     return commands
@@ -404,7 +417,7 @@ STEPS: tuple[Step, ...] = (
          commands=lambda ctx: [ctx.autotune("probe", "--json")], report=_probe_report),
     Step(name="gpu-tests", title="gpu-marked tests", timeout_s=180,
          commands=lambda ctx: [[ctx.python, "-m", "pytest", "-m", "gpu", "-q", "-p",
-                                "no:cacheprovider", *GPU_TEST_FILES]],
+                                "no:cacheprovider", *_workers(ctx), *GPU_TEST_FILES]],
          report=_tests_report),
     Step(name="oom", title="Budget check: an over-budget config ends as oom in its own trial",
          timeout_s=150, commands=_oom_commands, report=_oom_report),
@@ -429,9 +442,13 @@ def run_suite(
     limit_s: float = SUITE_LIMIT_S,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     clock: Callable[[], float] = time.monotonic,
+    after_step: Callable[[list[Outcome]], None] = lambda outcomes: None,
 ) -> list[Outcome]:
     """Run ``steps`` in order; a failure is recorded and the next step runs. A step's
-    commands share its time limit, capped by what is left of the suite's ``limit_s``."""
+    commands share its time limit, capped by what is left of the suite's ``limit_s``.
+    Each command's output is kept in the work folder (``<step>-<n>.log``), and
+    ``after_step`` sees the outcomes so far after every step (the suite writes its file
+    then, so a suite stopped from outside still leaves the steps it finished)."""
     started = clock()
     outcomes = []
     for step in steps:
@@ -447,6 +464,7 @@ def run_suite(
             log(f"[{step.name}] $ {shlex.join(argv)}")
             done = runner(argv, timeout_s=max(step_left, 1.0), cwd=ROOT)
             outcome.runs.append(done)
+            _keep_log(ctx.work / f"{step.name}-{len(outcome.runs)}.log", argv, done)
             outcome.wall_s += done.wall_s
             step_left -= done.wall_s
             if done.timed_out:
@@ -465,11 +483,25 @@ def run_suite(
             if tail:
                 outcome.section += "\n\n```\n" + "\n".join(tail) + "\n```"
         log(f"[{step.name}] {outcome.status} in {fmt_seconds(outcome.wall_s)}: {outcome.result}")
+        after_step(outcomes)
     return outcomes
 
 
-def render(outcomes: Sequence[Outcome], *, command: str, total_s: float) -> str:
-    """The suite's Markdown: the steps table, then each step's section."""
+def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
+    code = "killed at its limit" if done.timed_out else f"exit {done.returncode}"
+    text = (
+        f"$ {shlex.join(argv)}\n# {code} after {done.wall_s:.1f} s\n"
+        f"## stdout\n{done.stdout}\n## stderr\n{done.stderr}\n"
+    )
+    with contextlib.suppress(OSError):  # a log helps read a failure, never causes one
+        path.write_text(text)
+
+
+def render(
+    outcomes: Sequence[Outcome], *, command: str, total_s: float, planned: int | None = None
+) -> str:
+    """The suite's Markdown: the steps table, then each step's section. ``planned``: the
+    number of steps asked for, when the file is written before all have run."""
     rows = []
     for o in outcomes:
         wall = fmt_seconds(o.wall_s) if o.runs else "-"
@@ -477,7 +509,12 @@ def render(outcomes: Sequence[Outcome], *, command: str, total_s: float) -> str:
     parts = [
         f"## GPU suite, {utc_now()}",
         f"`{command}`: {len(outcomes)} steps in {fmt_seconds(total_s)}, "
-        f"{sum(o.status == 'ok' for o in outcomes)} ok.",
+        f"{sum(o.status == 'ok' for o in outcomes)} ok"
+        + (
+            f" ({planned - len(outcomes)} of {planned} not run yet)."
+            if planned and planned > len(outcomes)
+            else "."
+        ),
         render_table(["step", "status", "wall", "result"], rows),
     ]
     for o in outcomes:
@@ -548,13 +585,40 @@ def main(
     parser.add_argument(
         "--work", type=Path, default=None, help="folder for the steps' files (default: temporary)"
     )
+    parser.add_argument(
+        "--search-timeout",
+        default=None,
+        help="the search step's --timeout, e.g. 3m (default: the search's own default)",
+    )
+    parser.add_argument(
+        "--compare-search-timeout", default="2m", help="compare.py's --search-timeout (2m)"
+    )
+    parser.add_argument(
+        "--compare-args",
+        default="",
+        help="more options for compare.py, one string: '--policies naive,autotune --repeats 1'",
+    )
+    parser.add_argument(
+        "--test-workers",
+        type=int,
+        default=1,
+        help="processes for the gpu-marked tests (pytest-xdist's -n; 1: one process)",
+    )
     args = parser.parse_args(argv)
     steps = _select(args.steps)
     if args.limit <= 0:
         raise SystemExit(f"error: --limit must be positive minutes, got {args.limit}")
 
+    if args.test_workers < 1:
+        raise SystemExit(f"error: --test-workers must be at least 1, got {args.test_workers}")
+    options = {
+        "search_timeout": args.search_timeout,
+        "compare_search_timeout": args.compare_search_timeout,
+        "compare_args": tuple(shlex.split(args.compare_args)),
+        "test_workers": args.test_workers,
+    }
     if args.dry_run:
-        ctx = Context(work=args.work or Path("<work>"))
+        ctx = Context(work=args.work or Path("<work>"), **options)
         for step in steps:
             for command in step.commands(ctx):
                 print(f"[{step.name}, {fmt_seconds(step.timeout_s)}] {shlex.join(command)}")
@@ -572,12 +636,21 @@ def main(
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        outcomes = run_suite(steps, Context(work=work), runner=runner, limit_s=args.limit * 60)
         command = shlex.join(
             ["python", "benchmarks/gpu_suite.py", *(argv if argv is not None else sys.argv[1:])]
         )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+
+        def write(outcomes: list[Outcome]) -> None:
+            total_s = time.monotonic() - started
+            args.out.write_text(render(outcomes, command=command, total_s=total_s,
+                                       planned=len(steps)))  # fmt: skip
+
+        outcomes = run_suite(
+            steps, Context(work=work, **options), runner=runner, limit_s=args.limit * 60,
+            after_step=write,
+        )  # fmt: skip
         text = render(outcomes, command=command, total_s=time.monotonic() - started)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
     print(f"written to {args.out}", file=sys.stderr)

@@ -237,3 +237,41 @@ def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
         if "pytest.mark.gpu" in path.read_text(encoding="utf-8") and path != Path(__file__)
     }
     assert marked and marked == set(suite.GPU_TEST_FILES)
+
+
+def test_the_options_reach_the_commands(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    options = ["--search-timeout", "3m", "--compare-search-timeout", "90s", "--test-workers", "4"]
+    options += ["--compare-args", "--policies naive,autotune --repeats 1"]
+    code, _ = _main(tmp_path, runner, "--steps", "gpu-tests,search,compare-mu", *options)
+    assert code == 0
+    tests = next(c for c in runner.calls if "pytest" in c)
+    assert tests[tests.index("-n") + 1] == "4"
+    search = next(c for c in runner.calls if "search" in c)
+    assert search[search.index("--timeout") + 1] == "3m"
+    compare = next(c for c in runner.calls if c[1].endswith("compare.py"))
+    assert compare[compare.index("--search-timeout") + 1] == "90s"
+    assert compare[-4:] == ["--policies", "naive,autotune", "--repeats", "1"]
+    default = FakeRunner()
+    _main(tmp_path / "default", default, "--steps", "gpu-tests,search")
+    assert "-n" not in next(c for c in default.calls if "pytest" in c)
+    assert "--timeout" not in next(c for c in default.calls if "search" in c)
+
+
+def test_the_file_is_written_after_each_step_with_each_commands_log(tmp_path: Path) -> None:
+    out, work = tmp_path / "suite.md", tmp_path / "work"
+    seen: list[str] = []
+
+    class Watching(FakeRunner):
+        def __call__(self, argv: Sequence[str], **kwargs: Any) -> Any:
+            seen.append(out.read_text() if out.exists() else "")
+            return super().__call__(argv, **kwargs)
+
+    argv = ["--out", str(out), "--work", str(work), "--steps", "probe,oom"]
+    suite.main(argv, runner=Watching(), has_cuda=lambda: True, find=lambda module: object())
+    assert seen[0] == ""  # nothing before the first step
+    assert "| probe | ok " in seen[1] and "(1 of 2 not run yet)" in seen[1]
+    assert "not run yet" not in out.read_text()
+    log = (work / "oom-1.log").read_text()
+    assert log.startswith("$ ") and "gpt2-124m" in log and "## stderr\nsome progress" in log
+    assert (work / "oom-2.log").exists() and (work / "probe-1.log").exists()
