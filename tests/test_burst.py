@@ -357,6 +357,27 @@ def test_bad_arguments_are_refused() -> None:
         run_burst(fake_models.fake_spec, config, timeout_s=0)
 
 
+def test_the_reported_context_is_the_one_the_peak_counts() -> None:
+    """The trial measures the CUDA context at the start and again at the end (kernels
+    loaded during the steps grow it: cuDNN's grew it by 82 MiB on an H200) and counts the
+    larger in its peak; the result reports that one, so peak - context is the reserved
+    peak. Found on the GPU: the start's context was reported, 82 MiB short."""
+    import json as _json
+
+    from autotune.burst.outcome import Progress
+
+    progress = Progress()
+    messages = [
+        {"type": "context", "bytes": 708_837_376, "method": "nvml-process"},
+        {"type": "result", "status": "ok", "peak_bytes": 905_969_664,
+         "context_bytes": 794_820_608},
+    ]  # fmt: skip
+    lines = [_json.dumps(m).encode() for m in messages]
+    assert progress.take(lines, started=0.0, on_step=None) == "result"
+    assert progress.context_bytes == 794_820_608
+    assert progress.context_method == "nvml-process"
+
+
 # -- for real on a GPU ------------------------------------------------------------------
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

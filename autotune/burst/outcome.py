@@ -80,6 +80,10 @@ class Progress:
             kind = msg.get("type")
             if kind == "result":
                 self.result = msg
+                if msg.get("context_bytes") is not None:
+                    # measured again at the end (kernels loaded during the steps grow it):
+                    # the context the peak was computed with, so the two agree
+                    self.context_bytes = int(msg["context_bytes"])
                 return "result"
             if kind in ("warmup", "step"):
                 seconds = self._step(kind, msg)
