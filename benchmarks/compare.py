@@ -58,6 +58,7 @@ search and the grid exactly as ``autotune search --knob`` does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -446,17 +447,20 @@ def measure_rows(
     def burst(item: _Pending, budget: int | None) -> BurstResult:
         t0 = time.monotonic()
         item.started = watch.now() if watch is not None else 0.0
-        result = burst_fn(
-            spec,
-            item.config,
-            steps=settings.steps,
-            warmup=settings.warmup,
-            budget_bytes=budget,
-            timeout_s=settings.timeout_s,
-            device=settings.device,
-            seed=settings.seed,
-            device_caps=settings.caps,
-        )
+        # marked as ours: the GPU's utilization while it runs is our own (where NVML lists
+        # no process, as in a VM, unmarked bursts read as another job's load)
+        with watch.burst() if watch is not None else contextlib.nullcontext():
+            result = burst_fn(
+                spec,
+                item.config,
+                steps=settings.steps,
+                warmup=settings.warmup,
+                budget_bytes=budget,
+                timeout_s=settings.timeout_s,
+                device=settings.device,
+                seed=settings.seed,
+                device_caps=settings.caps,
+            )
         item.wall_s += time.monotonic() - t0
         return result
 

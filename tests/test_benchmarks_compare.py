@@ -332,6 +332,26 @@ def test_measure_rows_interleaves_shares_and_uncaps() -> None:
     assert hand.measurement is None
 
 
+def test_measure_rows_marks_each_burst_as_ours_on_the_watch() -> None:
+    """Found on an H200: unmarked, compare.py's own bursts read as "the GPU was 25% busy
+    between our bursts" (NVML listed no process there, so utilization was all it had)."""
+    from autotune.study.watch import MachineWatch
+
+    watch = MachineWatch(device="cpu", processes=lambda: [], steal=lambda: None)
+    inside: list[int] = []
+
+    def fake_burst(spec: Any, config: TrainConfig, **kw: Any) -> BurstResult:
+        inside.append(watch._bursts)
+        return _burst(tokens_per_s=1.0, peak=1)
+
+    rows = [compare.Row(policy="naive", config=_mu_config(4))]
+    compare.measure_rows(
+        get_model("mu"), rows, burst_fn=fake_burst, settings=SETTINGS, budget_bytes=10,
+        log=lambda _: None, watch=watch,
+    )  # fmt: skip
+    assert inside == [1] * SETTINGS.repeats and watch._bursts == 0
+
+
 def _row(policy: str, tp: float | None, *, peak: int = 10**9, **kw: Any) -> Any:
     m = None
     if tp is not None:
