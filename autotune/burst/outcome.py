@@ -61,7 +61,9 @@ class Progress:
     def next_stage(self) -> str:
         if len(self.warmup_times) < self.warmup:
             return f"warm-up step {len(self.warmup_times) + 1} of {self.warmup}"
-        return f"timed step {len(self.step_times) + 1} of {self.steps}"
+        if len(self.step_times) < self.steps:
+            return f"timed step {len(self.step_times) + 1} of {self.steps}"
+        return f"timed step {len(self.step_times) + 1} (past {self.steps}: steps are short)"
 
     def take(
         self,

@@ -40,6 +40,8 @@ def write_request(
     profile_steps: int = 3,
     trace_path: str | None = None,
     stable_within: float | None = None,
+    min_warmup_s: float = 0.0,
+    min_timed_s: float = 0.0,
 ) -> None:
     """Write the trial's request to ``out``; raises if the spec cannot travel. ``workdir``
     is the trial's folder where the parent made one (torchrun); None: the trial makes its
@@ -48,7 +50,9 @@ def write_request(
     ``profile`` adds ``profile_steps`` profiled steps after the timed ones (their
     breakdown comes back in the result; ``trace_path`` receives their Chrome trace).
     ``stable_within``: the trial may end its timed steps early once they agree within
-    this fraction (``autotune.burst.result.steps_stable``)."""
+    this fraction (``autotune.burst.result.steps_stable``). ``min_warmup_s`` and
+    ``min_timed_s``: a one-process trial runs more warm-up and timed steps than asked
+    where they take less time than that (``autotune.burst.result.more_steps``)."""
     request: dict[str, Any] = {
         "config": config,
         "steps": steps,
@@ -63,6 +67,8 @@ def write_request(
         "profile_steps": profile_steps,
         "trace_path": trace_path,
         "stable_within": stable_within,
+        "min_warmup_s": min_warmup_s,
+        "min_timed_s": min_timed_s,
     }
     request.update(spec_payload(spec))
     pickle.dump(request, out)

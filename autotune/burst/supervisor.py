@@ -54,7 +54,13 @@ from autotune.burst.process import (
     wait_exit,
 )
 from autotune.burst.request import write_request
-from autotune.burst.result import BurstResult, BurstStatus, step_figures
+from autotune.burst.result import (
+    CUDA_MIN_TIMED_S,
+    CUDA_MIN_WARMUP_S,
+    BurstResult,
+    BurstStatus,
+    step_figures,
+)
 from autotune.engine.memory import ProcessTreeSampler
 
 if TYPE_CHECKING:
@@ -101,6 +107,8 @@ def run_burst(
     trace_path: str | None = None,
     stable_within: float | None = None,
     should_stop: Callable[[], str | None] | None = None,
+    min_warmup_s: float | None = None,
+    min_timed_s: float | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -115,9 +123,13 @@ def run_burst(
     ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
     profiled steps after the timed ones (the result's ``breakdown``; their trace to
     ``trace_path``). ``stable_within``: a one-process trial ends its timed steps once two
-    agree within that fraction (``steps_stable``). Nothing the trial started outlives it.
+    agree within that fraction (``steps_stable``). ``min_warmup_s`` / ``min_timed_s``: a
+    one-process trial runs more steps where its warm-up (after the first step) or its
+    timed steps take less time (None: ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on
+    CUDA, none on a CPU). Nothing the trial started outlives it.
     """
     _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
+    min_warmup_s, min_timed_s = _minimum_seconds(device, min_warmup_s, min_timed_s)
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
@@ -129,21 +141,12 @@ def run_burst(
         with tempfile.TemporaryFile() as log, _request_file(workdir) as request:
             try:
                 write_request(
-                    request,
-                    spec,
-                    config,
-                    steps=steps,
-                    warmup=warmup,
-                    budget_bytes=budget_bytes,
-                    device=device,
-                    seed=seed,
-                    verify=verify,
-                    threads=threads,
-                    workdir=None if workdir is None else str(workdir),
-                    profile=profile,
-                    trace_path=trace_path,
-                    stable_within=stable_within,
-                )
+                    request, spec, config, steps=steps, warmup=warmup,
+                    budget_bytes=budget_bytes, device=device, seed=seed, verify=verify,
+                    threads=threads, workdir=None if workdir is None else str(workdir),
+                    profile=profile, trace_path=trace_path, stable_within=stable_within,
+                    min_warmup_s=min_warmup_s, min_timed_s=min_timed_s,
+                )  # fmt: skip
             except Exception as exc:
                 return burst.result("error", _cannot_send(spec, exc), Progress())
             return _supervise(
@@ -177,6 +180,19 @@ def _request_file(workdir: Path | None) -> IO[bytes]:
     if workdir is None:
         return tempfile.TemporaryFile()
     return open(workdir / REQUEST_FILE, "wb")  # the caller's with closes it
+
+
+def _minimum_seconds(
+    device: str, warmup_s: float | None, timed_s: float | None
+) -> tuple[float, float]:
+    """The least warm-up and timed seconds of a burst on ``device`` (see
+    ``autotune.burst.result.CUDA_MIN_TIMED_S``); a negative one is a ValueError."""
+    cuda = device.startswith("cuda")
+    warmup_s = (CUDA_MIN_WARMUP_S if cuda else 0.0) if warmup_s is None else warmup_s
+    timed_s = (CUDA_MIN_TIMED_S if cuda else 0.0) if timed_s is None else timed_s
+    if warmup_s < 0 or timed_s < 0:
+        raise ValueError(f"minimum seconds must be >= 0, got {warmup_s=}, {timed_s=}")
+    return warmup_s, timed_s
 
 
 def _check_arguments(

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
 from autotune.burst.request import load_spec
-from autotune.burst.result import steps_stable
+from autotune.burst.result import MAX_TIMED_STEPS, MAX_WARMUP_STEPS, more_steps, steps_stable
 from autotune.core.errors import describe_exception
 
 if TYPE_CHECKING:
@@ -109,6 +110,29 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
+@dataclass(frozen=True)
+class Minimum:
+    """The least time a burst's warm-up and timed phases take (seconds; 0: only the
+    counts asked for): a phase shorter than that runs more steps (``more_steps``)."""
+
+    warmup_s: float = 0.0
+    timed_s: float = 0.0
+
+    def more_warmup(self, times: list[float], asked: int) -> bool:
+        # the first step carries the one-time work (compilation, the first allocations):
+        # the minimum counts the steady steps after it
+        steady = sum(times[1:])
+        return more_steps(len(times), asked, steady, self.warmup_s, most=MAX_WARMUP_STEPS)
+
+    def more_timed(self, times: list[float], asked: int) -> bool:
+        return more_steps(len(times), asked, sum(times), self.timed_s, most=MAX_TIMED_STEPS)
+
+    def most_steps(self, warmup: int, steps: int) -> int:
+        """The most warm-up and timed steps the burst can run."""
+        most_warmup = max(warmup, MAX_WARMUP_STEPS) if self.warmup_s > 0 else warmup
+        return most_warmup + (max(steps, MAX_TIMED_STEPS) if self.timed_s > 0 else steps)
+
+
 class Trial:
     """One burst, inside the trial process."""
 
@@ -166,14 +190,21 @@ class Trial:
 
         self.set_stage("starting the data loader")
         warmup, steps = req["warmup"], req["steps"]
-        micro_batches = (warmup + steps) * config.grad_accum
-        samples = micro_batches * config.micro_batch
+        # one process decides alone: torchrun's ranks must run the same steps
+        alone = self.dist.world_size == 1
+        stable = req.get("stable_within") if alone else None
+        minimum = Minimum(
+            warmup_s=float(req.get("min_warmup_s") or 0.0) if alone else 0.0,
+            timed_s=float(req.get("min_timed_s") or 0.0) if alone else 0.0,
+        )
+        most = minimum.most_steps(warmup, steps)
+        samples = most * config.grad_accum * config.micro_batch  # one epoch: no restart
         loader = make_loader(spec, config, samples=samples, seed=seed + self.dist.rank)
         batches = forever(loader)
-        stable = req.get("stable_within") if self.dist.world_size == 1 else None
         failed = self._timed_steps(
-            stepper, batches, config, warmup=warmup, steps=steps, stable_within=stable
-        )
+            stepper, batches, config, warmup=warmup, steps=steps, stable_within=stable,
+            minimum=minimum,
+        )  # fmt: skip
         if failed is not None:
             return failed
 
@@ -219,11 +250,13 @@ class Trial:
         warmup: int,
         steps: int,
         stable_within: float | None = None,
+        minimum: Minimum | None = None,
     ) -> dict[str, Any] | None:
         """The warm-up steps, then the timed ones, each reported on the channel; the
         ``nan`` result at the first non-finite loss, else None. With ``stable_within``
-        the timed steps end once their times agree within it (``steps_stable``); one
-        process decides alone, so torchrun's ranks never get it."""
+        the timed steps end once their times agree within it (``steps_stable``) and the
+        ``minimum`` time is spent; ``minimum`` adds steps to a phase shorter than its time
+        (``more_steps``). One process decides alone: torchrun's ranks get neither."""
         import torch
 
         from autotune.engine.step import to_device
@@ -238,15 +271,23 @@ class Trial:
             return stepper.step(micro)
 
         compiled = config.compile != "off"
+        minimum = minimum or Minimum()
         timed: list[float] = []
+        warm: list[float] = []
         self.channel.send("ready", threads=torch.get_num_threads())
-        for i in range(warmup + steps):
-            is_warmup = i < warmup
-            index = i if is_warmup else i - warmup
+        while True:
+            is_warmup = minimum.more_warmup(warm, warmup)
+            if not is_warmup and not minimum.more_timed(timed, steps):
+                break
+            index = len(warm) if is_warmup else len(timed)
             phase = "warm-up" if is_warmup else "timed"
             total = warmup if is_warmup else steps
             self.stage = f"{phase} step {index + 1} of {total}"
+            if index >= total:  # past the count: the phase's minimum time is not spent yet
+                least = minimum.warmup_s if is_warmup else minimum.timed_s
+                self.stage = f"{phase} step {index + 1} (at least {least:g} s of them)"
             seconds, out = timed_step(one_step, device)
+            (warm if is_warmup else timed).append(seconds)
             loss = out.loss_value()
             self.channel.send(
                 "warmup" if is_warmup else "step",
@@ -258,9 +299,8 @@ class Trial:
             )
             if not _finite(loss):
                 return self.result("nan", f"loss is {loss} at {self.stage}")
-            if is_warmup or stable_within is None:
+            if is_warmup or stable_within is None or sum(timed) < minimum.timed_s:
                 continue
-            timed.append(seconds)
             if index + 1 < steps and steps_stable(timed, stable_within):
                 break
         return None
