@@ -479,12 +479,23 @@ def run_suite(
                 text = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
                 outcome.result, _, outcome.section = text.partition("\n\n")
         if outcome.status in ("failed", "timeout") and outcome.runs:
-            tail = (outcome.runs[-1].stderr or outcome.runs[-1].stdout).strip().splitlines()[-8:]
+            tail = _failure_tail(outcome.runs[-1])
             if tail:
                 outcome.section += "\n\n```\n" + "\n".join(tail) + "\n```"
         log(f"[{step.name}] {outcome.status} in {fmt_seconds(outcome.wall_s)}: {outcome.result}")
         after_step(outcomes)
     return outcomes
+
+
+def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
+    """The end of a failed command's output: its stdout's lines that name a failure or an
+    error (pytest's summary is on stdout, its warnings on stderr), else stderr's last."""
+    marked = [
+        line
+        for line in run.stdout.strip().splitlines()
+        if line.startswith(("FAILED", "ERROR", "E ")) or "Error" in line
+    ]
+    return (marked or (run.stderr or run.stdout).strip().splitlines())[-lines:]
 
 
 def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:

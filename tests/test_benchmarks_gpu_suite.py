@@ -275,3 +275,15 @@ def test_the_file_is_written_after_each_step_with_each_commands_log(tmp_path: Pa
     log = (work / "oom-1.log").read_text()
     assert log.startswith("$ ") and "gpt2-124m" in log and "## stderr\nsome progress" in log
     assert (work / "oom-2.log").exists() and (work / "probe-1.log").exists()
+
+
+def test_a_failed_pytest_shows_its_failures_not_its_warnings(tmp_path: Path) -> None:
+    """Found on an H200: the failing test's section showed pytest-benchmark's warnings
+    (stderr) and not which test failed (stdout)."""
+    out = "..F.\nE       AssertionError: assert 82 <= 2\nFAILED tests/test_gpu.py::test_peak\n"
+    out += "===== 1 failed, 3 passed in 9.0s =====\n"
+    runner = FakeRunner(**{"gpu-tests": (1, out)})
+    code, text = _main(tmp_path, runner, "--steps", "gpu-tests")
+    assert code == 1
+    assert "FAILED tests/test_gpu.py::test_peak" in text and "AssertionError" in text
+    assert "the last line" not in text  # stderr's progress is not the tail shown
