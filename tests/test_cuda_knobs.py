@@ -420,3 +420,21 @@ def test_trial_tables_name_the_cuda_knobs_a_config_turns_on() -> None:
     line = summarize_config(config.to_dict())
     assert "fused-adamw" in line and "channels-last" in line
     assert "expandable" not in line and "cudnn" not in line
+
+
+def test_the_playbook_scales_its_micro_batch_from_the_naive_on_cuda() -> None:
+    """On an H200 gpt2-124m's playbook config took mb 64 at 24 GB (its class unmeasured)
+    and ran out; scaled from the naive's 4.16 GiB at mb 1 it takes a size that fits."""
+    from autotune.models.registry import get_model
+    from autotune.study.memory_model import MemoryModel
+
+    spec = get_model("gpt2-124m")
+    space = SearchSpace.for_model(spec, cuda_caps(), cpu_count=16, seq_len=[1024])
+    memory = MemoryModel(budget_bytes=24 * 10**9, device_kind="cuda")
+    unmeasured = playbook_config(space, spec, memory=memory)
+    assert unmeasured.micro_batch == max(space.micro_batch)  # nothing known: the largest
+    memory.add(0, space.naive(), peak_bytes=int(4.16 * 2**30), infeasible=False,
+               context_bytes=708_837_376)  # fmt: skip
+    scaled = playbook_config(space, spec, memory=memory)
+    assert scaled.precision == "bf16" and scaled.compile != "off"
+    assert 1 < scaled.micro_batch <= 8

@@ -223,3 +223,48 @@ def test_predicted_to_fit_takes_no_margin_and_counts_the_bound() -> None:
     # the bound through mb 4 (54 MB: 13.5 MB per micro-batch) puts mb 100 over the budget
     assert not model.predicted_to_fit(cfg(micro_batch=100))
     assert model.predicted_to_fit(cfg(micro_batch=70))
+
+
+GIB = 2**30
+GPT2_PARAMS = 124_373_760  # gpt2-124m's, as its spec counts them
+H200_CONTEXT = 708_837_376  # a burst's CUDA context on the H200 (torch 2.11, CUDA 13.0)
+
+
+def test_an_unmeasured_class_is_scaled_from_a_hungrier_one_on_cuda() -> None:
+    """The H200's figures: gpt2-124m's naive (fp32, mb 1, seq 1024) peaked at 4.16 GiB; the
+    playbook's class (bf16, compiled) had no measurement and took mb 64, which ran out of
+    24 GB; mb 8 of that class peaked at 6.52 GiB."""
+    model = MemoryModel(budget_bytes=24 * GB, device_kind="cuda")
+    naive = cfg(micro_batch=1, seq_len=1024)
+    model.add(0, naive, peak_bytes=int(4.16 * GIB), infeasible=False, context_bytes=H200_CONTEXT)
+    mb64 = cfg(micro_batch=64, seq_len=1024, precision="bf16", compile="default")
+    assert model.predict(mb64) is None and model.bound(mb64) is None
+    assert model.predicted_to_fit(mb64)  # without the model's size: the benefit of doubt
+    assert not model.predicted_to_fit(mb64, params=GPT2_PARAMS)
+    mb8 = dataclasses.replace(mb64, micro_batch=8)
+    assert model.predicted_to_fit(mb8, params=GPT2_PARAMS)
+    scaled = model.scaled(mb8, params=GPT2_PARAMS)
+    assert scaled is not None and 6.52 * GIB < scaled <= 24 * GB  # an over-estimate
+
+
+def test_only_a_class_no_leaner_per_token_scales() -> None:
+    model = MemoryModel(budget_bytes=24 * GB, device_kind="cuda")
+    measured = cfg(micro_batch=2, seq_len=1024, precision="bf16", compile="default")
+    model.add(0, measured, peak_bytes=8 * GB, infeasible=False, context_bytes=H200_CONTEXT)
+    for leaner_than_the_config in (
+        cfg(micro_batch=8, seq_len=1024),  # fp32 needs more per token than bf16
+        cfg(micro_batch=8, seq_len=1024, precision="bf16"),  # eager more than compiled
+        cfg(micro_batch=8, seq_len=1024, precision="bf16", compile="default",
+            knobs={"block_group": 2}),  # other model knobs
+        cfg(micro_batch=1, seq_len=1024, precision="bf16", compile="default"),  # fewer tokens
+    ):  # fmt: skip
+        assert model.scaled(leaner_than_the_config, params=GPT2_PARAMS) is None
+    same = cfg(micro_batch=8, seq_len=1024, precision="bf16", compile="default",
+               activation_checkpointing=True)  # fmt: skip
+    assert model.scaled(same, params=GPT2_PARAMS) is not None
+    unknown = MemoryModel(budget_bytes=24 * GB, device_kind="cuda")
+    unknown.add(0, measured, peak_bytes=8 * GB, infeasible=False)  # no context recorded
+    cpu = MemoryModel(budget_bytes=24 * GB)
+    cpu.add(0, measured, peak_bytes=8 * GB, infeasible=False, context_bytes=0)
+    for model in (unknown, cpu):
+        assert model.scaled(same, params=GPT2_PARAMS) is None

@@ -26,6 +26,11 @@ Three rules, all conservative:
   fitted yet borrows the ratio of the most memory-hungry group measured (peak per token at
   its largest config). ``edge_micro_batch`` is the largest micro-batch that rule lets run
   (the predicted edge).
+* **A class nothing measured, scaled (an estimate, CUDA).** The playbook's start picks its
+  micro-batch before its class ran: ``scaled`` takes a measured config of a class that
+  needs at least as much memory per token (fp32, eager, no checkpointing, the same knobs)
+  and splits its peak into a fixed part it knows a lower bound of (AdamW's 16 bytes a
+  parameter, the CUDA context) and the rest, which it grows with the tokens.
 
 Two figures describe how a measured config sat against the budget (``edge_reason``): a
 config whose CUDA allocator had to free its cache and retry (``num_alloc_retries``) or
@@ -66,6 +71,7 @@ class MemoryPoint:
     config: TrainConfig
     peak_bytes: int | None
     infeasible: bool
+    context_bytes: int | None = None  # the CUDA context inside the peak (None: unknown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +100,19 @@ def _group(config: TrainConfig) -> tuple[Any, ...]:
     )
 
 
+def _no_leaner(measured: TrainConfig, config: TrainConfig) -> bool:
+    """Whether ``measured`` needs at least ``config``'s memory per token: fp32 activations
+    against any precision, no checkpointing against any, eager against any compile mode,
+    and the same model knobs (eager attention holds its matrix), allocator and parallel."""
+    low = ("bf16", "fp16")
+    return (
+        (measured.precision not in low or config.precision in low)
+        and (not measured.activation_checkpointing or config.activation_checkpointing)
+        and measured.compile in ("off", config.compile)
+        and _group(measured)[3:] == _group(config)[3:]
+    )
+
+
 def _tokens(config: TrainConfig) -> int:
     return config.micro_batch * config.seq_len
 
@@ -108,12 +127,19 @@ class MemoryModel:
     points: list[MemoryPoint] = field(default_factory=list)
 
     def add(
-        self, trial: int, config: TrainConfig, *, peak_bytes: int | None, infeasible: bool
+        self,
+        trial: int,
+        config: TrainConfig,
+        *,
+        peak_bytes: int | None,
+        infeasible: bool,
+        context_bytes: int | None = None,
     ) -> None:
         """Record a measured config (``infeasible``: it ran out of memory or the budget)."""
         self.points.append(
-            MemoryPoint(trial=trial, config=config, peak_bytes=peak_bytes, infeasible=infeasible)
-        )
+            MemoryPoint(trial=trial, config=config, peak_bytes=peak_bytes,
+                        infeasible=infeasible, context_bytes=context_bytes)
+        )  # fmt: skip
 
     def dominates(self, config: TrainConfig, oom: TrainConfig) -> bool:
         """Whether ``config`` needs at least the memory of ``oom`` (by the rule above)."""
@@ -217,16 +243,41 @@ class MemoryModel:
             low, high = (middle, high) if fits(middle) else (low, middle)
         return low
 
-    def predicted_to_fit(self, config: TrainConfig) -> bool:
+    def predicted_to_fit(self, config: TrainConfig, *, params: int | None = None) -> bool:
         """Whether ``config`` is predicted within the budget itself (no margin): no OOM
-        dominates it, and neither the fit nor a ran-out class's bound puts it over (a
-        config neither can predict counts as fitting). The expert starts pick by it."""
+        dominates it, and neither the fit nor a ran-out class's bound puts it over. A
+        config neither can predict is scaled from another class (``scaled``, given the
+        model's ``params``); one nothing predicts counts as fitting. The expert starts
+        pick by it."""
         if self.dominating_oom(config) is not None:
             return False
-        for predicted in (self.predict(config), self.bound(config)):
-            if predicted is not None and predicted > self.budget_bytes:
-                return False
-        return True
+        predictions = [self.predict(config), self.bound(config)]
+        if params is not None and predictions == [None, None]:
+            predictions.append(self.scaled(config, params=params))
+        return all(p is None or p <= self.budget_bytes for p in predictions)
+
+    def scaled(self, config: TrainConfig, *, params: int) -> float | None:
+        """``config``'s peak scaled from a measured config of a class that needs at least
+        as much memory per token (``_no_leaner``) and at most its tokens, on CUDA: the
+        fixed part is AdamW's 16 bytes a parameter (fp32 weights, gradients, two moments)
+        plus the CUDA context, the rest grows with the tokens (a larger fixed part the
+        model does not know of counts as growth: an over-estimate), plus 2 bytes a
+        parameter for autocast's low-precision weight copies. None: no such config.
+        Found on an H200: gpt2-124m's playbook config, its class unmeasured, took the
+        space's largest micro-batch (64) and ran out of a 24 GB budget."""
+        if self.device_kind != "cuda":
+            return None
+        estimates = []
+        for p in self.points:
+            if p.infeasible or not p.peak_bytes or p.context_bytes is None:
+                continue
+            if _tokens(p.config) > _tokens(config) or not _no_leaner(p.config, config):
+                continue
+            fixed = 16 * params + p.context_bytes
+            per_token = max(0.0, (p.peak_bytes - fixed) / _tokens(p.config))
+            casts = 2 * params if config.precision in ("bf16", "fp16") else 0
+            estimates.append(fixed + casts + per_token * _tokens(config))
+        return max(estimates, default=None)
 
     def verdict(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` should not be run, or None when it should."""

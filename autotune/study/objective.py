@@ -535,6 +535,7 @@ def _figures(result: BurstResult, throughput: float | None, *, wall_s: float) ->
         "ran": True,
         "wall_s": result.wall_s if result.wall_s is not None else wall_s,
         "peak_memory_bytes": result.peak_memory_bytes,
+        "cuda_context_bytes": result.cuda_context_bytes,
         "tokens_per_s": result.tokens_per_s,
         "samples_per_s": result.samples_per_s,
         "throughput": throughput,

@@ -268,12 +268,13 @@ def playbook_config(
     # channels-last on where searched; expandable segments and omp_spin at their defaults).
     values = space.values_of(space.guess())
     values.update(precision=precision, compile=modes[0] if modes else "off")
-    values["micro_batch"] = _playbook_micro_batch(space, values, memory, guide_micro_batch)
+    values["micro_batch"] = _playbook_micro_batch(space, spec, values, memory, guide_micro_batch)
     return space.make_config(values)
 
 
 def _playbook_micro_batch(
     space: SearchSpace,
+    spec: ModelSpec,
     values: Mapping[str, Any],
     memory: MemoryModel | None,
     guide_micro_batch: int | None,
@@ -282,13 +283,22 @@ def _playbook_micro_batch(
         target = guide_micro_batch or max(1, space.global_batch // CPU_MICRO_BATCH_SHARE)
         below = [m for m in space.micro_batch if m <= target]
         return below[-1] if below else space.micro_batch[0]
+    params = _params(spec)
     for micro in sorted(space.micro_batch, reverse=True):  # the largest predicted to fit
         config = space.make_config({**values, "micro_batch": micro})
         if memory is None:
             return micro
-        if memory.predicted_to_fit(config):  # no benefit of doubt
+        if memory.predicted_to_fit(config, params=params):  # no benefit of doubt
             return micro
     return space.micro_batch[0]
+
+
+def _params(spec: ModelSpec) -> int | None:
+    """The model's parameter count (None where it cannot be built on the meta device)."""
+    try:
+        return spec.param_counts().total
+    except Exception:  # a user's model that needs real tensors to build: no scaling
+        return None
 
 
 def expert_starts(

@@ -58,6 +58,7 @@ class TrialRecord:
     timed_steps: int | None = None  # the timed steps its burst ran (fewer once stable)
     mfu: float | None = None
     peak_memory_bytes: int | None = None
+    cuda_context_bytes: int | None = None  # the CUDA context inside that peak
     time_to_train_s: float | None = None
     reason: str = ""
     role: str = ""  # naive | hand-tuned | playbook | refine | re-measure | smallest | ...
@@ -126,6 +127,7 @@ class TrialRecord:
             timed_steps=attrs.get("timed_steps"),
             mfu=attrs.get("mfu"),
             peak_memory_bytes=attrs.get("peak_memory_bytes"),
+            cuda_context_bytes=attrs.get("cuda_context_bytes"),
             time_to_train_s=attrs.get("time_to_train_s"),
             reason=str(attrs.get("reason") or ""),
             role=str(attrs.get("role") or ""),

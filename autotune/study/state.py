@@ -249,8 +249,9 @@ class SearchState:
                 )
             elif record.status == "ok":
                 self.memory.add(
-                    record.number, config, peak_bytes=record.peak_memory_bytes, infeasible=False
-                )
+                    record.number, config, peak_bytes=record.peak_memory_bytes, infeasible=False,
+                    context_bytes=record.cuda_context_bytes,
+                )  # fmt: skip
 
     def record_trial(self, record: TrialRecord) -> None:
         """A trial of this run finished: absorb it, count a run of skipped trials, and tell
