@@ -16,10 +16,10 @@ from autotune.burst.result import (
     CUDA_MIN_WARMUP_S,
     MAX_TIMED_STEPS,
     MAX_WARMUP_STEPS,
+    Minimum,
     more_steps,
 )
 from autotune.burst.supervisor import _minimum_seconds, run_burst
-from autotune.burst.trial import Minimum
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
@@ -147,3 +147,26 @@ def test_a_real_burst_times_its_minimum() -> None:
                        min_warmup_s=0.1)  # fmt: skip
     assert longer.ok, longer.reason
     assert longer.timed_steps > 2 and longer.warmup_steps > 1
+
+
+def test_no_warm_up_asked_adds_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    warm, timed = _phases(
+        monkeypatch, 0.01, warmup=0, steps=4, minimum=Minimum(warmup_s=1.0, timed_s=0.2)
+    )
+    assert warm == [] and len(timed) == 20
+
+
+def test_the_parent_names_a_warm_up_step_past_the_count_as_warm_up() -> None:
+    from autotune.burst.outcome import Progress
+
+    progress = Progress(warmup=3, steps=4, minimum=Minimum(warmup_s=1.0, timed_s=2.0))
+    assert progress.next_stage() == "warm-up step 1 of 3"
+    progress.warmup_times += [30.0, 0.017, 0.017]  # a compile, then short steps
+    assert progress.next_stage() == "warm-up step 4 (past 3: steps are short)"
+    progress.warmup_times += [0.5, 0.5]
+    assert progress.next_stage() == "timed step 1 of 4"
+    progress.step_times += [0.5] * 4
+    assert progress.next_stage() == "timed step 5 (past 4: steps are short)"
+    plain = Progress(warmup=3, steps=4)
+    plain.warmup_times += [30.0, 0.017, 0.017]
+    assert plain.next_stage() == "timed step 1 of 4"

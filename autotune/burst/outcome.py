@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from autotune.burst.result import Minimum
 from autotune.core.units import format_bytes
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Progress:
     graphs: int | None = None  # ... by the last step
     threads: int | None = None  # torch's intra-op threads, as the trial said
     stop_reason: str | None = None  # why the caller's ``should_stop`` stopped it
+    minimum: Minimum = field(default_factory=Minimum)  # the phases' least time (CUDA)
 
     def recompiles(self) -> int | None:
         """Graphs torch.compile built during the timed steps (recompilation: dynamic shapes
@@ -59,8 +61,11 @@ class Progress:
         return max(0, self.graphs - self.graphs_after_warmup)
 
     def next_stage(self) -> str:
-        if len(self.warmup_times) < self.warmup:
-            return f"warm-up step {len(self.warmup_times) + 1} of {self.warmup}"
+        k = len(self.warmup_times) + 1
+        if not self.step_times and self.minimum.more_warmup(self.warmup_times, self.warmup):
+            if k <= self.warmup:
+                return f"warm-up step {k} of {self.warmup}"
+            return f"warm-up step {k} (past {self.warmup}: steps are short)"
         if len(self.step_times) < self.steps:
             return f"timed step {len(self.step_times) + 1} of {self.steps}"
         return f"timed step {len(self.step_times) + 1} (past {self.steps}: steps are short)"
@@ -82,7 +87,7 @@ class Progress:
             kind = msg.get("type")
             if kind == "result":
                 self.result = msg
-                if msg.get("context_bytes") is not None:
+                if msg.get("context_bytes"):  # 0: CUDA failed before it was measured
                     # measured again at the end (kernels loaded during the steps grow it):
                     # the context the peak was computed with, so the two agree
                     self.context_bytes = int(msg["context_bytes"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +30,7 @@ __all__ = [
     "step_figures",
     "steps_stable",
     "more_steps",
+    "Minimum",
     "CUDA_MIN_WARMUP_S",
     "CUDA_MIN_TIMED_S",
     "MAX_WARMUP_STEPS",
@@ -131,6 +132,31 @@ def more_steps(done: int, asked: int, seconds: float, min_s: float, *, most: int
     if done < asked:
         return True
     return seconds < min_s and done < most
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """The least time a burst's warm-up and timed phases take (seconds; 0: only the
+    counts asked for): a phase shorter than that runs more steps (``more_steps``)."""
+
+    warmup_s: float = 0.0
+    timed_s: float = 0.0
+
+    def more_warmup(self, times: Sequence[float], asked: int) -> bool:
+        if asked == 0:  # no warm-up asked for: none added
+            return False
+        # the first step carries the one-time work (compilation, the first allocations):
+        # the minimum counts the steady steps after it
+        steady = sum(times[1:])
+        return more_steps(len(times), asked, steady, self.warmup_s, most=MAX_WARMUP_STEPS)
+
+    def more_timed(self, times: Sequence[float], asked: int) -> bool:
+        return more_steps(len(times), asked, sum(times), self.timed_s, most=MAX_TIMED_STEPS)
+
+    def most_steps(self, warmup: int, steps: int) -> int:
+        """The most warm-up and timed steps the burst can run."""
+        most_warmup = max(warmup, MAX_WARMUP_STEPS) if self.warmup_s > 0 else warmup
+        return most_warmup + (max(steps, MAX_TIMED_STEPS) if self.timed_s > 0 else steps)
 
 
 def steps_stable(

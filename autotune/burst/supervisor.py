@@ -59,6 +59,7 @@ from autotune.burst.result import (
     CUDA_MIN_WARMUP_S,
     BurstResult,
     BurstStatus,
+    Minimum,
     step_figures,
 )
 from autotune.engine.memory import ProcessTreeSampler
@@ -130,6 +131,7 @@ def run_burst(
     """
     _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
     min_warmup_s, min_timed_s = _minimum_seconds(device, min_warmup_s, min_timed_s)
+    minimum = Minimum(warmup_s=min_warmup_s, timed_s=min_timed_s)
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
@@ -154,7 +156,7 @@ def run_burst(
                 log=log,
                 workdir=workdir,
                 burst=burst,
-                progress=Progress(warmup=warmup, steps=steps),
+                progress=Progress(warmup=warmup, steps=steps, minimum=minimum),
                 timeout_s=timeout_s,
                 budget_bytes=budget_bytes,
                 on_step=on_step,

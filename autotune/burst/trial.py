@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
 from autotune.burst.request import load_spec
-from autotune.burst.result import MAX_TIMED_STEPS, MAX_WARMUP_STEPS, more_steps, steps_stable
+from autotune.burst.result import Minimum, steps_stable
 from autotune.core.errors import describe_exception
 
 if TYPE_CHECKING:
@@ -108,29 +107,6 @@ def _compiled_graphs() -> int | None:
 
 def _finite(value: float) -> bool:
     return math.isfinite(value)
-
-
-@dataclass(frozen=True)
-class Minimum:
-    """The least time a burst's warm-up and timed phases take (seconds; 0: only the
-    counts asked for): a phase shorter than that runs more steps (``more_steps``)."""
-
-    warmup_s: float = 0.0
-    timed_s: float = 0.0
-
-    def more_warmup(self, times: list[float], asked: int) -> bool:
-        # the first step carries the one-time work (compilation, the first allocations):
-        # the minimum counts the steady steps after it
-        steady = sum(times[1:])
-        return more_steps(len(times), asked, steady, self.warmup_s, most=MAX_WARMUP_STEPS)
-
-    def more_timed(self, times: list[float], asked: int) -> bool:
-        return more_steps(len(times), asked, sum(times), self.timed_s, most=MAX_TIMED_STEPS)
-
-    def most_steps(self, warmup: int, steps: int) -> int:
-        """The most warm-up and timed steps the burst can run."""
-        most_warmup = max(warmup, MAX_WARMUP_STEPS) if self.warmup_s > 0 else warmup
-        return most_warmup + (max(steps, MAX_TIMED_STEPS) if self.timed_s > 0 else steps)
 
 
 class Trial:
