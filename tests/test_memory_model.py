@@ -226,7 +226,7 @@ def test_predicted_to_fit_takes_no_margin_and_counts_the_bound() -> None:
 
 
 GIB = 2**30
-GPT2_PARAMS = 124_373_760  # gpt2-124m's, as its spec counts them
+GPT2_PARAMS = (124_373_760, 124_373_760)  # gpt2-124m's, all and trained
 H200_CONTEXT = 708_837_376  # a burst's CUDA context on the H200 (torch 2.11, CUDA 13.0)
 
 
@@ -268,3 +268,22 @@ def test_only_a_class_no_leaner_per_token_scales() -> None:
     cpu.add(0, measured, peak_bytes=8 * GB, infeasible=False, context_bytes=0)
     for model in (unknown, cpu):
         assert model.scaled(same, params=GPT2_PARAMS) is None
+
+
+def test_a_scaled_estimate_needs_its_premises() -> None:
+    model = MemoryModel(budget_bytes=24 * GB, device_kind="cuda")
+    measured = cfg(micro_batch=1, seq_len=512)
+    model.add(0, measured, peak_bytes=3 * GB, infeasible=False, context_bytes=H200_CONTEXT)
+    target = cfg(micro_batch=4, seq_len=512, precision="bf16", compile="default")
+    assert model.scaled(target, params=(10**8, 10**8)) is not None
+    # a peak below AdamW's state and the context: the premise is broken, no estimate
+    assert model.scaled(target, params=(2 * 10**8, 2 * 10**8)) is None
+    # frozen parameters hold no gradient or moments: a smaller fixed part, more growth
+    frozen = model.scaled(target, params=(10**8, 10**7))
+    trained = model.scaled(target, params=(10**8, 10**8))
+    assert frozen is not None and trained is not None and frozen > trained
+    for unlike in (
+        dataclasses.replace(target, seq_len=1024, micro_batch=2),  # a longer sequence
+        dataclasses.replace(target, compile="reduce-overhead"),  # CUDA graphs' own pool
+    ):
+        assert model.scaled(unlike, params=(10**8, 10**8)) is None

@@ -100,17 +100,30 @@ def _group(config: TrainConfig) -> tuple[Any, ...]:
     )
 
 
+# compile modes that hold no more memory than eager (the CUDA-graph ones keep a private
+# pool and static buffers of their own)
+_NO_GRAPHS = ("off", "default", "max-autotune-no-cudagraphs")
+
+
 def _no_leaner(measured: TrainConfig, config: TrainConfig) -> bool:
     """Whether ``measured`` needs at least ``config``'s memory per token: fp32 activations
-    against any precision, no checkpointing against any, eager against any compile mode,
-    and the same model knobs (eager attention holds its matrix), allocator and parallel."""
+    against any precision, no checkpointing against any, eager against a compile mode
+    without CUDA graphs, a sequence at least as long (attention's memory per token grows
+    with it), and the same model knobs (eager attention holds its matrix), allocator and
+    parallel setting."""
     low = ("bf16", "fp16")
     return (
         (measured.precision not in low or config.precision in low)
         and (not measured.activation_checkpointing or config.activation_checkpointing)
         and measured.compile in ("off", config.compile)
+        and config.compile in _NO_GRAPHS
+        and measured.seq_len >= config.seq_len
         and _group(measured)[3:] == _group(config)[3:]
     )
+
+
+# (all parameters, the trained ones): what the memory model's ``scaled`` takes of a model
+Params = tuple[int, int]
 
 
 def _tokens(config: TrainConfig) -> int:
@@ -243,7 +256,7 @@ class MemoryModel:
             low, high = (middle, high) if fits(middle) else (low, middle)
         return low
 
-    def predicted_to_fit(self, config: TrainConfig, *, params: int | None = None) -> bool:
+    def predicted_to_fit(self, config: TrainConfig, *, params: Params | None = None) -> bool:
         """Whether ``config`` is predicted within the budget itself (no margin): no OOM
         dominates it, and neither the fit nor a ran-out class's bound puts it over. A
         config neither can predict is scaled from another class (``scaled``, given the
@@ -256,26 +269,31 @@ class MemoryModel:
             predictions.append(self.scaled(config, params=params))
         return all(p is None or p <= self.budget_bytes for p in predictions)
 
-    def scaled(self, config: TrainConfig, *, params: int) -> float | None:
+    def scaled(self, config: TrainConfig, *, params: Params) -> float | None:
         """``config``'s peak scaled from a measured config of a class that needs at least
-        as much memory per token (``_no_leaner``) and at most its tokens, on CUDA: the
-        fixed part is AdamW's 16 bytes a parameter (fp32 weights, gradients, two moments)
-        plus the CUDA context, the rest grows with the tokens (a larger fixed part the
-        model does not know of counts as growth: an over-estimate), plus 2 bytes a
-        parameter for autocast's low-precision weight copies. None: no such config.
-        Found on an H200: gpt2-124m's playbook config, its class unmeasured, took the
-        space's largest micro-batch (64) and ran out of a 24 GB budget."""
-        if self.device_kind != "cuda":
+        as much memory per token (``_no_leaner``) and at most its tokens, on CUDA, in one
+        process: the fixed part is AdamW's 16 bytes a trained parameter (fp32 weights,
+        gradients, two moments) and 4 a frozen one, plus the CUDA context; the rest grows
+        with the tokens (a larger fixed part the model does not know of counts as growth:
+        an over-estimate); plus 2 bytes a parameter for autocast's low-precision copies.
+        A measured peak below that fixed part breaks the premise: that config says
+        nothing. None: no config says anything. Found on an H200: gpt2-124m's playbook
+        config, its class unmeasured, took the space's largest micro-batch (64) and ran
+        out of a 24 GB budget."""
+        if self.device_kind != "cuda" or config.parallel is not None:
             return None
+        total, trained = params
+        casts = 2 * total if config.precision in ("bf16", "fp16") else 0
         estimates = []
         for p in self.points:
             if p.infeasible or not p.peak_bytes or p.context_bytes is None:
                 continue
             if _tokens(p.config) > _tokens(config) or not _no_leaner(p.config, config):
                 continue
-            fixed = 16 * params + p.context_bytes
-            per_token = max(0.0, (p.peak_bytes - fixed) / _tokens(p.config))
-            casts = 2 * params if config.precision in ("bf16", "fp16") else 0
+            fixed = 16 * trained + 4 * (total - trained) + p.context_bytes
+            if p.peak_bytes <= fixed:
+                continue
+            per_token = (p.peak_bytes - fixed) / _tokens(p.config)
             estimates.append(fixed + casts + per_token * _tokens(config))
         return max(estimates, default=None)
 

@@ -293,12 +293,19 @@ def _playbook_micro_batch(
     return space.micro_batch[0]
 
 
-def _params(spec: ModelSpec) -> int | None:
-    """The model's parameter count (None where it cannot be built on the meta device)."""
+def _params(spec: ModelSpec) -> tuple[int, int] | None:
+    """The model's parameters, all and trained (those AdamW holds state for), built on the
+    meta device; None where it cannot be built there."""
+    import torch
+
     try:
-        return spec.param_counts().total
+        with torch.device("meta"):
+            module = spec.build()
+        params = list(module.parameters())
     except Exception:  # a user's model that needs real tensors to build: no scaling
         return None
+    total = sum(p.numel() for p in params)
+    return total, sum(p.numel() for p in params if p.requires_grad)
 
 
 def expert_starts(
