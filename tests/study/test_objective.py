@@ -381,3 +381,21 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
     state.records = {0: records[0]}  # no compiled trial finished yet: nothing to go by
     state.time_for_trials = lambda: 1.0
     assert will_not_finish(state, compiled) == ""
+
+
+def test_a_bursts_steps_past_the_asked_are_reported_one_in_ten(tmp_path: Path) -> None:
+    """A CUDA burst runs more timed steps than asked where they are short (up to 500);
+    each report is a write to the study's storage, so past the asked ones one in ten is
+    reported."""
+    from autotune.testing.burst import study_of
+
+    class ManySteps(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if kw.get("on_step") is not None:
+                kw["steps"] = 34  # as a burst that timed 34 short steps for 4 asked
+            return super().__call__(spec, config, **kw)
+
+    result = run(tmp_path, ManySteps(), trials=3, steps=4, race_rounds=1)
+    reported = [sorted(t.intermediate_values) for t in study_of(result).trials]
+    measured = [r for r in reported if r]
+    assert measured and all(r == [0, 1, 2, 3, 4, 14, 24] for r in measured)
