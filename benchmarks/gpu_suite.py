@@ -25,6 +25,19 @@ Usage (from the repository root)::
     python benchmarks/gpu_suite.py --out gpu_suite.md --steps probe,oom,search,train
     python benchmarks/gpu_suite.py --dry-run          # the commands, nothing run
 
+**A short lease.** The whole suite takes up to 25 minutes. On 2026-11-26 an H200 lent for
+15 minutes (its start included) ran, in one 10-minute call::
+
+    python benchmarks/gpu_suite.py --out $OUT/gpu_suite.md --work /tmp/gw --limit 9 \\
+        --search-timeout 2m --compare-search-timeout 45s \\
+        --compare-args '--policies naive,hand-tuned,autotune --repeats 1' \\
+        --steps probe,gpu-tests,oom,search,train,compare-gpt2
+
+(probe 6 s, gpu tests 2 min 12 s in 6 processes, oom 33 s, search 2 min 06 s, train 31 s,
+compare-gpt2 3 min 04 s), and a 3-minute search of gpt2-124m on the warm machine after it.
+Keep the gpu tests in one process (``--test-workers 1``) where memory figures matter:
+BENCHMARKS.md says why.
+
 Without a CUDA device the suite refuses (exit 2: "no CUDA device: the GPU suite needs
 one"); it never writes CPU figures in a GPU table.
 
