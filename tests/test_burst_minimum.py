@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from fake_channel import RecordingChannel, StepOut
 from fake_models import FAKES
 
 import autotune.burst.trial as trial_module
@@ -32,19 +33,6 @@ def test_a_phase_runs_its_count_then_until_its_minimum_time() -> None:
     assert not more_steps(4, 4, 0.0, 0.0, most=100)  # no minimum: the count alone
 
 
-class _Channel:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def send(self, kind: str, **fields: Any) -> None:
-        self.sent.append((kind, fields))
-
-
-class _Out:
-    def loss_value(self) -> float:
-        return 1.0
-
-
 def _phases(
     monkeypatch: pytest.MonkeyPatch,
     step_s: float,
@@ -59,12 +47,12 @@ def _phases(
     (its first ``first_s``: a compilation)."""
     calls = iter(range(10_000))
 
-    def fake_step(run: Any, device: Any) -> tuple[float, _Out]:
+    def fake_step(run: Any, device: Any) -> tuple[float, StepOut]:
         n = next(calls)
-        return (first_s if n == 0 and first_s is not None else step_s), _Out()
+        return (first_s if n == 0 and first_s is not None else step_s), StepOut()
 
     monkeypatch.setattr(trial_module, "timed_step", fake_step)
-    channel = _Channel()
+    channel = RecordingChannel()
     trial = trial_module.Trial({}, channel)  # type: ignore[arg-type]
     stepper = SimpleNamespace(device=torch.device("cpu"))
     failed = trial._timed_steps(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
+from fake_channel import RecordingChannel, StepOut
 
 import autotune.burst.trial as trial_module
 from autotune.burst.result import steps_stable
@@ -22,26 +22,13 @@ def test_steps_are_stable_from_two_that_agree_within_the_fraction() -> None:
     assert not steps_stable([0.0, 0.0], 0.05)
 
 
-class _Channel:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def send(self, kind: str, **fields: Any) -> None:
-        self.sent.append((kind, fields))
-
-
-class _Out:
-    def loss_value(self) -> float:
-        return 1.0
-
-
 def _timed(
     monkeypatch: pytest.MonkeyPatch, times: list[float], *, steps: int, within: float | None
 ) -> list[float]:
     """The timed steps a trial reports when its steps take ``times`` (one warm-up first)."""
     clock = iter(times)
-    monkeypatch.setattr(trial_module, "timed_step", lambda run, device: (next(clock), _Out()))
-    channel = _Channel()
+    monkeypatch.setattr(trial_module, "timed_step", lambda run, device: (next(clock), StepOut()))
+    channel = RecordingChannel()
     trial = trial_module.Trial({}, channel)  # type: ignore[arg-type]
     stepper = SimpleNamespace(device=torch.device("cpu"))
     config = TrainConfig(micro_batch=1, seq_len=8)
