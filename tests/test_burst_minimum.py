@@ -20,7 +20,7 @@ from autotune.burst.result import (
     Minimum,
     more_steps,
 )
-from autotune.burst.supervisor import _minimum_seconds, run_burst
+from autotune.burst.supervisor import _minimum, run_burst
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
@@ -119,11 +119,11 @@ def test_stable_steps_end_early_only_once_the_minimum_is_spent(
 
 
 def test_the_minimum_is_cudas_by_default_and_none_on_a_cpu() -> None:
-    assert _minimum_seconds("cuda:0", None, None) == (CUDA_MIN_WARMUP_S, CUDA_MIN_TIMED_S)
-    assert _minimum_seconds("cuda", None, 0.5) == (CUDA_MIN_WARMUP_S, 0.5)
-    assert _minimum_seconds("cpu", None, None) == (0.0, 0.0)
+    assert _minimum("cuda:0", None, None) == Minimum(CUDA_MIN_WARMUP_S, CUDA_MIN_TIMED_S)
+    assert _minimum("cuda", None, 0.5) == Minimum(CUDA_MIN_WARMUP_S, 0.5)
+    assert _minimum("cpu", None, None) == Minimum()
     with pytest.raises(ValueError, match="minimum seconds"):
-        _minimum_seconds("cpu", -1.0, None)
+        _minimum("cpu", -1.0, None)
 
 
 def test_a_real_burst_times_its_minimum() -> None:

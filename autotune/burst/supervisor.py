@@ -130,11 +130,11 @@ def run_burst(
     CUDA, none on a CPU). Nothing the trial started outlives it.
     """
     _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
-    min_warmup_s, min_timed_s = _minimum_seconds(device, min_warmup_s, min_timed_s)
-    minimum = Minimum(warmup_s=min_warmup_s, timed_s=min_timed_s)
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
+    # torchrun's ranks run the counts alone (they must run the same steps)
+    minimum = Minimum() if burst.nproc > 1 else _minimum(device, min_warmup_s, min_timed_s)
     remove_orphaned_workdirs()
     # torchrun's ranks inherit no descriptors: their request and channel need a folder,
     # made here. A one-process trial makes its own (``spawn_child``).
@@ -147,7 +147,7 @@ def run_burst(
                     budget_bytes=budget_bytes, device=device, seed=seed, verify=verify,
                     threads=threads, workdir=None if workdir is None else str(workdir),
                     profile=profile, trace_path=trace_path, stable_within=stable_within,
-                    min_warmup_s=min_warmup_s, min_timed_s=min_timed_s,
+                    min_warmup_s=minimum.warmup_s, min_timed_s=minimum.timed_s,
                 )  # fmt: skip
             except Exception as exc:
                 return burst.result("error", _cannot_send(spec, exc), Progress())
@@ -184,9 +184,7 @@ def _request_file(workdir: Path | None) -> IO[bytes]:
     return open(workdir / REQUEST_FILE, "wb")  # the caller's with closes it
 
 
-def _minimum_seconds(
-    device: str, warmup_s: float | None, timed_s: float | None
-) -> tuple[float, float]:
+def _minimum(device: str, warmup_s: float | None, timed_s: float | None) -> Minimum:
     """The least warm-up and timed seconds of a burst on ``device`` (see
     ``autotune.burst.result.CUDA_MIN_TIMED_S``); a negative one is a ValueError."""
     cuda = device.startswith("cuda")
@@ -194,7 +192,7 @@ def _minimum_seconds(
     timed_s = (CUDA_MIN_TIMED_S if cuda else 0.0) if timed_s is None else timed_s
     if warmup_s < 0 or timed_s < 0:
         raise ValueError(f"minimum seconds must be >= 0, got {warmup_s=}, {timed_s=}")
-    return warmup_s, timed_s
+    return Minimum(warmup_s=warmup_s, timed_s=timed_s)
 
 
 def _check_arguments(
