@@ -503,6 +503,14 @@ def run_suite(
     return outcomes
 
 
+def _compare_args(text: str) -> tuple[str, ...]:
+    """``--compare-args`` split as a shell would; one clear error where it cannot be."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:  # an unclosed quote
+        raise SystemExit(f"error: --compare-args {text!r}: {exc}") from None
+
+
 def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
     """The end of a failed command's output: pytest's failure lines on stdout (its
     ``FAILED``/``ERROR`` summary and ``E`` lines; its warnings go to stderr), else the
@@ -647,7 +655,7 @@ def main(
     options = {
         "search_timeout": args.search_timeout,
         "compare_search_timeout": args.compare_search_timeout,
-        "compare_args": tuple(shlex.split(args.compare_args)),
+        "compare_args": _compare_args(args.compare_args),
         "test_workers": args.test_workers,
     }
     if args.dry_run:

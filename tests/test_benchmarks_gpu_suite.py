@@ -227,6 +227,8 @@ def test_dry_run_and_bad_steps(capsys: pytest.CaptureFixture[str]) -> None:
         suite.main(["--dry-run", "--steps", "probe,nope"])
     with pytest.raises(SystemExit, match="train needs search"):
         suite.main(["--dry-run", "--steps", "train"])
+    with pytest.raises(SystemExit, match=r"--compare-args .*No closing quotation"):
+        suite.main(["--dry-run", "--compare-args", "'--policies naive"])
 
 
 def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
