@@ -133,23 +133,26 @@ class Knob:
 class ParamCounts:
     total: int
     non_embedding: int
+    trained: int = 0  # those that require a gradient (the optimizer holds state for them)
 
 
 def count_parameters(module: nn.Module) -> ParamCounts:
-    """Total parameters (shared ones once) and those outside ``nn.Embedding`` layers."""
+    """Total parameters (shared ones once), those outside ``nn.Embedding`` layers, and
+    those that require a gradient."""
     seen: set[int] = set()
-    total = 0
+    total = trained = 0
     for p in module.parameters():
         if id(p) not in seen:
             seen.add(id(p))
             total += p.numel()
+            trained += p.numel() if p.requires_grad else 0
     embedding = 0
     seen_emb: set[int] = set()
     for m in module.modules():
         if isinstance(m, nn.Embedding) and id(m.weight) not in seen_emb:
             seen_emb.add(id(m.weight))
             embedding += m.weight.numel()
-    return ParamCounts(total=total, non_embedding=total - embedding)
+    return ParamCounts(total=total, non_embedding=total - embedding, trained=trained)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -294,18 +294,13 @@ def _playbook_micro_batch(
 
 
 def _params(spec: ModelSpec) -> tuple[int, int] | None:
-    """The model's parameters, all and trained (those AdamW holds state for), built on the
-    meta device; None where it cannot be built there."""
-    import torch
-
+    """The model's parameters, all and trained (those AdamW holds state for); None where
+    it cannot be built on the meta device."""
     try:
-        with torch.device("meta"):
-            module = spec.build()
-        params = list(module.parameters())
+        counts = spec.param_counts()
     except Exception:  # a user's model that needs real tensors to build: no scaling
         return None
-    total = sum(p.numel() for p in params)
-    return total, sum(p.numel() for p in params if p.requires_grad)
+    return counts.total, counts.trained
 
 
 def expert_starts(

@@ -160,3 +160,16 @@ def test_named_sizes_are_in_their_stated_ranges(name: str, low: float, high: flo
     counts = get_model(name).param_counts()
     value = counts.non_embedding if name.startswith("mu") else counts.total
     assert low <= value <= high, f"{name}: {value:,} not in [{low:,.0f}, {high:,.0f}]"
+
+
+def test_parameter_counts_tell_frozen_from_trained_and_count_shared_once() -> None:
+    from torch import nn
+
+    from autotune.contract.spec import count_parameters
+
+    emb = nn.Embedding(10, 4)
+    model = nn.Sequential(emb, nn.Linear(4, 10))
+    model[1].weight = emb.weight  # tied: counted once
+    model[1].bias.requires_grad_(False)  # frozen
+    counts = count_parameters(model)
+    assert (counts.total, counts.non_embedding, counts.trained) == (50, 10, 40)
