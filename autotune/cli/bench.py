@@ -184,12 +184,13 @@ def _run_with_progress(
     ``show_steps``)."""
     from rich.console import Console
 
+    from autotune.burst.result import CUDA_MIN_TIMED_S, CUDA_MIN_WARMUP_S
     from autotune.burst.supervisor import run_burst
 
     progress = Console(stderr=True, highlight=False)
     what = f"{spec.name} on {caps.device}: {warmup} warm-up + {steps} timed steps"
     if caps.device.startswith("cuda"):  # run_burst's CUDA minimum: more where steps are short
-        what += " (at least 1 s + 2 s of them)"
+        what += f" (at least {CUDA_MIN_WARMUP_S:g} s + {CUDA_MIN_TIMED_S:g} s of them)"
     with progress.status(f"{what} (starting the trial process)", spinner="dots") as status:
 
         def on_step(index: int, seconds: float) -> bool:
