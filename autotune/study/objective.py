@@ -282,6 +282,11 @@ class TrialObjective:
         disturbed = self.state.disturbance(t0, result.step_times_s)
         if disturbed and threads is not None:
             disturbed += f"; measured on the {threads} core(s) left to it"
+        elif threads is not None:  # the load that took cores from it left as it ran
+            disturbed = (
+                f"measured on the {threads} core(s) that outside load left it, a load gone "
+                "before its end: a figure of fewer cores than the machine has"
+            )
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
             self.state.warn_disturbed(trial.number, disturbed)

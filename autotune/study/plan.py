@@ -148,9 +148,9 @@ class Planner:
         self.check_budget(study)
         self.enqueue_experts(study)
         self.without_compile(study, record)
+        self.measure_again(study, record)  # before the refinements queued now
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
-        self.measure_again(study, record)
         reason = self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
         if reason:
             self.state.stopped = reason
@@ -261,7 +261,9 @@ class Planner:
     def measure_again(self, study: optuna.Study, record: TrialRecord) -> None:
         """Queue the configs whose measurement was disturbed (outside load, erratic steps)
         once more, as soon as the machine is quiet: a loaded machine makes a config look
-        slow, and a pruned one has no figure at all. Once per config and search run."""
+        slow, and a pruned one has no figure at all. Once per config and search run, and
+        ahead of the refinements the same trial queues: a disturbed figure is low, and the
+        config it belongs to may be the best."""
         retry = record.ran and record.status in ("ok", "pruned") and record.role != "re-measure"
         if record.disturbed and retry:
             self.remeasure.append(record.train_config())

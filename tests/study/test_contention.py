@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
@@ -254,3 +256,107 @@ def test_a_burst_that_load_does_not_reach_runs_once(tmp_path: Path) -> None:
     run(tmp_path, burst, trials=3, watch=FakeWatch())
     assert burst.threads and set(burst.threads) == {None}
     assert len(burst.threads) == len(burst.calls) + len(burst.verify_calls) + len(burst.race_calls)
+
+
+@pytest.fixture
+def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst stopped for load looks again at once (the fake watch has no clock)."""
+    monkeypatch.setattr("autotune.study.cores_left.LOAD_SETTLE_S", 0.0)
+
+
+@pytest.mark.usefixtures("no_settle")
+def test_a_load_gone_when_the_burst_stopped_for_it_leaves_it_every_core(tmp_path: Path) -> None:
+    # Measured: a 5-second command beside mu's search stopped the playbook's burst (bf16,
+    # compiled); run again on the one core "left" on a quiet machine, it measured 1,432
+    # tokens/s against the guide's fp32 2,022 on both, and the search refined the fp32.
+    @dataclass
+    class ShortLoad(FakeBurst):
+        watch: FakeWatch = field(default_factory=FakeWatch)
+        arrived: bool = False
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            # once, as the second trial (the playbook's) starts
+            self.watch.loaded = not self.arrived and len(self.calls) == 1
+            self.arrived = self.arrived or self.watch.loaded
+            result = super().__call__(spec, config, **kw)
+            self.watch.loaded = False  # gone by the time the search looks again
+            return result
+
+    burst = ShortLoad(stops_on_load=True)
+    result, notes = run_noting(tmp_path, burst)
+    playbook = result.trials[1]
+    assert playbook.role == "playbook" and burst.threads[1:3] == [None, None]
+    assert playbook.cores_left is None and not playbook.disturbed
+    assert playbook.throughput == burst.speed(playbook.train_config())
+    assert any("#1: outside load stopped its burst and left" in n for n in notes)
+    assert not any("core(s) left" in n for n in notes)
+
+
+@pytest.mark.usefixtures("no_settle")
+def test_a_load_that_stays_past_the_settle_leaves_the_cores_it_does_not_hold(
+    tmp_path: Path,
+) -> None:
+    @dataclass
+    class LoadStays(FakeBurst):
+        watch: FakeWatch = field(default_factory=FakeWatch)
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            self.watch.loaded = self.watch.loaded or len(self.calls) == 1
+            return super().__call__(spec, config, **kw)
+
+    burst = LoadStays(stops_on_load=True)  # from the second trial (the playbook's) on
+    result, notes = run_noting(tmp_path, burst)
+    assert burst.threads[1:3] == [None, 1]  # one try on every core, then the core left
+    assert result.trials[1].cores_left == 1
+    assert not any("left within" in n for n in notes)
+
+
+@dataclass
+class CoresTakenAtTheStart:
+    """A watch that leaves a burst one core as it starts (``burst_threads``) while no
+    window is busy: a load that left during the measurement."""
+
+    taken: bool = False
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    @contextlib.contextmanager
+    def burst(self) -> Iterator[None]:
+        yield
+
+    def window(self, since: float, until: float | None = None) -> Load:
+        return Load(samples=3)
+
+    def busy_now(self, last_s: float = 5.0) -> bool:
+        return False
+
+    def burst_threads(self) -> int | None:
+        return 1 if self.taken else None
+
+    def total(self) -> Load:
+        return Load(samples=3)
+
+
+def test_a_figure_on_cores_a_gone_load_left_is_measured_again_before_refining(
+    tmp_path: Path,
+) -> None:
+    @dataclass
+    class StartsLoaded(FakeBurst):
+        watch: CoresTakenAtTheStart = field(default_factory=CoresTakenAtTheStart)
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            result = super().__call__(spec, config, **kw)
+            if kw.get("threads") == 1 and result.tokens_per_s:
+                result = slowed(result, 2.0)  # one core of two
+            self.watch.taken = len(self.calls) == 1 and kw.get("on_step") is not None
+            return result
+
+    burst = StartsLoaded()  # the playbook's trial starts on one core, then all is quiet
+    result = run(tmp_path, burst, trials=6, watch=burst.watch)
+    playbook, after = result.trials[1], result.trials[2]
+    assert playbook.role == "playbook" and playbook.cores_left == 1
+    assert "measured on the 1 core(s) that outside load left it" in playbook.disturbed
+    assert after.role == "re-measure" and after.config == playbook.config  # before refining
+    assert after.cores_left is None and not after.disturbed
+    assert after.throughput == 2 * (playbook.throughput or 0)
