@@ -60,12 +60,15 @@ TrialsOption = Annotated[
     int | None,
     typer.Option(
         help="Measured trials (bursts) in the study, earlier runs included. "
-        "Default, with no --timeout either: 30 within 8 minutes.",
+        "Default, with no --timeout either: up to 30 within 5 2/3 minutes.",
     ),
 ]
 TimeoutOption = Annotated[
     str | None,
-    typer.Option(help="Time limit for the trials, e.g. 10m, 600s, 1h."),
+    typer.Option(
+        help="Time limit of the whole search, the finalist race and the preset included, "
+        "e.g. 10m, 600s, 1h."
+    ),
 ]
 StepsOption = Annotated[int, typer.Option(help="Timed optimizer steps per burst.")]
 WarmupOption = Annotated[
