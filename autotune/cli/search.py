@@ -64,11 +64,7 @@ TrialsOption = Annotated[
     ),
 ]
 TimeoutOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Time limit of the whole search, the finalist race and the preset included, "
-        "e.g. 10m, 600s, 1h."
-    ),
+    str | None, typer.Option(help="Time limit of the whole search, race included: 10m, 1h.")
 ]
 StepsOption = Annotated[int, typer.Option(help="Timed optimizer steps per burst.")]
 WarmupOption = Annotated[
