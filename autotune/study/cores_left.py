@@ -26,11 +26,26 @@ if TYPE_CHECKING:
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState
 
-__all__ = ["LOAD_SETTLE_S", "LoadArrived", "run_on_cores_left"]
+__all__ = ["LOAD_SETTLE_S", "LoadArrived", "run_on_cores_left", "threads_for_burst"]
 
 # How long a burst stopped for load waits before it runs again, to see whether the load
 # stays: the machine watch's busy window (``MachineWatch.burst_threads``: its last 5 s).
 LOAD_SETTLE_S = 5.0
+
+
+def threads_for_burst(state: SearchState) -> int | None:
+    """torch's threads for a CPU burst starting now (``SearchState.burst_threads``: None
+    for every core). Where load shows up just after bursts on every core, wait
+    ``LOAD_SETTLE_S`` and look again: a burst started during a 5-second command would run
+    on one core of a machine quiet again a moment later (a trial's figure measured again
+    later, a race round that no longer compares alike). Under a load that stays, only the
+    first burst waits."""
+    threads = state.burst_threads()
+    if threads is not None and state.last_burst_threads is None:
+        time.sleep(LOAD_SETTLE_S)
+        threads = state.burst_threads()
+    state.last_burst_threads = threads
+    return threads
 
 
 class LoadArrived:
@@ -94,4 +109,5 @@ def run_on_cores_left(
         f"trial #{number}: outside load arrived while its burst ran on every core; "
         f"measured again on the {threads} core(s) left"
     )
+    state.last_burst_threads = threads
     return bursts.run(config, timeout_s=left(), threads=threads, **options), threads

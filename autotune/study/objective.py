@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import optuna
 
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.cores_left import run_on_cores_left
+from autotune.study.cores_left import run_on_cores_left, threads_for_burst
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
@@ -234,6 +234,7 @@ class TrialObjective:
         predicted = memory.predict(config)
         predicted = memory.bound(config) if predicted is None else predicted
         edge = memory.edge_micro_batch(config)
+        threads = threads_for_burst(self.state)  # may wait a moment to see a load stay
         t0 = time.monotonic()
         self.cut_by_time, self.cut_compile = False, ""
         timeout_s, capped = self._timeout(exempt=exempt)
@@ -241,7 +242,6 @@ class TrialObjective:
         if compile_cap is not None and compile_cap < timeout_s:
             timeout_s, capped = compile_cap, False
         watch = self.state.watch
-        threads = self.state.burst_threads()
         try:
             with watch.burst() if watch is not None else contextlib.nullcontext():
                 result, threads = run_on_cores_left(

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.units import format_bytes, format_figure
+from autotune.study.cores_left import threads_for_burst
 from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rounds, decide, edge
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import (
@@ -369,6 +370,7 @@ def _run_round(
     for entrant in _order(entrants, round_):
         if entrant.dropped:
             continue
+        threads = threads_for_burst(state)  # may wait a moment to see a load stay
         wanted = 2 * bursts.timeout_s
         timeout_s = state.burst_timeout(wanted, expected_s=entrant.record.wall_s)
         if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
@@ -376,7 +378,6 @@ def _run_round(
         if timeout_s is None:  # no time left to start it: the round is cut here
             return [*conditions, CUT_ROUND]
         burst_started = watch.now() if watch is not None else 0.0
-        threads = state.burst_threads()
         with watch.burst() if watch is not None else contextlib.nullcontext():
             cut = _run_one(
                 state,

@@ -64,6 +64,7 @@ class SearchState:
     watch: MachineWatch | None = None  # what else the machine runs (None: not watched)
     disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
     trial_steps: int | None = None  # timed steps per trial burst (the objective sets it)
+    last_burst_threads: int | None = None  # the threads of the last burst (None: every core)
     _busy_warned: bool = False
     budget_problem: str = ""  # set when even the smallest config does not fit
 

@@ -258,13 +258,6 @@ def test_a_burst_that_load_does_not_reach_runs_once(tmp_path: Path) -> None:
     assert len(burst.threads) == len(burst.calls) + len(burst.verify_calls) + len(burst.race_calls)
 
 
-@pytest.fixture
-def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A burst stopped for load looks again at once (the fake watch has no clock)."""
-    monkeypatch.setattr("autotune.study.cores_left.LOAD_SETTLE_S", 0.0)
-
-
-@pytest.mark.usefixtures("no_settle")
 def test_a_load_gone_when_the_burst_stopped_for_it_leaves_it_every_core(tmp_path: Path) -> None:
     # Measured: a 5-second command beside mu's search stopped the playbook's burst (bf16,
     # compiled); run again on the one core "left" on a quiet machine, it measured 1,432
@@ -292,7 +285,6 @@ def test_a_load_gone_when_the_burst_stopped_for_it_leaves_it_every_core(tmp_path
     assert not any("core(s) left" in n for n in notes)
 
 
-@pytest.mark.usefixtures("no_settle")
 def test_a_load_that_stays_past_the_settle_leaves_the_cores_it_does_not_hold(
     tmp_path: Path,
 ) -> None:
@@ -360,3 +352,62 @@ def test_a_figure_on_cores_a_gone_load_left_is_measured_again_before_refining(
     assert after.role == "re-measure" and after.config == playbook.config  # before refining
     assert after.cores_left is None and not after.disturbed
     assert after.throughput == 2 * (playbook.throughput or 0)
+
+
+@dataclass
+class Blips(CoresTakenAtTheStart):
+    """A watch that sees load for ``blip`` looks at the cores, then none: a command of a
+    few seconds beside the search."""
+
+    blip: int = 0
+
+    def burst_threads(self) -> int | None:
+        if self.blip > 0:
+            self.blip -= 1
+            return 1
+        return None
+
+
+@dataclass
+class BlipAfter(FakeBurst):
+    """A blip of load just after the trial or first-round race call ``after`` (1-based)."""
+
+    watch: Blips = field(default_factory=Blips)
+    after: tuple[str, int] = ("trial", 0)
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        result = super().__call__(spec, config, **kw)
+        kind, n = self.after
+        calls = self.calls if kind == "trial" else self.verify_calls
+        if len(calls) == n and (kind != "trial" or kw.get("on_step") is not None):
+            self.watch.blip = 1
+        return result
+
+
+def test_a_trial_that_starts_during_a_blip_of_load_waits_and_runs_on_every_core(
+    tmp_path: Path,
+) -> None:
+    burst = BlipAfter(after=("trial", 1))  # load seen just as the second trial starts
+    result = run(tmp_path, burst, trials=6, watch=burst.watch)
+    assert burst.watch.blip == 0 and set(burst.threads) == {None}
+    assert not any(t.disturbed for t in result.trials)
+    assert not any(t.role == "re-measure" for t in result.trials)
+
+
+def test_a_race_burst_that_starts_during_a_blip_keeps_its_round_quiet(tmp_path: Path) -> None:
+    burst = BlipAfter(after=("race", 1))  # load seen as round 1's second burst starts
+    result = run(tmp_path, burst, trials=5, watch=burst.watch)
+    assert burst.watch.blip == 0 and set(burst.threads) == {None}
+    assert result.race is not None and not any(result.race.busy_rounds)
+    assert result.race.speedup is not None and result.race.speedup.has_interval
+
+
+def test_under_a_load_that_stays_only_the_first_burst_waits_to_see_it_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float] = []
+    clock = type("Clock", (), {"sleep": staticmethod(waits.append), "monotonic": time.monotonic})
+    monkeypatch.setattr("autotune.study.cores_left.time", clock)
+    burst = FakeBurst()
+    run(tmp_path, burst, trials=4, watch=FakeWatch(loaded=True))
+    assert set(burst.threads) == {1} and len(waits) == 1
