@@ -92,3 +92,22 @@ def test_should_stop_ends_a_running_trial_with_its_reason() -> None:
     assert result.status == "pruned"
     assert result.reason.startswith("outside load arrived after timed step ")
     assert time.monotonic() - start < 60
+
+
+def test_should_stop_waits_for_a_compiled_configs_first_step() -> None:
+    """A stop during the compile throws its work away (mu: a burst stopped 40 s into its
+    compile took 98 s run again, where its trial takes 52): a compiled config is asked to
+    stop once its first step, the compile, is done; an eager one at once."""
+    from autotune.burst.supervisor import run_burst
+    from tests import fake_models
+
+    def always() -> str:
+        return "outside load arrived"
+
+    eager = TrainConfig(micro_batch=1, seq_len=8)
+    for config, stepped in ((eager, False), (eager.replace(compile="default"), True)):
+        result = run_burst(
+            fake_models.fake_spec, config, steps=3, warmup=1, timeout_s=300, should_stop=always
+        )
+        assert result.status == "pruned" and result.reason.startswith("outside load arrived")
+        assert (result.warmup_s is not None) is stepped, config.compile

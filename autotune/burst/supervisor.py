@@ -118,7 +118,8 @@ def run_burst(
     the parent's watchdog on CPU. ``on_step(index, seconds)`` is called here, in the
     caller's process, after each timed step (``index`` from 0); returning False stops the
     trial at once with status ``pruned``, as does a reason returned by ``should_stop()``
-    (polled while the trial runs); an exception either raises ends the trial and is
+    (polled while the trial runs, from its first step on where the config compiles: that
+    step is the compile); an exception either raises ends the trial and is
     re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
     checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
     ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
@@ -306,7 +307,9 @@ def _supervise(
             started=burst.started,
             deadline=burst.started + timeout_s,
             on_step=on_step,
-            should_stop=should_stop,
+            should_stop=should_stop
+            if burst.config.compile == "off"
+            else _after_compile(should_stop, progress),
         )
         returncode = _end(proc, leader, sampler, outcome)
         memory = memory_figures(progress, sampler, on_cuda=on_cuda, nproc=nproc)
@@ -325,6 +328,24 @@ def _supervise(
         return burst.result(status, reason, progress, **memory, **extra)
     finally:
         _clean_up(proc, sampler, read_fd=read_fd, write_fd=write_fd)
+
+
+def _after_compile(
+    should_stop: Callable[[], str | None] | None, progress: Progress
+) -> Callable[[], str | None] | None:
+    """``should_stop`` for a compiled config: asked once the first step is done. That step
+    is the compile: no figure comes from it, and a stop throws its work away (a
+    5-second command beside mu's search stopped its playbook's burst 40 s into the
+    compile, and the burst run again took 98 s where the trial takes 52, which cost the
+    search its next refinement). Stopped after it, the burst run again compiles from the
+    cache (3 s)."""
+    if should_stop is None:
+        return None
+
+    def ask() -> str | None:
+        return should_stop() if progress.warmup_times or progress.step_times else None
+
+    return ask
 
 
 def _leader(pid: int) -> psutil.Process | None:
