@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState
 
-__all__ = ["LOAD_SETTLE_S", "LoadArrived", "run_on_cores_left", "threads_for_burst"]
+__all__ = ["LOAD_SETTLE_S", "LoadArrived", "load_left", "run_on_cores_left", "threads_for_burst"]
 
 # How long a burst stopped for load waits before it runs again, to see whether the load
 # stays: the machine watch's busy window (``MachineWatch.burst_threads``: its last 5 s).
@@ -46,6 +46,13 @@ def threads_for_burst(state: SearchState) -> int | None:
         threads = state.burst_threads()
     state.last_burst_threads = threads
     return threads
+
+
+def load_left(state: SearchState) -> bool:
+    """After a burst that outside load reached: whether, ``LOAD_SETTLE_S`` later, the load
+    has gone (a race burst is then run again on every core: its round compares alike)."""
+    time.sleep(LOAD_SETTLE_S)
+    return state.burst_threads() is None
 
 
 class LoadArrived:

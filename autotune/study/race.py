@@ -62,14 +62,10 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.cores_left import threads_for_burst
+from autotune.study.cores_left import load_left, threads_for_burst
 from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rounds, decide, edge
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
-from autotune.study.records import (
-    SearchEvent,
-    TrialRecord,
-    distinct_best,
-)
+from autotune.study.records import SearchEvent, TrialRecord, distinct_best
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
 from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key
 
@@ -96,6 +92,7 @@ __all__ = [
 ]
 
 DEFAULT_FINALISTS = 3  # the search's top distinct configs in the race
+HIT = "hit"  # a race burst on every core that outside load reached while it ran
 # Paired rounds. Each costs a burst per entrant (mu on a 2-core CPU: 12-20 s each, most
 # of it process start and compilation), and a default search has 5 2/3 minutes in all:
 # two rounds leave the trials about two thirds of it. More rounds narrow the interval.
@@ -370,27 +367,30 @@ def _run_round(
     for entrant in _order(entrants, round_):
         if entrant.dropped:
             continue
-        threads = threads_for_burst(state)  # may wait a moment to see a load stay
-        wanted = 2 * bursts.timeout_s
-        timeout_s = state.burst_timeout(wanted, expected_s=entrant.record.wall_s)
-        if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
-            timeout_s = MIN_BURST_S  # one burst, however short, or no preset at all
-        if timeout_s is None:  # no time left to start it: the round is cut here
-            return [*conditions, CUT_ROUND]
-        burst_started = watch.now() if watch is not None else 0.0
-        with watch.burst() if watch is not None else contextlib.nullcontext():
-            cut = _run_one(
-                state,
-                bursts,
-                entrant,
-                steps=race_steps(entrant.record.step_time_median_s, steps),
-                first=round_ == 0,
-                score=score,
-                threads=threads,
-                timeout_s=timeout_s,
-                capped=timeout_s < wanted,
-            )
-        conditions.append(CUT_ROUND if cut else _condition(watch, burst_started, threads))
+        for again in (False, True):  # once more where load came and went during it
+            threads = threads_for_burst(state)  # may wait a moment to see a load stay
+            wanted = 2 * bursts.timeout_s
+            timeout_s = state.burst_timeout(wanted, expected_s=entrant.record.wall_s)
+            if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
+                timeout_s = MIN_BURST_S  # one burst, however short, or no preset at all
+            if timeout_s is None and again:
+                break  # no time to run it again: its figure stays, its round mixed
+            if timeout_s is None:  # no time left to start it: the round is cut here
+                return [*conditions, CUT_ROUND]
+            if again:
+                entrant.forget_last_burst()
+            burst_started = watch.now() if watch is not None else 0.0
+            with watch.burst() if watch is not None else contextlib.nullcontext():
+                cut = _run_one(
+                    state, bursts, entrant, first=round_ == 0, score=score, threads=threads,
+                    steps=race_steps(entrant.record.step_time_median_s, steps),
+                    timeout_s=timeout_s, capped=timeout_s < wanted,
+                )  # fmt: skip
+            condition = CUT_ROUND if cut else _condition(watch, burst_started, threads)
+            if again or condition != HIT or not load_left(state):
+                break
+            state.note(f"race: load came and went during {entrant.label}'s burst: run again")
+        conditions.append(condition)
         if cut:
             break
     return conditions
@@ -450,7 +450,7 @@ def _condition(watch: MachineWatch | None, since: float, threads: int | None) ->
     if threads is not None:
         return f"capped {threads}"
     if watch is not None and watch.window(since).busy:
-        return "hit"
+        return HIT
     return QUIET
 
 
@@ -458,7 +458,7 @@ def _round_kind(conditions: list[str]) -> str:
     """A round whose bursts all ran alike (all quiet, or all on the same cores left by
     outside load) compares its configs fairly; any other round is ``mixed``."""
     kinds = set(conditions)
-    if len(kinds) == 1 and "hit" not in kinds:
+    if len(kinds) == 1 and HIT not in kinds:
         return kinds.pop()
     return MIXED
 

@@ -93,6 +93,11 @@ class Entrant:
     counted: list[float | None] | None = None  # the rounds that count (None: all of them)
     stand_in: BurstResult | None = None  # its quiet trial's figures, when no round counts
 
+    def forget_last_burst(self) -> None:
+        """Drop the last burst's figure, wall and result (it is run again)."""
+        for kept in (self.throughputs, self.walls, self.bursts):
+            kept.pop()
+
     @property
     def figures(self) -> list[float | None]:
         """Per round, the figures that count: a round run under outside load is left out

@@ -411,3 +411,28 @@ def test_under_a_load_that_stays_only_the_first_burst_waits_to_see_it_stay(
     burst = FakeBurst()
     run(tmp_path, burst, trials=4, watch=FakeWatch(loaded=True))
     assert set(burst.threads) == {1} and len(waits) == 1
+
+
+def test_a_race_burst_that_load_reaches_and_leaves_is_run_again(tmp_path: Path) -> None:
+    # Measured: a 5-second command during a race burst (mu's #7: 1,256 tokens/s against
+    # 2,277 in round 1) left round 2 out as busy: a speedup on one round, no interval.
+    @dataclass
+    class LoadDuringARaceBurst(FakeBurst):
+        watch: FakeWatch = field(default_factory=FakeWatch)
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            result = super().__call__(spec, config, **kw)
+            if len(self.race_calls) == 1 and not self.watch.busy_marks:  # round 2's first
+                self.watch.busy_marks.append(time.monotonic())  # came and went during it
+                result = slowed(result, 2.0)
+            return result
+
+    burst = LoadDuringARaceBurst()
+    result, notes = run_noting(tmp_path, burst)
+    race = result.race
+    assert race is not None and sum("load came and went" in n for n in notes) == 1
+    assert all(race.winner.figures) and len(race.winner.figures) == 2  # both rounds count
+    again = next(e for e in race.entrants if e.record.train_config() == burst.race_calls[0])
+    assert len(again.throughputs) == len(again.walls) == len(again.bursts) == 2
+    assert again.throughputs[1] == pytest.approx(burst.speed(burst.race_calls[0]), rel=1e-6)
+    assert race.speedup is not None and race.speedup.has_interval
