@@ -96,6 +96,18 @@ class LoadedFrom(FakeBurst):
         self.watch.loaded = False
 
 
+@dataclass
+class LoadFromTrial(FakeBurst):
+    """Load arrives as the trial ``first`` (0-based, trials only) starts, and stays."""
+
+    watch: FakeWatch = field(default_factory=FakeWatch)
+    first: int = 0
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        self.watch.loaded = self.watch.loaded or len(self.calls) == self.first
+        return super().__call__(spec, config, **kw)
+
+
 def test_a_trial_measured_under_load_is_marked_warned_and_measured_again(tmp_path: Path) -> None:
     burst = LoadedFrom(loaded_calls=(2,))  # the playbook's trial runs on a loaded machine
     events: list[SearchEvent] = []
@@ -233,15 +245,7 @@ def test_a_burst_on_every_core_that_load_catches_runs_again_on_the_cores_left(
 ) -> None:
     # mu's naive on 2 threads, a busy process arriving on one core: 43.8 tokens/s until its
     # 300 s timeout; on the core left, 1,008.
-    @dataclass
-    class LoadArrives(FakeBurst):
-        watch: FakeWatch = field(default_factory=FakeWatch)
-
-        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
-            self.watch.loaded = True  # arrives as the first burst runs, and stays
-            return super().__call__(spec, config, **kw)
-
-    burst = LoadArrives(stops_on_load=True)
+    burst = LoadFromTrial(stops_on_load=True)  # arrives as the first burst runs, and stays
     result, notes = run_noting(tmp_path, burst)
     assert burst.threads[:2] == [None, 1]  # the naive on every core, then on the core left
     assert set(burst.threads[2:]) == {1}  # every later burst starts on the core left
@@ -288,15 +292,7 @@ def test_a_load_gone_when_the_burst_stopped_for_it_leaves_it_every_core(tmp_path
 def test_a_load_that_stays_past_the_settle_leaves_the_cores_it_does_not_hold(
     tmp_path: Path,
 ) -> None:
-    @dataclass
-    class LoadStays(FakeBurst):
-        watch: FakeWatch = field(default_factory=FakeWatch)
-
-        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
-            self.watch.loaded = self.watch.loaded or len(self.calls) == 1
-            return super().__call__(spec, config, **kw)
-
-    burst = LoadStays(stops_on_load=True)  # from the second trial (the playbook's) on
+    burst = LoadFromTrial(stops_on_load=True, first=1)  # from the playbook's trial on
     result, notes = run_noting(tmp_path, burst)
     assert burst.threads[1:3] == [None, 1]  # one try on every core, then the core left
     assert result.trials[1].cores_left == 1
