@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from autotune.study.objective import BurstRunner
     from autotune.study.state import SearchState
 
-__all__ = ["LOAD_SETTLE_S", "LoadArrived", "load_left", "run_on_cores_left", "threads_for_burst"]
+__all__ = [
+    "LOAD_SETTLE_S",
+    "LoadArrived",
+    "run_on_cores_left",
+    "threads_after_settle",
+    "threads_for_burst",
+]
 
 # How long a burst stopped for load waits before it runs again, to see whether the load
 # stays: the machine watch's busy window (``MachineWatch.burst_threads``: its last 5 s).
@@ -42,17 +48,16 @@ def threads_for_burst(state: SearchState) -> int | None:
     first burst waits."""
     threads = state.burst_threads()
     if threads is not None and state.last_burst_threads is None:
-        time.sleep(LOAD_SETTLE_S)
-        threads = state.burst_threads()
+        threads = threads_after_settle(state)
     state.last_burst_threads = threads
     return threads
 
 
-def load_left(state: SearchState) -> bool:
-    """After a burst that outside load reached: whether, ``LOAD_SETTLE_S`` later, the load
-    has gone (a race burst is then run again on every core: its round compares alike)."""
+def threads_after_settle(state: SearchState) -> int | None:
+    """``SearchState.burst_threads`` once ``LOAD_SETTLE_S`` has passed: None where the
+    load just seen has gone (a burst it stopped or reached runs again on every core)."""
     time.sleep(LOAD_SETTLE_S)
-    return state.burst_threads() is None
+    return state.burst_threads()
 
 
 class LoadArrived:
@@ -103,8 +108,7 @@ def run_on_cores_left(
         if settled:
             break
         settled = True
-        time.sleep(LOAD_SETTLE_S)
-        still = state.burst_threads()
+        still = threads_after_settle(state)
         if still is not None:
             threads = still
             break

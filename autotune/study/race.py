@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.cores_left import load_left, threads_for_burst
+from autotune.study.cores_left import threads_after_settle, threads_for_burst
 from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rounds, decide, edge
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import SearchEvent, TrialRecord, distinct_best
@@ -387,7 +387,7 @@ def _run_round(
                     timeout_s=timeout_s, capped=timeout_s < wanted,
                 )  # fmt: skip
             condition = CUT_ROUND if cut else _condition(watch, burst_started, threads)
-            if again or condition != HIT or not load_left(state):
+            if again or condition != HIT or threads_after_settle(state) is not None:
                 break
             state.note(f"race: load came and went during {entrant.label}'s burst: run again")
         conditions.append(condition)
