@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -169,6 +169,20 @@ class BurstRunner:
         return float(self.spec.pick_throughput(result.tokens_per_s, result.samples_per_s) or 0.0)
 
 
+@contextlib.contextmanager
+def _stop_recorded(trial: optuna.Trial, when: str, started: float | None = None) -> Iterator[None]:
+    """A stop inside (Ctrl-C, or the CLI's StopSignal for SIGTERM/SIGHUP) leaves ``trial``
+    ``interrupted``, ``when``; with ``started``, its burst ran since then."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        ran, wall_s = started is not None, None if started is None else time.monotonic() - started
+        with contextlib.suppress(Exception):
+            reason = f"interrupted ({str(stop) or 'Ctrl-C'}) {when}"
+            set_outcome(trial, status="interrupted", reason=reason, ran=ran, wall_s=wall_s)
+        raise
+
+
 @dataclass(kw_only=True)
 class TrialObjective:
     """Optuna's objective function: one trial, measured and classified."""
@@ -234,7 +248,8 @@ class TrialObjective:
         predicted = memory.predict(config)
         predicted = memory.bound(config) if predicted is None else predicted
         edge = memory.edge_micro_batch(config)
-        threads = threads_for_burst(self.state)  # may wait a moment to see a load stay
+        with _stop_recorded(trial, "before its burst ran"):
+            threads = threads_for_burst(self.state)  # may wait a moment to see a load stay
         t0 = time.monotonic()
         self.cut_by_time, self.cut_compile = False, ""
         timeout_s, capped = self._timeout(exempt=exempt)
@@ -242,29 +257,19 @@ class TrialObjective:
         if compile_cap is not None and compile_cap < timeout_s:
             timeout_s, capped = compile_cap, False
         watch = self.state.watch
-        try:
-            with watch.burst() if watch is not None else contextlib.nullcontext():
-                result, threads = run_on_cores_left(
-                    self.state,
-                    self.bursts,
-                    config,
-                    number=trial.number,
-                    timeout_s=timeout_s,
-                    threads=threads,
-                    steps=self.bursts.steps,
-                    on_step=on_step,
-                    stable_within=TRIAL_STABLE_WITHIN,
-                )
-        except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's StopSignal (SIGTERM/SIGHUP)
-            with contextlib.suppress(Exception):
-                set_outcome(
-                    trial,
-                    status="interrupted",
-                    reason=f"interrupted ({stop or 'Ctrl-C'}) while its burst ran",
-                    ran=True,
-                    wall_s=time.monotonic() - t0,
-                )
-            raise
+        burst = watch.burst() if watch is not None else contextlib.nullcontext()
+        with _stop_recorded(trial, "while its burst ran", started=t0), burst:
+            result, threads = run_on_cores_left(
+                self.state,
+                self.bursts,
+                config,
+                number=trial.number,
+                timeout_s=timeout_s,
+                threads=threads,
+                steps=self.bursts.steps,
+                on_step=on_step,
+                stable_within=TRIAL_STABLE_WITHIN,
+            )
         if capped and result.status == "timeout":
             self.cut_by_time = True
             result = replace(result, status="pruned")
@@ -283,10 +288,8 @@ class TrialObjective:
         if disturbed and threads is not None:
             disturbed += f"; measured on the {threads} core(s) left to it"
         elif threads is not None:  # the load that took cores from it left as it ran
-            disturbed = (
-                f"measured on the {threads} core(s) that outside load left it, a load gone "
-                "before its end: a figure of fewer cores than the machine has"
-            )
+            disturbed = f"measured on the {threads} core(s) that outside load left it, a load "
+            disturbed += "gone before its end: a figure of fewer cores than the machine has"
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
             self.state.warn_disturbed(trial.number, disturbed)

@@ -432,3 +432,20 @@ def test_a_race_burst_that_load_reaches_and_leaves_is_run_again(tmp_path: Path) 
     assert len(again.throughputs) == len(again.walls) == len(again.bursts) == 2
     assert again.throughputs[1] == pytest.approx(burst.speed(burst.race_calls[0]), rel=1e-6)
     assert race.speedup is not None and race.speedup.has_interval
+
+
+def test_a_stop_while_a_burst_waits_to_see_load_stay_leaves_the_trial_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ctrl_c(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    clock = type("Clock", (), {"sleep": staticmethod(ctrl_c), "monotonic": time.monotonic})
+    monkeypatch.setattr("autotune.study.cores_left.time", clock)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))
+    monkeypatch.setattr("autotune.study.cores_left.time", time)
+    result = run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))  # resumed
+    first = result.trials[0]
+    assert first.status == "interrupted" and not first.ran
+    assert first.reason == "interrupted (Ctrl-C) before its burst ran"
