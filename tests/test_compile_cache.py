@@ -4,6 +4,7 @@ recompilation inside a burst detected and reported."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,117 @@ def test_the_precompiled_header_is_kept_in_the_compile_cache(
     assert locks == str(tmp_path / "cache" / "precompiled_headers" / "locks")
 
 
+def _claimed_isas() -> list[Any]:
+    from torch._inductor import cpu_vec_isa
+
+    on_cpu = cpu_vec_isa.x86_isa_checker()
+    return [
+        isa
+        for isa in cpu_vec_isa.supported_vec_isa_list
+        if all(flag in on_cpu for flag in str(isa).split())
+    ]
+
+
+@pytest.fixture
+def isa_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A compile cache of its own, Inductor's ISA setting as torch leaves it, and its check
+    replaced by one that counts its calls and finds what ``found`` holds (every claimed
+    set unless a test says otherwise)."""
+    from torch._inductor import config, cpu_vec_isa
+
+    claimed = _claimed_isas()
+    if not claimed:
+        pytest.skip("no x86 vector ISA on this CPU")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    state: dict[str, Any] = {"calls": 0, "found": claimed, "config": config.cpp}
+
+    def check() -> list[Any]:
+        state["calls"] += 1
+        return list(state["found"])
+
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", check)
+    with config.patch({"cpp.vec_isa_ok": None}):  # as it was, after
+        yield state
+
+
+def test_the_vector_isa_check_runs_once_per_compile_cache(isa_check: dict[str, Any]) -> None:
+    """Inductor checks every claimed ISA in each compiling process (about 1 s of each
+    compiled burst): the first process checks and records it, the next ones trust it."""
+    from autotune.machine.compile_cache import trust_vector_isa_check
+
+    trust_vector_isa_check()
+    assert isa_check["calls"] == 1
+    assert isa_check["config"].vec_isa_ok is True
+    isa_check["config"].vec_isa_ok = None  # a new process
+    trust_vector_isa_check()
+    assert isa_check["calls"] == 1
+    assert isa_check["config"].vec_isa_ok is True
+
+
+def test_a_failed_vector_isa_leaves_the_check_to_inductor(isa_check: dict[str, Any]) -> None:
+    from autotune.machine.compile_cache import trust_vector_isa_check
+
+    isa_check["found"] = isa_check["found"][1:]  # the best set did not build or load here
+    for _ in range(2):
+        trust_vector_isa_check()
+        assert isa_check["config"].vec_isa_ok is None
+    assert isa_check["calls"] == 1  # what it found is recorded all the same
+
+
+def test_a_record_of_another_torch_or_compiler_is_checked_again(
+    isa_check: dict[str, Any], tmp_path: Path
+) -> None:
+    import json
+
+    from autotune.machine.compile_cache import VECTOR_ISA_FILE, trust_vector_isa_check
+
+    trust_vector_isa_check()
+    record_path = tmp_path / "cache" / VECTOR_ISA_FILE
+    record = json.loads(record_path.read_text())
+    assert record["found"] == [str(isa) for isa in isa_check["found"]]
+    for field_name, value in (("torch", "0.0.1"), ("compiler", "/opt/other/g++")):
+        isa_check["config"].vec_isa_ok = None
+        record_path.write_text(json.dumps({**record, "key": {**record["key"], field_name: value}}))
+        calls = isa_check["calls"]
+        trust_vector_isa_check()
+        assert isa_check["calls"] == calls + 1, field_name
+    record_path.write_text("{not json")
+    isa_check["config"].vec_isa_ok = None
+    trust_vector_isa_check()
+    assert isa_check["config"].vec_isa_ok is True
+
+
+def test_the_users_vector_isa_setting_and_no_cache_folder_are_left_alone(
+    isa_check: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.machine.compile_cache import trust_vector_isa_check
+
+    isa_check["config"].vec_isa_ok = False  # TORCHINDUCTOR_VEC_ISA_OK=0
+    trust_vector_isa_check()
+    assert isa_check["config"].vec_isa_ok is False and isa_check["calls"] == 0
+    isa_check["config"].vec_isa_ok = None
+    monkeypatch.delenv(CACHE_ENV)
+    trust_vector_isa_check()
+    assert isa_check["config"].vec_isa_ok is None and isa_check["calls"] == 0
+
+
+def test_a_cpu_model_compiled_trusts_the_recorded_vector_isa_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from autotune.engine import step
+
+    calls: list[int] = []
+    monkeypatch.setattr(step, "trust_vector_isa_check", lambda: calls.append(1))
+    step.compile_model(
+        torch.nn.Linear(2, 2), TrainConfig(micro_batch=1, seq_len=1, compile="default")
+    )
+    assert calls == [1]
+    step.compile_model(torch.nn.Linear(2, 2), TrainConfig(micro_batch=1, seq_len=1, compile="off"))
+    assert calls == [1]
+
+
 @pytest.mark.slow
 def test_a_compiled_burst_leaves_its_precompiled_header_in_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -123,3 +235,12 @@ def test_a_compiled_burst_leaves_its_precompiled_header_in_the_cache(
     result = run_burst(spec, config, steps=1, warmup=1, timeout_s=300)
     assert result.ok, result.reason
     assert list((tmp_path / "cache" / "precompiled_headers").glob("*.gch"))
+    # and what Inductor's check of the CPU's vector ISAs found, for the next burst to trust
+    import json
+
+    from autotune.machine.compile_cache import VECTOR_ISA_FILE
+
+    claimed = [str(isa) for isa in _claimed_isas()]
+    if claimed:
+        record = json.loads((tmp_path / "cache" / VECTOR_ISA_FILE).read_text())
+        assert record["key"]["claimed"] == claimed and record["found"] == claimed

@@ -26,7 +26,7 @@ from torch import nn
 from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
-from autotune.machine.compile_cache import keep_precompiled_headers
+from autotune.machine.compile_cache import keep_precompiled_headers, trust_vector_isa_check
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
@@ -139,6 +139,8 @@ def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
         return model
     mode = None if config.compile == "default" else config.compile
     keep_precompiled_headers()
+    if any(p.device.type == "cpu" for p in model.parameters()):
+        trust_vector_isa_check()  # CPU kernels: Inductor checks the CPU's vector ISAs
     if config.compile_regions:
         for block in repeated_blocks(model):
             block.compile(mode=mode)
