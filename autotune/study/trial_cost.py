@@ -12,6 +12,7 @@ checkpointing; the model's own knobs) compiles new code.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,11 +87,15 @@ def cached_compile_s(records: list[TrialRecord]) -> float:
 def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str] | None:
     """How long a trial of ``config`` will take, and why: without compile, the quickest
     trial without compile; compiled, a trial with the same compiled code less its compile
-    plus a cached one, else (new code: a first compile) the slowest trial whose compile
-    was a first one. A trial the limit stops measures nothing: mu on the 2-core CPU
-    started a first compile with 47 s left, where such trials had taken 38, 47 and 49 s,
-    and it was stopped; a config the cache serves (10-14 s) would have fitted. None
-    before such a trial has a result."""
+    plus a cached one, else (new code: a first compile) the slowest first compile seen
+    plus the rest of a compiled trial (its median: process start, build, steps). A trial
+    the limit stops measures nothing: mu on the 2-core CPU started a first compile with
+    47 s left, where such trials had taken 38, 47 and 49 s, and it was stopped; a config
+    the cache serves (10-14 s) would have fitted. The slowest trial's wall is not the
+    measure: the search's first compiled trial also sets up the compile cache (the
+    checks of the CPU's vector ISAs: mu's playbook trial on the 2-core Xeon took 39.6 s,
+    25.8 s of it compiling and 13.8 s besides, where later first compiles took 29-32 s
+    with 4-5 s besides). None before such a trial has a result."""
     eager = config.compile == "off"
     alike = [
         r
@@ -108,9 +113,10 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         wall = min((r.wall_s or 0.0) - (r.compile_s or 0.0) for r in same) + cached
         return wall, f"#{same[0].number}'s code from the compile cache"
     # a first compile: the trials whose compile was well above what the cache takes
-    first = [r for r in alike if (r.compile_s or 0.0) > 2 * cached]
+    first = [r.compile_s or 0.0 for r in alike if (r.compile_s or 0.0) > 2 * cached]
     if first:
-        return max(r.wall_s or 0.0 for r in first), "the slowest first compile so far"
+        rest = statistics.median((r.wall_s or 0.0) - (r.compile_s or 0.0) for r in alike)
+        return max(first) + rest, "the slowest first compile so far"
     return min(r.wall_s or 0.0 for r in alike), "the quickest compiled trial so far"
 
 
