@@ -155,10 +155,11 @@ def trust_vector_isa_check() -> None:
             "compiler": cpp_builder.get_cpp_compiler(),
             "claimed": claimed,
         }
-        found = _vector_isa_found(Path(folder) / VECTOR_ISA_FILE, key)
+        record = Path(folder) / VECTOR_ISA_FILE
+        found = _vector_isa_found(record, key)
         if found is None:
             found = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
-            _write_vector_isa_found(Path(folder) / VECTOR_ISA_FILE, key, found)
+            _write_vector_isa_found(record, key, found)
     except Exception:  # torch's private names moved: Inductor checks as it always did
         return
     if claimed and found == claimed:
