@@ -51,7 +51,19 @@ class ConvNet(nn.Module):
         return self.head(x.mean(dim=(2, 3)))  # (B, classes)
 
 
-def _build(**kwargs: Any) -> nn.Module:
+def _build(*, process_file: str = "", **kwargs: Any) -> nn.Module:
+    if process_file:  # the trial's process: who started it, and what it had loaded
+        import sys
+
+        facts = {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "sid": os.getsid(0),
+            "inductor_loaded": "torch._inductor.compile_fx" in sys.modules,
+            "mark": os.environ.get("AUTOTUNE_TEST_MARK"),
+            "tmpdir": os.environ.get("TMPDIR"),
+        }
+        Path(process_file).write_text(json.dumps(facts))
     return ConvNet(**kwargs)
 
 
@@ -75,7 +87,7 @@ conv_spec = ModelSpec(
     make_batch_fn=_make_batch,
     loss_fn=_loss,
     flops_fn=lambda args, side: 1.0,
-    args={"width": 8, "classes": 4, "record_file": ""},
+    args={"width": 8, "classes": 4, "record_file": "", "process_file": ""},
     seq_len=8,
     max_seq_len=32,
     global_batch=4,

@@ -33,6 +33,7 @@ from autotune.models.registry import load_model
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_models
 from fake_models import FAKES
+from processes import left_behind
 
 from autotune.testing.caps import cpu_caps
 
@@ -52,7 +53,7 @@ def gone(pid: int) -> bool:
 
 
 def assert_no_children() -> None:
-    left = [p for p in psutil.Process().children(recursive=True) if not gone(p.pid)]
+    left = [p for p in left_behind() if not gone(p.pid)]
     assert not left, f"processes left behind: {left}"
 
 

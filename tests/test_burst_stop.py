@@ -10,10 +10,9 @@ import signal
 import textwrap
 from pathlib import Path
 
-import psutil
 import pytest
 from fake_models import FAKES
-from processes import describe_live
+from processes import describe_live, left_behind
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
@@ -52,5 +51,5 @@ def test_a_trial_asked_to_stop_ends_as_the_signal_not_as_the_models_error(
     assert result.status == "crash", result.reason
     assert result.reason.startswith(f"the trial process killed by {sig.name} without a result")
     assert DYING not in result.reason and "KeyboardInterrupt" not in result.reason
-    left = [line for p in psutil.Process().children(recursive=True) if (line := describe_live(p))]
+    left = [line for p in left_behind() if (line := describe_live(p))]
     assert not left, f"processes left behind: {left}"

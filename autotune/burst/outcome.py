@@ -147,8 +147,8 @@ def memory_figures(
     }
     result = progress.result or {}
     own_rss = result.get("own_peak_rss_bytes")
-    if own_rss and host_peak is not None:
-        memory["host_peak_bytes"] = max(host_peak, own_rss)
+    if own_rss:  # a trial that ends within the sampler's first interval has only this
+        memory["host_peak_bytes"] = max(host_peak or 0, own_rss)
     if on_cuda:
         peak = result.get("peak_bytes") or progress.cuda_peak
         memory["peak_memory_bytes"] = peak

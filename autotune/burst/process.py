@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 import psutil
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REQUEST_FILE",
+    "TrialProcess",
     "child_env",
     "exited",
     "kill_group",
@@ -42,6 +43,18 @@ __all__ = [
 
 WORKDIR_PREFIX = "autotune-burst-"  # then the pid of the process that made it
 REQUEST_FILE = "request.pkl"  # in the trial's folder: what the parent sends it
+
+
+class TrialProcess(Protocol):
+    """The trial's main process as the supervisor uses it: ``subprocess.Popen``, or a
+    trial forked by a zygote (``autotune.burst.zygote.ForkedTrial``)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
@@ -190,7 +203,9 @@ def spawn_child(
     ``log``, its messages to ``write_fd`` (or, under torchrun with ``nproc`` > 1
     processes, to the FIFO named ``channel``). One process inherits its ``request`` (a
     file with no name) and makes its own folder, so that no folder exists without a
-    trial to remove it; torchrun's ranks read it by its path in the folder made for them."""
+    trial to remove it; torchrun's ranks read it by its path in the folder made for them.
+    (A one-process CPU trial is forked by a zygote instead where one can serve:
+    ``autotune.burst.zygote``.)"""
     from autotune.train.distributed import torchrun_command
 
     fds: tuple[int, ...] = ()

@@ -44,6 +44,8 @@ from autotune.burst.channel import LineReader, open_channel
 from autotune.burst.outcome import Progress, WatchOutcome, memory_figures, verdict
 from autotune.burst.process import (
     REQUEST_FILE,
+    TrialProcess,
+    child_env,
     exited,
     kill_group,
     make_workdir,
@@ -62,6 +64,7 @@ from autotune.burst.result import (
     Minimum,
     step_figures,
 )
+from autotune.burst.zygote import warm_start_allowed, zygotes
 from autotune.engine.memory import ProcessTreeSampler
 
 if TYPE_CHECKING:
@@ -282,12 +285,10 @@ def _supervise(
     went."""
     nproc, on_cuda = burst.nproc, burst.on_cuda
     read_fd, write_fd, channel = open_channel(workdir, nproc)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: TrialProcess | None = None
     sampler: ProcessTreeSampler | None = None
     try:
-        proc = spawn_child(
-            burst.config, request=request, write_fd=write_fd, log=log, channel=channel, nproc=nproc
-        )
+        proc = _start(burst, request=request, write_fd=write_fd, log=log, channel=channel)
         if nproc == 1:  # a FIFO's write end stays open here: no end of file before rank 0 opens it
             os.close(write_fd)
             write_fd = -1
@@ -330,6 +331,33 @@ def _supervise(
         _clean_up(proc, sampler, read_fd=read_fd, write_fd=write_fd)
 
 
+def _start(
+    burst: _Burst, *, request: IO[bytes] | Path, write_fd: int, log: IO[bytes], channel: str | None
+) -> TrialProcess:
+    """The trial's process: forked by a zygote that has torch loaded where one can serve
+    (a one-process CPU trial: ``autotune.burst.zygote``), else a fresh interpreter."""
+    if not isinstance(request, Path) and warm_start_allowed(
+        on_cuda=burst.on_cuda, nproc=burst.nproc
+    ):
+        forked = zygotes.spawn(
+            child_env(None, burst.config),
+            compiled=burst.config.compile != "off",
+            request_fd=request.fileno(),
+            write_fd=write_fd,
+            log_fd=log.fileno(),
+        )
+        if forked is not None:
+            return forked
+    return spawn_child(
+        burst.config,
+        request=request,
+        write_fd=write_fd,
+        log=log,
+        channel=channel,
+        nproc=burst.nproc,
+    )
+
+
 def _after_compile(
     should_stop: Callable[[], str | None] | None, progress: Progress
 ) -> Callable[[], str | None] | None:
@@ -357,7 +385,7 @@ def _leader(pid: int) -> psutil.Process | None:
 
 
 def _end(
-    proc: subprocess.Popen[bytes],
+    proc: TrialProcess,
     leader: psutil.Process | None,
     sampler: ProcessTreeSampler,
     outcome: WatchOutcome,
@@ -377,7 +405,7 @@ def _end(
 
 
 def _clean_up(
-    proc: subprocess.Popen[bytes] | None,
+    proc: TrialProcess | None,
     sampler: ProcessTreeSampler | None,
     *,
     read_fd: int,

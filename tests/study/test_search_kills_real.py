@@ -93,11 +93,16 @@ def _settled(folder: Path, tmp: Path, before: set[int]) -> tuple[list[str], list
 
 
 def _burst_running(search: subprocess.Popen[bytes]) -> bool:
+    """A trial of ``search`` runs: started fresh (``autotune.burst.child``), or forked by
+    one of its zygotes (a process with the zygote's command line whose parent is not the
+    search: the zygote's own child)."""
     with contextlib.suppress(psutil.Error):
-        return any(
-            "autotune.burst.child" in " ".join(p.cmdline())
-            for p in psutil.Process(search.pid).children()
-        )
+        for p in psutil.Process(search.pid).children(recursive=True):
+            line = " ".join(p.cmdline())
+            if "autotune.burst.child" in line or (
+                "autotune.burst.zygote" in line and p.ppid() != search.pid
+            ):
+                return True
     return False
 
 

@@ -1,0 +1,362 @@
+"""Warm start: a process that has imported torch once, and forks each CPU trial from it.
+
+A compiled burst that compiles from the cache spends about as long importing torch,
+Dynamo and Inductor (2.3-2.6 s on a 2-core Xeon) as it spends stepping; a search runs
+twenty such bursts. A zygote is started once, with the environment its trials would have
+been started with, imports them, and then forks a trial for each request: the fork is a
+process of its own in a session of its own, exactly as a fresh trial, but starts with
+those modules loaded (``benchmarks/warm_start.py``).
+
+Which trials: one-process trials of a CPU config (``warm_start_allowed``). Never a CUDA
+trial: a CUDA driver touched before a fork cannot serve the forked process, and the
+budget of a GPU trial is its own allocator's. OpenMP, Inductor and torch read parts of
+their environment when they load, so a zygote serves only trials whose environment is the
+one it was started with (a config with ``omp_spin`` has its own); ``AUTOTUNE_WARM_START=0``
+turns the whole thing off, and any failure of a zygote falls back to a fresh process
+(``spawn_child``).
+
+From the parent's side, ``Zygotes.spawn`` returns a ``ForkedTrial``: the ``pid``,
+``poll``, ``wait`` and ``returncode`` of ``subprocess.Popen``, the trial's exit status
+read through its zygote (its parent). A zygote reaps a trial only when asked: the pid,
+and with it the process group id, stays reserved until the supervisor has ended the
+trial's tree (``autotune.burst.supervisor._end``). The zygote ends when its parent closes
+the socket or dies (end of file); the trials follow the search itself
+(``AUTOTUNE_BURST_PARENT``), as before.
+
+The zygote's side is ``main`` (``python -m autotune.burst.zygote FD``): one request at a
+time on a Unix datagram socket, with the trial's request, result pipe and log passed as
+descriptors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ForkedTrial",
+    "Zygote",
+    "ZygoteError",
+    "Zygotes",
+    "main",
+    "warm_start_allowed",
+    "zygotes",
+]
+
+SWITCH_ENV = "AUTOTUNE_WARM_START"  # "0": every trial starts a fresh interpreter
+# What every trial imports before its first step (an eager step loads Dynamo too), and what
+# a compiled one adds: 1.4 s and 115 MB of resident memory that an eager trial's peak must
+# not count. The model's own module is the trial's to import (a user's file may change).
+WARM_MODULES = (
+    "torch",
+    "torch._dynamo",
+    "autotune.burst.child",
+    "autotune.burst.trial",
+    "autotune.engine.step",
+)
+COMPILE_MODULES = ("torch._inductor.compile_fx",)
+MAX_ZYGOTES = 4  # kept warm at once: with and without omp_spin, compiled or eager
+START_TIMEOUT_S = 300.0  # the imports, on a loaded machine
+REPLY_TIMEOUT_S = 60.0
+_MAX_MESSAGE = 1 << 20
+_POLL_S = 0.005
+
+
+class ZygoteError(RuntimeError):
+    """The zygote could not start or answer: the caller starts a fresh process instead."""
+
+
+def warm_start_allowed(*, on_cuda: bool, nproc: int) -> bool:
+    """Whether a trial may be forked from a zygote (see the module's docstring)."""
+    return (
+        not on_cuda
+        and nproc == 1
+        and sys.platform.startswith("linux")
+        and os.environ.get(SWITCH_ENV, "1") != "0"
+    )
+
+
+# -- the parent's side ----------------------------------------------------------------------
+
+
+@dataclass
+class ForkedTrial:
+    """A trial forked by ``zygote``: what the supervisor uses of ``subprocess.Popen``."""
+
+    pid: int
+    zygote: Zygote
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.poll(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"trial {self.pid}", timeout or 0.0)
+            time.sleep(_POLL_S)
+        return code
+
+
+@dataclass
+class Zygote:
+    """One zygote process, started with ``env`` (with Inductor loaded where
+    ``compiled``), and the socket to it."""
+
+    env: dict[str, str]
+    compiled: bool = False
+    proc: subprocess.Popen[bytes] = field(init=False)
+    sock: socket.socket = field(init=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "autotune.burst.zygote",
+                    str(theirs.fileno()),
+                    *(["--compiled"] if self.compiled else []),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # Ctrl-C in the terminal reaches only the search
+                env=self.env,
+            )
+        except OSError as exc:
+            ours.close()
+            raise ZygoteError(f"could not start: {exc}") from exc
+        finally:
+            theirs.close()
+        self.sock = ours
+        try:
+            reply = self._receive(START_TIMEOUT_S)
+            if not reply.get("ready"):
+                raise ZygoteError(reply.get("reason") or "not ready")
+        except ZygoteError:
+            self.close()  # no zygote left behind, whatever way its start failed
+            raise
+
+    def spawn(self, env: dict[str, str], *, request_fd: int, write_fd: int, log_fd: int) -> int:
+        """Fork a trial (``python -m autotune.burst.child fd:REQUEST WRITE``, in-process)
+        with ``env``; its pid, once it leads a session of its own."""
+        reply = self._ask({"op": "spawn", "env": env}, fds=[request_fd, write_fd, log_fd])
+        return int(reply["pid"])
+
+    def poll(self, pid: int) -> int | None:
+        """The trial's exit status (``Popen.returncode``'s convention), reaping it; None
+        while it runs."""
+        code = self._ask({"op": "poll", "pid": pid})["returncode"]
+        return None if code is None else int(code)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """End the zygote: it exits at the end of file; killed if it does not."""
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _ask(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        with self.lock:
+            try:
+                socket.send_fds(self.sock, [json.dumps(message).encode()], fds or [])
+            except OSError as exc:
+                raise ZygoteError(f"gone: {exc}") from exc
+            reply = self._receive(REPLY_TIMEOUT_S)
+        if "error" in reply:
+            raise ZygoteError(str(reply["error"]))
+        return reply
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(_MAX_MESSAGE)
+        except OSError as exc:  # a timeout too
+            raise ZygoteError(f"no answer: {exc}") from exc
+        if not data:
+            raise ZygoteError(f"ended (exit status {self.proc.poll()})")
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+
+class Zygotes:
+    """The zygotes of this process, one per trial environment (at most ``MAX_ZYGOTES``,
+    the least recently used closed first). An environment whose zygote failed is not
+    tried again: its trials start fresh processes."""
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[object, ...], Zygote] = {}
+        self._failed: dict[tuple[object, ...], str] = {}
+        self._lock = threading.Lock()
+
+    def spawn(
+        self,
+        env: dict[str, str],
+        *,
+        compiled: bool,
+        request_fd: int,
+        write_fd: int,
+        log_fd: int,
+    ) -> ForkedTrial | None:
+        """A trial forked with ``env``, or None (the caller starts a fresh process)."""
+        key = (compiled, *sorted(env.items()))
+        with self._lock:
+            if key in self._failed:
+                return None
+            zygote = self._live.pop(key, None)
+            try:
+                if zygote is None or not zygote.alive():
+                    zygote = Zygote(env, compiled)
+                pid = zygote.spawn(env, request_fd=request_fd, write_fd=write_fd, log_fd=log_fd)
+            except ZygoteError as exc:
+                self._failed[key] = str(exc)
+                if zygote is not None:
+                    zygote.close()
+                return None
+            self._live[key] = zygote  # now the most recently used
+            while len(self._live) > MAX_ZYGOTES:
+                self._live.pop(next(iter(self._live))).close()
+        return ForkedTrial(pid, zygote)
+
+    def failures(self) -> dict[str, str]:
+        """Why a zygote could not serve, by its environment's hash (for tests and logs)."""
+        return {str(hash(key)): reason for key, reason in self._failed.items()}
+
+    def pids(self) -> set[int]:
+        """The live zygotes' pids: processes of this one that outlive every trial."""
+        with self._lock:
+            return {z.proc.pid for z in self._live.values() if z.alive()}
+
+    def close(self) -> None:
+        with self._lock:
+            while self._live:
+                self._live.popitem()[1].close()
+
+
+zygotes = Zygotes()
+atexit.register(zygotes.close)
+
+
+# -- the zygote's side ----------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    sock = socket.socket(fileno=int(args[0]))
+    try:
+        for name in WARM_MODULES + (COMPILE_MODULES if "--compiled" in args[1:] else ()):
+            importlib.import_module(name)
+    except BaseException as exc:  # the parent hears why, then starts fresh processes
+        _send(sock, {"ready": False, "reason": f"importing: {type(exc).__name__}: {exc}"})
+        return 1
+    if threading.active_count() > 1:  # a fork would copy a thread's locks, not the thread
+        reason = f"{threading.active_count()} threads after the imports: a fork is unsafe"
+        _send(sock, {"ready": False, "reason": reason})
+        return 1
+    _send(sock, {"ready": True})
+    while True:
+        try:
+            data, fds, _flags, _address = socket.recv_fds(sock, _MAX_MESSAGE, 3)
+        except OSError:
+            return 0
+        if not data:  # the parent closed the socket, or died
+            return 0
+        message = json.loads(data)
+        try:
+            reply = (
+                _spawn(sock, message["env"], fds)
+                if message["op"] == "spawn"
+                else _poll(int(message["pid"]))
+            )
+        except OSError as exc:
+            reply = {"error": f"{message['op']}: {exc}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _send(sock, reply)
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode())
+
+
+def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str, Any]:
+    """Fork the trial; answer once it leads a session of its own (the parent may signal
+    its group as soon as it has the pid)."""
+    request_fd, write_fd, log_fd = fds
+    ready_read, ready_write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the trial
+        code = 1
+        try:
+            os.close(ready_read)
+            os.setsid()
+            os.close(ready_write)
+            sock.close()
+            _become_trial(env, request_fd=request_fd, write_fd=write_fd, log_fd=log_fd)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(ready_write)
+    os.read(ready_read, 1)  # end of file: the trial's setsid is done (or it died)
+    os.close(ready_read)
+    return {"pid": pid}
+
+
+def _become_trial(env: dict[str, str], *, request_fd: int, write_fd: int, log_fd: int) -> None:
+    """In the forked process: what ``python -m autotune.burst.child`` would have been
+    started with (its environment, its descriptors), then the trial itself."""
+    import faulthandler
+    import tempfile
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    for fd in (devnull, log_fd):
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None  # follow the trial's TMPDIR, as a fresh process would
+    if env.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
+    from autotune.burst.child import main as trial_main
+
+    trial_main([f"fd:{request_fd}", str(write_fd)])  # ends the process
+
+
+def _poll(pid: int) -> dict[str, Any]:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    return {"returncode": os.waitstatus_to_exitcode(status) if done else None}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
