@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,36 @@ def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal() -
         for fd in (result_read, result_write):
             os.close(fd)
         zygote.close()
+
+
+def test_a_trial_whose_zygote_dies_still_ends_and_the_next_one_gets_a_new_zygote(
+    tmp_path: Path,
+) -> None:
+    """The zygote killed while its trial runs: the trial is left to init, the supervisor
+    still ends it (here at its timeout) and returns a result, not an exception, and the
+    next trial of that environment is forked by a new zygote."""
+    pid_file = tmp_path / "pids.json"
+    spec = load_model(f"{FAKES}:sleep_spec")
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    run_burst(spec.with_args(sleep_s=0.0), config, steps=1, warmup=0)  # the zygote, started
+    before = zygotes.pids()
+    assert before
+
+    def kill_the_zygotes_once_the_trial_steps() -> None:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in before:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_zygotes_once_the_trial_steps)
+    killer.start()
+    result = run_burst(
+        spec.with_args(pid_file=str(pid_file)), config, steps=2, warmup=1, timeout_s=8
+    )
+    killer.join()
+    assert result.status == "timeout", result.reason
+    trial = json.loads(pid_file.read_text())["pid"]
+    assert not psutil.pid_exists(trial) or psutil.Process(trial).status() == psutil.STATUS_ZOMBIE
+    after = _trial_process(tmp_path)
+    assert after["ppid"] in zygotes.pids() and after["ppid"] not in before

@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
 __all__ = [
     "ForkedTrial",
     "Zygote",
@@ -68,6 +70,9 @@ COMPILE_MODULES = ("torch._inductor.compile_fx",)
 MAX_ZYGOTES = 4  # kept warm at once: with and without omp_spin, compiled or eager
 START_TIMEOUT_S = 300.0  # the imports, on a loaded machine
 REPLY_TIMEOUT_S = 60.0
+# The exit status of a trial whose zygote died before it (init reaped it): unknown, and
+# said so by a status no trial exits with by itself.
+LOST_STATUS = 255
 _MAX_MESSAGE = 1 << 20
 _POLL_S = 0.005
 
@@ -99,7 +104,12 @@ class ForkedTrial:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.zygote.poll(self.pid)
+            try:
+                self.returncode = self.zygote.poll(self.pid)
+            except ZygoteError:  # the zygote died: the trial was left to init, which reaps it
+                if _running(self.pid):
+                    return None
+                self.returncode = LOST_STATUS
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -223,19 +233,26 @@ class Zygotes:
     ) -> ForkedTrial | None:
         """A trial forked with ``env``, or None (the caller starts a fresh process)."""
         key = (compiled, *sorted(env.items()))
+        fds = {"request_fd": request_fd, "write_fd": write_fd, "log_fd": log_fd}
         with self._lock:
             if key in self._failed:
                 return None
             zygote = self._live.pop(key, None)
-            try:
-                if zygote is None or not zygote.alive():
-                    zygote = Zygote(env, compiled)
-                pid = zygote.spawn(env, request_fd=request_fd, write_fd=write_fd, log_fd=log_fd)
-            except ZygoteError as exc:
-                self._failed[key] = str(exc)
-                if zygote is not None:
+            if zygote is not None:  # one that served before: if it died since, a new one
+                try:
+                    pid = zygote.spawn(env, **fds)
+                except ZygoteError:
                     zygote.close()
-                return None
+                    zygote = None
+            if zygote is None:
+                try:
+                    zygote = Zygote(env, compiled)
+                    pid = zygote.spawn(env, **fds)
+                except ZygoteError as exc:  # a new one failed: this environment starts fresh
+                    self._failed[key] = str(exc)
+                    if zygote is not None:
+                        zygote.close()
+                    return None
             self._live[key] = zygote  # now the most recently used
             while len(self._live) > MAX_ZYGOTES:
                 self._live.pop(next(iter(self._live))).close()
@@ -300,7 +317,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.sendall(json.dumps(message).encode())
+    with contextlib.suppress(OSError):  # a parent gone: the next receive ends the loop
+        sock.sendall(json.dumps(message).encode())
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str, Any]:
