@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes
-from autotune.study.records import TrialRecord, summarize_config
-from autotune.study.trial_cost import will_not_finish
+from autotune.study.race import DEFAULT_FINALISTS, behind_the_best
+from autotune.study.records import TrialRecord, distinct_best, summarize_config
+from autotune.study.trial_cost import compiled_code_key, will_not_finish
 
 if TYPE_CHECKING:
     import optuna
@@ -151,6 +152,7 @@ class Planner:
         self.measure_again(study, record)  # before the refinements queued now
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
+        self.vary_the_finalists(study)
         reason = self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
         if reason:
             self.state.stopped = reason
@@ -218,8 +220,33 @@ class Planner:
         space, config = self.state.space, best.train_config()
         workers = "num_workers" in self.first_knobs  # an input-bound naive: its workers too
         cands = space.neighbours(config, workers=workers, kernels=True)
-        for cand in sorted(cands, key=lambda c: self._verdict_rank(config, c)):
+        for cand in _cheap_after_the_first(config, cands, self._verdict_rank):
             self._queue(study, cand, role="refine", refines=best.number)
+
+    def vary_the_finalists(self, study: optuna.Study) -> None:
+        """Once nothing is queued (the best's neighbours have all run), queue the
+        neighbours of the race's likely finalists that run the code those finalists
+        compiled: one knob moved outside the model (OpenMP's wait policy; DataLoader
+        workers where the naive config was input-bound, as ``refine`` does), a compile the
+        cache serves. Before the sampler's own proposals, nearly all of them new code: mu
+        on the 2-core Xeon, once the best's four neighbours had run, got a micro-batch of
+        32 and fp32 with compile from TPE, 30 s each, 0.85x and 0.50x the best; a
+        finalist's variant costs a trial's steps (5-8 s), and OpenMP's spin moved mu's
+        configs 0.92-1.09x. A finalist whose trial came far behind the best
+        (``behind_the_best``) or that a later best outdated is not varied."""
+        if _waiting_params(study):
+            return
+        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
+        behind = behind_the_best(top)
+        workers = "num_workers" in self.first_knobs
+        for record in top:
+            if record.number in behind or record.role == "naive" or self.outdated(record.number):
+                continue
+            config = record.train_config()
+            code = compiled_code_key(config)
+            for cand in self.state.space.neighbours(config, workers=workers, kernels=True):
+                if compiled_code_key(cand) == code:
+                    self._queue(study, cand, role="refine", refines=record.number)
 
     def _verdict_rank(self, config: TrainConfig, cand: TrainConfig) -> int:
         """Where ``cand`` (one knob moved from ``config``) stands in the naive verdict's
@@ -354,6 +381,21 @@ class Planner:
         if peak is not None:
             return f"ran out of memory at {format_bytes(peak)} (it needs more than that)"
         return f"ran out of memory ({source.reason or source.status})"
+
+
+def _cheap_after_the_first(
+    config: TrainConfig, cands: list[TrainConfig], rank: Callable[[TrainConfig, TrainConfig], int]
+) -> list[TrainConfig]:
+    """``cands`` (``config``'s neighbours) in the order they are refined: by ``rank``, but
+    those that run ``config``'s compiled code (a knob outside the model moved: a trial's
+    steps, 5-8 s for mu on the 2-core Xeon) right after the first, before the other new
+    code (a first compile each, 30-40 s there). mu beside a busy core: the best's three
+    new-code neighbours took the time for trials, and its OpenMP-spin variant, queued last,
+    never ran."""
+    ordered = sorted(cands, key=lambda c: rank(config, c))
+    code = compiled_code_key(config)
+    cheap = [c for c in ordered[1:] if compiled_code_key(c) == code]
+    return [*ordered[:1], *cheap, *(c for c in ordered[1:] if c not in cheap)]
 
 
 def _waiting(study: optuna.Study, params: Mapping[str, Any]) -> bool:

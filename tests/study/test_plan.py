@@ -35,10 +35,13 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
     # a CPU a quarter of the global batch per micro-batch, compiled
     assert result.trials[1].role == "playbook"
     assert (burst.calls[1].micro_batch, burst.calls[1].compile) == (8, "default")
-    # it became the best: its micro-batch neighbours come next
+    # it became the best: its neighbours come next, the first (micro-batch x2), then the
+    # one that runs its compiled code (OpenMP's spin: a trial's steps, no first compile),
+    # then the other new code (micro-batch /2)
     playbook = burst.calls[1]
-    assert {c.micro_batch for c in burst.calls[2:4]} == {4, 16}
-    assert all(c.replace(micro_batch=8, grad_accum=4) == playbook for c in burst.calls[2:4])
+    assert [c.micro_batch for c in burst.calls[2:5]] == [16, 8, 4]
+    assert burst.calls[3] == playbook.replace(omp_spin=True)
+    assert all(c.replace(micro_batch=8, grad_accum=4) == playbook for c in burst.calls[2:5:2])
     assert result.trials[2].role == "refine"
     # the speedup is the race's: paired rounds of the winner against naive
     assert result.best is not None and result.verified is not None
@@ -281,3 +284,29 @@ def test_the_playbooks_start_without_compile_runs_next_when_its_compile_fails(
     # a compile that works: no such trial
     plain = run(tmp_path / "b", FakeBurst(), trials=6)
     assert all(t.role != "playbook-eager" for t in plain.trials)
+
+
+def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_sampler(
+    tmp_path: Path,
+) -> None:
+    # The playbook's micro-batch 8 stays the best; its neighbour at micro-batch 16 comes
+    # close (0.95x) but is not refined (it never led). Once the best's neighbours have run
+    # and nothing is queued, the finalists' neighbours on their own compiled code (here
+    # OpenMP's spin) run before the sampler's own proposals: a trial's steps each, where
+    # TPE's are new code.
+    @dataclass
+    class PeakAtEight(FakeBurst):
+        def speed(self, c: TrainConfig) -> float:
+            shape = {8: 1.0, 16: 0.95}.get(c.micro_batch, 0.6)
+            return 10_000.0 * shape * (1.5 if c.compile != "off" else 1.0)
+
+    burst = PeakAtEight()
+    result = run(tmp_path, burst, trials=12, budget="4GB")
+    roles = [t.role for t in result.trials]
+    sampled = roles.index("") if "" in roles else len(roles)
+    before_sampler = [t.train_config() for t in result.trials[:sampled]]
+    near = next(c for c in before_sampler if c.micro_batch == 16 and not c.omp_spin)
+    assert result.best is not None and result.best.train_config().micro_batch == 8
+    assert near.replace(omp_spin=True) in before_sampler[before_sampler.index(near) :]
+    varied = next(t for t in result.trials if t.train_config() == near.replace(omp_spin=True))
+    assert varied.role == "refine"
