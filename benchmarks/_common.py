@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import shlex
+import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -160,3 +161,9 @@ def empty_compile_cache(prefix: str) -> Iterator[str]:
             yield cache
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def median_of(values: Sequence[float | None]) -> float | None:
+    """The median of the figures that exist (a failed burst has None), or None."""
+    ok = [v for v in values if v is not None]
+    return statistics.median(ok) if ok else None

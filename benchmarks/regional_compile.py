@@ -16,9 +16,7 @@ Usage (from the repository root, with nothing else running)::
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,6 +28,7 @@ from _common import (
     fmt_seconds,
     hardware_lines,
     load_average,
+    median_of,
     render_table,
     utc_now,
 )
@@ -69,11 +68,6 @@ def measure(model: str, scope: str, *, steps: int) -> tuple[float | None, float 
     return result.compile_s, result.tokens_per_s
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    ok = [v for v in values if v is not None]
-    return statistics.median(ok) if ok else None
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -86,8 +80,8 @@ def table(cells: dict[tuple[str, str], list[tuple[float | None, float | None]]])
         medians = {}
         for scope in SCOPES:
             runs = cells[(model, scope)]
-            compile_med = _median([c for c, _ in runs])
-            rate_med = _median([t for _, t in runs])
+            compile_med = median_of([c for c, _ in runs])
+            rate_med = median_of([t for _, t in runs])
             medians[scope] = (compile_med, rate_med)
             rows.append(
                 [

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +30,7 @@ from _common import (
     fmt_seconds,
     hardware_lines,
     load_average,
+    median_of,
     render_table,
     utc_now,
 )
@@ -71,11 +70,6 @@ def burst(case: str, start: str, *, steps: int) -> BurstResult:
     return result
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    ok = [v for v in values if v is not None]
-    return statistics.median(ok) if ok else None
-
-
 def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"
 
@@ -88,8 +82,8 @@ def table(cells: dict[tuple[str, str], list[BurstResult]]) -> str:
         medians = {}
         for start in STARTS:
             runs = cells[(case, start)]
-            wall = _median([r.wall_s for r in runs])
-            rate = _median([r.tokens_per_s for r in runs])
+            wall = median_of([r.wall_s for r in runs])
+            rate = median_of([r.tokens_per_s for r in runs])
             medians[start] = (wall, rate)
             rows.append(
                 [
@@ -97,9 +91,9 @@ def table(cells: dict[tuple[str, str], list[BurstResult]]) -> str:
                     start,
                     ", ".join(fmt_seconds(r.wall_s) for r in runs),
                     fmt_seconds(wall),
-                    fmt_seconds(_median([r.compile_s for r in runs])),
+                    fmt_seconds(median_of([r.compile_s for r in runs])),
                     "-" if rate is None else f"{rate:,.0f}",
-                    _mib(_median([r.peak_memory_bytes for r in runs])),
+                    _mib(median_of([r.peak_memory_bytes for r in runs])),
                 ]
             )
         (wf, tf), (ww, tw) = medians["fresh"], medians["warm"]
