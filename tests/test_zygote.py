@@ -6,6 +6,7 @@ process it was built in (``tests/fake_conv.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -174,3 +175,20 @@ def test_a_trial_whose_zygote_dies_still_ends_and_the_next_one_gets_a_new_zygote
     assert not psutil.pid_exists(trial) or psutil.Process(trial).status() == psutil.STATUS_ZOMBIE
     after = _trial_process(tmp_path)
     assert after["ppid"] in zygotes.pids() and after["ppid"] not in before
+
+
+def test_a_zygote_that_does_not_answer_in_time_is_ended_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A late reply would answer the next question: a zygote that missed one is ended."""
+    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    monkeypatch.setattr(zygote_module, "REPLY_TIMEOUT_S", 0.5)
+    os.kill(zygote.proc.pid, signal.SIGSTOP)  # alive, but answering nothing
+    try:
+        with pytest.raises(ZygoteError, match="gone"):
+            zygote.poll(os.getpid())
+        assert not zygote.alive()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote.proc.pid, signal.SIGCONT)
+        zygote.close()

@@ -193,9 +193,12 @@ class Zygote:
         with self.lock:
             try:
                 socket.send_fds(self.sock, [json.dumps(message).encode()], fds or [])
-            except OSError as exc:
+                reply = self._receive(REPLY_TIMEOUT_S)
+            except (OSError, ZygoteError) as exc:
+                # A reply that comes late would answer the next question: this zygote
+                # answers none any more (its trials follow the search, as before).
+                self.close()
                 raise ZygoteError(f"gone: {exc}") from exc
-            reply = self._receive(REPLY_TIMEOUT_S)
         if "error" in reply:
             raise ZygoteError(str(reply["error"]))
         return reply
