@@ -134,6 +134,7 @@ def search(
         budget_bytes=budget_bytes,
         limits=Limits(limits.trial_limit, limits.time_limit_s),
         progress=output.progress,
+        started=started,  # the limit counts from the call: loading the model is in it
     )
     name = study.study or study_name_for(state, goal, shared=study.shared)
     storage = (

@@ -100,6 +100,34 @@ def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
         assert next(t for t in result.trials if t.number == number).value == value
 
 
+def test_the_time_limit_counts_from_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the model and probing the machine (torch's import: 2 s of a 20 s limit on
+    # the 2-core Xeon) came before the search's clock, so `--timeout 20s` ran 23.5 s.
+    import autotune.study.api as api
+    from autotune.study.state import SearchState
+
+    states: list[SearchState] = []
+    loaded_at: list[float] = []
+    resolve = api._resolve_model
+
+    class Recorded(SearchState):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            states.append(self)
+
+    def timed_resolve(model: Any) -> ModelSpec:
+        loaded_at.append(time.monotonic())
+        return resolve(model)
+
+    monkeypatch.setattr(api, "SearchState", Recorded)
+    monkeypatch.setattr(api, "_resolve_model", timed_resolve)
+    run(tmp_path, FakeBurst(), trials=3, timeout="30s", output=None)
+    assert states and loaded_at
+    assert states[0].started <= loaded_at[0]
+
+
 def test_time_limit_stops_the_search(tmp_path: Path) -> None:
     class Slow(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
