@@ -144,7 +144,7 @@ def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal() -
             )  # fmt: skip
             request.flush()
             pid = zygote.spawn(
-                env, request_fd=request.fileno(), write_fd=result_write, log_fd=log.fileno()
+                request_fd=request.fileno(), write_fd=result_write, log_fd=log.fileno()
             )
         trial = zygote_module.ForkedTrial(pid, zygote)
         with pytest.raises(subprocess.TimeoutExpired):

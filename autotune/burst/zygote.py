@@ -164,10 +164,10 @@ class Zygote:
             self.close()  # no zygote left behind, whatever way its start failed
             raise
 
-    def spawn(self, env: dict[str, str], *, request_fd: int, write_fd: int, log_fd: int) -> int:
+    def spawn(self, *, request_fd: int, write_fd: int, log_fd: int) -> int:
         """Fork a trial (``python -m autotune.burst.child fd:REQUEST WRITE``, in-process)
-        with ``env``; its pid, once it leads a session of its own."""
-        reply = self._ask({"op": "spawn", "env": env}, fds=[request_fd, write_fd, log_fd])
+        with the zygote's ``env``; its pid, once it leads a session of its own."""
+        reply = self._ask({"op": "spawn"}, fds=[request_fd, write_fd, log_fd])
         return int(reply["pid"])
 
     def poll(self, pid: int) -> int | None:
@@ -243,14 +243,14 @@ class Zygotes:
             zygote = self._live.pop(key, None)
             if zygote is not None:  # one that served before: if it died since, a new one
                 try:
-                    pid = zygote.spawn(env, **fds)
+                    pid = zygote.spawn(**fds)
                 except ZygoteError:
                     zygote.close()
                     zygote = None
             if zygote is None:
                 try:
                     zygote = Zygote(env, compiled)
-                    pid = zygote.spawn(env, **fds)
+                    pid = zygote.spawn(**fds)
                 except ZygoteError as exc:  # a new one failed: this environment starts fresh
                     self._failed[key] = str(exc)
                     if zygote is not None:
@@ -285,6 +285,7 @@ atexit.register(zygotes.close)
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    env = dict(os.environ)  # its trials' environment, as it was before the imports
     sock = socket.socket(fileno=int(args[0]))
     try:
         for name in WARM_MODULES + (COMPILE_MODULES if "--compiled" in args[1:] else ()):
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         message = json.loads(data)
         try:
             reply = (
-                _spawn(sock, message["env"], fds)
+                _spawn(sock, env, fds)
                 if message["op"] == "spawn"
                 else _poll(int(message["pid"]))
             )
