@@ -167,3 +167,8 @@ def median_of(values: Sequence[float | None]) -> float | None:
     """The median of the figures that exist (a failed burst has None), or None."""
     ok = [v for v in values if v is not None]
     return statistics.median(ok) if ok else None
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None where either figure is missing (or ``b`` is zero)."""
+    return None if a is None or not b else a / b

@@ -29,6 +29,7 @@ from _common import (
     hardware_lines,
     load_average,
     median_of,
+    ratio_of,
     render_table,
     utc_now,
 )
@@ -68,10 +69,6 @@ def measure(model: str, scope: str, *, steps: int) -> tuple[float | None, float 
     return result.compile_s, result.tokens_per_s
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
 def table(cells: dict[tuple[str, str], list[tuple[float | None, float | None]]]) -> str:
     """One row per model and scope (each burst's compile and throughput, their medians),
     and per model the per-block figures over the whole model's."""
@@ -99,9 +96,9 @@ def table(cells: dict[tuple[str, str], list[tuple[float | None, float | None]]])
                 model,
                 "per block / whole",
                 "",
-                fmt_ratio(_ratio(cb, cw)),
+                fmt_ratio(ratio_of(cb, cw)),
                 "",
-                fmt_ratio(_ratio(tb, tw)),
+                fmt_ratio(ratio_of(tb, tw)),
             ]
         )
     return render_table(

@@ -31,6 +31,7 @@ from _common import (
     hardware_lines,
     load_average,
     median_of,
+    ratio_of,
     render_table,
     utc_now,
 )
@@ -102,9 +103,9 @@ def table(cells: dict[tuple[str, str], list[BurstResult]]) -> str:
                 case,
                 "warm / fresh",
                 "",
-                fmt_ratio(None if wf is None or ww is None else ww / wf),
+                fmt_ratio(ratio_of(ww, wf)),
                 "",
-                fmt_ratio(None if tf is None or tw is None else tw / tf),
+                fmt_ratio(ratio_of(tw, tf)),
                 "",
             ]
         )
