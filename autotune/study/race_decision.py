@@ -17,13 +17,15 @@ A figure is published only with its evidence (docs/design.md, principle 8):
 * when the rounds that count were not quiet, the winner is never a config whose quiet
   trial was below ``CUT`` times another contender's (the race's own line between a
   burst's noise and a real gap);
-* a search that measured only the naive config has no speedup: the reason says what
-  time limit would measure the expert start.
+* a search that measured only the naive config has no speedup: the reason says why
+  (the others failed, the trial limit, or the time limit, with the limit that would
+  measure the expert start).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
@@ -245,7 +247,7 @@ def _figures(
     with none, nothing, the reason giving the quiet trials' unpaired ratio if any."""
     naive = next((e for e in entrants if "naive" in e.roles), None)
     if naive is winner and not any(e is not naive and not e.problem for e in entrants):
-        return None, None, _only_naive(state, naive)
+        return None, None, _only_naive(state, naive, entrants)
     if basis:
         speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
         margin = None if runner_up is None else paired_ratio(winner.figures, runner_up.figures)
@@ -264,13 +266,23 @@ def _figures(
     )
 
 
-def _only_naive(state: SearchState, naive: Entrant) -> str:
-    """Why a search that measured only the naive config has no speedup, and what time
-    limit would measure the expert start and race it (a trial like naive's, then the
-    planned rounds of two configs)."""
+def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> str:
+    """Why a search whose race holds only the naive config has no speedup: every other
+    config failed or did not fit, the trial limit allowed no other, or the time limit left
+    no time for another; then what limit would measure the expert start and race it (a
+    trial like naive's, then the planned rounds of two configs)."""
+    what = "the search measured only the naive config"
+    others = [r for r in state.trials_in_order() if r.number != naive.record.number]
+    failed = Counter(r.status for r in others if r.failed or r.infeasible)
+    problems = [f"#{e.record.number} {e.problem}" for e in entrants if e is not naive and e.problem]
+    if failed or problems:
+        why = [f"{n} {status}" for status, n in sorted(failed.items())]
+        return f"{what}: every other config failed or did not fit ({'; '.join(why + problems)})"
     limit = state.limits.time_limit_s
+    if state.trials_left() == 0:
+        return f"{what}: the limit of {state.limits.trials} measured trials allowed no other"
     if limit is None:
-        return "the search measured only the naive config: every other config failed or did not fit"
+        return f"{what} ({state.stopped or 'stopped'})"
     burst = max(naive.record.wall_s or 0.0, max(naive.walls, default=0.0))
     needed = state.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
     return (

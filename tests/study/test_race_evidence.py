@@ -158,11 +158,39 @@ def test_a_search_on_a_machine_that_slows_down_keeps_its_time_limit(tmp_path: Pa
     assert sum(t.ran for t in result.trials) >= 2  # naive and the expert start measured
 
 
-def test_a_search_that_measured_only_naive_says_what_limit_would_do(tmp_path: Path) -> None:
-    # Every config but naive fails: nothing to compare, and no 1.00x printed.
+def test_a_search_that_measured_only_naive_says_which_configs_failed(tmp_path: Path) -> None:
+    # Every config but naive fails: nothing to compare, and no 1.00x printed. The reason
+    # blamed the time limit here, which had 50 s left.
     burst = FakeBurst(fail=lambda c: None if c.micro_batch == 1 else "crash")
     result = run(tmp_path, burst, trials=4, timeout="60s")
     race = result.race
     assert race is not None and race.winner is race.naive
     assert race.speedup is None and "only the naive config" in race.speedup_reason
+    assert "every other config failed or did not fit (3 crash)" in race.speedup_reason
+    assert "time limit" not in race.speedup_reason
+
+
+def test_a_search_limited_to_one_trial_says_so(tmp_path: Path) -> None:
+    result = run(tmp_path, FakeBurst(), trials=1)
+    assert result.race is not None and result.race.speedup is None
+    assert "the limit of 1 measured trials allowed no other" in result.race.speedup_reason
+
+
+def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
+    tmp_path: Path,
+) -> None:
+    class SlowButNaive(FakeBurst):
+        """Every config but naive runs until its timeout, which the time limit caps."""
+
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if config.micro_batch == 1 or kw.get("verify"):
+                return super().__call__(spec, config, **kw)
+            self.calls.append(config)
+            time.sleep(min(kw["timeout_s"], 10.0))
+            return BurstResult(status="timeout", reason="fake: still running")
+
+    result = run(tmp_path, SlowButNaive(), trials=None, timeout="3s")
+    race = result.race
+    assert race is not None and race.winner is race.naive and race.speedup is None
+    assert race.speedup_reason.startswith("the time limit (3 s) left time to measure only")
     assert "a limit of about" in race.speedup_reason
