@@ -308,9 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         message = json.loads(data)
         try:
             reply = (
-                _spawn(sock, env, fds)
-                if message["op"] == "spawn"
-                else _poll(int(message["pid"]))
+                _spawn(sock, env, fds) if message["op"] == "spawn" else _poll(int(message["pid"]))
             )
         except OSError as exc:
             reply = {"error": f"{message['op']}: {exc}"}
