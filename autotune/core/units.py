@@ -43,8 +43,10 @@ def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
         )
     number = float(match["num"])
     unit = match["unit"].lower()
+    if number <= 0:
+        raise BudgetError(f"budget must be positive, got {text!r}")
     if not unit:
-        if not 0 < number <= 1:
+        if number > 1:
             raise BudgetError(
                 f"budget {text!r} has no unit: give a size such as {text}GB, or a fraction "
                 "of the device's memory in (0, 1] such as 0.5"
@@ -61,8 +63,8 @@ def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
             "KiB, MiB, GiB or TiB"
         )
     value = int(number * _UNITS[unit])
-    if value <= 0:
-        raise BudgetError(f"budget must be positive, got {text!r}")
+    if value <= 0:  # under a byte
+        raise BudgetError(f"budget must be at least one byte, got {text!r}")
     return value
 
 
