@@ -352,12 +352,12 @@ def open_storage(url: str, *, create: bool = True) -> Any:
             _sqlite_wal(storage.engine)
         return storage
     except Exception as exc:
-        hint = (
-            ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
-            if isinstance(exc, ImportError) and url.startswith("postgresql")
-            else ""
-        )
-        why = " ".join(str(exc).split())  # one paragraph
+        hint = ""
+        if isinstance(exc, ImportError) and url.startswith("postgresql"):
+            hint = ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
+        elif isinstance(exc, ImportError) and url.startswith("mysql"):
+            hint = " (MySQL needs a driver: pip install PyMySQL, and a mysql+pymysql:// URL)"
+        why = " ".join(str(exc).split()).rstrip(".")  # one paragraph, ending in ours
         raise UsageError(
             f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
             f"{why}{hint}. Give an Optuna storage URL (sqlite:///path/study.db, "

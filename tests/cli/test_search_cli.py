@@ -136,6 +136,7 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--warm-start", "nope.yaml"], "no preset file 'nope.yaml'"),
         (["--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open the study storage"),
         (["--storage", "postgresq://u@host/db"], "cannot open the study storage"),
+        (["--storage", "mysql://u@host/db"], "MySQL needs a driver: pip install PyMySQL"),
         (["--devices", "cuda:0,cuda:1"], "no NVIDIA GPU"),
         (["--devices", "all"], "--cpu-workers N"),
         (["--devices", "cpu"], "one worker by default"),
