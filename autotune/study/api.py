@@ -105,9 +105,8 @@ def search(
     found, with the winner's preset written where ``output`` says.
 
     ``budget``: bytes, or text such as ``"8GB"``, ``"8GiB"``, ``"8000MB"`` or a fraction of
-    the device's memory (``"0.5"``). The other options, each record with its defaults
-    when not given, are documented field by field in ``autotune/study/options.py``;
-    ``search_options(trials=5, output=None)`` makes them from flat names.
+    the device's memory (``"0.5"``). The other options are records (``options.py``, field
+    by field); ``search_options(trials=5, output=None)`` makes them from flat names.
 
     Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
     ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
@@ -134,7 +133,7 @@ def search(
         budget_bytes=budget_bytes,
         limits=Limits(limits.trial_limit, limits.time_limit_s),
         progress=output.progress,
-        started=started,  # the limit counts from the call: loading the model is in it
+        started=started,
     )
     name = study.study or study_name_for(state, goal, shared=study.shared)
     storage = (

@@ -51,6 +51,7 @@ class SearchState:
     budget_bytes: int
     limits: Limits
     progress: Callable[[SearchEvent], None] | None = None
+    # When the time limit started: the search's call (loading the model counts).
     started: float = field(default_factory=time.monotonic)
     records: dict[int, TrialRecord] = field(default_factory=dict)
     by_key: dict[tuple[Any, ...], int] = field(default_factory=dict)
