@@ -67,7 +67,7 @@ from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rou
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import SearchEvent, TrialRecord, distinct_best
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
-from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key
+from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -210,10 +210,10 @@ def race_reserve_s(
     pointer-gen on the 2-core CPU: its fifth trial made the final, pushing out naive (which
     races all the same) after the trials' time was spent; the reserve grew past the time
     left, and the race ran one round."""
-    cached = cached_compile_s(list(state.records.values()))
+    records = list(state.records.values())
     entrants = entrants_for(state, finalists=finalists, expert=expert)
     estimates = {
-        id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, cached) for e in entrants
+        id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, records) for e in entrants
     }
     quiet = [estimates[id(e)] for e in entrants if not e.record.disturbed]
     walls = {
@@ -258,16 +258,16 @@ def race_steps(step_time_s: float | None, steps: int) -> int:
 
 
 def _burst_estimate(
-    record: TrialRecord, trial_steps: int | None, steps_ratio: float, cached: float
+    record: TrialRecord, trial_steps: int | None, steps_ratio: float, records: list[TrialRecord]
 ) -> float:
     """How long a race burst of ``record``'s config takes: its trial's wall time (the
-    compile counted as the cache serves it) scaled by the race's steps over the trial's,
+    compile counted as the cache serves it, ``rest_s``) scaled by the race's steps over the trial's,
     and no more than its start-up plus the race's timed steps at its measured step time
     (``race_steps``: where steps are slow a race burst times fewer of them). A trial whose
     steps were stable early is counted as if it had run all ``trial_steps``."""
     wall = record.wall_s or 0.0
     if record.compile_s:
-        wall = max(0.0, wall - record.compile_s) + cached
+        wall = max(0.0, rest_s(record, records)) + cached_compile_s(records)
     step = record.step_time_median_s
     if not step or not trial_steps:
         return wall * steps_ratio

@@ -187,3 +187,42 @@ def test_the_compile_caches_set_up_in_the_first_compiled_trial_is_not_expected_a
     assert will_not_finish(state, first) == ""  # 27.2 s + a median rest of 4.8 s: 32 s
     state.time_for_trials = lambda: 31.0
     assert "(32 s: the slowest first compile so far)" in will_not_finish(state, first)
+
+
+def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_variants() -> None:
+    """mu on one core of the Xeon, an empty cache: the playbook's trial (the search's first
+    compiled one) spent 12.8 s besides its compile and its steps, setting up the compile
+    cache; later compiled trials spent 1.4-3.7 s. Its OpenMP-spin variant, served by the
+    cache, was expected to take 19 s and skipped with 18 s left; such variants of the other
+    codes took 5-6 s."""
+    from dataclasses import replace
+
+    from autotune.study.trial_cost import rest_s
+
+    def compiled(number: int, config: TrainConfig, wall: float, compile_s: float,
+                 timed: int, step: float) -> TrialRecord:  # fmt: skip
+        record = _record(number, config, wall, compile_s)
+        return replace(record, timed_steps=timed, step_time_median_s=step)
+
+    naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
+    sdpa = BEST.replace(knobs={"attention": "sdpa"})
+    records = {
+        0: _record(0, naive, 10.7, None),
+        2: compiled(2, sdpa, 52.3, 35.5, 2, 1.98),
+        3: compiled(3, BEST, 35.4, 31.7, 2, 1.17),
+        8: compiled(8, BEST.replace(omp_spin=True), 10.0, 1.8, 4, 1.12),
+        9: compiled(9, BEST.replace(micro_batch=16, grad_accum=2), 42.0, 38.2, 2, 1.18),
+        10: compiled(10, BEST.replace(micro_batch=4, grad_accum=8), 42.8, 38.7, 2, 1.32),
+    }
+    # its steps (2 x 1.98 s) and the compiled trials' median start-up (1.46 s)
+    assert abs(rest_s(records[2], list(records.values())) - (3.96 + 1.46)) < 0.01
+    assert rest_s(records[3], list(records.values())) == 35.4 - 31.7  # its own, lower
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 18.0)
+    variant = sdpa.replace(omp_spin=True)
+    assert will_not_finish(state, variant) == ""  # 5.4 s + 1.8 s from the cache
+    state.time_for_trials = lambda: 6.0
+    assert "(7 s: #2's code from the compile cache)" in will_not_finish(state, variant)
+    # without step figures a trial's own rest is all there is
+    plain = {n: _record(n, r.train_config(), r.wall_s or 0.0, r.compile_s)
+             for n, r in records.items()}  # fmt: skip
+    assert rest_s(plain[2], list(plain.values())) == 52.3 - 35.5
