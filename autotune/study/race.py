@@ -261,10 +261,10 @@ def _burst_estimate(
     record: TrialRecord, trial_steps: int | None, steps_ratio: float, records: list[TrialRecord]
 ) -> float:
     """How long a race burst of ``record``'s config takes: its trial's wall time (the
-    compile counted as the cache serves it, ``rest_s``) scaled by the race's steps over the trial's,
-    and no more than its start-up plus the race's timed steps at its measured step time
-    (``race_steps``: where steps are slow a race burst times fewer of them). A trial whose
-    steps were stable early is counted as if it had run all ``trial_steps``."""
+    compile counted as the cache serves it, ``rest_s``) scaled by the race's steps over
+    the trial's, and no more than its start-up plus the race's timed steps at its measured
+    step time (``race_steps``: where steps are slow a race burst times fewer of them). A
+    trial whose steps were stable early is counted as if it had run all ``trial_steps``."""
     wall = record.wall_s or 0.0
     if record.compile_s:
         wall = max(0.0, rest_s(record, records)) + cached_compile_s(records)

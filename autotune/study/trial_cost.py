@@ -134,9 +134,9 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         return min(r.wall_s or 0.0 for r in alike), "the quickest trial without compile so far"
     key = compiled_code_key(config)
     same = [r for r in alike if r.compile_s and compiled_code_key(r.config) == key]
-    cached = cached_compile_s(list(state.records.values()))
+    records = list(state.records.values())
+    cached = cached_compile_s(records)
     if same:
-        records = list(state.records.values())
         wall = min(rest_s(r, records) for r in same) + cached
         return wall, f"#{same[0].number}'s code from the compile cache"
     # a first compile: the trials whose compile was well above what the cache takes
