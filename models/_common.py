@@ -32,10 +32,14 @@ from torch.utils.checkpoint import checkpoint
 
 from autotune.contract.spec import Batch, Knob, ParamCounts, count_parameters
 
+from ._chunked_loss import chunked_linear_cross_entropy
+
 __all__ = [
     "ATTENTION_IMPLS",
     "ATTENTION_KNOB",
     "IGNORE_INDEX",
+    "LOSS_IMPLS",
+    "LOSS_KNOB",
     "SDPA_BACKENDS",
     "SDPA_BACKEND_KNOB",
     "CausalSelfAttention",
@@ -44,6 +48,7 @@ __all__ = [
     "TiedCausalLM",
     "causal_attention",
     "check_attention",
+    "checkpoint_every_knob",
     "generate",
     "init_weights",
     "lm_batch",
@@ -112,6 +117,30 @@ SDPA_BACKEND_KNOB = Knob(
     cuda_only=True,
     needs_cuda=(("flash", (8, 0)), ("efficient", (5, 0)), ("cudnn", (8, 0))),
 )
+
+
+LOSS_IMPLS = ("full", "chunked")
+LOSS_KNOB = Knob(
+    name="loss",
+    values=LOSS_IMPLS,
+    default="full",
+    help="the training loss: the whole (tokens x vocab) logits, or the projection and "
+    "cross-entropy a chunk of tokens at a time (same math; holds one chunk's logits, "
+    "which matters at a large vocabulary)",
+)
+
+
+def checkpoint_every_knob(n_layers: int) -> Knob:
+    """Selective activation checkpointing: checkpoint the first of every k layers (1: all),
+    for a stack of ``n_layers``; it matters only with activation checkpointing on."""
+    return Knob(
+        name="checkpoint_every",
+        values=tuple(k for k in (1, 2, 4) if k <= max(n_layers, 1)),
+        default=1,
+        help="with activation checkpointing, checkpoint every k-th layer (1: all; "
+        "larger: less recomputed, more memory held)",
+        only_with="activation_checkpointing",
+    )
 
 
 def sdpa_backend_context(backend: str) -> contextlib.AbstractContextManager[Any]:
@@ -190,16 +219,18 @@ def swiglu_hidden(dim: int, multiple_of: int = 64) -> int:
 
 
 def run_layers(
-    layers: Iterable[nn.Module], x: torch.Tensor, *extra: Any, checkpointing: bool
+    layers: Iterable[nn.Module], x: torch.Tensor, *extra: Any, checkpointing: bool, every: int = 1
 ) -> torch.Tensor:
-    """Run ``x = layer(x, *extra)`` through a stack, checkpointing each layer if asked.
+    """Run ``x = layer(x, *extra)`` through a stack, checkpointing layers if asked: every
+    one, or with ``every=k`` the first of each ``k`` (selective checkpointing: the others
+    keep their activations, so less is recomputed and more is held).
 
     Checkpointing only applies while gradients are being recorded (not under
     ``torch.no_grad`` / ``inference_mode``), and is non-reentrant as PyTorch recommends.
     """
     use_ckpt = checkpointing and torch.is_grad_enabled()
-    for layer in layers:
-        if use_ckpt:
+    for i, layer in enumerate(layers):
+        if use_ckpt and i % every == 0:
             x = checkpoint(layer, x, *extra, use_reentrant=False)
         else:
             x = layer(x, *extra)
@@ -210,7 +241,9 @@ class TiedCausalLM(nn.Module):
     """The frame MU and GPT share: token plus learned position embeddings, a stack of
     pre-norm layers (``self.layers``, set by the subclass), a final RMSNorm and the output
     projection tied to the token embedding. The layers run under ``sdpa_backend``'s
-    kernel choice (``sdpa_backend_context``).
+    kernel choice (``sdpa_backend_context``); with activation checkpointing, the first of
+    every ``checkpoint_every`` layers is checkpointed (``run_layers``). ``loss="chunked"``
+    computes the training loss without the whole logits (``chunked_linear_cross_entropy``).
 
     ``forward(input_ids)`` -> logits (B, T, V); with ``labels`` -> the mean LM loss.
     """
@@ -226,15 +259,25 @@ class TiedCausalLM(nn.Module):
         label_smoothing: float,
         activation_checkpointing: bool,
         sdpa_backend: str = "auto",
+        checkpoint_every: int = 1,
+        loss: str = "full",
     ) -> None:
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing=}")
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
+            raise ValueError(f"checkpoint_every must be an int, got {checkpoint_every!r}")
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
+        if loss not in LOSS_IMPLS:
+            raise ValueError(f"loss must be one of {LOSS_IMPLS}, got {loss!r}")
         sdpa_backend_context(sdpa_backend)  # a bad name fails here, not in the first step
         self.sdpa_backend = sdpa_backend
         self.max_seq_len = max_seq_len
         self.label_smoothing = label_smoothing
         self.activation_checkpointing = activation_checkpointing
+        self.checkpoint_every = checkpoint_every
+        self.loss_impl = loss
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_seq_len, d_model)
         self.norm_f = RMSNorm(d_model)
@@ -246,8 +289,22 @@ class TiedCausalLM(nn.Module):
         pos = torch.arange(seq_len, device=input_ids.device)
         x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, C)
         with sdpa_backend_context(self.sdpa_backend):  # every layer's SDPA call
-            x = run_layers(self.layers, x, checkpointing=self.activation_checkpointing)
-        logits = F.linear(self.norm_f(x), self.tok_emb.weight)  # (B, T, V), tied
+            x = run_layers(
+                self.layers,
+                x,
+                checkpointing=self.activation_checkpointing,
+                every=self.checkpoint_every,
+            )
+        x = self.norm_f(x)
+        if labels is not None and self.loss_impl == "chunked":
+            return chunked_linear_cross_entropy(
+                x,
+                self.tok_emb.weight,
+                labels,
+                ignore_index=IGNORE_INDEX,
+                label_smoothing=self.label_smoothing,
+            )
+        logits = F.linear(x, self.tok_emb.weight)  # (B, T, V), tied
         if labels is None:
             return logits
         return lm_loss(logits, labels, label_smoothing=self.label_smoothing)

@@ -21,11 +21,13 @@ from autotune.contract.spec import ModelSpec
 
 from ._common import (
     ATTENTION_KNOB,
+    LOSS_KNOB,
     SDPA_BACKEND_KNOB,
     CausalSelfAttention,
     RMSNorm,
     SwiGLU,
     TiedCausalLM,
+    checkpoint_every_knob,
     generate,
     init_weights,
     lm_batch,
@@ -69,6 +71,8 @@ class GPT(TiedCausalLM):
         sdpa_backend: str = "auto",
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
+        checkpoint_every: int = 1,
+        loss: str = "full",
     ) -> None:
         super().__init__(
             vocab_size=vocab_size,
@@ -77,6 +81,8 @@ class GPT(TiedCausalLM):
             label_smoothing=label_smoothing,
             activation_checkpointing=activation_checkpointing,
             sdpa_backend=sdpa_backend,
+            checkpoint_every=checkpoint_every,
+            loss=loss,
         )
         hidden = mlp_hidden or swiglu_hidden(d_model)
         self.layers = nn.ModuleList(
@@ -133,7 +139,7 @@ def gpt_spec(
         max_seq_len=max_seq_len,
         global_batch=global_batch,
         supports_checkpointing=True,
-        knobs=(ATTENTION_KNOB, SDPA_BACKEND_KNOB),
+        knobs=(ATTENTION_KNOB, SDPA_BACKEND_KNOB, checkpoint_every_knob(n_layers), LOSS_KNOB),
         throughput_unit="tokens",
         extras={"metric": lm_metric, "generate": generate},
     )

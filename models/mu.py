@@ -39,6 +39,7 @@ from autotune.contract.spec import Knob, ModelSpec
 
 from ._common import (
     ATTENTION_KNOB,
+    LOSS_KNOB,
     SDPA_BACKEND_KNOB,
     CausalSelfAttention,
     RMSNorm,
@@ -46,6 +47,7 @@ from ._common import (
     TiedCausalLM,
     causal_attention,
     check_attention,
+    checkpoint_every_knob,
     generate,
     init_weights,
     lm_batch,
@@ -143,6 +145,8 @@ class MU(TiedCausalLM):
         sdpa_backend: str = "auto",
         label_smoothing: float = 0.0,
         activation_checkpointing: bool = False,
+        checkpoint_every: int = 1,
+        loss: str = "full",
     ) -> None:
         super().__init__(
             vocab_size=vocab_size,
@@ -151,6 +155,8 @@ class MU(TiedCausalLM):
             label_smoothing=label_smoothing,
             activation_checkpointing=activation_checkpointing,
             sdpa_backend=sdpa_backend,
+            checkpoint_every=checkpoint_every,
+            loss=loss,
         )
         self.layers = nn.ModuleList(
             MULayer(
@@ -221,6 +227,8 @@ def mu_spec(
             ),
             ATTENTION_KNOB,
             SDPA_BACKEND_KNOB,
+            checkpoint_every_knob(n_layers),
+            LOSS_KNOB,
         ),
         throughput_unit="tokens",
         extras={"metric": lm_metric, "generate": generate},

@@ -102,6 +102,41 @@ def test_enqueued_params_give_back_the_same_config() -> None:
         study.tell(trial, 1.0)
 
 
+EVERY = Knob(
+    name="checkpoint_every", values=(1, 2, 4), default=1, only_with="activation_checkpointing"
+)
+
+
+def test_a_knob_that_needs_checkpointing_is_turned_only_with_it() -> None:
+    spec = _spec(knobs=(BLOCK, EVERY), global_batch=8)
+    space = SearchSpace.for_model(spec, cpu_caps(), cpu_count=2)
+    plain = SearchSpace.for_model(_spec(knobs=(BLOCK,), global_batch=8), cpu_caps(), cpu_count=2)
+    configs = list(space.grid())
+    on = [c for c in configs if c.activation_checkpointing]
+    assert len(configs) == space.size() == plain.size() + len(on) * 2 // 3
+    assert len({space.key(c) for c in configs}) == len(configs)  # all distinct
+    assert {c.knobs["checkpoint_every"] for c in configs if not c.activation_checkpointing} == {1}
+    assert {c.knobs["checkpoint_every"] for c in on} == {1, 2, 4}
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    sampled = []
+    for _ in range(60):
+        trial = study.ask()
+        config = space.suggest(trial)
+        assert space.contains(config)
+        assert config.activation_checkpointing or config.knobs["checkpoint_every"] == 1
+        assert ("knobs.checkpoint_every.idx" in trial.params) == config.activation_checkpointing
+        study.enqueue_trial(space.params_of(config))
+        again = study.ask()
+        assert space.suggest(again) == config
+        study.tell(again, 1.0)
+        study.tell(trial, 1.0)
+        sampled.append(config.knobs["checkpoint_every"])
+    assert set(sampled) == {1, 2, 4}
+    off = space.make_config({**space.values_of(space.naive()), "knobs.checkpoint_every": 4})
+    assert off == space.naive()  # without checkpointing, the knob holds its default
+
+
 def test_naive_and_smallest() -> None:
     space = SearchSpace.for_model(_spec(knobs=(BLOCK,)), cuda_caps(), seq_len=[64, 128, 256])
     naive = space.naive()

@@ -93,6 +93,9 @@ class Knob:
     # Values that need a CUDA device of at least this compute capability, as
     # ``((value, (major, minor)), ...)``: refused elsewhere, never searched there.
     needs_cuda: tuple[tuple[Any, tuple[int, int]], ...] = ()
+    # A TrainConfig knob this one matters only with (e.g. "activation_checkpointing"):
+    # where that one is off, a search holds this one at its default.
+    only_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.default not in self.values:

@@ -78,6 +78,8 @@ class SearchSpace:
     builtin: Mapping[str, tuple[Any, ...]]  # each searched TrainConfig knob's values
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # A model knob that matters only with a TrainConfig knob on: its name -> that knob's.
+    knob_parents: Mapping[str, str] = field(default_factory=dict)
     default_seq_len: int | None = None
     low_precision_saves_memory: bool = False  # whether "smallest" prefers bf16/fp16
     # Several processes (autotune/config/parallel.py): their count and the DDP/FSDP settings
@@ -104,6 +106,7 @@ class SearchSpace:
             raise UsageError("; ".join(problems))
         object.__setattr__(self, "knobs", {k: tuple(v) for k, v in self.knobs.items()})
         object.__setattr__(self, "knob_defaults", dict(self.knob_defaults))
+        object.__setattr__(self, "knob_parents", dict(self.knob_parents))
 
     def __getattr__(self, name: str) -> tuple[Any, ...]:
         """A searched knob's allowed values as an attribute (``space.precision``)."""
@@ -158,6 +161,7 @@ class SearchSpace:
             builtin={name: v for name, v in chosen.items() if name != "parallel"},
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
+            knob_parents={k.name: k.only_with for k in spec.knobs if k.only_with},
             default_seq_len=spec.seq_len,
             low_precision_saves_memory=device.kind == "cuda" or device.bf16_native,
             nproc_per_node=nproc_per_node,
@@ -204,20 +208,23 @@ class SearchSpace:
         )
 
     def _dependents(self) -> dict[str, str]:
-        """The knobs set only where another is above 0 (pinning, prefetch: workers)."""
-        return {k.name: k.search.only_with for k in self._knobs if k.search and k.search.only_with}
+        """The knobs set only where another is above 0 (pinning, prefetch: workers; a
+        model knob such as ``checkpoint_every``: activation checkpointing)."""
+        out = {k.name: k.search.only_with for k in self._knobs if k.search and k.search.only_with}
+        out.update({f"knobs.{name}": parent for name, parent in self.knob_parents.items()})
+        return out
 
     def size(self) -> int:
         """How many distinct configs the space holds (pin/prefetch only with workers)."""
         dependents = self._dependents()
-        n, per_parent = 1, 1
+        n, per_parent = 1, dict.fromkeys(dependents.values(), 1)
         for name, values in self.dimensions():
             if name in dependents:
-                per_parent *= len(values)
+                per_parent[dependents[name]] *= len(values)
             elif name not in dependents.values():
                 n *= len(values)
-        for parent in set(dependents.values()):
-            n *= sum(1 if v == 0 else per_parent for v in self.builtin[parent])
+        for parent, inner in per_parent.items():
+            n *= sum(1 if not v else inner for v in self.builtin[parent])
         return n
 
     def describe(self) -> dict[str, Any]:
@@ -250,10 +257,16 @@ class SearchSpace:
             elif value is not None and k.type in (int, bool):
                 value = k.type(value)
             settings[k.name] = value
+        knobs = {
+            name: values.get(f"knobs.{name}", self.knob_defaults.get(name)) for name in self.knobs
+        }
+        for name, parent in self.knob_parents.items():
+            if name in knobs and not settings.get(parent):
+                knobs[name] = self.knob_defaults.get(name)
         return self.config_type(
             **settings,
             grad_accum=self.global_batch // settings["micro_batch"],
-            knobs={name: values[f"knobs.{name}"] for name in self.knobs},
+            knobs=knobs,
             parallel=self._parallel_of(values),
         )
 
@@ -330,10 +343,10 @@ class SearchSpace:
         """Every config of the space, once (for an exhaustive baseline)."""
         dependents = self._dependents()
         names = [n for n, _ in self.dimensions() if n not in dependents]
-        inner = [n for n, _ in self.dimensions() if n in dependents]
         for combo in itertools.product(*(self.choices(n) for n in names)):
             values = dict(zip(names, combo, strict=True))
-            if not any(values[dependents[n]] for n in inner):
+            inner = [n for n, _ in self.dimensions() if values.get(dependents.get(n, ""))]
+            if not inner:
                 yield self.make_config(values)
                 continue
             for sub in itertools.product(*(self.choices(n) for n in inner)):

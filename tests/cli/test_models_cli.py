@@ -27,6 +27,8 @@ def test_list_json_has_every_builtin_with_its_figures() -> None:
         "block_group": [1, 2, 4, 8, 16],
         "attention": ["sdpa", "eager"],
         "sdpa_backend": ["auto", "math", "flash", "efficient", "cudnn"],  # searched on CUDA
+        "checkpoint_every": [1, 2, 4],  # with activation checkpointing only
+        "loss": ["full", "chunked"],
     }
     assert mu["flops_per_token"] == mu["flops_per_sample"] / 128
     assert rows["pointer-gen"]["tokens_per_sample"] == 768 + 192
