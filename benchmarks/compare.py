@@ -23,6 +23,9 @@ the training config:
    ``steps_per_trial``) under the budget; its time is the row's search time.
 4. **autotune**: ``autotune.study.search`` with the same budget (a fresh SQLite study in a
    temporary folder; the preset goes to ``--out``); its wall time is the search time.
+   **autotune-held** (asked for by name, with ``--hold``): the same search with the model
+   knobs ``--hold`` names kept at their defaults, so the search with a knob and without it
+   are measured side by side (``--hold loss,checkpoint_every``).
 5. **grid best**: every config of the same ``SearchSpace`` the search explores, one burst
    each with the search's burst settings, when it holds at most ``--grid-max`` configs.
 
@@ -48,6 +51,8 @@ Usage (from the repository root; progress goes to stderr, the report to stdout a
         --steps 3 --search-trials 4 --grid-max 0            # a quick smoke run
     python benchmarks/compare.py --model pointer-gen --device cpu --budget 8GB --seq-len 256
     python benchmarks/compare.py --model gpt2-124m --device cuda --budget 24GB --json out.json
+    python benchmarks/compare.py --model gpt-small --device cpu --budget 8GB \\
+        --policies naive,autotune,autotune-held --hold loss,checkpoint_every
 
 ``--seq-len`` sets one sequence length for every row (for pointer-gen: the source article
 length; its target stays 192 tokens); ``--global-batch`` changes the samples per optimizer
@@ -65,7 +70,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +102,7 @@ if TYPE_CHECKING:
     from autotune.study import SearchResult
     from autotune.study.watch import MachineWatch
 
-POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "grid")
+POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "autotune-held", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
 PROBE_STEPS, PROBE_WARMUP = 2, 1  # 3 optimizer steps per probe: Lightning's steps_per_trial
 DEFAULT_GRID_MAX = 48
@@ -660,9 +665,19 @@ def _parser() -> argparse.ArgumentParser:
         help="timed steps of each of the search race's bursts (default: --search-steps)",
     )
     p.add_argument("--knob", action="append", default=[], help="NAME=V1,V2 (search and grid)")
+    p.add_argument(
+        "--hold",
+        default="",
+        help="model knobs the autotune-held row's search keeps at their defaults "
+        "(comma-separated, e.g. loss,checkpoint_every): the search with and without them",
+    )
     p.add_argument("--grid-max", type=int, default=DEFAULT_GRID_MAX, help="largest grid to run")
     p.add_argument("--batch-finder", choices=BATCH_FINDERS, default="auto")
-    p.add_argument("--policies", default=",".join(POLICIES), help="rows to run, comma-separated")
+    p.add_argument(
+        "--policies",
+        default=",".join(p for p in POLICIES if p != "autotune-held"),
+        help="rows to run, comma-separated (autotune-held only when named, with --hold)",
+    )
     p.add_argument("--burst-timeout", type=float, default=600.0, help="seconds per burst")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="folder for the preset and report")
@@ -698,6 +713,8 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         raise UsageError(f"--grid-max must be >= 0, got {args.grid_max}")
     if args.burst_timeout <= 0:
         raise UsageError(f"--burst-timeout must be positive, got {args.burst_timeout}")
+    if ("autotune-held" in policies) != bool(args.hold.strip()):
+        raise UsageError("--hold names the knobs of the autotune-held row: give both or neither")
     return [p for p in POLICIES if p in policies]
 
 
@@ -861,6 +878,8 @@ def _choose_configs(task: Task, policies: Sequence[str], rows: list[Row]) -> Non
         rows.append(_largest_batch_row(task))
     if "autotune" in policies:
         rows.append(_autotune_row(task))
+    if "autotune-held" in policies:
+        rows.append(_autotune_row(task, held=held_knobs(spec, task.args.hold)))
     if "grid" in policies:
         rows.append(_grid_row(task))
 
@@ -929,12 +948,29 @@ def _largest_batch_row(task: Task) -> Row:
     return row
 
 
-def _autotune_row(task: Task) -> Row:
+def held_knobs(spec: ModelSpec, names: str) -> dict[str, Any]:
+    """``--hold``'s model knobs at their defaults; a name the model has not is an error."""
+    from autotune.core.errors import UsageError
+
+    held: dict[str, Any] = {}
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        try:
+            held[name] = spec.knob(name).default
+        except KeyError as exc:
+            raise UsageError(f"--hold: {exc.args[0]}") from None
+    return held
+
+
+def _autotune_row(task: Task, *, held: Mapping[str, Any] | None = None) -> Row:
+    """The search's pick; with ``held``, a search whose model knobs ``held`` stay at
+    those values (the ``autotune-held`` row: what the search finds without them)."""
     from autotune.core.errors import AutotuneError
     from autotune.study import DEFAULT_STEPS, SearchEvent, search, search_options
 
     args = task.args
-    _log("[autotune] searching")
+    policy = "autotune" if held is None else "autotune-held"
+    knobs = [*args.knob, *(f"{name}={value}" for name, value in (held or {}).items())]
+    _log(f"[{policy}] searching" + (f", holding {_held_text(held)}" if held else ""))
 
     def progress(event: SearchEvent) -> None:
         if event.kind == "trial" and event.trial is not None:
@@ -959,9 +995,9 @@ def _autotune_row(task: Task) -> Row:
                     steps=args.search_steps or DEFAULT_STEPS,
                     race_steps=args.search_race_steps,
                     storage=f"sqlite:///{Path(tmp) / 'study.db'}",
-                    output=task.out / "preset.yaml",
+                    output=task.out / ("preset.yaml" if held is None else "preset-held.yaml"),
                     seed=args.seed,
-                    knobs=args.knob,
+                    knobs=knobs,
                     burst_timeout=args.burst_timeout,
                     hardware=task.profile,
                     progress=progress,
@@ -970,12 +1006,13 @@ def _autotune_row(task: Task) -> Row:
             )
         except AutotuneError as exc:
             return Row(
-                policy="autotune",
+                policy=policy,
                 skipped=f"search failed: {exc}",
                 search_s=time.monotonic() - t0,
             )
     counts = result.counts()
-    notes = [
+    notes = [f"held at their defaults: {_held_text(held)}"] if held else []
+    notes += [
         f"search: {counts['ran']} trials ran, {counts['measured']} measured "
         f"({counts['infeasible']} infeasible, "
         f"{counts['pruned']} pruned, {counts['failed']} failed) of a space of "
@@ -990,12 +1027,14 @@ def _autotune_row(task: Task) -> Row:
     config = result.best_config
     if config is None:
         return Row(
-            policy="autotune", skipped="the search found nothing", search_s=result.wall_s,
+            policy=policy, skipped="the search found nothing", search_s=result.wall_s,
             notes=notes, details=details,
         )  # fmt: skip
-    return Row(
-        policy="autotune", config=config, search_s=result.wall_s, notes=notes, details=details
-    )
+    return Row(policy=policy, config=config, search_s=result.wall_s, notes=notes, details=details)
+
+
+def _held_text(held: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{name}={value}" for name, value in (held or {}).items())
 
 
 def _grid_row(task: Task) -> Row:

@@ -15,6 +15,7 @@ from benchmark_modules import load_benchmark
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig, check_config
+from autotune.core.errors import UsageError
 from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
@@ -423,8 +424,49 @@ def test_formats() -> None:
         (["--model", "nope", "--budget", "8GB", "--device", "cpu"], "unknown model"),
         (["--model", "mu", "--budget", "8GB", "--policies", "fastest"], "--policies"),
         (["--model", "mu", "--budget", "8GB", "--steps", "0"], "--steps must be >= 1"),
+        (["--model", "mu", "--budget", "8GB", "--policies", "autotune-held"], "--hold"),
+        (["--model", "mu", "--budget", "8GB", "--hold", "loss"], "--hold"),
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], message: str, capsys: Any) -> None:
     assert compare.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_held_knobs_are_the_model_s_own_at_their_defaults() -> None:
+    spec = get_model("gpt-small")
+    held = compare.held_knobs(spec, "loss, checkpoint_every")
+    assert held == {"loss": "full", "checkpoint_every": 1}
+    with pytest.raises(UsageError) as e:
+        compare.held_knobs(spec, "block_group")  # mu's, not gpt's
+    assert "no knob 'block_group'" in str(e.value) and "loss" in str(e.value)
+
+
+def test_the_held_row_searches_with_those_knobs_fixed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import autotune.study as study
+    from autotune.core.errors import AutotuneError
+
+    seen: dict[str, Any] = {}
+
+    def fake_search(spec: Any, *, budget: int, **records: Any) -> Any:
+        for record in records.values():  # search_options' records
+            seen.update({n: getattr(record, n) for n in ("knobs", "output") if hasattr(record, n)})
+        raise AutotuneError("stopped here")
+
+    monkeypatch.setattr(study, "search", fake_search)
+    spec = get_model("gpt-small")
+    args = compare._parser().parse_args(
+        ["--model", "gpt-small", "--budget", "8GB", "--knob", "precision=bf16"]
+    )
+    task = compare.Task(
+        args=args, spec=spec, profile=None, caps=cpu_caps(), budget=8 * 10**9,
+        global_batch=32, seq_len=256, out=tmp_path,
+    )  # fmt: skip
+    row = compare._autotune_row(task, held={"loss": "full", "checkpoint_every": 1})
+    assert row.policy == "autotune-held" and "stopped here" in row.skipped
+    assert list(seen["knobs"]) == ["precision=bf16", "loss=full", "checkpoint_every=1"]
+    assert str(seen["output"]).endswith("preset-held.yaml")
+    plain = compare._autotune_row(task)
+    assert plain.policy == "autotune" and list(seen["knobs"]) == ["precision=bf16"]
