@@ -115,7 +115,7 @@ def test_a_knob_that_needs_checkpointing_is_turned_only_with_it() -> None:
     on = [c for c in configs if c.activation_checkpointing]
     assert len(configs) == space.size() == plain.size() + len(on) * 2 // 3
     assert len({space.key(c) for c in configs}) == len(configs)  # all distinct
-    assert {c.knobs["checkpoint_every"] for c in configs if not c.activation_checkpointing} == {1}
+    assert not any("checkpoint_every" in c.knobs for c in configs if not c.activation_checkpointing)
     assert {c.knobs["checkpoint_every"] for c in on} == {1, 2, 4}
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
@@ -124,17 +124,17 @@ def test_a_knob_that_needs_checkpointing_is_turned_only_with_it() -> None:
         trial = study.ask()
         config = space.suggest(trial)
         assert space.contains(config)
-        assert config.activation_checkpointing or config.knobs["checkpoint_every"] == 1
+        assert config.activation_checkpointing == ("checkpoint_every" in config.knobs)
         assert ("knobs.checkpoint_every.idx" in trial.params) == config.activation_checkpointing
         study.enqueue_trial(space.params_of(config))
         again = study.ask()
         assert space.suggest(again) == config
         study.tell(again, 1.0)
         study.tell(trial, 1.0)
-        sampled.append(config.knobs["checkpoint_every"])
+        sampled.append(config.knobs.get("checkpoint_every", 1))
     assert set(sampled) == {1, 2, 4}
     off = space.make_config({**space.values_of(space.naive()), "knobs.checkpoint_every": 4})
-    assert off == space.naive()  # without checkpointing, the knob holds its default
+    assert off == space.naive()  # without checkpointing, the knob is left out: its default
 
 
 def test_naive_and_smallest() -> None:

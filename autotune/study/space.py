@@ -246,7 +246,8 @@ class SearchSpace:
     # -- configs --------------------------------------------------------------------------
     def make_config(self, values: Mapping[str, Any]) -> TrainConfig:
         """A TrainConfig from knob values (``knobs.NAME`` for model knobs); a knob set only
-        with another (pin/prefetch with workers) stays at its default where that one is 0."""
+        with another (pin/prefetch with workers) stays at its default where that one is 0,
+        and a model knob that matters only with one (``checkpoint_every``) is left out."""
         settings: dict[str, Any] = {}
         for k in self._knobs:
             assert k.search is not None
@@ -261,8 +262,8 @@ class SearchSpace:
             name: values.get(f"knobs.{name}", self.knob_defaults.get(name)) for name in self.knobs
         }
         for name, parent in self.knob_parents.items():
-            if name in knobs and not settings.get(parent):
-                knobs[name] = self.knob_defaults.get(name)
+            if not settings.get(parent):  # it would change nothing: left out (the default)
+                knobs.pop(name, None)
         return self.config_type(
             **settings,
             grad_accum=self.global_batch // settings["micro_batch"],
