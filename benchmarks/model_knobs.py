@@ -3,14 +3,15 @@
 ``loss=chunked`` computes the output projection and the cross-entropy a chunk of tokens at
 a time, so the (tokens x vocab) logits are never whole; ``checkpoint_every=k`` checkpoints
 the first of every k layers instead of all of them. What each costs or saves is measured
-here against its model's base config (bf16 where the CPU runs it natively, fp32
-elsewhere), each config in a fresh burst of its own (the search's isolation), the configs
+here against its model's base config (bf16 on a GPU or where the CPU runs it natively,
+fp32 elsewhere), each config in a fresh burst of its own (the search's isolation), the configs
 of a model in a rotated order each round, the medians over rounds compared.
 
 Usage (from the repository root, with nothing else running)::
 
     python benchmarks/model_knobs.py --rounds 3
     python benchmarks/model_knobs.py --models gpt-large --rounds 2
+    python benchmarks/model_knobs.py --device cuda --models gpt2-124m --budget 24GB
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from _common import (
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
-from autotune.core.units import format_bytes
+from autotune.core.errors import AutotuneError
+from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 
@@ -43,6 +45,7 @@ BASES = {
     "mu": (TrainConfig(micro_batch=8, grad_accum=4, seq_len=128), {"attention": "eager"}),
     "gpt-small": (TrainConfig(micro_batch=8, grad_accum=4, seq_len=256), {"attention": "eager"}),
     "gpt-large": (TrainConfig(micro_batch=4, grad_accum=8, seq_len=512), {}),
+    "gpt2-124m": (TrainConfig(micro_batch=8, grad_accum=8, seq_len=1024), {}),  # for a GPU
 }
 # (label, the config's change from the base, the model knobs set); the first is the base.
 VARIANTS: tuple[tuple[str, dict[str, object], dict[str, object]], ...] = (
@@ -62,10 +65,18 @@ def config_for(model: str, variant: str, precision: str) -> TrainConfig:
     return base.replace(precision=precision, knobs={**knobs, **extra}, **change)
 
 
-def measure(model: str, config: TrainConfig, *, steps: int) -> Cell:
+def measure(
+    model: str, config: TrainConfig, *, steps: int, device: str = "cpu", budget: int = 16 * 10**9
+) -> Cell:
     """One fresh burst: (tokens/s, peak memory), Nones where it did not end ``ok``."""
     result = run_burst(
-        load_model(model), config, steps=steps, warmup=2, budget_bytes=16 * 10**9, timeout_s=900
+        load_model(model),
+        config,
+        steps=steps,
+        warmup=2,
+        budget_bytes=budget,
+        timeout_s=900,
+        device=device,
     )
     if not result.ok:
         print(f"  {model} {config.knobs}: {result.status}: {result.reason}", flush=True)
@@ -113,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=6, help="timed steps per burst")
     p.add_argument("--models", default="mu,gpt-small", help=f"of {', '.join(BASES)}")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--budget", default="16GB", help="each burst's memory budget, enforced")
     p.add_argument(
         "--variants", default=",".join(v for v, _, _ in VARIANTS), help="of the labels above"
     )
@@ -125,9 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     if not labels or any(v not in known for v in labels) or labels[0] != "base":
         p.error(f"--variants: 'base' first, then of {', '.join(sorted(known - {'base'}))}")
     profile = probe()
-    precision = "bf16" if profile.device("cpu").bf16_native else "fp32"
+    try:
+        caps = profile.device(args.device)
+        budget = parse_budget(args.budget, device_memory_bytes=caps.total_memory_bytes)
+    except AutotuneError as exc:
+        p.error(str(exc))
+    precision = "bf16" if caps.kind == "cuda" or caps.bf16_native else "fp32"
     print(f"- date: {utc_now()}\n- command: `{command_line(argv)}`")
-    for line in hardware_lines(profile, "cpu"):
+    for line in hardware_lines(profile, caps.device):
         print(f"- {line}")
     for model in models:
         base, knobs = BASES[model]
@@ -139,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, model in enumerate(models):
             shift = (r + i) % len(labels)
             for variant in labels[shift:] + labels[:shift]:  # rotated each round
-                cell = measure(model, config_for(model, variant, precision), steps=args.steps)
+                config = config_for(model, variant, precision)
+                cell = measure(model, config, steps=args.steps, device=caps.device, budget=budget)
                 cells[(model, variant)].append(cell)
                 rate = "-" if cell[0] is None else f"{cell[0]:,.0f}"
                 print(f"  round {r + 1} {model} {variant}: {rate}", flush=True)

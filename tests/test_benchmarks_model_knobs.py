@@ -52,7 +52,13 @@ def test_the_table_gives_each_variant_against_the_base() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--variants", "loss=chunked,base"], ["--models", "resnet"], ["--rounds", "0"]],
+    [
+        ["--variants", "loss=chunked,base"],
+        ["--models", "resnet"],
+        ["--rounds", "0"],
+        ["--budget", "lots"],
+        ["--device", "cuda:7"],  # no such device here
+    ],
 )
 def test_bad_arguments_are_a_usage_error(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
