@@ -591,7 +591,7 @@ def check_config(
         elif value not in known[name].values:
             allowed = ", ".join(map(str, known[name].values))
             problems.append(f"config.knobs.{name}: expected one of {allowed}; got {value!r}")
-        elif (problem := known[name].value_problem(value, device)) is not None:
+        elif problem := known[name].value_problem(value, device, config):
             problems.append(f"config.knobs.{name}: {problem}")
     if problems:
         raise ConfigError(problems, context=f"config not runnable on {device.device}")

@@ -108,9 +108,20 @@ class Knob:
                 f"knob {self.name!r}: needs_cuda names {unknown}, not among its values"
             )
 
-    def value_problem(self, value: Any, device: DeviceCaps) -> str | None:
+    def value_problem(self, value: Any, device: DeviceCaps, config: Any = None) -> str | None:
         """Why ``device`` cannot run this knob at ``value`` (None if it can): the one rule
-        ``check_config`` and the search space both use."""
+        ``check_config`` and the search space both use. With ``config`` (a TrainConfig),
+        also a value that does nothing there (``only_with``'s knob is off)."""
+        if (
+            config is not None
+            and self.only_with is not None
+            and value != self.default
+            and not getattr(config, self.only_with)
+        ):
+            return (
+                f"{self.name}={value} does nothing without {self.only_with}: turn that on, or "
+                "leave this knob out"
+            )
         need = dict(self.needs_cuda).get(value)
         if need is None:
             return None

@@ -9,8 +9,11 @@ import torch
 from _tiny_models import TINY
 from torch import nn
 
-from autotune.models import _common
+from autotune.config.train_config import TrainConfig, check_config
+from autotune.core.errors import ConfigError
+from autotune.models import _common, get_model
 from autotune.models._common import checkpoint_every_knob, run_layers
+from autotune.testing.caps import cpu_caps
 
 
 def _checkpointed(every: int, n_layers: int, *, checkpointing: bool = True) -> list[int]:
@@ -61,3 +64,12 @@ def test_a_step_below_one_is_refused() -> None:
     spec = TINY["gpt"].spec
     with pytest.raises(ValueError, match="checkpoint_every must be at least 1"):
         spec.build_fn(**{**spec.args, "checkpoint_every": 0})
+
+
+def test_a_step_without_checkpointing_is_refused_as_doing_nothing() -> None:
+    spec = get_model("gpt-small")
+    config = TrainConfig(micro_batch=8, grad_accum=4, seq_len=256, knobs={"checkpoint_every": 2})
+    with pytest.raises(ConfigError, match="checkpoint_every=2 does nothing without"):
+        check_config(config, spec=spec, device=cpu_caps())
+    check_config(config.replace(activation_checkpointing=True), spec=spec, device=cpu_caps())
+    check_config(config.replace(knobs={"checkpoint_every": 1}), spec=spec, device=cpu_caps())
