@@ -18,6 +18,8 @@ fails, and its table says so; a step that would start past the suite's limit is 
    has the MFU column on a GPU whose peak is known); the search and the grid are capped
    (``--search-timeout 2m --grid-max 0``) to fit the suite's limit.
 7. ``compare-mu``: ``benchmarks/compare.py`` for mu, 8 GB, capped the same way.
+8. ``knobs``: ``benchmarks/model_knobs.py`` for gpt2-124m at 24 GB, one round: the chunked
+   loss and selective checkpointing against the base config, tokens/s and peak memory.
 
 Usage (from the repository root)::
 
@@ -425,6 +427,31 @@ def _compare_report(model: str) -> Callable[[Context, list[Completed]], tuple[st
     return report
 
 
+# 8. the model knobs against gpt2-124m's base: the chunked loss's memory at a 50k vocabulary
+KNOB_VARIANTS = "base,loss=chunked,checkpointing,checkpointing+every=2"
+
+
+def _knobs_commands(ctx: Context) -> list[list[str]]:
+    return [[
+        ctx.python, str(ROOT / "benchmarks" / "model_knobs.py"), "--device", "cuda",
+        "--models", "gpt2-124m", "--budget", "24GB", "--rounds", "1", "--steps", "10",
+        "--variants", KNOB_VARIANTS,
+    ]]  # fmt: skip
+
+
+def _knobs_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
+    run = runs[0]
+    if run.returncode != 0:
+        raise StepFailed(f"model_knobs.py exit {run.returncode}")
+    lines = run.stdout.strip().splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    if not table:
+        raise StepFailed("model_knobs.py printed no table")
+    chunked = next((line for line in table if "| loss=chunked" in line), "")
+    peak_ratio = chunked.rstrip(" |").rsplit("|", 1)[-1].strip() if chunked else "-"
+    return f"loss=chunked peak {peak_ratio} the base's", "\n".join(lines)
+
+
 STEPS: tuple[Step, ...] = (
     Step(name="probe", title="autotune probe", timeout_s=60,
          commands=lambda ctx: [ctx.autotune("probe", "--json")], report=_probe_report),
@@ -443,6 +470,8 @@ STEPS: tuple[Step, ...] = (
          report=_compare_report("gpt2-124m")),
     Step(name="compare-mu", title="compare.py mu, 8 GB", timeout_s=180,
          commands=_compare("mu", "8GB"), report=_compare_report("mu")),
+    Step(name="knobs", title="model_knobs.py gpt2-124m, sequence 1024, 24 GB", timeout_s=240,
+         commands=_knobs_commands, report=_knobs_report),
 )  # fmt: skip
 
 

@@ -72,6 +72,14 @@ class FakeRunner:
                 json.dumps({"steps": 300, "steady_tokens_per_s": 190000.0})
             )
             return "train", (0, "")
+        if any(a.endswith("model_knobs.py") for a in argv):
+            table = (
+                "- date: today\n\n| model | config | median | peak | vs base |\n"
+                "|--|--|--:|--:|--:|\n"
+                "| gpt2-124m | base | 400,000 | 20.00 GiB | 1.00x |\n"
+                "| gpt2-124m | loss=chunked | 410,000 | 14.00 GiB | 0.70x |\n"
+            )
+            return "knobs", (0, table)
         if any(a.endswith("compare.py") for a in argv):
             out = Path(after("--out"))
             out.mkdir(parents=True)
@@ -118,6 +126,17 @@ def test_every_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -> None
     assert compare[compare.index("--seq-len") + 1] == "1024"
     assert compare[compare.index("--budget") + 1] == "24GB"
     assert (tmp_path / "suite.md").exists()
+    assert "| gpt2-124m | loss=chunked | 410,000 | 14.00 GiB | 0.70x |" in text  # knobs
+    assert "loss=chunked peak 0.70x the base's" in text
+    knobs = next(c for c in runner.calls if c[1].endswith("model_knobs.py"))
+    assert knobs[knobs.index("--device") + 1] == "cuda" and "gpt2-124m" in knobs
+
+
+def test_a_knobs_run_without_its_table_fails_its_step(tmp_path: Path) -> None:
+    runner = FakeRunner(knobs=(0, "- date: today\n"))
+    code, text = _main(tmp_path, runner, "--steps", "probe,knobs")
+    assert code == 1 and _statuses(text) == {"probe": "ok", "knobs": "failed"}
+    assert "printed no table" in text
 
 
 def test_a_failing_step_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> None:
