@@ -108,3 +108,23 @@ def test_the_loss_knob_keeps_the_model_s_loss_and_gradients(family: str) -> None
 def test_an_unknown_loss_is_refused() -> None:
     with pytest.raises(ValueError, match="loss must be one of"):
         TINY["gpt"].spec.build_fn(**{**TINY["gpt"].spec.args, "loss": "fused"})
+
+
+def test_under_fp16_the_gradient_is_not_flushed_to_zero() -> None:
+    """The gradient is cast to fp16 before its division by the rows counted: with 4,096
+    rows, dividing first puts many of its entries below fp16's smallest (the full loss
+    without a GradScaler flushes some of hidden's gradients to exactly 0 here)."""
+    hidden, weight, labels = _inputs(rows=4_096, width=32, vocab=2_000)
+    want = _loss_and_grads(
+        lambda: F.cross_entropy(F.linear(hidden, weight), labels), hidden, weight
+    )
+    got = _loss_and_grads(
+        lambda: chunked_linear_cross_entropy(hidden, weight, labels),
+        hidden,
+        weight,
+        dtype=torch.float16,
+    )
+    counted = labels != IGNORE_INDEX  # the ignored rows' gradients are 0 by right
+    assert int((want[1][counted] == 0).sum()) == int((got[1][counted] == 0).sum()) == 0
+    for ref, half in zip(want[1:], got[1:], strict=True):
+        assert (half - ref).abs().max() <= 0.01 * ref.abs().max()
