@@ -127,6 +127,7 @@ LOSS_KNOB = Knob(
     help="the training loss: the whole (tokens x vocab) logits, or the projection and "
     "cross-entropy a chunk of tokens at a time (same math; holds one chunk's logits, "
     "which matters at a large vocabulary)",
+    refine_late=True,  # compiled, it ran 0.91-0.94x the full loss (BENCHMARKS.md)
 )
 
 

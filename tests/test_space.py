@@ -291,9 +291,10 @@ def test_kernel_neighbours_put_the_discrete_choices_before_the_steps() -> None:
     knobs = (
         Knob(name="kernel", values=("fused", "plain", "tiled"), default="fused"),
         Knob(name="group", values=(1, 2, 4, 8), default=8),
+        Knob(name="loss", values=("full", "chunked"), default="full", refine_late=True),
     )
     space = SearchSpace.for_model(_spec(knobs=knobs), cpu_caps(), cpu_count=2)
-    values = {**PLAIN_MB4, "knobs.kernel": "plain", "knobs.group": 2}
+    values = {**PLAIN_MB4, "knobs.kernel": "plain", "knobs.group": 2, "knobs.loss": "full"}
     config = space.make_config(values)
     assert space.neighbours(config) == space.neighbours(config, kernels=False)
     found = space.neighbours(config, workers=False, kernels=True)
@@ -310,6 +311,7 @@ def test_kernel_neighbours_put_the_discrete_choices_before_the_steps() -> None:
         {"micro_batch": 2},
         {"knobs.group": 1},  # a numeric knob: one value up and down
         {"knobs.group": 4},
+        {"knobs.loss": "chunked"},  # refined late: after the steps, with the numeric ones
         {"omp_spin": True},  # a switch: flipped on its own, last
     ]
     compiled = space.make_config({**values, "compile": "default"})

@@ -96,6 +96,9 @@ class Knob:
     # A TrainConfig knob this one matters only with (e.g. "activation_checkpointing"):
     # where that one is off, a search holds this one at its default.
     only_with: str | None = None
+    # The search's refinement moves it after the micro-batch steps, not first among the
+    # kernel choices: a knob worth more for memory than for speed (the chunked loss).
+    refine_late: bool = False
 
     def __post_init__(self) -> None:
         if self.default not in self.values:

@@ -80,6 +80,7 @@ class SearchSpace:
     knob_defaults: Mapping[str, Any] = field(default_factory=dict)
     # A model knob that matters only with a TrainConfig knob on: its name -> that knob's.
     knob_parents: Mapping[str, str] = field(default_factory=dict)
+    late_knobs: tuple[str, ...] = ()  # model knobs refined after the micro-batch steps
     default_seq_len: int | None = None
     low_precision_saves_memory: bool = False  # whether "smallest" prefers bf16/fp16
     # Several processes (autotune/config/parallel.py): their count and the DDP/FSDP settings
@@ -162,6 +163,7 @@ class SearchSpace:
             knobs=knobs,
             knob_defaults={k.name: k.default for k in spec.knobs},
             knob_parents={k.name: k.only_with for k in spec.knobs if k.only_with},
+            late_knobs=tuple(k.name for k in spec.knobs if k.refine_late),
             default_seq_len=spec.seq_len,
             low_precision_saves_memory=device.kind == "cuda" or device.bf16_native,
             nproc_per_node=nproc_per_node,
@@ -419,9 +421,11 @@ class SearchSpace:
         that change which kernels run but not the batch, the discrete ones first: compile
         turned on (its first mode) when it is off, and each categorical model knob to each
         of its other values; then the micro-batch and worker steps; then each numeric model
-        knob to the next value up and down; each switch the space turns (CUDA's, the CPU's)
-        flipped on its own last. A short search runs these in order, and on a CPU whose
-        compile cache is empty it has time for one or two: a kernel choice moved mu
+        knob to the next value up and down, and the categorical ones marked ``refine_late``
+        (the chunked loss: a memory knob that ran 0.91-0.94x compiled on a CPU); each
+        switch the space turns (CUDA's, the CPU's) flipped on its own last. A short search
+        runs these in order, and on a CPU whose compile cache is empty it has time for one
+        or two: a kernel choice moved mu
         1.48-1.54x in bf16 with compile (eager attention), a micro-batch step 0.98-1.17x,
         block_group 0.80x, the CPU's omp_spin 0.92-1.09x (BENCHMARKS.md)."""
         values = self.values_of(config)
@@ -445,7 +449,8 @@ class SearchSpace:
             for name, allowed in self.knobs.items():
                 current = values[f"knobs.{name}"]
                 if not _ordinal(allowed):
-                    discrete += [{f"knobs.{name}": v} for v in allowed if v != current]
+                    moves = [{f"knobs.{name}": v} for v in allowed if v != current]
+                    (numeric if name in self.late_knobs else discrete).extend(moves)
                 elif current in allowed:
                     ordered = sorted(allowed)
                     at = ordered.index(current)
