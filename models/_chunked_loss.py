@@ -13,8 +13,8 @@ the rows not ignored): ``d loss / d logits = softmax - (1 - eps) onehot - eps / 
 by the number of rows counted. The matmuls run in the autocast dtype where autocast is on
 (as the full projection's do) and the softmax in fp32; the gradient is formed unscaled by
 that count and divided after the matmuls, so fp16 does not flush it to zero. Under
-``torch.compile`` the function runs eagerly (a graph break): the loop is short and its
-matmuls are the work.
+``torch.compile`` the function runs eagerly (a graph break): traced by the compiler, it ran
+gpt-small 1.04x faster but held 855 MB against the full loss's 555 MB (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -47,6 +47,47 @@ def _chunk_loss(
     return torch.where(ok, rows, 0.0).sum(), lse
 
 
+def _chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    ignore_index: int,
+    eps: float,
+    *,
+    grads: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The mean loss and, with ``grads``, its gradients for ``hidden`` and ``weight``,
+    computed a chunk of rows at a time."""
+    n_rows, vocab = hidden.shape[0], weight.shape[0]
+    dtype = _matmul_dtype(hidden)
+    w = weight.to(dtype)  # once, where autocast would cast it for every chunk
+    ok_all = labels != ignore_index
+    count = ok_all.sum().to(torch.float32)  # 0 rows counted: nan, as F.cross_entropy
+    safe_all = torch.where(ok_all, labels, 0)
+    grad_hidden = torch.empty_like(hidden) if grads else None
+    grad_weight = torch.zeros_like(weight, dtype=torch.float32) if grads else None
+    total = hidden.new_zeros((), dtype=torch.float32)
+    step = chunk_rows(n_rows, hidden.shape[1], vocab)
+    for start in range(0, n_rows, step):
+        h = hidden[start : start + step].to(dtype)
+        ok, safe = ok_all[start : start + step], safe_all[start : start + step]
+        logits = F.linear(h, w).float()  # (n, V): the only logits alive
+        loss, lse = _chunk_loss(logits, safe, ok, eps)
+        total += loss
+        if grad_hidden is None or grad_weight is None:
+            continue
+        grad = logits.sub_(lse[:, None]).exp_()  # the softmax, in place
+        grad.scatter_add_(1, safe[:, None], grad.new_full((len(safe), 1), eps - 1.0))
+        if eps:
+            grad.sub_(eps / vocab)
+        grad = grad.mul_(ok[:, None]).to(dtype)  # unscaled by the count: no underflow
+        grad_hidden[start : start + step] = (grad @ w).float() / count
+        grad_weight += (grad.t() @ h).float()
+    if grad_weight is not None:
+        grad_weight = grad_weight.div_(count).to(weight.dtype)
+    return total / count, grad_hidden, grad_weight
+
+
 class _ChunkedLinearCE(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -57,31 +98,11 @@ class _ChunkedLinearCE(torch.autograd.Function):
         ignore_index: int,
         eps: float,
     ) -> torch.Tensor:
-        n_rows, vocab = hidden.shape[0], weight.shape[0]
-        dtype = _matmul_dtype(hidden)
-        w = weight.to(dtype)  # once, where autocast would cast it for every chunk
-        ok_all = labels != ignore_index
-        count = ok_all.sum().to(torch.float32)  # 0 rows counted: nan, as F.cross_entropy
-        safe_all = torch.where(ok_all, labels, 0)
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        total = hidden.new_zeros((), dtype=torch.float32)
-        step = chunk_rows(n_rows, hidden.shape[1], vocab)
-        for start in range(0, n_rows, step):
-            h = hidden[start : start + step].to(dtype)
-            ok, safe = ok_all[start : start + step], safe_all[start : start + step]
-            logits = F.linear(h, w).float()  # (n, V): the only logits alive
-            loss, lse = _chunk_loss(logits, safe, ok, eps)
-            total += loss
-            grad = logits.sub_(lse[:, None]).exp_()  # the softmax, in place
-            grad.scatter_add_(1, safe[:, None], grad.new_full((len(safe), 1), eps - 1.0))
-            if eps:
-                grad.sub_(eps / vocab)
-            grad = grad.mul_(ok[:, None]).to(dtype)  # unscaled by the count: no underflow
-            grad_hidden[start : start + step] = (grad @ w).float() / count
-            grad_weight += (grad.t() @ h).float()
-        ctx.save_for_backward(grad_hidden, grad_weight.div_(count).to(weight.dtype))
-        return total / count
+        loss, grad_hidden, grad_weight = _chunked(
+            hidden, weight, labels, ignore_index, eps, grads=True
+        )
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        return loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
@@ -116,14 +137,4 @@ def chunked_linear_cross_entropy(
             hidden, weight, labels, ignore_index, label_smoothing
         )
         return out
-    dtype = _matmul_dtype(hidden)
-    w = weight.to(dtype)
-    ok_all = labels != ignore_index
-    safe_all = torch.where(ok_all, labels, 0)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    step = chunk_rows(hidden.shape[0], hidden.shape[1], weight.shape[0])
-    for start in range(0, hidden.shape[0], step):
-        logits = F.linear(hidden[start : start + step].to(dtype), w).float()
-        ok, safe = ok_all[start : start + step], safe_all[start : start + step]
-        total += _chunk_loss(logits, safe, ok, label_smoothing)[0]
-    return total / ok_all.sum()
+    return _chunked(hidden, weight, labels, ignore_index, label_smoothing, grads=False)[0]

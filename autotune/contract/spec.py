@@ -94,7 +94,7 @@ class Knob:
     # ``((value, (major, minor)), ...)``: refused elsewhere, never searched there.
     needs_cuda: tuple[tuple[Any, tuple[int, int]], ...] = ()
     # A TrainConfig knob this one matters only with (e.g. "activation_checkpointing"):
-    # where that one is off, a search holds this one at its default.
+    # where that one is off, a search leaves this one out and a config may not set it.
     only_with: str | None = None
     # The search's refinement moves it after the micro-batch steps, not first among the
     # kernel choices: a knob worth more for memory than for speed (the chunked loss).
