@@ -858,6 +858,7 @@ def _header(task: Task, settings: MeasureSettings, argv: Sequence[str] | None) -
 def _choose_configs(task: Task, policies: Sequence[str], rows: list[Row]) -> None:
     """Append a row per policy, each with the config its policy chose (or why none)."""
     spec, gb, seq = task.spec, task.global_batch, task.seq_len
+    held = held_knobs(spec, task.args) if "autotune-held" in policies else None  # checked first
     if "naive" in policies:
         recipe = naive_config(spec, global_batch=gb, seq_len=seq)
         rows.append(
@@ -878,8 +879,8 @@ def _choose_configs(task: Task, policies: Sequence[str], rows: list[Row]) -> Non
         rows.append(_largest_batch_row(task))
     if "autotune" in policies:
         rows.append(_autotune_row(task))
-    if "autotune-held" in policies:
-        rows.append(_autotune_row(task, held=held_knobs(spec, task.args.hold)))
+    if held is not None:
+        rows.append(_autotune_row(task, held=held))
     if "grid" in policies:
         rows.append(_grid_row(task))
 
@@ -948,16 +949,20 @@ def _largest_batch_row(task: Task) -> Row:
     return row
 
 
-def held_knobs(spec: ModelSpec, names: str) -> dict[str, Any]:
-    """``--hold``'s model knobs at their defaults; a name the model has not is an error."""
+def held_knobs(spec: ModelSpec, args: argparse.Namespace) -> dict[str, Any]:
+    """``--hold``'s model knobs at their defaults; a name the model has not, or one that
+    ``--knob`` sets too, is an error (before any row's search runs)."""
     from autotune.core.errors import UsageError
 
     held: dict[str, Any] = {}
-    for name in (n.strip() for n in names.split(",") if n.strip()):
+    knob_names = {k.partition("=")[0].strip().removeprefix("knobs.") for k in args.knob}
+    for name in (n.strip() for n in args.hold.split(",") if n.strip()):
         try:
             held[name] = spec.knob(name).default
         except KeyError as exc:
             raise UsageError(f"--hold: {exc.args[0]}") from None
+        if name in knob_names:
+            raise UsageError(f"--hold {name}: --knob sets it too; hold it or restrict it, not both")
     return held
 
 

@@ -435,11 +435,17 @@ def test_usage_errors_exit_2(argv: list[str], message: str, capsys: Any) -> None
 
 def test_held_knobs_are_the_model_s_own_at_their_defaults() -> None:
     spec = get_model("gpt-small")
-    held = compare.held_knobs(spec, "loss, checkpoint_every")
+
+    def args(*argv: str) -> Any:
+        return compare._parser().parse_args(["--model", "gpt-small", "--budget", "8GB", *argv])
+
+    held = compare.held_knobs(spec, args("--hold", "loss, checkpoint_every"))
     assert held == {"loss": "full", "checkpoint_every": 1}
     with pytest.raises(UsageError) as e:
-        compare.held_knobs(spec, "block_group")  # mu's, not gpt's
+        compare.held_knobs(spec, args("--hold", "block_group"))  # mu's, not gpt's
     assert "no knob 'block_group'" in str(e.value) and "loss" in str(e.value)
+    with pytest.raises(UsageError, match="--knob sets it too"):
+        compare.held_knobs(spec, args("--hold", "loss", "--knob", "loss=chunked"))
 
 
 def test_the_held_row_searches_with_those_knobs_fixed(
