@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -64,3 +65,23 @@ def test_bad_arguments_are_a_usage_error(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
     assert exc.value.code == 2
+
+
+def test_a_stop_mid_run_prints_what_was_measured_and_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def fake_measure(model: str, config: TrainConfig, **kw: Any) -> Any:
+        calls.append(model)
+        if len(calls) == 2:
+            raise KeyboardInterrupt(143)  # what the SIGTERM handler raises
+        return 100.0, 2**30
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    before = signal.getsignal(signal.SIGTERM)
+    assert bench.main(["--models", "gpt-small", "--rounds", "2"]) == 143
+    out, err = capsys.readouterr()
+    assert "interrupted (SIGTERM)" in err and "not a full run" in err
+    assert "| gpt-small | base" in out and len(calls) == 2
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
