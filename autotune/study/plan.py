@@ -45,6 +45,9 @@ __all__ = ["OUTDATED_MARGIN", "Planner"]
 # (2x in bf16 there) after a neighbour led by 12%.
 OUTDATED_MARGIN = 0.25
 
+# The roles of the expert starts (``playbook.expert_starts``).
+EXPERT_ROLES = ("hand-tuned", "playbook")
+
 
 @dataclass(kw_only=True)
 class Planner:
@@ -176,21 +179,26 @@ class Planner:
         )
 
     def without_compile(self, study: optuna.Study, record: TrialRecord) -> None:
-        """When the playbook's compiled start gives no result because of its compile
-        (still compiling at its cap, a compile error or crash), queue the same config
-        without compile as one more expert start: the playbook's other choices
-        (precision, micro-batch, workers) are then measured all the same. pointer-gen on
-        the 2-core CPU: its compile outlasted a whole default search, and bf16 without
-        compile was never tried."""
+        """When a compiled expert start (the playbook's, or the guide's hand-tuned config
+        where it compiles) gives no result because of its compile (still compiling at its
+        cap, a compile error or crash), queue the same config without compile as one more
+        expert start: its other choices (precision, micro-batch, workers) are then
+        measured all the same. pointer-gen on the 2-core CPU: its compile outlasted a
+        whole default search, and bf16 without compile was never tried. gpt-small, whose
+        guide's config is the playbook's (so it runs once, as ``hand-tuned``), in a
+        30-second search: its compile was stopped at its cap, and the sampler's fp32
+        proposal ran instead of its bf16 config."""
         config = record.train_config()
         failed = record.status in ("stopped", "timeout", "crash", "error")
-        if record.role != "playbook" or config.compile == "off" or not (record.ran and failed):
+        expert = record.role in EXPERT_ROLES
+        if not expert or config.compile == "off" or not (record.ran and failed):
             return
         eager = config.replace(compile="off")
-        if self.state.space.contains(eager) and self._queue(study, eager, role="playbook-eager"):
+        role = f"{record.role}-eager"
+        if self.state.space.contains(eager) and self._queue(study, eager, role=role):
             self.experts.append(eager)
             self.state.note(
-                f"trial #{record.number} (the playbook's start) gave no result with "
+                f"trial #{record.number} (the {record.role} start) gave no result with "
                 f"compile={config.compile}: its config without compile is queued next"
             )
 

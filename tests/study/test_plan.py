@@ -286,6 +286,24 @@ def test_the_playbooks_start_without_compile_runs_next_when_its_compile_fails(
     assert all(t.role != "playbook-eager" for t in plain.trials)
 
 
+def test_the_guides_compiled_start_without_compile_runs_next_when_its_compile_fails(
+    tmp_path: Path,
+) -> None:
+    # gpt's guide ends compiled in bf16, which is the playbook's config on a CPU too: the
+    # one start runs as "hand-tuned", and its config without compile must follow it as
+    # the playbook's does (gpt-small in a 30-second search: its compile was stopped, and
+    # the sampler's fp32 proposal ran instead of its bf16 config).
+    spec = replace(toy_spec(), family="gpt")
+    burst = FakeBurst(fail=lambda c: "error" if c.compile != "off" else None)
+    result = run(tmp_path, burst, trials=6, spec=spec)
+    assert [t.role for t in result.trials[:3]] == ["naive", "hand-tuned", "hand-tuned-eager"]
+    assert burst.calls[1].compile != "off"
+    assert burst.calls[2] == burst.calls[1].replace(compile="off")
+    assert result.race is not None
+    expert = next(e for e in result.race.entrants if "expert" in e.roles)
+    assert expert.record.role == "hand-tuned-eager"
+
+
 def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_sampler(
     tmp_path: Path,
 ) -> None:
