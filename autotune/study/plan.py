@@ -399,8 +399,12 @@ def _cheap_after_the_first(
     steps, 5-8 s for mu on the 2-core Xeon) right after the first, before the other new
     code (a first compile each, 30-40 s there). mu beside a busy core: the best's three
     new-code neighbours took the time for trials, and its OpenMP-spin variant, queued last,
-    never ran."""
+    never ran. Without compile every neighbour costs a trial's steps, so ``rank`` alone
+    decides: gpt-small's 60-second search ran its eager best's OpenMP-spin variant second,
+    and the kernel choices after it never ran."""
     ordered = sorted(cands, key=lambda c: rank(config, c))
+    if config.compile == "off":
+        return ordered
     code = compiled_code_key(config)
     cheap = [c for c in ordered[1:] if compiled_code_key(c) == code]
     return [*ordered[:1], *cheap, *(c for c in ordered[1:] if c not in cheap)]

@@ -304,6 +304,23 @@ def test_the_guides_compiled_start_without_compile_runs_next_when_its_compile_fa
     assert expert.record.role == "hand-tuned-eager"
 
 
+def test_cached_neighbours_come_early_only_where_the_best_compiles() -> None:
+    from autotune.study.plan import _cheap_after_the_first
+
+    def order(config: TrainConfig) -> list[TrainConfig]:
+        cands = [
+            config.replace(micro_batch=16, grad_accum=2),  # new code
+            config.replace(precision="bf16"),  # new code
+            config.replace(omp_spin=True),  # the same compiled code
+        ]
+        return _cheap_after_the_first(config, cands, lambda _c, _cand: 0)
+
+    compiled = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64, compile="default")
+    assert [c.omp_spin for c in order(compiled)] == [False, True, False]
+    eager = compiled.replace(compile="off")
+    assert [c.omp_spin for c in order(eager)] == [False, False, True]
+
+
 def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_sampler(
     tmp_path: Path,
 ) -> None:
