@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -161,6 +162,34 @@ def empty_compile_cache(prefix: str) -> Iterator[str]:
             yield cache
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stops_as_interrupts() -> Iterator[None]:
+    """SIGTERM ends the block as Ctrl-C does: a ``KeyboardInterrupt`` whose argument is
+    the exit code (143; Ctrl-C's is 130), the caller's handler back after. A script that
+    catches it prints what it measured so far (``interrupted``); each burst's supervisor
+    has already killed its process by then."""
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted(stop: KeyboardInterrupt) -> int:
+    """Say on stderr that the run was stopped and its table is partial; its exit code."""
+    code = int(stop.args[0]) if stop.args else 130
+    print(
+        f"- interrupted ({'SIGTERM' if code == 143 else 'Ctrl-C'}): the bursts measured so "
+        f"far, not a full run; load average {load_average()}\n",
+        file=sys.stderr,
+    )
+    return code
 
 
 def median_of(values: Sequence[float | None]) -> float | None:

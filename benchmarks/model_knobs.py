@@ -17,7 +17,6 @@ Usage (from the repository root, with nothing else running)::
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -27,10 +26,12 @@ from _common import (
     command_line,
     fmt_ratio,
     hardware_lines,
+    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
+    stops_as_interrupts,
     utc_now,
 )
 
@@ -154,38 +155,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {model} base: {shown}, knobs {knobs or 'at their defaults'}")
     print(f"- load average at start: {load_average()}", flush=True)
     cells: dict[tuple[str, str], list[Cell]] = {(m, v): [] for m in models for v in labels}
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends it as Ctrl-C does
     try:
-        for r in range(args.rounds):
-            for i, model in enumerate(models):
-                shift = (r + i) % len(labels)
-                for variant in labels[shift:] + labels[:shift]:  # rotated each round
-                    config = config_for(model, variant, precision)
-                    cell = measure(
-                        model, config, steps=args.steps, device=caps.device, budget=budget
-                    )
-                    cells[(model, variant)].append(cell)
-                    rate = "-" if cell[0] is None else f"{cell[0]:,.0f}"
-                    print(f"  round {r + 1} {model} {variant}: {rate}", flush=True)
+        with stops_as_interrupts():
+            for r in range(args.rounds):
+                for i, model in enumerate(models):
+                    shift = (r + i) % len(labels)
+                    for variant in labels[shift:] + labels[:shift]:  # rotated each round
+                        config = config_for(model, variant, precision)
+                        cell = measure(
+                            model, config, steps=args.steps, device=caps.device, budget=budget
+                        )
+                        cells[(model, variant)].append(cell)
+                        rate = "-" if cell[0] is None else f"{cell[0]:,.0f}"
+                        print(f"  round {r + 1} {model} {variant}: {rate}", flush=True)
     except KeyboardInterrupt as stop:
-        code = stop.args[0] if stop.args else 130
-        print(
-            f"- interrupted ({'SIGTERM' if code == 143 else 'Ctrl-C'}): the bursts measured "
-            f"so far, not a full run; load average {load_average()}\n",
-            file=sys.stderr,
-        )
+        code = interrupted(stop)
         if any(cells.values()):
             print(table(cells))
-        return int(code)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return code
     print(f"- load average at the end: {load_average()}\n")
     print(table(cells))
     return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(128 + signum)
 
 
 if __name__ == "__main__":

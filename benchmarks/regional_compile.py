@@ -27,10 +27,12 @@ from _common import (
     fmt_ratio,
     fmt_seconds,
     hardware_lines,
+    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
+    stops_as_interrupts,
     utc_now,
 )
 from burst_args import CONFIG as MU_CONFIG
@@ -126,20 +128,38 @@ def main(argv: list[str] | None = None) -> int:
     cells: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {
         (m, s): [] for m in models for s in SCOPES
     }
-    for r in range(args.rounds):
+    try:
+        with stops_as_interrupts():
+            run_rounds(cells, models, rounds=args.rounds, steps=args.steps)
+    except KeyboardInterrupt as stop:
+        code = interrupted(stop)
+        if any(cells.values()):
+            print(table(cells))
+        return code
+    print(f"- load average at the end: {load_average()}\n")
+    print(table(cells))
+    return 0
+
+
+def run_rounds(
+    cells: dict[tuple[str, str], list[tuple[float | None, float | None]]],
+    models: list[str],
+    *,
+    rounds: int,
+    steps: int,
+) -> None:
+    """Each model's scopes, alternated each round; each burst's figures into ``cells``."""
+    for r in range(rounds):
         for i, model in enumerate(models):
             order = SCOPES if (r + i) % 2 == 0 else SCOPES[::-1]  # alternated each round
             for scope in order:
-                compile_s, rate = measure(model, scope, steps=args.steps)
+                compile_s, rate = measure(model, scope, steps=steps)
                 cells[(model, scope)].append((compile_s, rate))
                 shown = "-" if rate is None else f"{rate:,.0f}"
                 print(
                     f"  round {r + 1} {model} {scope}: compile {fmt_seconds(compile_s)}, {shown}",
                     flush=True,
                 )
-    print(f"- load average at the end: {load_average()}\n")
-    print(table(cells))
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,10 +29,12 @@ from _common import (
     fmt_ratio,
     fmt_seconds,
     hardware_lines,
+    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
+    stops_as_interrupts,
     utc_now,
 )
 from burst_args import CONFIG as MU_COMPILED
@@ -130,25 +132,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {case}: {model} {summarize_config(config.to_dict())}")
     print(f"- load average at start: {load_average()}", flush=True)
     cells: dict[tuple[str, str], list[BurstResult]] = {(c, s): [] for c in CASES for s in STARTS}
-    with empty_compile_cache("autotune-warm-start-"):
-        for case in CASES:  # untimed: the compile cache filled, each zygote started
-            for start in STARTS:
-                first = burst(case, start, steps=args.steps)
-                print(f"  untimed {case} {start}: wall {fmt_seconds(first.wall_s)}", flush=True)
-        for r in range(args.rounds):
-            for i, case in enumerate(CASES):
-                order = STARTS if (r + i) % 2 == 0 else STARTS[::-1]
-                for start in order:
-                    result = burst(case, start, steps=args.steps)
-                    cells[(case, start)].append(result)
-                    print(
-                        f"  round {r + 1} {case} {start}: wall {fmt_seconds(result.wall_s)}, "
-                        f"compile {fmt_seconds(result.compile_s)}",
-                        flush=True,
-                    )
+    try:
+        with stops_as_interrupts(), empty_compile_cache("autotune-warm-start-"):
+            run_rounds(cells, rounds=args.rounds, steps=args.steps)
+    except KeyboardInterrupt as stop:
+        code = interrupted(stop)
+        if any(cells.values()):
+            print(table(cells))
+        return code
     print(f"- load average at the end: {load_average()}\n")
     print(table(cells))
     return 0
+
+
+def run_rounds(cells: dict[tuple[str, str], list[BurstResult]], *, rounds: int, steps: int) -> None:
+    """An untimed burst of each case and start (the compile cache filled, each zygote
+    started), then ``rounds`` of them alternated; each timed burst into ``cells``."""
+    for case in CASES:
+        for start in STARTS:
+            first = burst(case, start, steps=steps)
+            print(f"  untimed {case} {start}: wall {fmt_seconds(first.wall_s)}", flush=True)
+    for r in range(rounds):
+        for i, case in enumerate(CASES):
+            order = STARTS if (r + i) % 2 == 0 else STARTS[::-1]
+            for start in order:
+                result = burst(case, start, steps=steps)
+                cells[(case, start)].append(result)
+                print(
+                    f"  round {r + 1} {case} {start}: wall {fmt_seconds(result.wall_s)}, "
+                    f"compile {fmt_seconds(result.compile_s)}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

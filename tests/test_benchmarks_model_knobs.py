@@ -85,3 +85,15 @@ def test_a_stop_mid_run_prints_what_was_measured_and_exits_non_zero(
     assert "interrupted (SIGTERM)" in err and "not a full run" in err
     assert "| gpt-small | base" in out and len(calls) == 2
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+def test_a_real_sigterm_inside_the_runs_block_is_the_interrupt_the_scripts_catch() -> None:
+    import os
+
+    common = load_benchmark("_common")
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as stop, common.stops_as_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)  # handled before the next bytecode
+        pytest.fail("SIGTERM did not stop the block")
+    assert stop.value.args == (143,)
+    assert signal.getsignal(signal.SIGTERM) is before

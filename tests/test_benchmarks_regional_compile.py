@@ -51,3 +51,21 @@ def test_the_table_gives_per_block_over_whole_for_compile_and_throughput() -> No
     text = bench.table(cells)
     ratio_row = next(line for line in text.splitlines() if "per block / whole" in line)
     assert "0.48x" in ratio_row and "0.76x" in ratio_row  # 30/62 and 80/105
+
+
+def test_a_stop_mid_run_prints_what_was_measured_and_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def fake_measure(model: str, scope: str, **kw: Any) -> tuple[float, float]:
+        calls.append(scope)
+        if len(calls) == 2:
+            raise KeyboardInterrupt()  # Ctrl-C
+        return 10.0, 100.0
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    assert bench.main(["--models", "mu", "--rounds", "2"]) == 130
+    out, err = capsys.readouterr()
+    assert "interrupted (Ctrl-C)" in err and "not a full run" in err
+    assert "| mu" in out and len(calls) == 2

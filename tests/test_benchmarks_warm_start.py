@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import pytest
@@ -42,3 +43,23 @@ def test_the_table_gives_warm_over_fresh_for_wall_and_throughput() -> None:
     }
     ratio_row = next(line for line in bench.table(cells).splitlines() if "warm / fresh" in line)
     assert "0.50x" in ratio_row and "0.99x" in ratio_row  # 3.1/6.2 and 104/105
+
+
+def test_a_stop_mid_run_prints_what_was_measured_and_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def fake_burst(case: str, start: str, **kw: Any) -> BurstResult:
+        calls.append(case)
+        if len(calls) == 6:  # after the 4 untimed bursts and 1 timed one
+            raise KeyboardInterrupt(143)  # what the SIGTERM handler raises
+        return BurstResult(status="ok", wall_s=1.0, tokens_per_s=100.0)
+
+    monkeypatch.setattr(bench, "burst", fake_burst)
+    before = signal.getsignal(signal.SIGTERM)
+    assert bench.main(["--rounds", "2"]) == 143
+    out, err = capsys.readouterr()
+    assert "interrupted (SIGTERM)" in err and "not a full run" in err
+    assert "| mu naive" in out and len(calls) == 6
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
