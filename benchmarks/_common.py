@@ -16,8 +16,8 @@ import shlex
 import signal
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.machine.profile import HardwareProfile
@@ -164,32 +164,36 @@ def empty_compile_cache(prefix: str) -> Iterator[str]:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def stops_as_interrupts() -> Iterator[None]:
-    """SIGTERM ends the block as Ctrl-C does: a ``KeyboardInterrupt`` whose argument is
-    the exit code (143; Ctrl-C's is 130), the caller's handler back after. A script that
-    catches it prints what it measured so far (``interrupted``); each burst's supervisor
-    has already killed its process by then."""
+def run_rounds_then_table(
+    run: Callable[[], object], cells: Mapping[Any, Sequence[object]], table: Callable[[], str]
+) -> int:
+    """Run a script's rounds (``run``, which fills ``cells``), then print the load average
+    and ``table()``; the exit code. SIGTERM stops the rounds as Ctrl-C does (the caller's
+    handler back after): each burst's supervisor has killed its process by then, the
+    table holds the bursts measured so far, stderr says it is not a full run, and the
+    exit code is 130 (Ctrl-C) or 143 (SIGTERM), not a traceback."""
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        yield
+        run()
+    except KeyboardInterrupt as stop:
+        code = int(stop.args[0]) if stop.args else 130
+        print(
+            f"- interrupted ({'SIGTERM' if code == 143 else 'Ctrl-C'}): the bursts measured "
+            f"so far, not a full run; load average {load_average()}\n",
+            file=sys.stderr,
+        )
+        if any(cells.values()):
+            print(table())
+        return code
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def interrupted(stop: KeyboardInterrupt) -> int:
-    """Say on stderr that the run was stopped and its table is partial; its exit code."""
-    code = int(stop.args[0]) if stop.args else 130
-    print(
-        f"- interrupted ({'SIGTERM' if code == 143 else 'Ctrl-C'}): the bursts measured so "
-        f"far, not a full run; load average {load_average()}\n",
-        file=sys.stderr,
-    )
-    return code
+    print(f"- load average at the end: {load_average()}\n")
+    print(table())
+    return 0
 
 
 def median_of(values: Sequence[float | None]) -> float | None:

@@ -17,7 +17,9 @@ Usage (from the repository root, with nothing else running)::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,12 +28,11 @@ from _common import (
     command_line,
     fmt_ratio,
     hardware_lines,
-    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
-    stops_as_interrupts,
+    run_rounds_then_table,
     utc_now,
 )
 
@@ -155,27 +156,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {model} base: {shown}, knobs {knobs or 'at their defaults'}")
     print(f"- load average at start: {load_average()}", flush=True)
     cells: dict[tuple[str, str], list[Cell]] = {(m, v): [] for m in models for v in labels}
-    try:
-        with stops_as_interrupts():
-            for r in range(args.rounds):
-                for i, model in enumerate(models):
-                    shift = (r + i) % len(labels)
-                    for variant in labels[shift:] + labels[:shift]:  # rotated each round
-                        config = config_for(model, variant, precision)
-                        cell = measure(
-                            model, config, steps=args.steps, device=caps.device, budget=budget
-                        )
-                        cells[(model, variant)].append(cell)
-                        rate = "-" if cell[0] is None else f"{cell[0]:,.0f}"
-                        print(f"  round {r + 1} {model} {variant}: {rate}", flush=True)
-    except KeyboardInterrupt as stop:
-        code = interrupted(stop)
-        if any(cells.values()):
-            print(table(cells))
-        return code
-    print(f"- load average at the end: {load_average()}\n")
-    print(table(cells))
-    return 0
+    measure_one = functools.partial(measure, steps=args.steps, device=caps.device, budget=budget)
+    return run_rounds_then_table(
+        lambda: run_rounds(cells, models, labels, precision, args.rounds, measure_one),
+        cells,
+        lambda: table(cells),
+    )
+
+
+def run_rounds(
+    cells: dict[tuple[str, str], list[Cell]],
+    models: list[str],
+    labels: list[str],
+    precision: str,
+    rounds: int,
+    measure_one: Callable[[str, TrainConfig], Cell],
+) -> None:
+    """Each model's variants, rotated each round; each burst's figures into ``cells``."""
+    for r in range(rounds):
+        for i, model in enumerate(models):
+            shift = (r + i) % len(labels)
+            for variant in labels[shift:] + labels[:shift]:  # rotated each round
+                cell = measure_one(model, config_for(model, variant, precision))
+                cells[(model, variant)].append(cell)
+                rate = "-" if cell[0] is None else f"{cell[0]:,.0f}"
+                print(f"  round {r + 1} {model} {variant}: {rate}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,11 @@ from _common import (
     fmt_ratio,
     fmt_seconds,
     hardware_lines,
-    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
-    stops_as_interrupts,
+    run_rounds_then_table,
     utc_now,
 )
 from burst_args import CONFIG as MU_CONFIG
@@ -128,17 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     cells: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {
         (m, s): [] for m in models for s in SCOPES
     }
-    try:
-        with stops_as_interrupts():
-            run_rounds(cells, models, rounds=args.rounds, steps=args.steps)
-    except KeyboardInterrupt as stop:
-        code = interrupted(stop)
-        if any(cells.values()):
-            print(table(cells))
-        return code
-    print(f"- load average at the end: {load_average()}\n")
-    print(table(cells))
-    return 0
+    return run_rounds_then_table(
+        lambda: run_rounds(cells, models, rounds=args.rounds, steps=args.steps),
+        cells,
+        lambda: table(cells),
+    )
 
 
 def run_rounds(

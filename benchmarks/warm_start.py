@@ -29,12 +29,11 @@ from _common import (
     fmt_ratio,
     fmt_seconds,
     hardware_lines,
-    interrupted,
     load_average,
     median_of,
     ratio_of,
     render_table,
-    stops_as_interrupts,
+    run_rounds_then_table,
     utc_now,
 )
 from burst_args import CONFIG as MU_COMPILED
@@ -132,17 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {case}: {model} {summarize_config(config.to_dict())}")
     print(f"- load average at start: {load_average()}", flush=True)
     cells: dict[tuple[str, str], list[BurstResult]] = {(c, s): [] for c in CASES for s in STARTS}
-    try:
-        with stops_as_interrupts(), empty_compile_cache("autotune-warm-start-"):
+
+    def rounds() -> None:
+        with empty_compile_cache("autotune-warm-start-"):
             run_rounds(cells, rounds=args.rounds, steps=args.steps)
-    except KeyboardInterrupt as stop:
-        code = interrupted(stop)
-        if any(cells.values()):
-            print(table(cells))
-        return code
-    print(f"- load average at the end: {load_average()}\n")
-    print(table(cells))
-    return 0
+
+    return run_rounds_then_table(rounds, cells, lambda: table(cells))
 
 
 def run_rounds(cells: dict[tuple[str, str], list[BurstResult]], *, rounds: int, steps: int) -> None:

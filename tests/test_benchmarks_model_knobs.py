@@ -87,13 +87,21 @@ def test_a_stop_mid_run_prints_what_was_measured_and_exits_non_zero(
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
 
-def test_a_real_sigterm_inside_the_runs_block_is_the_interrupt_the_scripts_catch() -> None:
+def test_a_real_sigterm_during_the_rounds_prints_the_partial_table_and_exits_143(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     import os
 
     common = load_benchmark("_common")
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt) as stop, common.stops_as_interrupts():
+    cells: dict[str, list[int]] = {"a": [], "b": []}
+
+    def rounds() -> None:
+        cells["a"].append(1)
         os.kill(os.getpid(), signal.SIGTERM)  # handled before the next bytecode
-        pytest.fail("SIGTERM did not stop the block")
-    assert stop.value.args == (143,)
+        cells["b"].append(2)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert common.run_rounds_then_table(rounds, cells, lambda: f"table {cells}") == 143
+    out, err = capsys.readouterr()
+    assert "table {'a': [1], 'b': []}" in out and "interrupted (SIGTERM)" in err
     assert signal.getsignal(signal.SIGTERM) is before
