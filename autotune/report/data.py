@@ -9,6 +9,7 @@ for a report never imports the model it names (principle 6).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -206,7 +207,13 @@ def preset_data(path: Path, *, storage: str | None = None) -> ReportData:
     from autotune.core.redact import redact
 
     url = storage if storage is not None else summary.storage
+    # A preset is data: the storage it names is followed only where it is a study file
+    # here; a server (a connection that would carry this machine's credentials, such as
+    # PGPASSWORD) or any other file (which opening would change) needs --storage.
+    problem = None if storage is not None else untrusted_storage(summary.storage)
     try:
+        if problem is not None:
+            raise UsageError(problem)
         found = study_data(summary.study_name, url)
     except AutotuneError as exc:
         problem = str(exc)
@@ -227,6 +234,52 @@ def preset_data(path: Path, *, storage: str | None = None) -> ReportData:
             "study has moved",
         ),
     )
+
+
+def untrusted_storage(url: str) -> str | None:
+    """Why a report does not open the storage a preset names (None: it may). A preset is
+    data and may be someone else's: its storage is opened only where it is a journal file
+    or an SQLite file here that already holds an Optuna study. Never a database server
+    (connecting would send this machine's user name and any password libpq or a driver
+    finds, ``PGPASSWORD`` or ``~/.pgpass``, to a host the preset chose) and never another
+    SQLite file (Optuna would add its tables to it and switch it to WAL mode)."""
+    import sqlite3
+
+    from autotune.core.redact import redact
+
+    shown = repr(redact(url))
+    if url.startswith("journal:"):
+        return None  # read only; a missing file is refused by the reader
+    if not url.startswith("sqlite:"):
+        return (
+            f"the preset names the database server {shown}; a report connects to a server "
+            "only when you give it with --storage URL"
+        )
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # unparsable: not a study file
+        return f"the preset's storage {shown} is not a study file"
+    database = parsed.database or ""
+    path = Path(database).expanduser()
+    if parsed.query or database.startswith("file:"):
+        return f"the preset's storage {shown} is not a study file"
+    if not path.is_file():
+        return None  # not there: the reader says so, and makes none
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error:
+        tables = set()
+    if not {"studies", "trials", "version_info"} <= tables:
+        return (
+            f"the preset's storage {shown} is not an Optuna study database; a report opens "
+            "another file only when you give it with --storage URL"
+        )
+    return None
 
 
 def _preset_from_raw(raw: Any, path: Path) -> Preset:

@@ -73,14 +73,26 @@ def _figure(width: float, height: float, *, rows: int = 1, cols: int = 1) -> Fig
     return fig
 
 
+def _plain_text(fig: Figure) -> Figure:
+    """``fig`` with every text drawn as it is: a label is data (a preset's name, a race
+    entry, a unit), so ``$`` is a dollar, never mathtext (whose parser raises on ``$\\x$``)."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+    return fig
+
+
 def figure_svg(fig: Figure, *, name: str) -> str:
     """The figure as an ``<svg>`` element for inlining: text drawn as paths (no font to
     fetch), ids salted with ``name`` so that several figures on one page do not clash."""
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": name}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    with matplotlib.rc_context(
+        {"svg.fonttype": "path", "svg.hashsalt": name, "text.parse_math": False}
+    ):
+        _plain_text(fig).savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     start = text.find("<svg")
     svg = text[start:] if start >= 0 else text
@@ -93,7 +105,10 @@ def figure_svg(fig: Figure, *, name: str) -> str:
 
 
 def figure_png(fig: Figure, path: Any, *, dpi: int = 110) -> None:
-    fig.savefig(path, format="png", dpi=dpi, metadata={"Software": None})
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        _plain_text(fig).savefig(path, format="png", dpi=dpi, metadata={"Software": None})
 
 
 def _kind(t: TrialRecord) -> Mapping[str, str]:

@@ -223,3 +223,68 @@ def test_a_preset_with_a_password_in_its_storage_never_shows_it(
     assert result.exit_code == 0, result.output
     shown = result.output + out.read_text(encoding="utf-8")
     assert "s3cret" not in shown and "user:***@127.0.0.1" in result.output
+
+
+def _preset_with_storage(searched: Searched, tmp_path: Path, storage: str) -> Path:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    raw["search"]["storage"] = storage
+    preset = tmp_path / "shared.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return preset
+
+
+def test_a_shared_preset_cannot_make_the_report_change_another_sqlite_file(
+    searched: Searched, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    victim = tmp_path / "places.sqlite"  # someone's database, not a study
+    with sqlite3.connect(victim) as db:
+        db.execute("CREATE TABLE bookmarks (url TEXT)")
+    before = victim.read_bytes()
+    preset = _preset_with_storage(searched, tmp_path, f"sqlite:///{victim}")
+    result = report(str(preset), "--out", str(tmp_path / "r.html"))
+    assert result.exit_code == 0, result.output
+    assert victim.read_bytes() == before  # no Optuna tables added, not switched to WAL
+    assert not Path(f"{victim}-wal").exists()
+    assert "not an Optuna study database" in result.output
+
+
+def test_a_shared_preset_cannot_make_the_report_connect_to_its_server(
+    searched: Searched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    monkeypatch.setenv("PGPASSWORD", "my-own-db-password")  # libpq would send it
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "2")  # a client that connects gives up soon
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        preset = _preset_with_storage(searched, tmp_path, f"postgresql://127.0.0.1:{port}/db")
+        result = report(str(preset), "--out", str(tmp_path / "r.html"))
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+    assert result.exit_code == 0, result.output
+    assert "--storage" in result.output and "shows the preset alone" in result.output
+
+
+def test_dollar_signs_in_a_preset_are_text_in_the_plots_not_mathtext(
+    searched: Searched, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load(searched.preset.read_text(encoding="utf-8"))
+    label = "$\\undefinedmacro{$"  # mathtext's parser raises on it
+    raw["name"] = label
+    raw["race"] = {
+        "rounds": 1,
+        "unit": label,
+        "winner": label,
+        "entries": [{"label": label, "samples": [1.0], "median": 1.0}],
+    }
+    preset = tmp_path / "dollars.yaml"
+    preset.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    out, png = tmp_path / "d.html", tmp_path / "d.png"
+    result = report(str(preset), "--out", str(out), "--png", str(png))
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and png.is_file()
