@@ -51,6 +51,7 @@ from autotune.core.schema import (
     key_problems,
     non_negative,
     positive,
+    seed_range,
 )
 
 if TYPE_CHECKING:
@@ -472,7 +473,7 @@ class TrainingDefaults(Section):
         "log_interval": positive,
         "checkpoint_interval": positive,
         "keep_last": positive,
-        "seed": non_negative,
+        "seed": seed_range,
     }
 
     @classmethod

@@ -21,7 +21,15 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from autotune.core.schema import below_one, field_hints, fraction, non_negative, positive
+from autotune.core.schema import (
+    MAX_SEED,
+    below_one,
+    field_hints,
+    fraction,
+    non_negative,
+    positive,
+    seed_range,
+)
 
 __all__ = ["DRAFT", "json_schema"]
 
@@ -33,6 +41,7 @@ _RULE_BOUNDS: dict[Callable[[Any], str | None], dict[str, float]] = {
     non_negative: {"minimum": 0},
     fraction: {"minimum": 0, "maximum": 1},
     below_one: {"minimum": 0, "exclusiveMaximum": 1},
+    seed_range: {"minimum": 0, "maximum": MAX_SEED},
 }
 
 _SCALARS: dict[Any, dict[str, Any]] = {

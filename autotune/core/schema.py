@@ -49,12 +49,14 @@ __all__ = [
     "plain_copy",
     "plain_data_problem",
     "positive",
+    "seed_range",
     "show",
     "type_name",
 ]
 
 MAX_NESTING = 32  # how deep free-form data (a model's args) may nest
 MAX_NODES = 10_000  # how many values free-form data may hold
+MAX_INT = 2**63 - 1  # the largest integer a field takes (a 64-bit count): more is no count
 
 BAD: Any = object()  # marks a value that failed validation (its problem is already recorded)
 _FLOAT_TEXT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -271,13 +273,19 @@ def _convert_scalar(value: Any, tp: type, path: str, problems: list[str]) -> Any
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            if abs(value) <= MAX_INT:
+                return value
+            problems.append(f"{path}: expected an integer of at most {MAX_INT}; got {show(value)}")
+            return BAD
     elif tp is float:
         number: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
-        elif isinstance(value, str) and _FLOAT_TEXT.match(value):
-            number = float(value)  # YAML 1.1 reads `3e-4` as a string; accept it as a number
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = float(value)
+            elif isinstance(value, str) and _FLOAT_TEXT.match(value):
+                number = float(value)  # YAML 1.1 reads `3e-4` as a string; accept it as a number
+        except OverflowError:  # an integer too large for a float: 1000...0 (400 digits)
+            number = math.inf
         if number is not None:
             if math.isfinite(number):
                 return number
@@ -445,6 +453,16 @@ def positive(value: Any) -> str | None:
 
 def non_negative(value: Any) -> str | None:
     return None if value >= 0 else f"expected a number >= 0; got {show(value)}"
+
+
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
+
+
+def seed_range(value: int) -> str | None:
+    """A random seed every generator a run seeds takes: numpy's stops below 2**32."""
+    return (
+        None if 0 <= value <= MAX_SEED else f"expected an integer in [0, {MAX_SEED}]; got {value}"
+    )
 
 
 def non_empty(value: str) -> str | None:

@@ -25,6 +25,7 @@ _UNITS = {
     "m": 10**6,
     "g": 10**9,
 }
+_MAX_BUDGET_BYTES = 2**63 - 1  # a byte count (a preset's budget_bytes takes no more)
 _PATTERN = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[a-zA-Z]*)\s*$")
 
 
@@ -45,6 +46,8 @@ def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
     unit = match["unit"].lower()
     if number <= 0:
         raise BudgetError(f"budget must be positive, got {text!r}")
+    if not math.isfinite(number) or number * _UNITS.get(unit, 1) > _MAX_BUDGET_BYTES:
+        raise BudgetError(f"budget {text!r} is too large: no device has that much memory")
     if not unit:
         if number > 1:
             raise BudgetError(
@@ -55,6 +58,11 @@ def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
             raise BudgetError(
                 f"budget {text!r} is a fraction, but this device's memory is unknown; "
                 "give a size such as 8GB"
+            )
+        if device_memory_bytes > _MAX_BUDGET_BYTES:
+            raise BudgetError(
+                f"budget {text!r} is a fraction of {device_memory_bytes} bytes of memory, "
+                "more than any device has"
             )
         return int(number * device_memory_bytes)
     if unit not in _UNITS:

@@ -311,3 +311,83 @@ def test_a_null_speedup_round_trips_with_its_reason(tmp_path: Path) -> None:
     loaded = load_preset(path)
     assert loaded.race == race
     assert "speedup_reason: no quiet round" in path.read_text()
+
+
+HUGE = 10**400  # YAML reads 400 digits as a Python int; no float holds it
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("budget_bytes",),
+        ("fingerprint", "memory_bytes"),
+        ("measured", "peak_memory_bytes"),
+        ("measured", "tokens_per_s"),
+        ("training", "lr"),
+        ("baseline", "speedup"),
+        ("training", "seed"),
+    ],
+    ids=".".join,
+)
+def test_a_huge_number_is_a_preset_error_not_a_traceback(
+    tmp_path: Path, path: tuple[str, ...]
+) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    data = preset_to_dict(make_preset())
+    if data.get(path[0]) is None:
+        pytest.skip(f"{path[0]} is null in the fake preset")
+    section = data
+    for key in path[:-1]:
+        section = section[key]
+    section[path[-1]] = HUGE
+    with pytest.raises(PresetError, match=".".join(path)):
+        preset_from_dict(data)
+    file = tmp_path / "huge.yaml"
+    file.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    for args in (
+        ["presets", "show", str(file)],
+        ["presets", "export", str(file), "--format", "hf"],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "error: invalid preset" in result.output
+
+
+def test_a_seed_numpy_cannot_take_is_a_preset_error() -> None:
+    data = preset_to_dict(make_preset())
+    data["training"]["seed"] = 2**32
+    with pytest.raises(PresetError, match=r"training\.seed"):
+        preset_from_dict(data)
+    data["training"]["seed"] = 2**32 - 1
+    assert preset_from_dict(data).training.seed == 2**32 - 1
+
+
+def test_a_version_1_budget_too_large_is_a_preset_error() -> None:
+    data = {
+        "schema_version": 1,
+        "name": "x",
+        "created": "2024-01-02T03:04:05Z",
+        "model": "mu",
+        "seq_len": 128,
+        "global_batch": 32,
+        "budget": "0.5",
+        "config": {"micro_batch": 8, "grad_accum": 4, "seq_len": 128},
+        "hardware": {
+            "device": "cpu",
+            "name": "x",
+            "memory_bytes": HUGE,
+            "cores": 4,
+            "torch": "1",
+            "autotune": "1",
+            "cpu": "x",
+        },
+        "measured": {},
+    }
+    with pytest.raises(PresetError, match="budget"):
+        preset_from_dict(data)
+    data["budget"] = "9" * 400 + "GB"
+    with pytest.raises(PresetError, match="budget"):
+        preset_from_dict(data)
