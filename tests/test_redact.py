@@ -91,3 +91,27 @@ def test_a_saved_preset_holds_no_password(url: str, expected: str, tmp_path: Pat
     assert load_preset(path).search.storage == expected  # type: ignore[union-attr]
     for fmt in EXPORT_FORMATS:
         assert SECRET not in export_preset(preset, fmt, preset_ref="best.yaml").text, fmt
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://user:p@S3CRETPW@127.0.0.1:1/db",  # a driver splits at the first @
+        "postgresql://user:S3CRETPW@127.0.0.1:1/db?sslpassword=S3CRETPW",
+    ],
+)
+def test_a_storage_that_does_not_open_names_no_password(url: str) -> None:
+    from autotune.core.errors import UsageError
+    from autotune.study.optuna_glue import open_storage
+
+    with pytest.raises(UsageError) as caught:
+        open_storage(url, create=True)
+    assert "S3CRETPW" not in str(caught.value)
+
+
+def test_scrub_hides_each_part_of_a_password_and_secret_query_values() -> None:
+    from autotune.core.redact import scrub
+
+    url = "postgresql://user:pa%40ss@word@host/db?password=qsecret&sslmode=require"
+    text = 'host name "word@host"; pa@ss@word; qsecret; sslmode require'
+    assert scrub(text, url) == 'host name "***@host"; ***; ***; sslmode require'

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
-__all__ = ["MASK", "is_secret_key", "redact"]
+__all__ = ["MASK", "is_secret_key", "redact", "scrub"]
 
 MASK = "***"
 
@@ -84,3 +84,31 @@ def _redact_items(text: str) -> str:
         return f"{match['sep']}{match['key']}={MASK}"
 
     return _QUERY_ITEM.sub(hide, text)
+
+
+def _secrets(url: str) -> set[str]:
+    """The secret fragments of ``url`` as a driver may quote them: the password (as written
+    and decoded, and each part of it around an ``@``, where a driver splits the host) and
+    every password-like query value."""
+    found: set[str] = set()
+    head, _, query = url.partition("?")
+    rest = head.split("://", 1)[1] if "://" in head else ""
+    if "@" in rest:
+        userinfo = rest[: rest.rindex("@")]
+        password = userinfo.partition(":")[2]
+        for text in (password, unquote_plus(password)):
+            found.add(text)
+            found.update(text.split("@"))
+    for match in _QUERY_ITEM.finditer(query if "://" in url else url):
+        if is_secret_key(match["key"]):
+            found.update((match["value"], unquote_plus(match["value"])))
+    return {text for text in found if len(text) >= 3}  # shorter: no more than a letter
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message about ``url``) with every secret of ``url`` in it
+    replaced by ``***``: such a message may quote the URL, or the part of a password that
+    a driver took for the host (``could not translate host name "pw@host"``)."""
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text

@@ -115,6 +115,13 @@ def set_outcome(trial: optuna.Trial, **attrs: Any) -> None:
 # -- the study ---------------------------------------------------------------------------
 
 
+def scrub(text: str, url: str) -> str:
+    """``text`` with the secrets of ``url`` hidden (``autotune.core.redact.scrub``)."""
+    from autotune.core.redact import scrub as scrub_text
+
+    return scrub_text(text, url)
+
+
 def redact(url: str) -> str:
     """A storage URL without its password (``postgresql://user:***@host/db``): the one
     rule, ``autotune.core.redact.redact``."""
@@ -171,7 +178,9 @@ def open_study(
             load_if_exists=True,
         )
     except Exception as exc:
-        raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {exc}") from exc
+        raise UsageError(
+            f"cannot create or load study {name!r} in {redact(url)!r}: {scrub(str(exc), url)}"
+        ) from exc
     check_study_setup(study, setup, name)
     claim_running_trials(study, name, joining=joining)
     return study
@@ -357,7 +366,7 @@ def open_storage(url: str, *, create: bool = True) -> Any:
             hint = ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
         elif isinstance(exc, ImportError) and url.startswith("mysql"):
             hint = " (MySQL needs a driver: pip install PyMySQL, and a mysql+pymysql:// URL)"
-        why = " ".join(str(exc).split()).rstrip(".")  # one paragraph, ending in ours
+        why = scrub(" ".join(str(exc).split()).rstrip("."), url)  # one paragraph, no secret
         raise UsageError(
             f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
             f"{why}{hint}. Give an Optuna storage URL (sqlite:///path/study.db, "
