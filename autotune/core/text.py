@@ -6,11 +6,13 @@ file and error messages. Three rules, one owner each:
 
 - :func:`control_problem`: a name (a model, a device, a knob, a study) is one line of
   printable text; a control character (C0, DEL, C1, a Unicode line or paragraph
-  separator) is a validation problem.
+  separator) or an invisible format character (bidi overrides and isolates, zero-width
+  spaces and joiners: Unicode's Cf) is a validation problem. U+202E RIGHT-TO-LEFT
+  OVERRIDE shows ``mu\u202elmay.exe`` as ``muexe.yaml``: a name must read as it is.
 - :func:`one_line`: text safe inside a comment line: one line, printable characters only.
 - :func:`terminal_safe`: text safe to print: every terminal control sequence (CSI, OSC,
   DCS, SOS, PM, APC, in their 7-bit ``ESC`` and 8-bit C1 forms) and every other control
-  character but newline and tab removed.
+  or format character but newline and tab removed.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ _SEQUENCES = re.compile(
     """,
     re.VERBOSE,
 )
-_LINE_BREAKING = ("Zl", "Zp")  # U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR
+# C0, DEL and C1 (Cc); U+2028 LINE and U+2029 PARAGRAPH SEPARATOR (Zl, Zp); the invisible
+# format characters (Cf: bidi overrides and isolates, zero-width space and joiners, BOM).
+_CONTROL_CATEGORIES = ("Cc", "Zl", "Zp", "Cf")
 
 
 def _is_control(char: str) -> bool:
-    """C0, DEL, C1 and the Unicode line/paragraph separators."""
-    return unicodedata.category(char) == "Cc" or unicodedata.category(char) in _LINE_BREAKING
+    """C0, DEL, C1, the Unicode line/paragraph separators and the format characters."""
+    return unicodedata.category(char) in _CONTROL_CATEGORIES
 
 
 def control_problem(value: str) -> str | None:

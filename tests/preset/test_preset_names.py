@@ -1,5 +1,6 @@
 """Every string of a preset that names something is one line of printable text: a control
-character (C0, DEL, C1, a Unicode line separator) is refused at validation, with the
+character (C0, DEL, C1, a Unicode line separator, a bidi or zero-width format
+character) is refused at validation, with the
 field's path, every problem at once."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from autotune.core.text import control_problem, one_line, terminal_safe
 from autotune.preset import ModelRef, preset_to_dict
 
 CONTROLS = ["\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\x9b", "\u2028", "\u2029", "\t"]
+CONTROLS += ["\u202e", "\u2066", "\u200b", "\u200d", "\ufeff"]  # bidi, zero-width (Cf)
 
 # Where a name sits in a preset's data, as (path in the message, how to plant it).
 NAME_FIELDS = [
@@ -92,3 +94,4 @@ def test_one_line_and_terminal_safe() -> None:
         "\x9b1m|\x9d2\x9c|x\x85y\n\tz\x1b]0;unterminated"
     )
     assert terminal_safe(text) == "ok red||||||xy\n\tz"
+    assert terminal_safe("mu\u202elmay.exe \u200bok") == "mulmay.exe ok"
