@@ -232,7 +232,9 @@ def read_yaml(path: Path) -> Any:
     if not text.strip():
         raise preset_error(f"preset file {where!r} is empty")
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_loader())  # a SafeLoader: plain data only
+    except _NotPlainData as exc:
+        raise preset_error(f"{where!r} is not a preset: {exc.problem}{_mark(exc)}") from None
     except yaml.constructor.ConstructorError as exc:
         tag = one_line(str(exc.problem or ""))
         raise preset_error(
@@ -244,6 +246,38 @@ def read_yaml(path: Path) -> Any:
         raise preset_error(f"{where!r} is not valid YAML: {_yaml_problem(exc)}") from None
     except (RecursionError, ValueError, OverflowError) as exc:
         raise preset_error(f"{where!r} cannot be read as YAML: {type(exc).__name__}") from None
+
+
+class _NotPlainData(Exception):
+    """A mapping whose keys are no preset's: one written twice, or a key that is a list or
+    a mapping (YAML allows both; a preset never needs them)."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+def _loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping: PyYAML keeps the
+    last one, so a shared preset could show one ``name:`` at its top and run with another
+    at its bottom. A merge (``<<: *anchor``) may still be overridden, as YAML says."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise _NotPlainData("a key is a list or a mapping", key_node.start_mark)
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _NotPlainData(f"the key {key!r} is written twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def _mark(exc: Any) -> str:
