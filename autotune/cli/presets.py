@@ -37,7 +37,7 @@ app = typer.Typer(
 PresetArg = Annotated[
     str,
     typer.Argument(
-        help="A preset file, or the name of a shipped, user or working-directory preset.",
+        help="A preset file (./best.yaml), or the name of a shipped or user preset.",
         show_default=False,
     ),
 ]

@@ -8,7 +8,7 @@ principle 6).
   ``save_preset``, ...);
 - ``migrate``: older schema versions, migrated on load;
 - ``portability``: this machine against the one a preset was measured on;
-- ``library``: the shipped, user and working-directory presets, found by name.
+- ``library``: the shipped and user presets found by name, and the working directory's listed.
 
 The field reference is docs/preset-format.md.
 """

@@ -122,10 +122,10 @@ def resolve_preset(name_or_path: str) -> Path:
     """A preset file: ``name_or_path`` itself where it is a path to a file, else the user's
     or the shipped preset of that name (its path below its folder without ``.yaml``, the
     file name alone, or its ``name`` field). A preset in the working directory is found
-    only by its path (``./best.yaml``, ``best.yaml``). Unknown: a ``PresetError`` listing
-    what exists."""
+    only by its path (``./best.yaml``, ``best.yaml``), and a folder here named ``mu`` does
+    not hide the preset ``mu``. Unknown: a ``PresetError`` listing what exists."""
     candidate = Path(name_or_path).expanduser()
-    if candidate.is_dir():
+    if _looks_like_path(name_or_path) and candidate.is_dir():
         raise preset_error(f"{name_or_path!r} is a directory, not a preset file")
     if _looks_like_path(name_or_path) and candidate.is_file():
         return candidate

@@ -59,6 +59,11 @@ def test_a_planted_working_directory_file_never_stands_in_for_a_name(
     save_preset(make_preset(name="planted"), preset_places["cwd"] / "mu.yaml")
     (preset_places["cwd"] / "mu").write_text("also planted\n")
     assert resolve_preset("mu") == shipped
+    (preset_places["cwd"] / "mu").unlink()
+    (preset_places["cwd"] / "mu").mkdir()  # a folder of that name hides nothing either
+    assert resolve_preset("mu") == shipped
+    with pytest.raises(PresetError, match=r"'mu/' is a directory, not a preset file"):
+        resolve_preset("mu/")
     assert resolve_preset("./mu.yaml") == Path("mu.yaml")  # named as a path: that file
     save_preset(make_preset(name="only-here"), preset_places["cwd"] / "best.yaml")
     with pytest.raises(PresetError, match=r"no preset 'best'.*only by its path: \./best\.yaml"):
