@@ -17,11 +17,11 @@ from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
 from autotune.burst.supervisor import run_burst
+from autotune.config.overrides import apply_overrides
 from autotune.config.parallel import ParallelConfig, parse_label, space_choices
 from autotune.config.train_config import (
     TrainConfig,
     TrainingDefaults,
-    apply_overrides,
     check_config,
 )
 from autotune.core.errors import ConfigError, UsageError
@@ -372,3 +372,15 @@ def test_parallel_problems_come_all_at_once_in_the_house_format() -> None:
         "config.parallel.strategy: expected one of ddp, fsdp; got 'zero'",
     ):
         assert part in text
+
+
+def test_a_set_word_yaml_reads_as_a_boolean_is_the_word_where_the_field_holds_text() -> None:
+    # YAML 1.1 reads `off` as false; compile holds text ("off", "default", ...)
+    cfg = TrainConfig(micro_batch=4, grad_accum=1, seq_len=64, compile="default")
+    off, _ = apply_overrides(cfg, TrainingDefaults(), ["config.compile=off"])
+    assert off.compile == "off"
+    spin, _ = apply_overrides(cfg, TrainingDefaults(), ["config.omp_spin=on"])
+    assert spin.omp_spin is True  # a boolean field keeps YAML's reading
+    knobs = cfg.replace(knobs={"mode": "fast"})
+    word, _ = apply_overrides(knobs, TrainingDefaults(), ["config.knobs.mode=no"])
+    assert word.knobs["mode"] == "no"

@@ -17,7 +17,8 @@ import pytest
 import torch
 from fake_lm import make_spec
 
-from autotune.config.train_config import TrainConfig, TrainingDefaults, apply_overrides
+from autotune.config.overrides import apply_overrides
+from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import AutotuneError, ConfigError, UsageError
 from autotune.data import TrainData, prepare_lm_data

@@ -10,7 +10,7 @@ a full run's optimisation settings; ``apply_overrides`` applies ``--set section.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -68,7 +68,6 @@ __all__ = [
     "WORKERS_PER_CORE",
     "TrainConfig",
     "TrainingDefaults",
-    "apply_overrides",
     "check_config",
     "did_you_mean",
     "machine_problems",
@@ -487,88 +486,6 @@ class TrainingDefaults(Section):
         if self.max_steps is None and self.epochs is None:
             return ["training: set max_steps or epochs (or both: whichever ends first)"]
         return []
-
-
-# -- overrides (--set) ----------------------------------------------------------------------
-
-_FLOAT_TEXT = ("e", "E", ".", "inf", "nan")
-
-
-def _parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML scalars (``4``, ``true``, ``null``, ``bf16``), ``3e-4`` a float."""
-    import yaml
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str) and any(s in value for s in _FLOAT_TEXT):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def apply_overrides(
-    config: TrainConfig, training: TrainingDefaults, overrides: Sequence[str]
-) -> tuple[TrainConfig, TrainingDefaults]:
-    """Apply ``section.field=value`` overrides (``config.micro_batch=4``,
-    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once."""
-    config_data = config.to_dict()
-    training_data = dataclasses.asdict(training)
-    training_names = list(training_data)
-    problems: list[str] = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. config.micro_batch=4")
-            continue
-        value = _parse_value(raw.strip())
-        section, _, name = key.partition(".")
-        if section == "config" and name:
-            if name.startswith("knobs."):
-                knobs = config_data["knobs"]
-                if not isinstance(knobs, Mapping):  # an earlier --set config.knobs=0
-                    problems.append(f"--set {key}: config.knobs is {knobs!r}, not a mapping")
-                    continue
-                config_data["knobs"] = {**knobs, name.removeprefix("knobs."): value}
-            elif name.startswith("parallel."):
-                parallel = config_data.get("parallel")
-                if not isinstance(parallel, Mapping):
-                    problems.append(f"--set {key}: this config has no parallel section")
-                    continue
-                config_data["parallel"] = {**parallel, name.removeprefix("parallel."): value}
-            elif "." in name:
-                problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
-            else:
-                config_data[name] = value  # unknown names are reported by from_mapping
-        elif section == "training" and name:
-            if name not in training_names:
-                problems.append(
-                    f"--set {key}: unknown field{did_you_mean(name, training_names)} (training "
-                    f"fields: {', '.join(training_names)})"
-                )
-            else:
-                training_data[name] = value
-        else:
-            problems.append(
-                f"--set {key}: expected config.FIELD, config.knobs.NAME, config.parallel.NAME "
-                "or training.FIELD"
-            )
-    new_config, new_training = config, training
-    try:
-        new_config = TrainConfig.from_mapping(config_data)
-    except ConfigError as exc:
-        problems += exc.problems
-    try:
-        new_training = TrainingDefaults(**training_data)
-    except PresetError as exc:
-        problems += exc.problems
-    if problems:
-        raise ConfigError(problems, context="invalid --set override")
-    return new_config, new_training
 
 
 def check_config(

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.config.train_config import TrainConfig, apply_overrides, check_config
+from autotune.config.overrides import apply_overrides
+from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import UsageError
 from autotune.preset import (
     ModelRef,
