@@ -44,6 +44,7 @@ def write_report(
 
     plots.require_matplotlib()
     data = load_report_data(source, storage=storage, runs_dir=runs_dir)
+    _refuse_inputs(data, out=out, png=png)
     if out is not None:
         text = page.render_html(data)
         with _writing(out, "--out"):
@@ -52,6 +53,32 @@ def write_report(
         with _writing(png, "--png"):
             plots.summary_png(data, Path(png).expanduser())
     return data
+
+
+def _refuse_inputs(data: ReportData, *, out: str | Path | None, png: str | Path | None) -> None:
+    """``--out``/``--png`` must not replace what the report is read from: the preset, the
+    study's SQLite or journal file (``report best.yaml -o best.yaml`` lost the preset)."""
+    from autotune.study.ownership import storage_file
+
+    inputs: dict[Path, str] = {}
+    if data.preset_path:
+        inputs[Path(data.preset_path).expanduser().resolve()] = "the preset it reports"
+    stored = storage_file(data.storage) if data.storage else None
+    if stored is not None:
+        inputs[stored.expanduser().resolve()] = "the study's storage file"
+    written: dict[Path, str] = {}
+    for path, flag in ((out, "--out"), (png, "--png")):
+        if path is None:
+            continue
+        target = Path(path).expanduser().resolve()
+        if target in inputs:
+            raise UsageError(
+                f"{flag} {str(path)!r} is {inputs[target]}: writing there would destroy it; "
+                "give another file"
+            )
+        if target in written:
+            raise UsageError(f"--out and --png are the same file {str(path)!r}; give two files")
+        written[target] = flag
 
 
 @contextlib.contextmanager

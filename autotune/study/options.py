@@ -354,6 +354,30 @@ def search_options(**options: Any) -> dict[str, Any]:
             records[key] = cls(**fields[key])
         except SearchOptionsError as exc:
             problems += exc.problems
+    if not problems:
+        problems += _output_is_storage(records["output"].output, records["study"].storage)
     if problems:
         raise SearchOptionsError(problems)
     return records
+
+
+def _output_is_storage(output: str | Path | None, storage: str | None) -> list[str]:
+    """The preset would replace the study it was found in: ``-o study.db`` beside
+    ``--storage sqlite:///study.db`` (the SQLite file, its WAL/SHM files or a journal)."""
+    from autotune.study.ownership import storage_file
+
+    if output is None or storage is None:
+        return []
+    stored = storage_file(storage)
+    if stored is None:
+        return []
+    target = Path(output).expanduser().resolve()
+    study_files = {stored.resolve()} | {
+        stored.resolve().with_name(stored.name + suffix) for suffix in ("-wal", "-shm", "-journal")
+    }
+    if target in study_files:
+        return [
+            f"output {str(output)!r} is the study's own storage file ({storage}): writing the "
+            "preset there would destroy the study; give another file such as best.yaml"
+        ]
+    return []

@@ -142,6 +142,8 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--devices", "cpu"], "one worker by default"),
         (["--cpu-workers", "999"], "--cpu-workers must be between 1"),
         (["--finish", "a", "--study", "b"], "names another study"),
+        (["--storage", "sqlite:///s.db", "--output", "./s.db"], "the study's own storage file"),
+        (["--storage", "journal:j.log", "--output", "j.log"], "the study's own storage file"),
     ],
 )
 def test_usage_errors_exit_2(env: tuple[str, FakeBurst], args: list[str], expected: str) -> None:

@@ -119,6 +119,28 @@ def test_an_unwritable_out_is_exit_2(searched: Searched, tmp_path: Path) -> None
     assert "Traceback" not in result.output
 
 
+def test_out_or_png_on_the_report_s_own_input_is_exit_2_and_keeps_it(
+    searched: Searched, tmp_path: Path
+) -> None:
+    preset_text = searched.preset.read_bytes()
+    db = searched.runs_dir / searched.result.study_name / "study.db"
+    study_bytes = db.read_bytes()
+    name, runs = searched.result.study_name, str(searched.runs_dir)
+    for args, expected in [
+        ([str(searched.preset), "--out", str(searched.preset)], "the preset it reports"),
+        ([str(searched.preset), "--png", str(searched.preset)], "the preset it reports"),
+        ([name, "--runs-dir", runs, "--out", str(db)], "the study's storage file"),
+        (
+            [name, "--runs-dir", runs, "--out", str(tmp_path / "r"), "--png", str(tmp_path / "r")],
+            "the same file",
+        ),
+    ]:
+        result = report(*args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.stderr and "Traceback" not in result.output
+    assert searched.preset.read_bytes() == preset_text and db.read_bytes() == study_bytes
+
+
 def test_without_matplotlib_the_error_names_the_extra(
     searched: Searched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
