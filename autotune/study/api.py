@@ -51,7 +51,7 @@ from autotune.study.options import (
     SearchScope,
     SearchStudy,
 )
-from autotune.study.optuna_glue import quiet_optuna, redact
+from autotune.study.optuna_glue import quiet_optuna, redact, storage_failures
 from autotune.study.outcome import write_preset
 from autotune.study.ownership import describe_owner, exclusive_search, owner_alive
 from autotune.study.plan import Planner
@@ -110,8 +110,8 @@ def search(
 
     Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
     ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
-    verified. A KeyboardInterrupt leaves the study consistent and propagates.
-    """
+    verified, or the storage stopped taking writes. A KeyboardInterrupt leaves the study
+    consistent and propagates."""
     started = time.monotonic()
     scope, machine = (
         _record("scope", scope, SearchScope),
@@ -161,13 +161,14 @@ def search(
             _claim(opened, name, storage, shared=study.shared),
             _watching(state, machine.watch, machine.burst_fn),
             shared_compile_cache(study.runs_dir),
+            storage_failures(storage),  # locked or full mid-search: one paragraph
         ):
             explain = _naive_explainer(state, bursts) if output.profile else None
             planner = Planner(state=state, caps=caps, explain=explain)
             result, found = run.trials_and_race(planner, study, notes)
             if output.output is not None and found is not None:
-                path = Path(output.output)
-                path = write_preset(result, found, spec=spec, hardware=hardware, path=path)
+                out = Path(output.output)
+                path = write_preset(result, found, spec=spec, hardware=hardware, path=out)
                 result = replace(result, preset_path=str(path))
             return result
 
@@ -404,14 +405,11 @@ def _probe() -> HardwareProfile:
 
 
 def _budget_bytes(budget: str | int, caps: DeviceCaps) -> int:
-    budget_bytes = (
-        budget
-        if isinstance(budget, int) and not isinstance(budget, bool)
-        else parse_budget(str(budget), device_memory_bytes=caps.total_memory_bytes)
-    )
-    if budget_bytes <= 0:
+    if isinstance(budget, bool) or not isinstance(budget, int):  # text: parse_budget's checks
+        return parse_budget(str(budget), device_memory_bytes=caps.total_memory_bytes)
+    if budget <= 0:
         raise BudgetError(f"budget must be positive, got {budget!r}")
-    return budget_bytes
+    return budget
 
 
 def _build_space(

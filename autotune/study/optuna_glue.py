@@ -42,6 +42,8 @@ __all__ = [
     "quiet_optuna",
     "redact",
     "set_outcome",
+    "storage_failures",
+    "storage_problem",
 ]
 
 PRUNE_MIN_STEPS = 2
@@ -122,6 +124,53 @@ def scrub(text: str, url: str) -> str:
     return scrub_text(text, url)
 
 
+def _database_words(exc: BaseException) -> str:
+    """What the database itself said: the innermost cause of ``exc`` (a DBAPI error's
+    ``orig`` where SQLAlchemy wrapped one), one paragraph."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """The database's own words when ``exc`` comes from a study storage that failed
+    mid-run (SQLite "database is locked", "database or disk is full"), else None. Optuna
+    wraps them in a StorageInternalError, then, failing to mark the trial FAIL through the
+    same storage, raises ``AssertionError("Should not reach.")`` with it as its context."""
+    seen: set[int] = set()
+    found: BaseException | None = None
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, optuna.exceptions.StorageInternalError) or (
+            type(link).__name__ == "OperationalError"
+        ):
+            found = link
+        link = link.__cause__ or link.__context__
+    return None if found is None else _database_words(found)
+
+
+@contextlib.contextmanager
+def storage_failures(url: str) -> Iterator[None]:
+    """A study storage that stops taking writes mid-search (locked by another program, a
+    full disk) is a one-paragraph ``AutotuneError``, not optuna's traceback: the trials
+    finished before it are in the study, and the same command resumes it."""
+    from autotune.core.errors import AutotuneError
+
+    try:
+        yield
+    except Exception as exc:
+        problem = storage_problem(exc)
+        if problem is None:
+            raise
+        raise AutotuneError(
+            f"the study storage {redact(url)} stopped taking writes "
+            f"({scrub(problem, url)}): the trial then running was not recorded; the "
+            "trials finished before it are saved. Free the disk or close the program "
+            "holding the database, then rerun the same command to resume"
+        ) from exc
+
+
 def redact(url: str) -> str:
     """A storage URL without its password (``postgresql://user:***@host/db``): the one
     rule, ``autotune.core.redact.redact``."""
@@ -177,10 +226,9 @@ def open_study(
             direction="maximize",
             load_if_exists=True,
         )
-    except Exception as exc:
-        raise UsageError(
-            f"cannot create or load study {name!r} in {redact(url)!r}: {scrub(str(exc), url)}"
-        ) from exc
+    except Exception as exc:  # optuna's "exceeding max length" hides "database is locked"
+        why = scrub(_database_words(exc), url)
+        raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {why}") from exc
     check_study_setup(study, setup, name)
     claim_running_trials(study, name, joining=joining)
     return study
