@@ -64,6 +64,37 @@ def test_a_failed_write_leaves_the_previous_checkpoint(
     assert found is not None and found[1]["step"] == 1
 
 
+class _FullDisk:
+    """A file that takes a few bytes, then fails as a full disk does (ENOSPC)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.written = inner, 0
+
+    def write(self, data: bytes) -> int:
+        if self.written + len(data) > 64:
+            raise OSError(28, "No space left on device")
+        self.written += len(data)
+        return self.inner.write(data)  # type: ignore[attr-defined,no-any-return]
+
+    def flush(self) -> None:
+        self.inner.flush()  # type: ignore[attr-defined]
+
+
+def test_a_full_disk_under_the_real_torch_save_is_an_oserror(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's zip writer reports ENOSPC as a RuntimeError ("unexpected pos"): the caller
+    (RunFolder._write) turns only an OSError into its "free some space" message."""
+    save_checkpoint(state(1), checkpoint_path(tmp_path, 1))
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f: real_save(obj, _FullDisk(f)))
+    with pytest.raises(OSError, match="No space"):
+        save_checkpoint(state(2), checkpoint_path(tmp_path, 2))
+    monkeypatch.undo()
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 _KILLED_WRITER = textwrap.dedent(
     """
     import sys, time, torch

@@ -161,7 +161,7 @@ def _check_counts(*, steps: int, warmup: int, timeout: float) -> None:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     if warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if timeout <= 0:
+    if not timeout > 0:  # NaN as well: select() refuses it mid-burst
         raise UsageError(f"--timeout must be positive, got {timeout}")
 
 

@@ -53,8 +53,15 @@ def checkpoint_path(folder: Path, step: int) -> Path:
 def save_checkpoint(state: Mapping[str, Any], path: Path) -> int:
     """Write ``state`` to ``path`` atomically; return its size in bytes."""
     path = Path(path)
-    with atomic_writer(path, binary=True) as f:
-        torch.save(dict(state), f)
+    try:
+        with atomic_writer(path, binary=True) as f:
+            torch.save(dict(state), f)
+    except RuntimeError as exc:
+        # torch's zip writer turns a failed write (a full disk: ENOSPC) into a RuntimeError
+        # ("unexpected pos ...") raised while handling the OSError: give back the OSError
+        if isinstance(exc.__context__, OSError):
+            raise exc.__context__ from None
+        raise
     return path.stat().st_size
 
 

@@ -49,6 +49,8 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--budget", "lots"], "cannot read budget 'lots'"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--steps", "0"], "--steps must be at least 1"),
+        (["--timeout", "0"], "--timeout must be positive"),
+        (["--timeout", "nan"], "--timeout must be positive"),
         (["--channels-last"], "config.channels_last: model 'fake' is not declared convolutional"),
         (["--expandable-segments"], "config.expandable_segments: a setting of the CUDA"),
     ],
