@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -124,6 +125,8 @@ def bench(
     from autotune.models.registry import load_model
 
     _check_counts(steps=steps, warmup=warmup, timeout=timeout)
+    if trace is not None:
+        _check_trace(trace)
     spec = load_model(model)
     caps = probe().device(device)
     if settings.get("seq_len") is None:
@@ -163,6 +166,20 @@ def _check_counts(*, steps: int, warmup: int, timeout: float) -> None:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
     if not timeout > 0:  # NaN as well: select() refuses it mid-burst
         raise UsageError(f"--timeout must be positive, got {timeout}")
+
+
+def _check_trace(trace: str) -> None:
+    """The trace is written by the burst's process at its end, so a path it cannot take
+    is refused before the burst: a folder there (torch replaced an empty one with the
+    file), or a folder that does not exist or cannot be written."""
+    path = Path(trace).expanduser()
+    folder = path.parent
+    if path.is_dir():
+        raise UsageError(f"--trace {trace!r} is a folder; give a file such as trace.json")
+    if not folder.is_dir():
+        raise UsageError(f"--trace {trace!r}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--trace {trace!r}: cannot write in the folder {str(folder)!r}")
 
 
 def _run_with_progress(

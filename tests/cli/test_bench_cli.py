@@ -51,6 +51,8 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--steps", "0"], "--steps must be at least 1"),
         (["--timeout", "0"], "--timeout must be positive"),
         (["--timeout", "nan"], "--timeout must be positive"),
+        (["--trace", "/"], "--trace '/' is a folder"),
+        (["--trace", "/no/such/folder/t.json"], "the folder '/no/such/folder' does not exist"),
         (["--channels-last"], "config.channels_last: model 'fake' is not declared convolutional"),
         (["--expandable-segments"], "config.expandable_segments: a setting of the CUDA"),
     ],
