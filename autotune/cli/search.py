@@ -255,7 +255,7 @@ def search(
         race=_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
         study={"storage": storage, "study": study, "seed": seed, "worker": worker,
                "finish": finish is not None, "warm_start": _warm_start(warm_start)},
-        output={"output": output, "progress": _LiveView(err), "profile": profile},
+        output={"output": output, "progress": (view := _LiveView(err)), "profile": profile},
     )  # fmt: skip
     restore_signals = _stop_signals_as_interrupt()
     try:
@@ -267,9 +267,10 @@ def search(
     except StopSignal as stop:
         err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
         raise typer.Exit(128 + stop.signum) from None
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
-        raise
+    except KeyboardInterrupt:  # once: the search's own line names the study, when it came
+        if not view.said_interrupted:
+            err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
+        raise typer.Exit(130) from None
     finally:
         restore_signals()
     explained = _after_search(result, model, err, report=report, profile=profile)
@@ -428,6 +429,7 @@ class _LiveView:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.header_done = False
+        self.said_interrupted = False  # the search said what a Ctrl-C left in the study
 
     def __call__(self, event: SearchEvent) -> None:
         from rich.markup import escape
@@ -436,6 +438,7 @@ class _LiveView:
             self.console.print(f"[bold]autotune search[/]: {escape(event.message)}")
         elif event.kind == "note":
             self.console.print(f"  {escape(event.message)}")
+            self.said_interrupted |= event.message.startswith("interrupted:")
         elif event.kind == "verify":
             self._verified(event)
         elif event.trial is not None:

@@ -221,6 +221,9 @@ def test_ctrl_c_exits_130_and_leaves_the_study_consistent(
     result = CliRunner().invoke(app, ["search", "--model", model, "--budget", "1GB"])
     assert result.exit_code == 130
     assert "rerun" in result.stderr
+    # said once, by the search, with the study it left (not again by the CLI)
+    assert result.stderr.count("interrupted") == 1, result.stderr
+    assert "2 measured trials are saved in study" in result.stderr
     (db,) = (tmp_path / "autotune_runs").glob("*/study.db")
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
     states = [t.state.name for t in study.trials if t.state.name != "WAITING"]
