@@ -60,10 +60,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.errors import AutotuneError
 from autotune.core.units import format_bytes, format_figure
 from autotune.study.cores_left import threads_after_settle, threads_for_burst
-from autotune.study.race_decision import CUT, CUT_ROUND, MIXED, QUIET, count_rounds, decide, edge
+from autotune.study.race_decision import (
+    CUT,
+    CUT_ROUND,
+    MIXED,
+    QUIET,
+    count_rounds,
+    decide,
+    edge,
+    nothing_ran,
+)
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import SearchEvent, TrialRecord, distinct_best
 from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
@@ -298,7 +306,7 @@ def run_race(
     ran successfully, or when no entrant passes its eval and checkpoint round."""
     entrants = entrants_for(state, finalists=finalists, expert=expert)
     if not any("finalist" in e.roles for e in entrants):
-        raise _nothing_ran(state)
+        raise nothing_ran(state)
     steps = steps or bursts.steps
     scorer = score or (lambda _config, result: bursts.throughput(result))
     notes: list[str] = []
@@ -583,15 +591,3 @@ def _load(watch: MachineWatch | None, started: float | None) -> dict[str, Any] |
     if watch is None or started is None:
         return None
     return watch.window(started).to_dict()
-
-
-def _nothing_ran(state: SearchState) -> AutotuneError:
-    statuses: dict[str, int] = {}
-    for r in state.records.values():
-        if r.finished:
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-    shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
-    return AutotuneError(
-        f"no config ran successfully within the budget ({shown}); see the study's trials "
-        "for the reasons"
-    )

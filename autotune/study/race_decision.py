@@ -36,7 +36,7 @@ from autotune.study.records import memory_model_note
 if TYPE_CHECKING:
     from autotune.study.state import SearchState
 
-__all__ = ["CUT", "CUT_ROUND", "MIXED", "QUIET", "count_rounds", "decide", "edge"]
+__all__ = ["CUT", "CUT_ROUND", "MIXED", "QUIET", "count_rounds", "decide", "edge", "nothing_ran"]
 
 CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 HINT_ROUNDS = 2  # the race's default rounds, for the time limit a naive-only search needs
@@ -328,3 +328,27 @@ def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
             f"({fastest.at_edge}); {winner.label}, the fastest config with headroom, wins"
         ]
     return []
+
+
+def nothing_ran(state: SearchState) -> AutotuneError:
+    """Why the race has no config to race: each finished trial's status, counted; where a
+    time limit stopped every one, that the limit was too short for a single burst (mu
+    with ``--timeout 8s``: its naive trial stopped, which read as a budget problem)."""
+    from autotune.study.options import DEFAULT_TIME_LIMIT_S  # (options imports the race)
+
+    finished = [r for r in state.records.values() if r.finished]
+    statuses = Counter(r.status for r in finished)
+    shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
+    limit = state.limits.time_limit_s
+    if limit is not None and finished and set(statuses) <= {"stopped", "timeout"}:
+        longest = max(r.wall_s or 0.0 for r in finished)
+        return AutotuneError(
+            f"no config finished a burst within the time limit ({_minutes(limit)}): {shown}, "
+            f"the longest still running after {longest:.0f} s; give a longer --timeout (a "
+            f"search without one takes up to {_minutes(DEFAULT_TIME_LIMIT_S)} and races "
+            "several configs)"
+        )
+    return AutotuneError(
+        f"no config ran successfully within the budget ({shown}); see the study's trials "
+        "for the reasons"
+    )

@@ -194,3 +194,22 @@ def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
     assert race is not None and race.winner is race.naive and race.speedup is None
     assert race.speedup_reason.startswith("the time limit (3 s) left time to measure only")
     assert "a limit of about" in race.speedup_reason
+
+
+def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() -> None:
+    from types import SimpleNamespace
+
+    from autotune.study.race_decision import nothing_ran
+
+    def state(limit: float | None, *statuses: str) -> Any:
+        records = {
+            i: SimpleNamespace(finished=True, status=s, wall_s=3.2) for i, s in enumerate(statuses)
+        }
+        return SimpleNamespace(records=records, limits=SimpleNamespace(time_limit_s=limit))
+
+    # mu with --timeout 8s: its naive trial stopped, which read as a budget problem
+    message = str(nothing_ran(state(8.0, "stopped")))
+    assert "no config finished a burst within the time limit (8 s): 1 stopped" in message
+    assert "still running after 3 s; give a longer --timeout" in message
+    assert "budget" in str(nothing_ran(state(8.0, "stopped", "oom")))
+    assert "budget" in str(nothing_ran(state(None, "timeout")))
