@@ -151,6 +151,13 @@ def test_find_resumable_skips_a_damaged_newest_file(tmp_path: Path) -> None:
         load_checkpoint(checkpoint_path(tmp_path, 2))
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.pt")
+    # a preset given to --resume: torch's own reason, not its plea to file an issue
+    wrong = tmp_path / "best.yaml"
+    wrong.write_text("name: x\n")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(wrong)
+    assert "(UnpicklingError: Unsupported operand" in str(info.value)
+    assert "file an issue" not in str(info.value)
 
 
 def test_loading_refuses_pickled_objects(tmp_path: Path) -> None:

@@ -128,15 +128,25 @@ def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> 
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        detail = next((ln for ln in lines if "WeightsUnpickler" in ln), lines[0] if lines else "")
         raise CheckpointError(
-            f"cannot load checkpoint {str(path)!r} ({type(exc).__name__}: {detail}); it is "
-            "damaged or not an autotune checkpoint"
+            f"cannot load checkpoint {str(path)!r} ({type(exc).__name__}: {_load_problem(exc)}); "
+            "it is damaged or not an autotune checkpoint"
         ) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise CheckpointError(f"{str(path)!r} is not an autotune training checkpoint")
     return state
+
+
+def _load_problem(exc: Exception) -> str:
+    """torch.load's reason in its own words: the line after ``WeightsUnpickler error:``
+    (torch's text before it asks to file an issue and suggests ``weights_only=False``,
+    which would run the file's code), else its first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            tail = line.split("WeightsUnpickler error:", 1)[1].strip()
+            return tail or (lines[i + 1] if i + 1 < len(lines) else line)
+    return lines[0] if lines else ""
 
 
 def find_resumable(
