@@ -90,10 +90,18 @@ def _load_weights(trainer: Trainer, state: dict[str, Any]) -> None:
         raise CheckpointError(
             f"the checkpoint does not fit model {trainer.spec.name!r} with these args "
             f"(it was written for {state.get('model_name')!r} "
-            f"{state.get('model_args')}): {str(exc).splitlines()[0]}"
+            f"{state.get('model_args')}): {_mismatch(exc)}"
         ) from None
     if not trainer.sharded:
         trainer.optimizer.load_state_dict(state["optimizer"])
+
+
+def _mismatch(exc: Exception, limit: int = 240) -> str:
+    """torch's reason a state dict does not fit, one line: its header ("Error(s) in
+    loading state_dict for MU:") with the first line after it, cut at ``limit``."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines or [""])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def restore_state(trainer: Trainer, state: dict[str, Any]) -> None:
