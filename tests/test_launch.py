@@ -34,7 +34,9 @@ def test_a_bare_model_with_changes_and_overrides() -> None:
         ({}, r"give preset \(a tuned config .*\) or model \(an untuned fp32 run\)"),
         ({"model": MODEL, "max_steps": 0}, r"^max_steps: expected a positive integer, got 0"),
         ({"model": MODEL, "eval_interval": -1}, r"^eval_interval: expected a positive integer"),
-        ({"model": MODEL, "lr": 0.0}, r"^lr: expected a number > 0, got 0.0"),
+        ({"model": MODEL, "lr": 0.0}, r"^lr: expected a finite number > 0, got 0.0"),
+        ({"model": MODEL, "lr": float("inf")}, r"^lr: expected a finite number > 0, got inf"),
+        ({"model": MODEL, "lr": float("nan")}, r"^lr: expected a finite number > 0, got nan"),
     ],
 )
 def test_errors_name_the_parameter(kwargs: dict[str, object], match: str) -> None:

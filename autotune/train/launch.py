@@ -18,6 +18,7 @@ passes ``option_names`` so that its messages name its flags instead.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,8 +86,8 @@ def _check_arguments(
     for parameter, value in (("max_steps", max_steps), ("eval_interval", eval_interval)):
         if value is not None and value < 1:
             raise UsageError(f"{name(parameter)}: expected a positive integer, got {value}")
-    if lr is not None and not lr > 0:
-        raise UsageError(f"{name('lr')}: expected a number > 0, got {lr}")
+    if lr is not None and not 0 < lr < math.inf:  # NaN and inf too
+        raise UsageError(f"{name('lr')}: expected a finite number > 0, got {lr}")
 
 
 def _load_preset_model(
