@@ -124,7 +124,7 @@ def bench(
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
 
-    _check_counts(steps=steps, warmup=warmup, timeout=timeout)
+    _check_counts(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     if trace is not None:
         _check_trace(trace)
     spec = load_model(model)
@@ -159,7 +159,9 @@ def bench(
     )
 
 
-def _check_counts(*, steps: int, warmup: int, timeout: float) -> None:
+def _check_counts(*, steps: int, warmup: int, timeout: float, seed: int) -> None:
+    if seed < 0:  # as the search says: torch and numpy take no negative seed
+        raise UsageError(f"--seed must be an integer >= 0, got {seed}")
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     if warmup < 0:

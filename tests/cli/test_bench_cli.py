@@ -51,6 +51,7 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--steps", "0"], "--steps must be at least 1"),
         (["--timeout", "0"], "--timeout must be positive"),
         (["--timeout", "nan"], "--timeout must be positive"),
+        (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
         (["--trace", "/"], "--trace '/' is a folder"),
         (["--trace", "/no/such/folder/t.json"], "the folder '/no/such/folder' does not exist"),
         (["--channels-last"], "config.channels_last: model 'fake' is not declared convolutional"),
