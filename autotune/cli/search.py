@@ -369,12 +369,16 @@ def _stop_signals_as_interrupt() -> Callable[[], None]:
 
 
 def _warm_start(reference: str | None) -> Path | None:
-    """The preset file a ``--warm-start`` reference names (a path or a preset's name)."""
+    """The preset file a ``--warm-start`` reference names (a path or a preset's name),
+    read once here: a file that is no preset is refused before the study is opened (an
+    empty one made the study's database first)."""
     if reference is None:
         return None
-    from autotune.preset import resolve_preset
+    from autotune.preset import load_preset, resolve_preset
 
-    return resolve_preset(reference)
+    path = resolve_preset(reference)
+    load_preset(path)
+    return path
 
 
 def _fmt_tp(value: float | None) -> str:

@@ -159,6 +159,18 @@ def test_usage_errors_exit_2(env: tuple[str, FakeBurst], args: list[str], expect
     assert not burst.calls
 
 
+def test_a_warm_start_that_is_no_preset_is_refused_before_the_study_is_made(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    model, burst = env
+    (tmp_path / "empty.yaml").write_text("")
+    args = ["search", "--model", model, "--budget", "1GB", "--warm-start", "empty.yaml"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "is empty" in result.stderr
+    assert not burst.calls and not (tmp_path / "autotune_runs").exists()
+
+
 def test_unknown_knob_lists_the_allowed_ones(env: tuple[str, FakeBurst]) -> None:
     model, _ = env
     result = CliRunner().invoke(
