@@ -108,10 +108,9 @@ def search(
     the device's memory (``"0.5"``). The other options are records (``options.py``, field
     by field); ``search_options(trials=5, output=None)`` makes them from flat names.
 
-    Raises ``BudgetError`` (exit code 2) when even the smallest config does not fit,
-    ``UsageError`` for bad arguments, ``AutotuneError`` when nothing could be measured or
-    verified, or the storage stopped taking writes. A KeyboardInterrupt leaves the study
-    consistent and propagates."""
+    Raises ``BudgetError`` (exit 2) when even the smallest config does not fit, ``UsageError``
+    for bad arguments, ``AutotuneError`` when nothing could be measured or verified, or the
+    storage stopped taking writes. A KeyboardInterrupt leaves the study consistent."""
     started = time.monotonic()
     scope, machine = (
         _record("scope", scope, SearchScope),

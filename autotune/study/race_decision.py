@@ -334,8 +334,6 @@ def nothing_ran(state: SearchState) -> AutotuneError:
     """Why the race has no config to race: each finished trial's status, counted; where a
     time limit stopped every one, that the limit was too short for a single burst (mu
     with ``--timeout 8s``: its naive trial stopped, which read as a budget problem)."""
-    from autotune.study.options import DEFAULT_TIME_LIMIT_S  # (options imports the race)
-
     finished = [r for r in state.records.values() if r.finished]
     statuses = Counter(r.status for r in finished)
     shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
@@ -344,9 +342,8 @@ def nothing_ran(state: SearchState) -> AutotuneError:
         longest = max(r.wall_s or 0.0 for r in finished)
         return AutotuneError(
             f"no config finished a burst within the time limit ({_minutes(limit)}): {shown}, "
-            f"the longest still running after {longest:.0f} s; give a longer --timeout (a "
-            f"search without one takes up to {_minutes(DEFAULT_TIME_LIMIT_S)} and races "
-            "several configs)"
+            f"the longest still running after {longest:.0f} s; give a longer --timeout, or "
+            "none (the default limit measures and races several configs)"
         )
     return AutotuneError(
         f"no config ran successfully within the budget ({shown}); see the study's trials "
