@@ -570,6 +570,38 @@ def test_a_bursts_temporary_files_go_with_its_folder(
     assert sorted(p.name for p in short_tmp.iterdir()) == [live.name]
 
 
+def test_a_trial_asks_for_its_temporary_folder_without_writing_a_probe_file(
+    tmp_path: Path,
+) -> None:
+    """Python's first gettempdir() in a process writes a file of 8 random letters in the
+    folder and removes it; a trial killed between the two left it in the user's folder
+    (CI's kill suite, seed 20, kill 12). The search gives the trial its checked TMPDIR
+    and the trial takes it as it is: its start-up opens no file there."""
+    from autotune.burst.process import child_env
+
+    assert child_env(None, TrainConfig(micro_batch=1, seq_len=8))["TMPDIR"]  # always given
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    env = {**child_env(None, TrainConfig(micro_batch=1, seq_len=8)), "TMPDIR": str(folder)}
+    script = (
+        "import os, shutil\n"
+        "opened = []\n"
+        "real = os.open\n"
+        "os.open = lambda path, *a, **k: (opened.append(str(path)), real(path, *a, **k))[1]\n"
+        "from autotune.burst.process import make_workdir, trust_tmpdir\n"
+        "trust_tmpdir()\n"
+        "made = make_workdir()  # in /tmp where the folder is too long for sockets\n"
+        "print(opened)\n"
+        "shutil.rmtree(made)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+        check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == "[]", out  # no probe file opened in the folder
+    assert not any(folder.iterdir())
+
+
 def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) -> None:
     """The child's PYTHONPATH starts with the checkout that holds pyproject.toml (the
     package moved a folder deeper once, and the lookup silently stopped finding it)."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.burst.channel import ParentGone, connect
+from autotune.burst.process import trust_tmpdir
 from autotune.burst.request import read_request
 from autotune.burst.trial import Trial, classify_exception
 from autotune.core.signals import STOP_SIGNALS
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m autotune.burst.child fd:N|REQUEST_PATH RESULT_FD", file=sys.stderr)
         return 2
+    trust_tmpdir()  # before anything asks for a temporary file
     parent = int(os.environ.get("AUTOTUNE_BURST_PARENT", "0") or 0) or os.getppid()
     own_folder = args[0].startswith("fd:")
     workdir = _Workdir(None if own_folder else Path(args[0]).parent)

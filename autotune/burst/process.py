@@ -37,6 +37,7 @@ __all__ = [
     "remove_orphaned_workdirs",
     "spawn_child",
     "tree_budget",
+    "trust_tmpdir",
     "use_as_tmpdir",
     "wait_exit",
 ]
@@ -158,6 +159,7 @@ def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
     env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
     env.setdefault(CACHE_ENV, torch_default_dir())  # not under the trial's TMPDIR
+    env["TMPDIR"] = tempfile.gettempdir()  # checked here once: see ``trust_tmpdir``
     if workdir is not None and _fits_sockets(workdir):
         env["TMPDIR"] = str(workdir)
     # From a source checkout (not installed), make this autotune importable in the child.
@@ -172,6 +174,15 @@ def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
 def _fits_sockets(folder: Path) -> bool:
     """Whether ``folder`` is short enough to hold multiprocessing's sockets."""
     return len(str(folder)) <= _MAX_SOCKET_DIR
+
+
+def trust_tmpdir() -> None:
+    """Take the TMPDIR the search gave this trial (``child_env``: its own temporary
+    folder, already checked) as it is. Python's first ``tempfile.gettempdir()`` in a
+    process checks the folder by writing a file of 8 random letters there and removing
+    it; a trial killed by its search between the two (a stop during its start-up) left
+    that file in the user's temporary folder (the kill suite on CI: one in 50 kills)."""
+    tempfile.tempdir = os.environ.get("TMPDIR") or None
 
 
 def use_as_tmpdir(folder: Path) -> None:

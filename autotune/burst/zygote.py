@@ -287,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     env = dict(os.environ)  # its trials' environment, as it was before the imports
     sock = socket.socket(fileno=int(args[0]))
+    from autotune.burst.process import trust_tmpdir
+
+    trust_tmpdir()  # Dynamo's import asks for the temporary folder: no probe file there
     try:
         for name in WARM_MODULES + (COMPILE_MODULES if "--compiled" in args[1:] else ()):
             importlib.import_module(name)
@@ -381,7 +384,7 @@ def _become_trial(env: dict[str, str], *, request_fd: int, write_fd: int, log_fd
         os.close(fd)
     os.environ.clear()
     os.environ.update(env)
-    tempfile.tempdir = None  # follow the trial's TMPDIR, as a fresh process would
+    tempfile.tempdir = None  # the trial's TMPDIR, as a fresh process: child.main trusts it
     if env.get("PYTHONFAULTHANDLER"):
         faulthandler.enable()
     from autotune.burst.child import main as trial_main
