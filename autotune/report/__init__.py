@@ -58,14 +58,13 @@ def write_report(
 def _refuse_inputs(data: ReportData, *, out: str | Path | None, png: str | Path | None) -> None:
     """``--out``/``--png`` must not replace what the report is read from: the preset, the
     study's SQLite or journal file (``report best.yaml -o best.yaml`` lost the preset)."""
-    from autotune.study.ownership import storage_file
+    from autotune.study.ownership import storage_files
 
     inputs: dict[Path, str] = {}
     if data.preset_path:
         inputs[Path(data.preset_path).expanduser().resolve()] = "the preset it reports"
-    stored = storage_file(data.storage) if data.storage else None
-    if stored is not None:
-        inputs[stored.expanduser().resolve()] = "the study's storage file"
+    for stored in storage_files(data.storage) if data.storage else set():
+        inputs[stored] = "the study's storage file"
     written: dict[Path, str] = {}
     for path, flag in ((out, "--out"), (png, "--png")):
         if path is None:

@@ -364,18 +364,11 @@ def search_options(**options: Any) -> dict[str, Any]:
 def _output_is_storage(output: str | Path | None, storage: str | None) -> list[str]:
     """The preset would replace the study it was found in: ``-o study.db`` beside
     ``--storage sqlite:///study.db`` (the SQLite file, its WAL/SHM files or a journal)."""
-    from autotune.study.ownership import storage_file
+    from autotune.study.ownership import storage_files
 
     if output is None or storage is None:
         return []
-    stored = storage_file(storage)
-    if stored is None:
-        return []
-    target = Path(output).expanduser().resolve()
-    study_files = {stored.resolve()} | {
-        stored.resolve().with_name(stored.name + suffix) for suffix in ("-wal", "-shm", "-journal")
-    }
-    if target in study_files:
+    if Path(output).expanduser().resolve() in storage_files(storage):
         return [
             f"output {str(output)!r} is the study's own storage file ({storage}): writing the "
             "preset there would destroy the study; give another file such as best.yaml"

@@ -40,6 +40,7 @@ __all__ = [
     "owner_alive",
     "release_study_attr",
     "storage_file",
+    "storage_files",
     "trial_owner",
 ]
 
@@ -290,6 +291,17 @@ def storage_file(url: str) -> Path | None:
     except Exception:
         return None
     return Path(database).expanduser() if database and database != ":memory:" else None
+
+
+def storage_files(url: str) -> set[Path]:
+    """Every file a SQLite or journal storage keeps, resolved (the database and SQLite's
+    ``-wal``, ``-shm`` and ``-journal`` beside it): what nothing may be written over.
+    Empty for a database server."""
+    stored = storage_file(url)
+    if stored is None:
+        return set()
+    base = stored.resolve()
+    return {base} | {base.with_name(base.name + end) for end in ("-wal", "-shm", "-journal")}
 
 
 def journal_path(url: str) -> Path:
