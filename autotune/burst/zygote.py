@@ -372,9 +372,9 @@ def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str
 
 def _become_trial(env: dict[str, str], *, request_fd: int, write_fd: int, log_fd: int) -> None:
     """In the forked process: what ``python -m autotune.burst.child`` would have been
-    started with (its environment, its descriptors), then the trial itself."""
+    started with (its environment, its descriptors), then the trial itself, which takes
+    its TMPDIR from that environment first (``trust_tmpdir``)."""
     import faulthandler
-    import tempfile
 
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -384,7 +384,6 @@ def _become_trial(env: dict[str, str], *, request_fd: int, write_fd: int, log_fd
         os.close(fd)
     os.environ.clear()
     os.environ.update(env)
-    tempfile.tempdir = None  # the trial's TMPDIR, as a fresh process: child.main trusts it
     if env.get("PYTHONFAULTHANDLER"):
         faulthandler.enable()
     from autotune.burst.child import main as trial_main
