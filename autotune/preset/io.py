@@ -180,9 +180,10 @@ def dump_preset(preset: Preset) -> str:
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write ``preset`` to ``path`` atomically (``autotune.core.files.atomic_write_text``): a
     crash leaves the old file or the new one, never half of one. Its first line names the
-    installed JSON Schema, so an editor with the YAML language server checks the file."""
-    text = schema_comment() + dump_preset(preset)  # before the disk: a failure writes nothing
+    installed JSON Schema (from the file's folder), so an editor with the YAML language
+    server checks the file."""
     target = Path(path).expanduser()
+    text = schema_comment(target.parent) + dump_preset(preset)  # a failure writes nothing
     if target.is_dir():
         raise preset_error(f"cannot write preset to {str(target)!r}: it is a directory")
     if not overwrite and target.exists():

@@ -2,14 +2,21 @@
 it is typed: ``preset.schema.json`` beside this module, generated from the preset's records.
 
 Every preset autotune writes starts with a ``# yaml-language-server: $schema=...`` line
-naming the installed file (YAML ignores it). After a change to the records, regenerate the
+naming the installed file (YAML ignores it) by its path from the preset's folder, which
+the YAML language server resolves from the file: a preset is shared, and the absolute
+path would carry its author's home folder and user name. Where the relative path would
+name them too (a preset outside the home folder, the package inside it), the line is left
+out. After a change to the records, regenerate the
 file with ``python -c "import autotune.preset.json_schema as s; s.write_schema_file()"``;
 a test fails while it is stale.
 """
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +50,26 @@ def schema_text() -> str:
     return json.dumps(preset_json_schema(), indent=2, sort_keys=False) + "\n"
 
 
-def schema_comment() -> str:
-    """The first line of a written preset: where an editor finds the installed schema."""
-    return f"# yaml-language-server: $schema={SCHEMA_FILE.resolve().as_uri()}\n"
+def schema_comment(folder: Path) -> str:
+    """The first line of a preset written in ``folder``: where an editor finds the
+    installed schema, as a path from ``folder``; "" where that path would name the home
+    folder or the user (the module docstring)."""
+    try:
+        relative = Path(os.path.relpath(SCHEMA_FILE.resolve(), folder.resolve()))
+    except ValueError:  # another drive (Windows): no relative path
+        return ""
+    if _names_the_user(relative):
+        return ""
+    return f"# yaml-language-server: $schema={relative.as_posix()}\n"
+
+
+def _names_the_user(path: Path) -> bool:
+    """Whether a folder of ``path`` is the home folder's or carries the user's name."""
+    names = {Path.home().name}
+    with contextlib.suppress(KeyError, OSError):  # no user name anywhere: the home's
+        names.add(getpass.getuser())
+    names.discard("")
+    return any(part in names for part in path.parts if part != "..")
 
 
 def write_schema_file() -> None:

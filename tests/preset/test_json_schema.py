@@ -84,18 +84,46 @@ def test_optional_numbers_keep_their_bounds() -> None:
     assert schema["additionalProperties"] is False
 
 
-def test_the_comment_names_the_installed_schema_file() -> None:
-    line = schema_comment()
-    assert line.startswith("# yaml-language-server: $schema=file://")
-    assert line.rstrip().endswith("/autotune/preset/preset.schema.json")
+def _modeline_target(line: str, folder: Path) -> Path:
+    prefix = "# yaml-language-server: $schema="
+    assert line.startswith(prefix)
+    return (folder / line.removeprefix(prefix).rstrip("\n")).resolve()
+
+
+def test_the_comment_names_the_installed_schema_file_from_the_presets_folder(
+    tmp_path: Path,
+) -> None:
+    line = schema_comment(tmp_path)
+    assert _modeline_target(line, tmp_path) == SCHEMA_FILE.resolve()
+    assert "file:" not in line  # a path from the file, which an editor resolves from it
     assert preset_json_schema()["title"] == "autotune preset"
+
+
+def test_the_comment_keeps_the_home_folder_out_of_a_shared_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preset is shared: the absolute path of the package named its author's home
+    folder (``file:///home/alice/.venv/...``). Inside the home folder the path from the
+    preset's folder names neither; from outside it would, and the line is left out."""
+    import autotune.preset.json_schema as module
+
+    home = tmp_path / "home" / "alice"
+    schema = home / ".venv" / "site-packages" / "autotune" / "preset" / "preset.schema.json"
+    monkeypatch.setattr(module, "SCHEMA_FILE", schema)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: home))
+    monkeypatch.setattr(module.getpass, "getuser", lambda: "alice")
+    project = home / "project"
+    inside = schema_comment(project)
+    assert _modeline_target(inside, project) == schema.resolve()
+    assert "alice" not in inside and str(home) not in inside
+    assert schema_comment(tmp_path / "elsewhere") == ""
 
 
 def test_a_saved_preset_names_the_schema_on_its_first_line(tmp_path: Path) -> None:
     from autotune.preset import load_preset, preset_from_dict, save_preset
 
     preset = preset_from_dict(_a_preset())
-    path = save_preset(preset, tmp_path / "p.yaml")
+    path = save_preset(preset, tmp_path / "runs" / "p.yaml")
     first = path.read_text().splitlines()[0]
-    assert first == schema_comment().rstrip("\n")
+    assert _modeline_target(first, path.parent) == SCHEMA_FILE.resolve()
     assert load_preset(path) == preset
