@@ -32,6 +32,9 @@ FORMS = [
     ("redis://:S3cr3tPw@cache:6379/0", "redis://:***@cache:6379/0"),
     ("not a url://user:S3cr3tPw@@host", "not a url://***@host"),
     ("host=db password=S3cr3tPw dbname=study", "host=db password=*** dbname=study"),
+    ("host=db password = S3cr3tPw dbname=study", "host=db password=*** dbname=study"),
+    ("host=db password='S3cr 3tPw' dbname=study", "host=db password=*** dbname=study"),
+    (r"password='S3cr\' 3tPw' host=db", "password=*** host=db"),
 ]
 
 
@@ -115,3 +118,12 @@ def test_scrub_hides_each_part_of_a_password_and_secret_query_values() -> None:
     url = "postgresql://user:pa%40ss@word@host/db?password=qsecret&sslmode=require"
     text = 'host name "word@host"; pa@ss@word; qsecret; sslmode require'
     assert scrub(text, url) == 'host name "***@host"; ***; ***; sslmode require'
+
+
+def test_scrub_hides_a_quoted_libpq_password() -> None:
+    from autotune.core.redact import scrub
+
+    text = "FATAL: password authentication failed (password S3cr 3tPw)"
+    assert scrub(text, "host=db password = 'S3cr 3tPw'") == (
+        "FATAL: password authentication failed (password ***)"
+    )

@@ -7,7 +7,8 @@ SQLAlchemy accept; likewise ``sslpassword``, ``token``, ``secret``...). :func:`r
 hides all three: SQLAlchemy's own URL parser renders the user information with the
 password as ``***``, and every password-like query value becomes ``***``. A string the
 parser cannot read, or reads ambiguously (more than one ``@`` before the path), loses
-everything between ``://`` and its last ``@``. A URL with nothing to hide comes back
+everything between ``://`` and its last ``@``. A libpq keyword string (``host=db password = 'a b'``)
+has each password-like value hidden, quoted or not. A URL with nothing to hide comes back
 unchanged.
 """
 
@@ -23,7 +24,11 @@ MASK = "***"
 # Query keys whose value is a secret: compared lower-case, '-' read as '_', by substring
 # (``password``, ``sslpassword``, ``PGPASSWORD``, ``api_key``, ``access_token``...).
 _SECRET_PARTS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "signature")
-_QUERY_ITEM = re.compile(r"(?P<sep>^|[&;\s])(?P<key>[^&;=\s]*)=(?P<value>[^&;\s]*)")
+# ``key=value`` in a URL's query, or in a libpq string, where blanks may surround ``=``
+# and a value with blanks is quoted (``password = 'a b'``, a quote inside escaped ``\'``).
+_QUERY_ITEM = re.compile(
+    r"(?P<sep>^|[&;\s])(?P<key>[^&;=\s]+)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|[^&;\s]*)"
+)
 
 
 def is_secret_key(key: str) -> bool:
@@ -101,7 +106,8 @@ def _secrets(url: str) -> set[str]:
             found.update(text.split("@"))
     for match in _QUERY_ITEM.finditer(query if "://" in url else url):
         if is_secret_key(match["key"]):
-            found.update((match["value"], unquote_plus(match["value"])))
+            value = match["value"]
+            found.update((value, unquote_plus(value), value.strip("'")))
     return {text for text in found if len(text) >= 3}  # shorter: no more than a letter
 
 
