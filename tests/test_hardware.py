@@ -494,6 +494,15 @@ def test_without_a_cxx_compiler_cpu_compile_is_off(monkeypatch: pytest.MonkeyPat
     assert "no-such-compiler++" in profile.software.compile_cpu_reason
     assert not profile.device("cpu").compile
     assert not profile.software.compile_available  # the CPU is the default device here
+    # A config that compiles is refused with the probe's reason, not a bare "cannot run".
+    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.testing.toy import toy_spec
+
+    caps = profile.device("cpu")
+    assert "no-such-compiler++" in caps.compile_problem
+    with pytest.raises(ConfigError, match=r"cannot run on cpu .* here: no C\+\+ compiler"):
+        config = TrainConfig(micro_batch=1, seq_len=8, compile="default")
+        check_config(config, spec=toy_spec(), device=caps)
 
 
 def test_cxx_environment_variable_picks_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -518,7 +527,23 @@ def test_without_triton_gpu_compile_is_off(monkeypatch: pytest.MonkeyPatch) -> N
     assert not profile.software.compile_available
     assert "triton" in profile.software.compile_reason
     assert not profile.device("cuda:0").compile
+    assert "triton" in profile.device("cuda:0").compile_problem
     assert profile.device("cpu").compile == profile.software.compile_cpu_available
+
+
+def test_a_gpu_older_than_volta_names_why_it_does_not_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "compile_check_cuda", lambda: (True, "triton 3.0"))
+    pascal = FakeGPU(name="Tesla P100-PCIE-16GB", total=16 * GiB, cc=(6, 0), sm_count=56)
+    profile = probe(nvml=gpu_stack([pascal])[0], cuda=gpu_stack([pascal])[1])
+    assert profile.software.compile_available  # triton is there: the card is the reason
+    caps = profile.device("cuda:0")
+    assert not caps.compile
+    assert caps.compile_problem == "Triton needs compute capability 7.0 or newer"
+    assert profile.device("cpu").compile_problem == (
+        "" if profile.device("cpu").compile else profile.software.compile_cpu_reason
+    )
 
 
 # --- a real GPU ---------------------------------------------------------------------------

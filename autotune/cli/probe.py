@@ -107,9 +107,7 @@ def _gpu_rows(gpu: GPUInfo, profile: HardwareProfile) -> list[tuple[str, str]]:
     if gpu.max_memory_clock_mhz is not None:
         clocks.append(f"memory {gpu.max_memory_clock_mhz} MHz")
     power = f"{gpu.power_limit_watts:.0f} W" if gpu.power_limit_watts is not None else "unknown"
-    compile_reason = profile.software.compile_reason
-    if profile.software.compile_available and not caps.compile:
-        compile_reason = "Triton needs compute capability 7.0 or newer"
+    compile_reason = caps.compile_problem or profile.software.compile_reason
     return [
         ("Name", gpu.name),
         ("Memory", memory),

@@ -91,13 +91,16 @@ class Where:
 @dataclass(frozen=True)
 class Applies:
     """One condition for a knob's non-default values, with the reason shown where it fails
-    (``{name}``, ``{model}`` and ``{device}`` are filled in)."""
+    (``{name}``, ``{model}`` and ``{device}`` are filled in), or a function that writes
+    the reason for the device at hand (why torch.compile cannot run: the probe's words)."""
 
     test: Callable[[Where], bool]
-    reason: str
+    reason: str | Callable[[Where], str]
 
     def problem(self, name: str, where: Where) -> str | None:
-        return None if self.test(where) else where.fill(self.reason, name)
+        if self.test(where):
+            return None
+        return self.reason(where) if callable(self.reason) else where.fill(self.reason, name)
 
 
 def _cuda(where: Where) -> bool:

@@ -97,9 +97,15 @@ def _compile_modes(where: Where) -> tuple[str, ...]:
     return COMPILE_MODES if where.device.kind == "cuda" else ("off", "default")
 
 
+def _compile_cannot_run(where: Where) -> str:
+    device = where.device
+    problem = f": {device.compile_problem}" if device.compile_problem else ""
+    return f"torch.compile cannot run on {device.device} ({device.name}) here{problem}"
+
+
 def _compile_why_not(mode: str, where: Where) -> str:
     if not where.device.compile:
-        return f"torch.compile cannot run on {where.device.device} ({where.device.name}) here"
+        return _compile_cannot_run(where)
     return f"compile mode {mode!r} needs a CUDA device (CUDA graphs / Triton autotuning)"
 
 
@@ -205,7 +211,7 @@ class TrainConfig:
     compile: str = knob(
         default="off",
         choices=COMPILE_MODES,
-        runs=(Applies(lambda w: w.device.compile, "torch.compile cannot run on {device} here"),),
+        runs=(Applies(lambda w: w.device.compile, _compile_cannot_run),),
         search=Search(order=4, values=_compile_modes, why_not=_compile_why_not),
         export_hint="torch.compile(model, mode=...) (DeepSpeed: model_engine.compile)",
         help="torch.compile: off, default, reduce-overhead, max-autotune, "

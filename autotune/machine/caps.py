@@ -36,6 +36,7 @@ class DeviceCaps:
     fp16: bool  # a GradScaler-backed fp16 step; only ever on CUDA
     tf32: bool
     compile: bool
+    compile_problem: str = ""  # why torch.compile cannot run here ("" where it can)
     peak_flops_bf16: float | None = None  # dense, for MFU; None where unknown
     peak_flops_fp32: float | None = None  # plain FP32 (no tensor cores)
     peak_flops_tf32: float | None = None  # dense TF32 tensor cores

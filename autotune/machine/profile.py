@@ -161,6 +161,9 @@ class HardwareProfile:
             fp16=False,
             tf32=False,
             compile=self.software.compile_cpu_available,
+            compile_problem=(
+                "" if self.software.compile_cpu_available else self.software.compile_cpu_reason
+            ),
         )
 
     def _cuda_caps(self, gpu: GPUInfo) -> DeviceCaps:
@@ -176,11 +179,20 @@ class HardwareProfile:
             tf32=gpu.tf32_supported,
             # Triton (Inductor's GPU backend) needs compute capability 7.0 or newer.
             compile=self.software.compile_available and gpu.compute_capability >= (7, 0),
+            compile_problem=self._cuda_compile_problem(gpu),
             peak_flops_bf16=peaks["bf16"],
             peak_flops_fp32=peaks["fp32"],
             peak_flops_tf32=peaks["tf32"],
             compute_capability=gpu.compute_capability,
         )
+
+    def _cuda_compile_problem(self, gpu: GPUInfo) -> str:
+        """Why torch.compile cannot run on ``gpu`` ("" where it can)."""
+        if not self.software.compile_available:
+            return self.software.compile_reason
+        if gpu.compute_capability < (7, 0):
+            return "Triton needs compute capability 7.0 or newer"
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``autotune probe --json`` schema (version ``SCHEMA_VERSION``); plain JSON/YAML

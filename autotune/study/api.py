@@ -125,7 +125,7 @@ def search(
     caps = hardware.device(machine.device)
     budget_bytes = _budget_bytes(budget, caps)
     space = _build_space(spec, hardware, caps, restrict, scope=scope, machine=machine)
-    notes = _budget_notes(budget_bytes, caps)
+    notes = _device_notes(budget_bytes, caps)
     state = SearchState(
         spec=spec,
         space=space,
@@ -443,14 +443,17 @@ def _build_space(
     return space
 
 
-def _budget_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
-    if budget_bytes <= caps.total_memory_bytes:
-        return []
-    return [
-        f"warning: the budget {format_bytes(budget_bytes)} is above the memory of "
-        f"{caps.device} ({format_bytes(caps.total_memory_bytes)}); the device's memory "
-        "is the real limit"
-    ]
+def _device_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
+    """Why torch.compile is left out (on a CPU its 2.5-3x), a budget above the memory."""
+    why = caps.compile_problem or f"it cannot run on {caps.device} here"
+    notes = [] if caps.compile else [f"warning: torch.compile is not searched: {why}"]
+    if budget_bytes > caps.total_memory_bytes:
+        notes.append(
+            f"warning: the budget {format_bytes(budget_bytes)} is above the memory of "
+            f"{caps.device} ({format_bytes(caps.total_memory_bytes)}); the device's memory "
+            "is the real limit"
+        )
+    return notes
 
 
 def _naive_explainer(
