@@ -11,6 +11,8 @@ import test_explain_burst as profiled_search
 from autotune.report import load_report_data
 from autotune.report.page import render_html
 
+pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+
 
 def _section(html: str, sid: str) -> str:
     start = html.index(f'<section id="{sid}">')

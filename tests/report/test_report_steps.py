@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 
 from autotune.explain.breakdown import Breakdown
 from autotune.explain.render import explain_to_dict
@@ -15,6 +16,8 @@ from autotune.explain.verdict import Finding, Verdict
 from autotune.report import load_report_data
 from autotune.report.page import SECTIONS, render_html
 from autotune.report.plots import STEP_PARTS, profile_figure
+
+pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
 
 HOSTILE = '<script>alert("x")</script> $\\frac{1}{0}$ & </section>'
 
