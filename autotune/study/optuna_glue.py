@@ -28,6 +28,7 @@ from autotune.study.ownership import is_me, journal_path, owner_alive
 __all__ = [
     "PRUNE_MIN_STEPS",
     "PRUNE_RATIO",
+    "SQLITE_BUSY_TIMEOUT_S",
     "SlowConfigPruner",
     "check_storage_url",
     "check_study_setup",
@@ -48,6 +49,17 @@ __all__ = [
 
 PRUNE_MIN_STEPS = 2
 PRUNE_RATIO = 1 / 3
+# How long a write to a SQLite study waits for a lock another connection holds (another
+# worker's commit, a sqlite3 shell's transaction) before failing with "database is locked":
+# SQLite's own default through SQLAlchemy is 5 s, which a worker starved of CPU by bursts
+# on every core, a slow disk, or a short `sqlite3 study.db` session can outlast, ending a
+# search that could have waited. A study's writes take milliseconds, so 30 s (6x the
+# default) lets any write that is merely slow through; it is also within the overrun a
+# default search's time limit allows (10% of 340 s), so a waited-out lock does not break
+# the limit much. A lock held longer (a shell left inside a transaction) still ends the
+# search with ``storage_failures``' one paragraph. (Optuna tries a trial's creation up to
+# 5 times, so that one write may wait a few times this.)
+SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
 # -- the pruner ------------------------------------------------------------------------
@@ -446,6 +458,7 @@ def _rdb_storage(url: str, interval: int, grace: int) -> optuna.storages.RDBStor
                 warnings.simplefilter("ignore")
                 return optuna.storages.RDBStorage(
                     url,
+                    engine_kwargs=_engine_kwargs(url),
                     heartbeat_interval=interval,
                     grace_period=grace,
                     heartbeat_stale_trial_callback=queue_again,
@@ -455,6 +468,18 @@ def _rdb_storage(url: str, interval: int, grace: int) -> optuna.storages.RDBStor
                 raise
             time.sleep(0.2 + random.random())
     raise AssertionError("unreachable")
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy's engine arguments for ``url``: a SQLite study waits
+    ``SQLITE_BUSY_TIMEOUT_S`` for a lock, unless the URL sets its own ``?timeout=``; other
+    databases keep their drivers' defaults (``timeout`` is no argument of theirs)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or "timeout" in parsed.query:
+        return {}
+    return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
 
 
 def heartbeat_settings() -> tuple[int, int]:
