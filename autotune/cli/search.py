@@ -192,8 +192,14 @@ _FLAGS = {
         "finalists", "race_rounds", "storage", "study", "seed", "warm_start", "output",
     )
 }  # fmt: skip
-# Where a problem of the option records names a field: first, or after these words.
-_FIELD = re.compile(r"(?:^|(?<=cannot read )|(?<=needs ))(" + "|".join(_FLAGS) + r")\b")
+# Where a problem of the option records names a field: first, or after these words; or
+# where a resumed study's set-up differs ("(steps: the study has 4, now 8; seed: ...").
+_FIELD = re.compile(
+    r"(?:^|(?<=cannot read )|(?<=needs )|(?:(?<=\()|(?<=; ))(?=\w+: the study has ))("
+    + "|".join(_FLAGS)
+    + r")\b"
+)
+_NEW_STUDY = re.compile(r"\b((?:a new|another) study name)\b")  # the flag that gives one
 
 
 @cli_command
@@ -401,7 +407,7 @@ def _options(**fields: dict[str, Any]) -> dict[str, Any]:
 
 def _with_flags(message: str) -> str:
     """A library message with the option field it names shown as its flag."""
-    return _FIELD.sub(lambda m: _FLAGS[m[1]], message)
+    return _NEW_STUDY.sub(r"\1 (--study NAME)", _FIELD.sub(lambda m: _FLAGS[m[1]], message))
 
 
 def _given(**options: Any) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def search(
             goal,
             storage,
             name,
-            seed=study.seed,
+            bursts=bursts,
             n_startup_trials=study.n_startup_trials,
             joining=study.shared,
         )

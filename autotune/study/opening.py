@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.contract.spec import ModelSpec
-    from autotune.study.objective import Goal
+    from autotune.study.objective import BurstRunner, Goal
     from autotune.study.space import SearchSpace
     from autotune.study.state import SearchState
 
@@ -142,7 +142,31 @@ def _study_device(state: SearchState, *, shared: bool) -> str:
     return re.sub(r":\d+$", "", state.device) if shared else state.device
 
 
-def _study_setup(state: SearchState, goal: Goal, *, shared: bool = False) -> dict[str, Any]:
+def _measured_by(bursts: BurstRunner) -> dict[str, Any]:
+    """How a study's trials are measured, beside the model, device, budget and space: a
+    search that measured otherwise would rank its figures against the study's as if alike,
+    so resuming the study with another of these is refused (``check_study_setup``).
+
+    ``steps``: the timed steps whose median is a trial's figure (and that the pruner
+    sees). ``warmup``: the untimed steps before them (as run: the default is 1 on a CPU,
+    3 on CUDA), which decide how much of compilation, cache and allocator warm-up a figure
+    still holds. ``seed``: the model's initial weights and a burst's samples (synthetic,
+    or the order a real data set is read in): where a step's time depends on its data
+    (lengths, routing), another seed runs other steps.
+
+    Left out, as they change which trials run, not how one is measured: the limits of
+    trials and time; the burst timeout (a figure is its steps' median whatever the cap;
+    a burst that the cap cut has none); the race's settings (the race measures its
+    entrants anew, side by side); the warm start and the startup trials (which configs
+    come first; the sampler's seed moves on with the trials anyway); ``--profile`` (a
+    burst of its own); the machine watch (it flags a disturbed trial, which is measured
+    again)."""
+    return {"steps": bursts.steps, "warmup": bursts.warmup, "seed": bursts.seed}
+
+
+def _study_setup(
+    state: SearchState, goal: Goal, bursts: BurstRunner, *, shared: bool = False
+) -> dict[str, Any]:
     """What a study is made for: resuming it with other settings is refused."""
     spec = state.spec
     return {
@@ -154,6 +178,7 @@ def _study_setup(state: SearchState, goal: Goal, *, shared: bool = False) -> dic
         "objective": goal.objective,
         "train_steps": goal.train_steps,
         "space": _space_setup(state, shared=shared),
+        **_measured_by(bursts),
     }
 
 
@@ -163,22 +188,24 @@ def open_search_study(
     storage: str,
     name: str,
     *,
-    seed: int,
+    bursts: BurstRunner,
     n_startup_trials: int | None,
     joining: bool = False,
 ) -> optuna.Study:
     """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
-    them), and the start announced."""
+    them), and the start announced. ``bursts``: how its trials are measured (and their
+    seed, the sampler's too)."""
     study = open_study(
         storage,
         name,
-        setup=_study_setup(state, goal, shared=joining),
+        setup=_study_setup(state, goal, bursts, shared=joining),
         pruner=SlowConfigPruner(state.best_throughput),
-        seed=seed,
+        seed=bursts.seed,
         n_startup_trials=n_startup_trials,
         space_size=state.space.size(),
         trials=state.limits.trials,
         joining=joining,
+        note=state.note,
     )
     for frozen in study.get_trials(deepcopy=False):
         state.absorb(TrialRecord.from_trial(frozen))

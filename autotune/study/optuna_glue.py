@@ -216,10 +216,12 @@ def open_study(
     space_size: int,
     trials: int | None,
     joining: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> optuna.Study:
     """Create or load study ``name`` in the storage at ``url`` (maximized, with the TPE
     sampler and ``pruner``) and check that it was made for the same search (``setup``).
-    ``joining``: a worker of a shared search (see ``claim_running_trials``)."""
+    ``joining``: a worker of a shared search (see ``claim_running_trials``). ``note``
+    hears of settings the study did not record (``check_study_setup``)."""
     storage = open_storage(url)
     existing = _existing_trial_count(storage, name)
     sampler = make_sampler(
@@ -241,7 +243,13 @@ def open_study(
     except Exception as exc:  # optuna's "exceeding max length" hides "database is locked"
         why = scrub(_database_words(exc), url)
         raise UsageError(f"cannot create or load study {name!r} in {redact(url)!r}: {why}") from exc
-    check_study_setup(study, setup, name)
+    unrecorded = check_study_setup(study, setup, name)
+    if unrecorded and note is not None:
+        note(
+            f"study {name!r} did not record its {', '.join(unrecorded)} (an older autotune "
+            "made it): this search's are recorded now, and a resume with others is refused; "
+            "its earlier trials may have been measured otherwise"
+        )
     claim_running_trials(study, name, joining=joining)
     return study
 
@@ -317,9 +325,12 @@ def make_sampler(
     )
 
 
-def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) -> None:
+def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) -> list[str]:
     """Mark a new study as this search's (``setup``); refuse a study made by something else
-    or for a different search (another model, device, budget, space...)."""
+    or for a different search (another model, device, budget, space, or trials measured
+    otherwise: ``opening._measured_by``), naming each setting's value in the study and
+    now. A setting the study lacks (one an older autotune did not record) is recorded as
+    this search's: which ones (none for a new study)."""
     stored = study.user_attrs.get("autotune")
     if stored is None:
         if study.trials:
@@ -328,14 +339,19 @@ def check_study_setup(study: optuna.Study, setup: Mapping[str, Any], name: str) 
                 "autotune search; give another study name"
             )
         study.set_user_attr("autotune", dict(setup))
-        return
-    diffs = [key for key in setup if stored.get(key) != setup[key]]
+        return []
+    diffs = [key for key in setup if key in stored and stored[key] != setup[key]]
     if diffs:
-        shown = "; ".join(f"{k}: study has {stored.get(k)!r}, now {setup[k]!r}" for k in diffs)
+        shown = "; ".join(f"{k}: the study has {stored[k]!r}, now {setup[k]!r}" for k in diffs)
         raise UsageError(
-            f"study {name!r} was created for a different search ({shown}); rerun with the "
-            "same settings to resume it, or give a new study name"
+            f"the study {name!r} was made for a different search ({shown}): its trials and "
+            "this search's would be compared as if measured alike. Rerun with the study's "
+            "settings to resume it, or give a new study name to start another"
         )
+    unrecorded = [key for key in setup if key not in stored]
+    if unrecorded:
+        study.set_user_attr("autotune", {**stored, **{k: setup[k] for k in unrecorded}})
+    return unrecorded
 
 
 def check_storage_url(url: str) -> None:

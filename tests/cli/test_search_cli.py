@@ -94,6 +94,52 @@ def test_json_output_and_resume(env: tuple[str, FakeBurst], tmp_path: Path) -> N
     assert len(burst.calls) == 5  # 3 + 2: nothing measured twice
 
 
+def test_a_study_resumed_with_other_measurement_settings_is_refused(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    # The study's name holds the model, device, budget, batch and length, not how its
+    # trials were measured: a resume with other --steps, --warmup or --seed went on
+    # silently, ranking figures measured two ways as if alike.
+    model, burst = env
+    base = ["search", "--model", model, "--budget", "1GB", "--json", "--steps", "3"]
+    first = CliRunner().invoke(app, [*base, "--trials", "2", "--output", "a.yaml"])
+    assert first.exit_code == 0, first.output
+    name, preset = json.loads(first.stdout)["study_name"], (tmp_path / "a.yaml").read_text()
+    for other, shown in [
+        (["--steps", "5"], "--steps: the study has 3, now 5"),
+        (["--warmup", "2"], "--warmup: the study has 1, now 2"),  # 1: a CPU's default
+        (["--seed", "7"], "--seed: the study has 0, now 7"),
+    ]:
+        refused = CliRunner().invoke(app, [*base, "--trials", "3", "--output", "a.yaml", *other])
+        assert refused.exit_code == 2, refused.output
+        assert "Traceback" not in refused.output and refused.stdout == ""
+        message = " ".join(refused.stderr.split())
+        assert f"the study {name!r} was made for a different search ({shown})" in message
+        assert "give a new study name (--study NAME)" in message, message
+    assert len(burst.calls) == 2  # nothing measured under the other settings
+    assert (tmp_path / "a.yaml").read_text() == preset  # nor the preset replaced
+    # the study is whole: the same settings resume it (a CPU's warm-up given or not)
+    again = CliRunner().invoke(app, [*base, "--trials", "3", "--warmup", "1", "-o", "b.yaml"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["study_name"] == name and len(burst.calls) == 3
+
+
+def test_a_study_resumed_with_other_limits_and_race_settings_goes_on(
+    env: tuple[str, FakeBurst],
+) -> None:
+    # They change how much is measured and how the finalists race (anew, side by side),
+    # not how a trial is measured.
+    model, burst = env
+    base = ["search", "--model", model, "--budget", "1GB", "--json", "--steps", "3"]
+    first = CliRunner().invoke(app, [*base, "--trials", "2"])
+    assert first.exit_code == 0, first.output
+    other = ["--trials", "3", "--burst-timeout", "60s", "--finalists", "2", "--race-rounds", "3"]
+    again = CliRunner().invoke(app, [*base, *other])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["study_name"] == json.loads(first.stdout)["study_name"]
+    assert len(burst.calls) == 3
+
+
 def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
     env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

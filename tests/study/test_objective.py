@@ -37,7 +37,7 @@ def test_the_naive_baseline_is_never_pruned(tmp_path: Path) -> None:
     # A study where a much faster config is already known (another worker's, or an earlier
     # run's) when the naive config runs: the naive config must still be measured fully.
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path, FakeBurst(interrupt_at=1), study="s", output=None)
+        run(tmp_path, FakeBurst(interrupt_at=1), study="s", steps=6, output=None)
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/runs/s/study.db")
     fast = TrainConfig(micro_batch=32, grad_accum=1, seq_len=64, compile="default")
     outcome = {"status": "ok", "ran": True, "throughput": 1e9, "tokens_per_s": 1e9}

@@ -13,6 +13,7 @@ import pytest
 from autotune.core.errors import UsageError
 from autotune.study import SlowConfigPruner
 from autotune.study.optuna_glue import open_study
+from autotune.study.records import SearchEvent
 from autotune.testing.burst import FakeBurst, run
 
 # -- pruning -----------------------------------------------------------------------------
@@ -68,6 +69,28 @@ def test_a_study_made_for_another_search_is_refused(tmp_path: Path) -> None:
     run(tmp_path, FakeBurst(), trials=2, study="mine", output=None)
     with pytest.raises(UsageError, match=r"different search.*budget_bytes"):
         run(tmp_path, FakeBurst(), trials=2, study="mine", budget="2GB", output=None)
+
+
+def test_a_study_that_did_not_record_how_it_measured_records_it_when_resumed(
+    tmp_path: Path,
+) -> None:
+    # A study an older autotune made has no steps, warmup or seed in its set-up: resuming
+    # it goes on (its trials are kept), saying so, and records this search's.
+    run(tmp_path, FakeBurst(), trials=2, study="s", output=None)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/runs/s/study.db")
+    setup = study.user_attrs["autotune"]
+    assert (setup["steps"], setup["warmup"], setup["seed"]) == (4, 1, 0)
+    older = {k: v for k, v in setup.items() if k not in ("steps", "warmup", "seed")}
+    study.set_user_attr("autotune", older)
+    events: list[SearchEvent] = []
+    resumed = run(tmp_path, FakeBurst(), trials=3, study="s", steps=6, output=None,
+                  progress=events.append)  # fmt: skip
+    assert sum(1 for t in resumed.trials if t.ran) == 3
+    notes = [e.message for e in events if e.kind == "note"]
+    assert any("did not record its steps, warmup, seed" in n for n in notes), notes
+    assert study.user_attrs["autotune"] == {**setup, "steps": 6}
+    with pytest.raises(UsageError, match=r"different search \(steps: the study has 6, now 4\)"):
+        run(tmp_path, FakeBurst(), trials=4, study="s", output=None)
 
 
 def test_a_journal_storage_works(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
     assert len([t for t in study.trials if (t.user_attrs.get("outcome") or {}).get("ran")]) == 3
 
     burst = FakeBurst()
-    result = run(tmp_path, burst, storage=storage, study="killed", trials=8)
+    result = run(tmp_path, burst, storage=storage, study="killed", trials=8, steps=3)
     measured = [t for t in result.trials if t.ran and t.state != "RUNNING"]
     assert len(measured) == 8
     assert len(burst.calls) == 5
