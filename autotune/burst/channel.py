@@ -83,7 +83,19 @@ class Channel:
             self._out.write(json.dumps({"type": kind, **fields}) + "\n")
             self._out.flush()
         except BrokenPipeError:
+            self._discard()
             raise ParentGone from None
+
+    def _discard(self) -> None:
+        """Point the broken pipe's descriptor at /dev/null: the line that failed stays in
+        the stream's buffer, and its flush when the stream is collected would fail again
+        ("Exception ignored ... BrokenPipeError" on stderr, under Python 3.13, which
+        collects it before the trial's ``os._exit``)."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._out.fileno())
+        finally:
+            os.close(devnull)
 
 
 class FailuresOnly(Channel):
