@@ -25,7 +25,7 @@ __all__ = ["probe", "render"]
 def probe(
     json_output: Annotated[
         bool,
-        typer.Option("--json", help="Print the profile as JSON (the schema is in the README)."),
+        typer.Option("--json", help="Print the profile as JSON (its schema: docs/probe.md)."),
     ] = False,
 ) -> None:
     """Show the GPUs, CPU and software this machine trains with, and what they support."""

@@ -1,8 +1,8 @@
 """What a machine is, as a record: its GPUs, its CPU and its software stack
 (``HardwareProfile``), and the stable JSON form of it.
 
-The JSON form (``HardwareProfile.to_dict``) is a stable, documented schema (see README,
-"autotune probe --json"): keys are only ever added, never renamed. ``probe()``
+The JSON form (``HardwareProfile.to_dict``) is a stable, documented schema (docs/probe.md,
+"autotune probe --json schema"): keys are only ever added, never renamed. ``probe()``
 (``autotune.machine.hardware``) measures one; ``from_dict`` reads one back (a preset's
 fingerprint).
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +46,23 @@ def test_probe_json_with_a_faked_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gpu["compute_capability"] == [9, 0]
     assert gpu["source"] == "nvml" and gpu["power_limit_watts"] == 700.0
     assert data["default_device"] == "cuda:0"
+
+
+def test_the_help_names_the_page_that_documents_every_json_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`probe --help` points at the schema's page, and that page has a row for every key
+    the JSON holds (a faked GPU, so the gpus[] keys are there too)."""
+    help_text = " ".join(runner.invoke(app, ["probe", "--help"]).output.split())
+    assert "docs/probe.md" in help_text
+    page = (Path(__file__).resolve().parents[2] / "docs" / "probe.md").read_text()
+    _use_fakes(monkeypatch, *gpu_stack([FakeGPU()]))
+    data = json.loads(runner.invoke(app, ["probe", "--json"]).stdout)
+    keys = [k for k in data if k not in ("cpu", "software")]  # those two: a row per key
+    keys += [f"gpus[].{k}" for k in data["gpus"][0]]
+    keys += [f"{section}.{k}" for section in ("cpu", "software") for k in data[section]]
+    missing = [k for k in keys if f"`{k}`" not in page and f"`{k}[]`" not in page]
+    assert not missing, f"docs/probe.md has no row for {missing}"
 
 
 def test_probe_table_without_gpu_says_so_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
