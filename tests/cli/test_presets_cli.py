@@ -360,6 +360,7 @@ def test_check_runs_a_presets_user_code_only_with_consent(
         assert "Traceback" not in out.output
     refused = invoke("check", str(path))
     assert refused.exit_code == 2 and "--trust-model" in refused.output
+    assert "--model" not in refused.output.replace("--trust-model", "")  # check has no --model
     assert fake.calls == [] and not marker.exists()
     allowed = invoke("check", str(path), "--trust-model")
     assert allowed.exit_code == 0, allowed.output
