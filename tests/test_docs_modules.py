@@ -1,6 +1,6 @@
 """docs/design.md's module table is the one the source tree gives (tests/gen_module_table.py):
 a module added, moved or re-described without regenerating it fails here, with the table
-to paste printed."""
+to paste printed. And every principle a docstring cites by number is on that page."""
 
 from __future__ import annotations
 
