@@ -402,7 +402,7 @@ def check(
     if not json_out:
         _echo("\n".join(render_portability(report)))
     notes: list[str] = []
-    spec = loaded.model.load(trust=trust_model, notes=notes, reference_flag=None)  # no --model
+    spec = loaded.model.load(trust=trust_model, notes=notes, again=False)  # no --model here
     for text in notes:
         _echo(f"warning: {text}", err=True)
     if not json_out:

@@ -270,32 +270,23 @@ class ModelRef(_PresetSection):
     }
 
     def load(
-        self,
-        *,
-        trust: bool = False,
-        notes: list[str] | None = None,
-        reference_flag: str | None = "--model",
+        self, *, trust: bool = False, notes: list[str] | None = None, again: bool = True
     ) -> ModelSpec:
-        """The spec this reference names, with its size arguments applied.
-
-        A preset is data: a built-in model loads as it is, but user code (a model file or
-        module) is imported only with ``trust=True``, the user's explicit consent;
-        otherwise ``UntrustedModelError``, whose advice names ``reference_flag`` as the
-        other way to consent (giving the same reference again) where the command has one
-        (None: it has not). With consent, ``notes`` gets a line naming the file that runs
-        and, where the preset recorded its hash, a warning if the file has changed since
-        the search. ``ModelLoadError`` for an unknown or broken model.
-        """
+        """The spec this reference names, with its size arguments applied. A preset is
+        data: a built-in model loads as it is, user code (a model file or module) only with
+        ``trust=True``, the user's explicit consent; otherwise ``UntrustedModelError``
+        (``again``: advising --model too, where the command has it). With consent, ``notes``
+        gets the file that runs and a warning if it changed since the search (its recorded
+        hash). ``ModelLoadError`` for an unknown or broken model."""
         from autotune.models.registry import is_user_code, load_model, source_file, source_sha256
 
         user_code = is_user_code(self.name)
         if user_code and not trust:
-            again = f", or give the same reference with {reference_flag} {self.name}"
             raise UntrustedModelError(
                 f"this preset's model is user code, {self.name!r}, and a preset is data: "
                 "autotune does not run the code a preset names unless you say so. Read "
                 "that code first; then run again with --trust-model"
-                + (again if reference_flag else "")
+                + (f", or give the same reference with --model {self.name}" if again else "")
             )
         spec = load_model(self.name)
         if user_code and notes is not None:
