@@ -128,8 +128,9 @@ def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
                 f"{world_size}, so the global batch of {config.global_batch} samples "
                 f"(micro_batch {config.micro_batch} x grad_accum {config.grad_accum}) cannot "
                 f"be kept over {world_size} processes; use a process count that divides "
-                f"{config.grad_accum}, or --set config.grad_accum=... and config.micro_batch"
-                "=... so that micro_batch x grad_accum stays the same"
+                f"{config.grad_accum}, or change config.grad_accum and config.micro_batch "
+                "so that micro_batch x grad_accum stays the same (autotune train: --set "
+                "config.grad_accum=... --set config.micro_batch=...)"
             ],
             context="the preset's global batch does not split over the processes",
         )

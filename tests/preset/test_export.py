@@ -157,5 +157,7 @@ def test_cli_export_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert yaml.safe_load(target.read_text())["gradient_accumulation_steps"] == 2
     odd = runner.invoke(app, ["presets", "export", "best.yaml", "--format", "hf", "--nproc", "3"])
     assert odd.exit_code == 2 and "not divisible by the world size 3" in odd.output
+    # export has no --set: the advice names the command that takes it
+    assert "autotune train: --set config.grad_accum" in odd.output.replace("\n", " ")
     run = runner.invoke(app, ["presets", "export", "best.yaml", "--format", "torchrun"])
     assert run.exit_code == 0 and "--preset best.yaml" in run.stdout
