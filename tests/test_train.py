@@ -145,6 +145,17 @@ def test_sigterm_saves_and_resume_auto_finishes_identically(
     assert steps == sorted(steps)  # the records after the checkpoint were not duplicated
 
 
+def test_a_resume_in_fp16_takes_a_checkpoint_without_a_grad_scaler(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """An fp32 (or bf16) checkpoint has no GradScaler state; fp16 starts a fresh scale."""
+    run(tmp_path, data, training=settings(max_steps=3))
+    resumed = run(tmp_path, data, cfg=config(precision="fp16"), resume="auto")
+    assert resumed.start_step == 3 and resumed.steps == 6
+    scaler = load_checkpoint(tmp_path / "ckpt-step00000006.pt")["stepper"]["scaler"]
+    assert scaler["scale"] > 0
+
+
 def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -> None:
     """The library names ``out_dir``; the CLI passes its flag (``--out``) instead."""
     (tmp_path / "taken").write_text("a file")

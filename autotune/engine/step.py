@@ -311,4 +311,7 @@ class Stepper:
         return {"scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scaler.load_state_dict(state["scaler"])
+        """The state ``state_dict`` gave. A step that ran without the fp16 GradScaler
+        (fp32, bf16) saved none: an fp16 step continuing from it starts a fresh scale."""
+        if state["scaler"] or not self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
