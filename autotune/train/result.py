@@ -1,5 +1,6 @@
 """What a training run returns (``TrainResult``), the figures of its steady state, and
-``summary.json``, the result as the run folder keeps it."""
+``summary.json``, the result as the run folder keeps it; ``finish`` makes both from the
+trainer at the end of its run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.files import atomic_write_text
 from autotune.core.plain import to_plain
+from autotune.train.progress import mfu
 
-__all__ = ["SteadyFigures", "TrainResult", "steady_figures", "write_summary"]
+if TYPE_CHECKING:
+    from autotune.train.progress import Progress
+    from autotune.train.trainer import Trainer
+
+__all__ = ["SteadyFigures", "TrainResult", "finish", "steady_figures", "write_summary"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,3 +102,53 @@ def write_summary(
             f"done: step {result.steps}/{result.total_steps} in {result.wall_s:.1f} s; steady "
             f"{rate:,.0f} {label}{mfu}; best val loss {best}; run folder {result.out_dir}"
         )
+
+
+def finish(
+    trainer: Trainer,
+    *,
+    start_step: int,
+    total: int,
+    progress: Progress,
+    interrupted: str | None,
+    wall_s: float,
+) -> TrainResult:
+    """The result of ``trainer``'s run, which started at ``start_step`` and ran the steps
+    ``progress`` holds; rank 0 writes it to ``summary.json``."""
+    cfg, spec, world = trainer.config, trainer.spec, trainer.dist.world_size
+    figures = steady_figures(
+        progress.step_times,
+        samples_per_step=cfg.micro_batch * cfg.grad_accum * world,
+        per_sample=spec.tokens_per_sample(cfg.seq_len),
+    )
+    sps, tps = figures.samples_per_s, figures.tokens_per_s
+    last_eval = progress.last_eval
+    result = TrainResult(
+        out_dir=trainer.out_dir,
+        start_step=start_step,
+        steps=trainer.step,
+        total_steps=total,
+        losses=tuple(progress.losses),
+        eval=None if last_eval is None else dict(last_eval),
+        best_eval_loss=trainer.best_eval_loss,
+        steady_tokens_per_s=spec.pick_throughput(tps, None),  # None: a samples/s model
+        steady_samples_per_s=sps,
+        mfu=None
+        if sps is None
+        else mfu(spec, cfg, trainer.caps, samples_per_s=sps, world_size=world),
+        interrupted=interrupted,
+        checkpoint=trainer.folder.last_checkpoint,
+        config=trainer.global_config,
+        oom_adaptations=trainer.oom_adaptations,
+        wall_s=wall_s,
+        median_step_s=figures.median_step_s,
+        median_tokens_per_s=spec.pick_throughput(figures.median_tokens_per_s, None),
+    )
+    if trainer.dist.is_main:
+        write_summary(
+            result,
+            rate=None if sps is None else spec.pick_throughput(tps, sps),
+            label=spec.throughput_label,
+            message=trainer.display.message,
+        )
+    return result

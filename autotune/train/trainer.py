@@ -76,12 +76,11 @@ from autotune.train.progress import (
     OptimizerTimer,
     Progress,
     check_finite,
-    mfu,
     new_interval,
     opening_lines,
     train_record,
 )
-from autotune.train.result import TrainResult, steady_figures, write_summary
+from autotune.train.result import TrainResult, finish
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
 from autotune.train.state import checkpoint_state, restore_state
@@ -309,12 +308,11 @@ class Trainer:
                 self.stream.close()  # its workers end now, not at the interpreter's exit
                 self.display.advance(self.step)
                 self.display.close()
-            return self._finish(
+            return finish(
+                self,
                 start_step=start_step,
                 total=total,
-                losses=progress.losses,
-                step_times=progress.step_times,
-                last_eval=progress.last_eval,
+                progress=progress,
                 interrupted=self._stopped_early(total),
                 wall_s=time.perf_counter() - t_start,
             )
@@ -549,51 +547,3 @@ class Trainer:
             rate=self.spec.pick_throughput(record["tokens_per_s"], record["samples_per_s"]),
             label=self.spec.throughput_label,
         )
-
-    def _finish(
-        self,
-        *,
-        start_step: int,
-        total: int,
-        losses: list[float],
-        step_times: list[float],
-        last_eval: dict[str, Any] | None,
-        interrupted: str | None,
-        wall_s: float,
-    ) -> TrainResult:
-        cfg = self.config
-        figures = steady_figures(
-            step_times,
-            samples_per_step=cfg.micro_batch * cfg.grad_accum * self.dist.world_size,
-            per_sample=self.spec.tokens_per_sample(cfg.seq_len),
-        )
-        sps, tps = figures.samples_per_s, figures.tokens_per_s
-        result = TrainResult(
-            out_dir=self.out_dir,
-            start_step=start_step,
-            steps=self.step,
-            total_steps=total,
-            losses=tuple(losses),
-            eval=None if last_eval is None else {k: v for k, v in last_eval.items()},
-            best_eval_loss=self.best_eval_loss,
-            steady_tokens_per_s=self.spec.pick_throughput(tps, None),  # None: a samples/s model
-            steady_samples_per_s=sps,
-            mfu=None
-            if sps is None
-            else mfu(self.spec, cfg, self.caps, samples_per_s=sps, world_size=self.dist.world_size),
-            interrupted=interrupted,
-            checkpoint=self.folder.last_checkpoint,
-            config=self.global_config,
-            oom_adaptations=self.oom_adaptations,
-            wall_s=wall_s,
-            median_step_s=figures.median_step_s,
-            median_tokens_per_s=self.spec.pick_throughput(figures.median_tokens_per_s, None),
-        )
-        if self.dist.is_main:
-            write_summary(
-                result,
-                rate=None if sps is None else self.spec.pick_throughput(tps, sps),
-                label=self.spec.throughput_label,
-                message=self.display.message,
-            )
-        return result
