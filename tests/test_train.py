@@ -145,6 +145,20 @@ def test_sigterm_saves_and_resume_auto_finishes_identically(
     assert steps == sorted(steps)  # the records after the checkpoint were not duplicated
 
 
+def test_resuming_a_finished_run_trains_nothing_and_keeps_its_summary(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)
+    summary = (tmp_path / "summary.json").read_bytes()
+    said: list[str] = []
+    again = Trainer(
+        make_spec(), config(), settings(), data, tmp_path, resume="auto", echo=said.append
+    ).run()
+    assert again.steps == 6 and again.exit_code == 0 and not again.losses
+    assert (tmp_path / "summary.json").read_bytes() == summary  # the run's figures kept
+    assert any("nothing to train" in line and "max_steps" in line for line in said), said
+
+
 def test_a_resume_in_fp16_takes_a_checkpoint_without_a_grad_scaler(
     tmp_path: Path, data: TrainData
 ) -> None:

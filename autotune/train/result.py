@@ -112,9 +112,10 @@ def finish(
     progress: Progress,
     interrupted: str | None,
     wall_s: float,
+    summary: bool = True,
 ) -> TrainResult:
     """The result of ``trainer``'s run, which started at ``start_step`` and ran the steps
-    ``progress`` holds; rank 0 writes it to ``summary.json``."""
+    ``progress`` holds; rank 0 writes it to ``summary.json`` (with ``summary``)."""
     cfg, spec, world = trainer.config, trainer.spec, trainer.dist.world_size
     figures = steady_figures(
         progress.step_times,
@@ -144,7 +145,7 @@ def finish(
         median_step_s=figures.median_step_s,
         median_tokens_per_s=spec.pick_throughput(figures.median_tokens_per_s, None),
     )
-    if trainer.dist.is_main:
+    if summary and trainer.dist.is_main:
         write_summary(
             result,
             rate=None if sps is None else spec.pick_throughput(tps, sps),

@@ -173,6 +173,14 @@ class RunFolder:
                     f"{self.out_name}"
                 )
 
+    def resumed(self, path: Path, step: int) -> None:
+        """The run continues ``path``, the checkpoint of ``step``: where it lies in this
+        folder, it is the run's last checkpoint (not written again at that step, and the
+        one kept when a later write fails)."""
+        if path.parent.resolve() == self.path.resolve():
+            self.last_saved = step
+            self.last_checkpoint = path if self.dist.is_main else None
+
     def _create(self) -> None:
         create_run_folder(self.path, self.out_name)
 

@@ -137,6 +137,7 @@ class Trainer:
         self.caps = device_caps
         self.on_oom = on_oom
         self.resume = resume
+        self.names = option_names or {}  # how errors name a parameter (the CLI: its flag)
         self.display = Display(
             self.out_dir,
             enabled=self.dist.is_main,
@@ -292,6 +293,8 @@ class Trainer:
         with self.folder.locked():  # one writer per run folder, up to its summary
             start_step, total = self._start()
             progress = Progress(tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len))
+            if start_step >= total:  # a resume at (or past) the run's last step
+                return self._nothing_to_train(progress, total, time.perf_counter() - t_start)
             self.signals.install()
             self.display.start(total, self.step)
             try:
@@ -325,12 +328,35 @@ class Trainer:
             self.folder.prepare(resumed[0] if resumed else None)
         barrier(self.dist)
         self._build(resumed[1] if resumed else None)
+        if resumed:
+            self.folder.resumed(resumed[0], self.step)
         total = self.total_steps()
         if self.dist.is_main:
             self.data.save(self.out_dir)
         self.display.open_metrics(truncate_after=self.step)
         self._announce(resumed[0] if resumed else None, total)
         return self.step, total
+
+    def _nothing_to_train(self, progress: Progress, total: int, wall_s: float) -> TrainResult:
+        """The result of a resume whose checkpoint is at or past the run's last step: the
+        run is done, and its summary.json keeps the figures of the steps it ran."""
+        steps = self.names.get("max_steps", "max_steps")
+        self.display.message(
+            f"nothing to train: the checkpoint is at step {self.step} and this run ends at "
+            f"step {total}, so {self.out_dir / 'summary.json'} is kept as it was; to train "
+            f"further, give {steps} a number of steps above {self.step}"
+        )
+        self.stream.close()
+        self.display.close()
+        return finish(
+            self,
+            start_step=self.step,
+            total=total,
+            progress=progress,
+            interrupted=None,
+            wall_s=wall_s,
+            summary=False,
+        )
 
     def _model_code(self) -> contextlib.AbstractContextManager[None]:
         """A user model's forward and loss run under ``user_code``: what they raise is a
