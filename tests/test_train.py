@@ -170,6 +170,16 @@ def test_a_resume_in_fp16_takes_a_checkpoint_without_a_grad_scaler(
     assert scaler["scale"] > 0
 
 
+def test_an_evaluation_leaves_the_training_random_stream_alone(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """Dropout draws the same numbers with evaluations at every step as with one at the
+    end: a resume with another --eval-interval continues the same curve."""
+    every_step = run(tmp_path / "every", data, training=settings(eval_interval=1))
+    at_the_end = run(tmp_path / "end", data)
+    assert every_step.losses == at_the_end.losses
+
+
 def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -> None:
     """The library names ``out_dir``; the CLI passes its flag (``--out``) instead."""
     (tmp_path / "taken").write_text("a file")

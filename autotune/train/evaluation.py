@@ -106,11 +106,18 @@ def evaluate_model(
     seed: int,
 ) -> dict[str, Any]:
     """``eval_metrics`` over ``batches``, with ``prompt`` and ``sample`` (``sample_text``)
-    where the model writes text."""
+    where the model writes text; the sample too is written in eval mode (no dropout), so
+    that evaluating leaves the training's random stream as it was."""
     out = eval_metrics(
         model, batches, spec=spec, config=config, device=device, max_batches=max_batches
     )
-    sample = sample_text(model, data, spec=spec, config=config, device=device, seed=seed)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            sample = sample_text(model, data, spec=spec, config=config, device=device, seed=seed)
+    finally:
+        model.train(was_training)
     if sample is not None:
         out["prompt"], out["sample"] = sample
     return out

@@ -180,7 +180,9 @@ class Trainer:
         return spec.with_args(**changed) if changed else spec
 
     def _make_eval_loader(self, batch_size: int | None = None) -> DataLoader[Any]:
-        """The validation loader: twice the training micro-batch (no gradients to keep)."""
+        """The validation loader: twice the training micro-batch (no gradients to keep).
+        It draws the seed of each pass from a generator of its own: an evaluation leaves
+        the random stream of training (dropout) as it was, whatever the evaluation interval."""
         return DataLoader(
             self.data.val,
             batch_size=batch_size or 2 * self.config.micro_batch,
@@ -189,6 +191,7 @@ class Trainer:
             num_workers=0,
             pin_memory=loader_kwargs(self.config)["pin_memory"],
             collate_fn=self.data.collate_fn,
+            generator=torch.Generator(),
         )
 
     def total_steps(self) -> int:
