@@ -180,6 +180,34 @@ def test_an_evaluation_leaves_the_training_random_stream_alone(
     assert every_step.losses == at_the_end.losses
 
 
+def test_evaluation_sees_the_same_samples_whatever_the_micro_batch(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """A resume with another micro-batch (and an out-of-memory fallback) evaluates the
+    same validation samples as the run did: best.pt compares like with like."""
+    training = settings(eval_interval=3)
+    full = run(tmp_path / "full", data, training=training)
+    (tmp_path / "resumed").mkdir()
+    shutil.copy(tmp_path / "full" / "ckpt-step00000003.pt", tmp_path / "resumed")
+    small = config(micro_batch=2, grad_accum=4)  # the same global batch
+    resumed = run(tmp_path / "resumed", data, cfg=small, training=training, resume="auto")
+    assert full.eval is not None and resumed.eval is not None
+    assert resumed.eval["samples"] == full.eval["samples"] == 16  # 2 batches of 2 x 4
+    assert resumed.eval["loss"] == pytest.approx(full.eval["loss"], rel=1e-4)
+
+    def eval_oom_above_4(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+        if batch["input_ids"].shape[0] > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+        return metric(module, batch)
+
+    spec = make_spec()
+    metric = spec.extras["metric"]
+    spec = dataclasses.replace(spec, extras={**spec.extras, "metric": eval_oom_above_4})
+    fallback = run(tmp_path / "oom", data, spec=spec, training=training)
+    assert fallback.eval is not None and fallback.eval["samples"] == 16
+    assert fallback.eval["loss"] == pytest.approx(full.eval["loss"], abs=1e-5)
+
+
 def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -> None:
     """The library names ``out_dir``; the CLI passes its flag (``--out``) instead."""
     (tmp_path / "taken").write_text("a file")

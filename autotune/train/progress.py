@@ -107,7 +107,7 @@ def opening_lines(trainer: Trainer, total: int) -> list[str]:
         f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
         f"{cfg.num_workers} workers"
         + (", OpenMP threads spin (omp_spin)" if cfg.omp_spin else "")
-        + f"; eval batch {2 * cfg.micro_batch}",
+        + f"; eval batch {trainer.eval_batch}",
         f"training: {total} steps, AdamW lr {t.lr:g} ({t.schedule}, warm-up "
         f"{t.warmup_steps}, min ratio {t.min_lr_ratio:g}), weight decay {t.weight_decay:g}, "
         f"grad clip {t.grad_clip}, seed {t.seed}; out {trainer.out_dir}",

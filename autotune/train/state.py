@@ -4,7 +4,8 @@ A checkpoint is plain data (loadable with ``weights_only``): the model's and the
 optimizer's state (gathered whole under FSDP), the schedule, the step function's state
 (the fp16 scaler), every rank's RNG states, the data position (epoch, samples into it),
 the config the run had reached, the training settings, the model's name and arguments,
-the tokenizer, the best validation loss and the out-of-memory adaptations.
+the tokenizer, the best validation loss, the evaluation batch (which validation samples
+an evaluation covers) and the out-of-memory adaptations.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def checkpoint_state(
         "model_source": trainer.spec.source,
         "model_args": plain(dict(trainer.spec.args)),
         "best_eval_loss": trainer.best_eval_loss,
+        "eval_batch": trainer.eval_batch,
         "oom_adapted": trainer.oom_adaptations > 0,
         "oom_adaptations": trainer.oom_adaptations,
         "tokenizer": None if tokenizer is None else plain(tokenizer.to_dict()),
@@ -134,4 +136,6 @@ def restore_state(trainer: Trainer, state: dict[str, Any]) -> None:
     trainer.step = int(state["step"])
     best = state.get("best_eval_loss")
     trainer.best_eval_loss = None if best is None else float(best)
+    # the samples its evaluations covered (before this field: twice its micro-batch)
+    trainer.eval_batch = int(state.get("eval_batch") or 2 * int(state["config"]["micro_batch"]))
     trainer.oom_adaptations = int(state.get("oom_adaptations", 0))

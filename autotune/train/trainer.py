@@ -159,6 +159,10 @@ class Trainer:
             option_names=option_names,
         )
         self.stream = BatchStream(data, config=self.config, seed=training.seed, dist=self.dist)
+        # Each evaluation covers the first eval_batches x eval_batch validation samples: twice
+        # the micro-batch the run started with, kept by its checkpoints, so that a smaller
+        # micro-batch later (out of memory, a resume) compares the same samples for best.pt.
+        self.eval_batch = 2 * self.config.micro_batch
         self.eval_loader = self._make_eval_loader()
 
     # -- set-up -----------------------------------------------------------------------------------
@@ -180,12 +184,13 @@ class Trainer:
         return spec.with_args(**changed) if changed else spec
 
     def _make_eval_loader(self, batch_size: int | None = None) -> DataLoader[Any]:
-        """The validation loader: twice the training micro-batch (no gradients to keep).
-        It draws the seed of each pass from a generator of its own: an evaluation leaves
-        the random stream of training (dropout) as it was, whatever the evaluation interval."""
+        """The validation loader: batches of ``eval_batch`` (twice the training micro-batch:
+        no gradients to keep), or of ``batch_size``, one of its divisors. It draws the seed
+        of each pass from a generator of its own: an evaluation leaves the random stream
+        of training (dropout) as it was, whatever the evaluation interval."""
         return DataLoader(
             self.data.val,
-            batch_size=batch_size or 2 * self.config.micro_batch,
+            batch_size=batch_size or self.eval_batch,
             shuffle=False,
             drop_last=False,
             num_workers=0,
@@ -490,8 +495,9 @@ class Trainer:
         )
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss (and the model's metric) over ``eval_batches`` larger batches,
-        with a sample of text from a language model."""
+        """Validation loss (and the model's metric) over ``eval_batches`` batches of
+        ``eval_batch`` samples, with a sample of text from a language model."""
+        batch = self.eval_loader.batch_size or self.eval_batch  # eval_batch or a divisor
         return evaluate_model(
             self.raw_model,
             self.eval_loader,
@@ -499,7 +505,7 @@ class Trainer:
             spec=self.spec,
             config=self.config,
             device=self.device,
-            max_batches=self.training.eval_batches,
+            max_batches=self.training.eval_batches * self.eval_batch // batch,
             seed=self.training.seed,
         )
 
@@ -509,12 +515,14 @@ class Trainer:
             try:
                 result = self.evaluate()
             except OOM_ERRORS:
+                batch = self.eval_loader.batch_size or self.eval_batch
+                smaller = max((d for d in range(1, batch) if self.eval_batch % d == 0), default=1)
                 free_after_oom(self.optimizer, self.device)
                 self.display.message(
-                    f"out of memory in evaluation with batch {self.eval_loader.batch_size}; "
-                    f"evaluating with batch {self.config.micro_batch} from now on"
+                    f"out of memory in evaluation with batch {batch}; evaluating the same "
+                    f"samples in batches of {smaller} from now on"
                 )
-                self.eval_loader = self._make_eval_loader(self.config.micro_batch)
+                self.eval_loader = self._make_eval_loader(smaller)
                 result = self.evaluate()
             loss = float(result["loss"])
             result["improved"] = self.best_eval_loss is None or loss < self.best_eval_loss
@@ -547,7 +555,6 @@ class Trainer:
         epoch, offset = self.stream.epoch, self.stream.offset
         self.stream.build(new)
         self.stream.seek(epoch, offset)
-        self.eval_loader = self._make_eval_loader()
         return True
 
     # -- what the run says, and its result --------------------------------------------------------
