@@ -108,6 +108,16 @@ def test_a_file_that_fails_to_import(tmp_path: Path) -> None:
     assert info.value.exit_code == 2  # a usage error, not a crash
 
 
+def test_a_file_with_a_syntax_error_names_its_line(tmp_path: Path) -> None:
+    """The place is the file's line, not the importlib frame that compiled it."""
+    bad = tmp_path / "bad_model.py"
+    bad.write_text("import torch\ndef spec(:\n    pass\n")
+    with pytest.raises(ModelLoadError) as info:
+        load_model(f"{bad}:spec")
+    assert "failed: SyntaxError: invalid syntax [bad_model.py:2]; fix" in str(info.value)
+    assert "frozen" not in str(info.value)
+
+
 def test_the_code_a_reference_runs_is_named_and_hashed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

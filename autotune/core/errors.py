@@ -81,10 +81,13 @@ class UntrustedModelError(UsageError):
 def describe_exception(exc: BaseException, *, limit: int = 240) -> str:
     """One line for an exception raised by code autotune ran (a trial, a user's model):
     ``Type: first line of the message [file:line in function]``, the place being the
-    innermost frame, where the fix usually is. ``sys.exit(code)`` reads as what it was.
+    innermost frame, where the fix usually is (for a ``SyntaxError``, the line it is
+    about). ``sys.exit(code)`` reads as what it was.
     """
     if isinstance(exc, SystemExit):
         message = f"it called sys.exit({exc.code!r})"
+    elif isinstance(exc, SyntaxError) and exc.msg:  # str() adds "(file, line N)": placed below
+        message = exc.msg
     elif isinstance(exc, ConfigError) and exc.problems:  # its first line is only the context
         message = "; ".join(exc.problems)
     else:
@@ -93,7 +96,9 @@ def describe_exception(exc: BaseException, *, limit: int = 240) -> str:
         message = message[: limit - 3] + "..."
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
+    if isinstance(exc, SyntaxError) and exc.filename:  # the code's line, not its compiler's
+        text += f" [{Path(exc.filename).name}:{exc.lineno}]"
+    elif frames:
         last = frames[-1]
         text += f" [{Path(last.filename).name}:{last.lineno} in {last.name}]"
     return text
