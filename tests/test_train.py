@@ -246,6 +246,21 @@ def test_a_fresh_run_never_overwrites_a_previous_run(tmp_path: Path, data: Train
     assert branched.start_step == 3 and branched.steps == 4
 
 
+def test_a_resume_from_an_earlier_checkpoint_never_writes_over_later_ones(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)  # checkpoints 3 and 6
+    later = (tmp_path / "ckpt-step00000006.pt").read_bytes()
+    metrics = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(UsageError, match=r"after step 3 .*latest ckpt-step00000006.pt") as info:
+        run(tmp_path, data, resume=tmp_path / "ckpt-step00000003.pt", training=settings(lr=1e-4))
+    assert "out_dir" in str(info.value)  # how to branch from step 3 instead
+    assert (tmp_path / "ckpt-step00000006.pt").read_bytes() == later
+    assert (tmp_path / "metrics.jsonl").read_bytes() == metrics
+    # the latest, named as a file, continues as --resume auto does
+    assert run(tmp_path, data, resume=tmp_path / "ckpt-step00000006.pt").steps == 6
+
+
 # -- eval, outputs -------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """A training run's folder and its checkpoints.
 
 Which checkpoint a run resumes from (``--resume auto``, a file or a folder), that a fresh
-run never writes over another run's checkpoints, and each step's checkpoint: written by
+run never writes over another run's checkpoints (nor a resume from an earlier checkpoint
+over the later ones of its folder), and each step's checkpoint: written by
 rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
 them. The checkpoint's contents are state.py's (``checkpoint_state``).
 
@@ -149,7 +150,24 @@ class RunFolder:
             if found is None:
                 raise CheckpointError(f"no loadable checkpoint (ckpt-step*.pt) in {str(path)!r}")
             return found
-        return path, load_checkpoint(path)
+        state = load_checkpoint(path)
+        self._refuse_rewind(path, int(state["step"]))
+        return path, state
+
+    def _refuse_rewind(self, path: Path, step: int) -> None:
+        """A checkpoint named in this folder must be its latest: continuing from an earlier
+        one would write the later steps' checkpoints, best.pt and metrics over the run's."""
+        if path.parent.resolve() != self.path.resolve():
+            return
+        later = [(s, p) for s, p in list_checkpoints(self.path) if s > step]
+        if later:
+            latest_step, latest = later[-1]
+            raise UsageError(
+                f"{self.path} holds checkpoints after step {step} of {path.name} (latest "
+                f"{latest.name}, step {latest_step}): continuing from step {step} in this "
+                f"folder would write over them. Continue the run with --resume auto, or start "
+                f"from step {step} in a new folder: {self.out_name} NEW_FOLDER --resume {path}"
+            )
 
     def _skip(self, text: str, skipped: list[str]) -> None:
         skipped.append(text.removeprefix("warning: "))
