@@ -454,10 +454,12 @@ def test_tensorboard_and_progress_bar(
     import types
 
     scalars: list[tuple[str, float, int]] = []
+    purged: list[int | None] = []
 
     class FakeWriter:
-        def __init__(self, log_dir: str) -> None:
+        def __init__(self, log_dir: str, purge_step: int | None = None) -> None:
             self.log_dir = log_dir
+            purged.append(purge_step)
 
         def add_scalar(self, tag: str, value: float, step: int) -> None:
             scalars.append((tag, value, step))
@@ -475,6 +477,9 @@ def test_tensorboard_and_progress_bar(
     trainer.run()
     assert [step for tag, _, step in scalars if tag == "train/loss"] == [2]
     assert any(tag == "eval/loss" for tag, _, _ in scalars)
+    # a resume hides the events logged after its checkpoint, as metrics.jsonl drops them
+    Trainer(make_spec(), config(), settings(max_steps=3), data, tmp_path, resume="auto").run()
+    assert purged == [1, 3]
 
 
 @pytest.mark.gpu

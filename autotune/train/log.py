@@ -106,14 +106,17 @@ class Display:
 
     def open_metrics(self, *, truncate_after: int | None) -> None:
         """Open metrics.jsonl for appending (on resume, drop records past the checkpoint),
-        and the TensorBoard writer where it is installed."""
+        and the TensorBoard writer where it is installed (which hides its events past the
+        checkpoint: ``purge_step``)."""
         if not self.enabled:
             return
         if self._tb_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(log_dir=str(self._tb_dir))
+                # the events past the checkpoint are hidden too (a killed run's, on resume)
+                purge = None if truncate_after is None else truncate_after + 1
+                self._tb = SummaryWriter(log_dir=str(self._tb_dir), purge_step=purge)
             except Exception:  # tensorboard is optional
                 self._tb = None
         if truncate_after is not None and self.metrics_path.exists():
