@@ -264,6 +264,22 @@ def test_a_resume_from_an_earlier_checkpoint_never_writes_over_later_ones(
 # -- eval, outputs -------------------------------------------------------------------------------
 
 
+def test_a_killed_writes_leftovers_are_removed_by_the_next_run(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """kill -9 in the middle of an atomic write leaves its temporary file; the next run
+    into the folder removes those of the run's own files, and nothing of the user's."""
+    names = ["data.json", "tokenizer.json", "metrics.jsonl", "summary.json", "curves.png"]
+    stale = [tmp_path / f".{name}.k3x9_a2b.tmp" for name in names]
+    stale.append(tmp_path / "..autotune.lock.json.q1w2e3r4.tmp")
+    theirs = tmp_path / ".notes.txt.k3x9_a2b.tmp"
+    for path in [*stale, theirs]:
+        path.write_text("half")
+    run(tmp_path, data, training=settings(max_steps=1))
+    assert [p.name for p in stale if p.exists()] == []
+    assert theirs.exists()
+
+
 def test_eval_uses_a_larger_batch_without_gradients(tmp_path: Path, data: TrainData) -> None:
     seen: list[tuple[int, bool, bool]] = []
     spec = make_spec()

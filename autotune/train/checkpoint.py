@@ -18,7 +18,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +106,16 @@ def prune_checkpoints(folder: Path, keep_last: int) -> list[Path]:
     return removed
 
 
-def clean_stale(folder: Path) -> list[Path]:
-    """Remove temporary files that a killed process left behind."""
+def clean_stale(folder: Path, names: Collection[str] = ()) -> list[Path]:
+    """Remove the temporary files that a killed process left behind: those of checkpoints
+    and ``best.pt``, and of the files ``names`` (atomic writes: ``.NAME.XXXXXXXX.tmp``)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
     for p in folder.glob(".*.tmp"):
-        if p.name.startswith((".ckpt-step", f".{BEST_NAME}")):
+        target = p.name[1:].rsplit(".", 2)[0]  # ".data.json.k3x9_a2b.tmp" -> "data.json"
+        if p.name.startswith((".ckpt-step", f".{BEST_NAME}")) or target in names:
             with contextlib.suppress(OSError):
                 p.unlink()
                 removed.append(p)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core.files import atomic_write_text
+from autotune.core.files import atomic_write_text, atomic_writer
 
 __all__ = ["CURVES_FILE", "Display", "fmt_rate", "is_tty", "write_curves"]
 
@@ -232,9 +232,8 @@ def write_curves(metrics: Path, png: Path, *, rate_label: str = "tokens/s") -> s
         rate_ax.set_ylim(bottom=0)
         for ax in (loss_ax, rate_ax):
             ax.grid(alpha=0.3)
-        tmp = png.with_name(png.name + ".tmp")
-        fig.savefig(tmp, format="png", dpi=100)
-        tmp.replace(png)
+        with atomic_writer(png, binary=True) as f:
+            fig.savefig(f, format="png", dpi=100)
     except Exception as exc:  # a plotting failure must not fail the run
         return f"note: could not draw {png.name}: {type(exc).__name__}: {exc}"
     return None

@@ -42,6 +42,7 @@ from autotune.train.checkpoint import (
     save_checkpoint,
 )
 from autotune.train.distributed import DistInfo, all_gather_objects, barrier
+from autotune.train.log import CURVES_FILE
 
 __all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolder", "create_run_folder"]
 
@@ -49,6 +50,17 @@ LOCK_FILE = ".autotune.lock"  # held by the one run that writes the folder
 HOLDER_FILE = ".autotune.lock.json"  # who holds it, for the refusal of a second run
 
 StateFn = Callable[[Sequence[Any]], dict[str, Any]]
+
+# What a run writes beside its checkpoints, each file atomically (a write killed midway
+# leaves its temporary file, which the next run into the folder removes).
+RUN_FILES = (
+    "data.json",
+    "tokenizer.json",
+    "metrics.jsonl",
+    "summary.json",
+    CURVES_FILE,
+    HOLDER_FILE,
+)
 
 
 def create_run_folder(path: Path, out_name: str = "--out") -> None:
@@ -177,7 +189,7 @@ class RunFolder:
         """Create the folder and drop a killed write's leftovers; a run that does not
         continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
         self._create()
-        clean_stale(self.path)
+        clean_stale(self.path, RUN_FILES)
         elsewhere = resumed_from is not None and (
             resumed_from.parent.resolve() != self.path.resolve()
         )
