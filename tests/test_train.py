@@ -9,7 +9,7 @@ import math
 import os
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,15 @@ def run(
     return trainer.run()
 
 
+def learned(losses: Sequence[float]) -> bool:
+    """Whether a short run's loss went down: the mean of its later steps below that of its
+    first. Each step's loss is another batch's, and the corpus is the running Python's own
+    documentation: under Python 3.12, 6 steps ran 12.46, 11.77, 11.47, 12.07, 9.98, 12.61,
+    so the last step alone stood above the first where the run had learned."""
+    half = len(losses) // 2
+    return sum(losses[-half:]) / half < sum(losses[:half]) / half
+
+
 def with_loss_hook(
     spec: ModelSpec, hook: Callable[[int, dict[str, torch.Tensor]], None]
 ) -> ModelSpec:
@@ -109,7 +118,7 @@ def test_resume_continues_the_same_loss_curve(
     extra = {"num_workers": workers, "persistent_workers": workers > 0}
     full = run(tmp_path / "full", data, cfg=config(**extra))
     assert full.steps == 6 and len(full.losses) == 6
-    assert full.losses[-1] < full.losses[0]
+    assert learned(full.losses)
     # a second run that starts from the uninterrupted run's step-3 checkpoint
     (tmp_path / "resumed").mkdir()
     shutil.copy(tmp_path / "full" / "ckpt-step00000003.pt", tmp_path / "resumed")
@@ -506,7 +515,7 @@ def test_cuda_mixed_precision_run_and_resume(
 ) -> None:
     cfg = config(precision=precision, pin_memory=True, num_workers=1)
     full = run(tmp_path / "full", data, cfg=cfg, device="cuda")
-    assert all(math.isfinite(x) for x in full.losses) and full.losses[-1] < full.losses[0]
+    assert all(math.isfinite(x) for x in full.losses) and learned(full.losses)
     state = load_checkpoint(tmp_path / "full" / "ckpt-step00000003.pt")
     assert isinstance(state["rng"][0]["cuda"], torch.Tensor)
     if precision == "fp16":
