@@ -4,6 +4,7 @@ message, a preset or a report page, in whichever form the URL carries it."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 
@@ -54,6 +55,8 @@ def test_every_form_of_a_password_is_hidden(url: str, expected: str) -> None:
         "sqlite:///a b/study.db?timeout=30",
         "journal:study.log",
         "postgresql://user@db.example:5432/study?sslmode=require",
+        "postgresql://svc_autotune_reader@db.example/study",  # long, but words
+        "postgresql://db.example/study/ghp_x7Q9aB3kLmN0pQ2rS4tU@x",  # not the user
     ],
 )
 def test_a_url_with_nothing_to_hide_is_unchanged(url: str) -> None:
@@ -127,3 +130,28 @@ def test_scrub_hides_a_quoted_libpq_password() -> None:
     assert scrub(text, "host=db password = 'S3cr 3tPw'") == (
         "FATAL: password authentication failed (password ***)"
     )
+
+
+TOKEN = "ghp_x7Q9aB3kLmN0pQ2rS4tU"  # letters and digits, as services issue them
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"postgresql://{TOKEN}@db.example/study", "postgresql://***@db.example/study"),
+        (f"redis://{TOKEN}@cache:6379/0?token=q1", "redis://***@cache:6379/0?token=***"),
+        ("mysql://glpat%2DAbC123dEf456GhI7@db/s", "mysql://***@db/s"),  # percent-encoded
+    ],
+)
+def test_a_token_given_as_the_user_is_hidden(url: str, expected: str, tmp_path: Path) -> None:
+    from fake_presets import make_preset
+
+    from autotune.core.redact import scrub
+    from autotune.preset import SearchSummary, save_preset
+
+    assert redact(url) == expected
+    search = SearchSummary(trials_run=1, wall_s=1.0, study_name="s", storage=url)
+    text = save_preset(make_preset(search=search), tmp_path / "best.yaml").read_text()
+    assert TOKEN not in text and "AbC123" not in text
+    user = unquote_plus(url.split("://")[1].split("@")[0])  # as a driver would quote it
+    assert scrub(f'role "{user}" does not exist', url) == 'role "***" does not exist'

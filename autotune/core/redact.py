@@ -7,9 +7,12 @@ SQLAlchemy accept; likewise ``sslpassword``, ``token``, ``secret``...). :func:`r
 hides all three: SQLAlchemy's own URL parser renders the user information with the
 password as ``***``, and every password-like query value becomes ``***``. A string the
 parser cannot read, or reads ambiguously (more than one ``@`` before the path), loses
-everything between ``://`` and its last ``@``. A libpq keyword string (``host=db password = 'a b'``)
-has each password-like value hidden, quoted or not. A URL with nothing to hide comes back
-unchanged.
+everything between ``://`` and its last ``@``. A user name without a password that reads
+like a token (``postgresql://ghp_x7Q...@host/db``: 16 characters or more, letters and
+digits) is hidden too: some services take the token as the user, and hiding a long user
+name by mistake costs less than printing a token. A libpq keyword string
+(``host=db password = 'a b'``) has each password-like value hidden, quoted or not. A URL
+with nothing to hide comes back unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ _SECRET_PARTS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", 
 _QUERY_ITEM = re.compile(
     r"(?P<sep>^|[&;\s])(?P<key>[^&;=\s]+)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|[^&;\s]*)"
 )
+# The shortest user name taken for a token where it has letters and digits: user names of
+# people and services are shorter or wordy ("postgres", "svc_autotune"); tokens are 20-40
+# characters of mixed letters and digits (GitHub's 40, GitLab's 26, a JWT's hundreds).
+_TOKEN_MIN_CHARS = 16
 
 
 def is_secret_key(key: str) -> bool:
@@ -47,12 +54,26 @@ def redact(url: str) -> str:
         return _redact_items(url) if "?" not in url else _redact_query(url)
     head, rest = url.split("://", 1)
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    user = _token_user(authority)
+    if user:  # the token is the user (so there is no password): hide it and the query's
+        return _redact_query(f"{head}://{MASK}{rest[len(user) :]}")
     rendered = None if authority.count("@") > 1 else _rendered(url)
     if rendered is None:  # unparsable or ambiguous: hide all the user information
         if "@" in rest:
             rest = MASK + rest[rest.rindex("@") :]
         return _redact_query(f"{head}://{rest}")
     return _redact_query(rendered)
+
+
+def _token_user(authority: str) -> str:
+    """The user name of ``authority`` (``user@host:port``) where it has no password and
+    reads like a token; ``""`` otherwise."""
+    user, at, _ = authority.rpartition("@")
+    if not at or ":" in user or "@" in user:
+        return ""
+    name = unquote_plus(user)
+    mixed = any(c.isdigit() for c in name) and any(c.isalpha() for c in name)
+    return user if len(name) >= _TOKEN_MIN_CHARS and mixed else ""
 
 
 def _rendered(url: str) -> str | None:
@@ -100,7 +121,7 @@ def _secrets(url: str) -> set[str]:
     rest = head.split("://", 1)[1] if "://" in head else ""
     if "@" in rest:
         userinfo = rest[: rest.rindex("@")]
-        password = userinfo.partition(":")[2]
+        password = userinfo.partition(":")[2] or _token_user(userinfo + "@")
         for text in (password, unquote_plus(password)):
             found.add(text)
             found.update(text.split("@"))
