@@ -6,9 +6,9 @@ naming the installed file (YAML ignores it) by its path from the preset's folder
 the YAML language server resolves from the file: a preset is shared, and the absolute
 path would carry its author's home folder and user name. Where the relative path would
 name them too (a preset outside the home folder, the package inside it), the line is left
-out. After a change to the records, regenerate the
-file with ``python -c "import autotune.preset.json_schema as s; s.write_schema_file()"``;
-a test fails while it is stale.
+out. After a change to the records, regenerate the file with
+``python -c "import autotune.preset.json_schema as s; s.write_schema_file()"``; a test
+fails while it is stale.
 """
 
 from __future__ import annotations
