@@ -17,6 +17,9 @@ policy):
    (micro-batch, accumulation and ZeRO stage). CUDA only: on a CPU its row says "needs
    CUDA". The code path is written but has not run on a GPU yet.
 5. **autotune**: ``autotune search --model M --budget B --device D --timeout T --output P``.
+6. **autotune-2x**: the same search with ``--timeout`` twice the fastest peer's time to
+   answer (rounded up to whole seconds): what autotune answers in the time the issue's
+   target allows it (``--no-short-search`` leaves it out).
 
 Each tool runs in its own process, in a session of its own (``benchmarks/_peer_driver.py``
 wraps the autotune ``ModelSpec`` as the library expects), under the budget as autotune's
@@ -47,6 +50,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -343,46 +347,80 @@ def run_peer(task: Task, peer: str) -> PeerRun:
     return run
 
 
-def search_command(task: Task, preset: Path) -> list[str]:
-    """``autotune search`` with the run's model, budget, device, batch and length."""
+def search_command(task: Task, preset: Path, *, timeout: str | None = None) -> list[str]:
+    """``autotune search`` with the run's model, budget, device, batch and length (and
+    ``--timeout``: ``timeout``, else the run's ``--search-timeout``)."""
     return [
         sys.executable, "-m", "autotune", "search", "--model", task.spec.name,
         "--budget", task.budget_text, "--device", task.caps.device,
-        "--timeout", task.search_timeout, "--output", str(preset),
+        "--timeout", timeout or task.search_timeout, "--output", str(preset),
         "--global-batch", str(task.global_batch), "--seq-len", str(task.seq_len),
         *(["--steps", str(task.search_steps)] if task.search_steps else []),
     ]  # fmt: skip
 
 
-def run_autotune(task: Task, out: Path | None) -> PeerRun:
-    """``autotune search`` as a user types it, in its own session and folder."""
+def run_autotune(
+    task: Task, out: Path | None, *, name: str = "autotune", timeout: str | None = None
+) -> PeerRun:
+    """``autotune search`` as a user types it, in its own session and folder (``name``),
+    with ``--timeout`` ``timeout`` (default: the run's ``--search-timeout``)."""
     from autotune.core.units import parse_duration
-    from autotune.preset.io import load_preset
 
-    folder = task.tmp / "autotune"
+    folder = task.tmp / name
     folder.mkdir()
     preset = folder / "preset.yaml"
-    command = search_command(task, preset)
-    _log(f"[autotune] {' '.join(command[2:])}")
-    timeout = parse_duration(task.search_timeout, what="--search-timeout") * 2 + 300
+    command = search_command(task, preset, timeout=timeout)
+    _log(f"[{name}] {' '.join(command[2:])}")
+    timeout_s = parse_duration(timeout or task.search_timeout, what="--search-timeout") * 2 + 300
     outcome = run_watched(
         command, cwd=folder, log_path=folder / "log.txt", budget_bytes=None,
-        timeout_s=timeout, pgids=task.pgids, env=child_env(task.tmp),
+        timeout_s=timeout_s, pgids=task.pgids, env=child_env(task.tmp),
     )  # fmt: skip
+    run = _search_answer(name, outcome, folder, preset)
+    if out is not None and run.status == "ok":
+        out.write_bytes(preset.read_bytes())
+    return run
+
+
+def _search_answer(name: str, outcome: Any, folder: Path, preset: Path) -> PeerRun:
+    """What a search answered: its preset's config, or why there is none."""
+    from autotune.preset.io import load_preset
+
     if outcome.outcome != "exited" or outcome.returncode != 0 or not preset.exists():
-        run = classify("autotune", outcome, [], log_tail=log_tail(folder / "log.txt"))
+        run = classify(name, outcome, [], log_tail=log_tail(folder / "log.txt"))
         if outcome.outcome == "exited" and "error:" in run.reason:
             run.status = "no pick"  # the search ended cleanly without a winner
-        _log(f"[autotune] {run.status}: {run.reason}")
+        _log(f"[{name}] {run.status}: {run.reason}")
         return run
     config = load_preset(preset).config
-    _log(f"[autotune] picked {config.micro_batch} x {config.grad_accum} in {outcome.wall_s:.0f} s")
-    if out is not None:
-        out.write_bytes(preset.read_bytes())
+    _log(f"[{name}] picked {config.micro_batch} x {config.grad_accum} in {outcome.wall_s:.0f} s")
     return PeerRun(
-        peer="autotune", status="ok", wall_s=outcome.wall_s, peak_bytes=outcome.peak_bytes,
+        peer=name, status="ok", wall_s=outcome.wall_s, peak_bytes=outcome.peak_bytes,
         micro_batch=config.micro_batch, grad_accum=config.grad_accum, config=config,
     )  # fmt: skip
+
+
+def twice_the_fastest(runs: Sequence[PeerRun]) -> tuple[str, PeerRun] | None:
+    """``--timeout`` twice the fastest answering peer's time (whole seconds, rounded up)
+    and that peer; None when no peer answered."""
+    answered = [r for r in runs if r.peer in PEERS and r.status == "ok" and r.wall_s]
+    if not answered:
+        return None
+    fastest = min(answered, key=lambda r: r.wall_s or 0.0)
+    return f"{math.ceil(2 * (fastest.wall_s or 0.0))}s", fastest
+
+
+def run_short_search(task: Task, runs: Sequence[PeerRun]) -> PeerRun:
+    """autotune's search given twice the fastest peer's time to answer."""
+    name = "autotune-2x"
+    limit = twice_the_fastest(runs)
+    if limit is None:
+        return PeerRun(peer=name, status="skipped", reason="no peer answered: no time to match")
+    timeout, fastest = limit
+    run = run_autotune(task, None, name=name, timeout=timeout)
+    why = f"--timeout {timeout}, twice the fastest peer's time ({fastest.peer}, "
+    run.reason = why + f"{fmt_seconds(fastest.wall_s)})" + (f"; {run.reason}" if run.reason else "")
+    return run
 
 
 def pick_config(task: Task, run: PeerRun) -> TrainConfig | None:
@@ -406,7 +444,7 @@ def pick_text(run: PeerRun) -> str:
     """``256 x 1, fp32`` for a batch finder; autotune's config summary for autotune."""
     if run.micro_batch is None or run.grad_accum is None:
         return "-"
-    if run.config is not None and run.peer == "autotune":
+    if run.config is not None and run.peer.startswith("autotune"):
         from autotune.study import summarize_config
 
         return summarize_config(run.config.to_dict())
@@ -424,7 +462,7 @@ def kept_text(run: PeerRun, global_batch: int) -> str:
 def failures_text(run: PeerRun) -> str:
     """What went wrong during a tool's own search: the sizes that never finished a step,
     and how the process ended if not on its own."""
-    if run.status in ("needs CUDA", "not installed"):
+    if run.status in ("needs CUDA", "not installed", "skipped"):
         return "-"
     parts = []
     if run.status == "over budget":
@@ -511,6 +549,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (CPU 2, CUDA 3)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of bursts")
     p.add_argument("--burst-timeout", type=float, default=600.0)
+    p.add_argument(
+        "--no-short-search", dest="short_search", action="store_false",
+        help="leave out the row of autotune's search given twice the fastest peer's time",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="copy autotune's preset here")
     p.add_argument("--json", type=Path, default=None, help="write every row here as JSON")
     p.add_argument(
@@ -594,6 +636,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             task = _task(args, tmp, pgids)
             runs = [run_peer(task, p) for p in PEERS if p in peers]
             runs.append(run_autotune(task, args.out))
+            if args.short_search:
+                runs.append(run_short_search(task, runs))
             throughputs = _measure(task, args, runs)
     except AutotuneError as exc:
         _log(f"error: {exc}")

@@ -259,3 +259,36 @@ def test_quick_runs_the_search_as_the_cli_accepts_it(tmp_path: Path) -> None:
     flags = dict(zip(command[4::2], command[5::2], strict=True))
     assert flags["--steps"] == str(PRUNE_MIN_STEPS) and flags["--timeout"] == "2m"
     assert flags["--output"] == str(tmp_path / "p.yaml") and flags["--global-batch"] == "32"
+
+
+def test_the_short_search_gets_twice_the_fastest_answering_peers_time(tmp_path: Path) -> None:
+    runs = [
+        vs.PeerRun(peer="lightning-power", status="over budget", wall_s=3.0),  # no answer
+        vs.PeerRun(peer="hf-trainer", status="ok", wall_s=8.7, micro_batch=32, grad_accum=1),
+        vs.PeerRun(peer="accelerate", status="ok", wall_s=6.21, micro_batch=32, grad_accum=1),
+        vs.PeerRun(peer="autotune", status="ok", wall_s=1.0, micro_batch=8, grad_accum=4),
+    ]
+    limit = vs.twice_the_fastest(runs)
+    assert limit is not None and limit[0] == "13s" and limit[1].peer == "accelerate"
+    assert vs.twice_the_fastest(runs[:1] + runs[3:]) is None  # autotune is not a peer
+    skipped = vs.run_short_search(None, runs[:1])  # type: ignore[arg-type]
+    assert skipped.status == "skipped" and "no peer answered" in skipped.reason
+    table = vs.render([*runs, skipped], {"autotune": 1.0}, unit="tokens/s", global_batch=32)
+    assert "| autotune-2x " in table and "skipped: no peer answered" in table
+
+
+def test_the_short_search_runs_with_its_own_timeout(tmp_path: Path) -> None:
+    from autotune.models.registry import get_model
+    from autotune.testing.caps import cpu_caps
+
+    task = vs.Task(
+        spec=get_model("gpt-small"), profile=None, caps=cpu_caps(), budget=8 * 10**9,
+        budget_text="8GB", global_batch=32, seq_len=256, peer_steps=1, peer_timeout_s=60,
+        search_timeout="4m", search_steps=None, tmp=tmp_path, pgids=[],
+    )  # fmt: skip
+    command = vs.search_command(task, tmp_path / "p.yaml", timeout="13s")
+    flags = dict(zip(command[4::2], command[5::2], strict=True))
+    assert flags["--timeout"] == "13s"
+    assert vs._parser().parse_args(["--model", "mu", "--budget", "1GB"]).short_search
+    off = vs._parser().parse_args(["--model", "mu", "--budget", "1GB", "--no-short-search"])
+    assert not off.short_search
