@@ -56,6 +56,8 @@ _FLAGS = {
     "eval_interval": "--eval-interval",
     "lr": "--lr",
     "out_dir": "--out",
+    "data": "--data",
+    "overrides": "--set",
 }
 
 _Preset = Annotated[

@@ -48,6 +48,11 @@ class BatchStream:
         self._iter: Iterator[Batch] | None = None
 
     @property
+    def samples(self) -> int:
+        """The training split's samples (every rank's)."""
+        return len(self.data.train)  # type: ignore[arg-type]
+
+    @property
     def samples_per_epoch(self) -> int:
         """This rank's samples per epoch."""
         return ResumableSampler(

@@ -2,10 +2,12 @@
 
 A checkpoint is plain data (loadable with ``weights_only``): the model's and the
 optimizer's state (gathered whole under FSDP), the schedule, the step function's state
-(the fp16 scaler), every rank's RNG states, the data position (epoch, samples into it),
-the config the run had reached, the training settings, the model's name and arguments,
-the tokenizer, the best validation loss, the evaluation batch (which validation samples
-an evaluation covers) and the out-of-memory adaptations.
+(the fp16 scaler), every rank's RNG states, the data position (epoch, samples into it)
+with the seed and the training split's size (with the config's sequence length, what
+decides the batches from there: resumable.py), the config the run had reached, the
+training settings, the model's name and arguments, the tokenizer, the best validation
+loss, the evaluation batch (which validation samples an evaluation covers) and the
+out-of-memory adaptations.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def checkpoint_state(
             "offset": trainer.stream.offset,
             "world_size": trainer.dist.world_size,
             "seed": trainer.training.seed,
+            "samples": trainer.stream.samples,  # the training split's size
         },
         "config": plain(trainer.global_config.to_dict()),
         "training": plain(dataclasses.asdict(trainer.training)),

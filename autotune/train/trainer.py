@@ -20,7 +20,8 @@ last ``keep_last``), ``best.pt`` (lowest validation loss), ``tokenizer.json``, `
 Determinism and resume: the data order is a function of ``(seed, epoch)`` only, the data
 position (epoch, samples into it) and every RNG state are in each checkpoint, so a resumed
 run continues the same loss curve as one never stopped (exactly, on CPU with
-``num_workers=0``).
+``num_workers=0``); a resume that would read other batches (another seed, sequence length
+or training data) is refused (resumable.py).
 
 Signals: SIGINT, SIGTERM or SIGHUP finishes the current step, saves a checkpoint and
 returns with ``interrupted`` set (``TrainResult.exit_code``: 128 + the signal number;
@@ -81,6 +82,7 @@ from autotune.train.progress import (
     train_record,
 )
 from autotune.train.result import TrainResult, finish
+from autotune.train.resumable import refuse_other_batches
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
 from autotune.train.state import checkpoint_state, restore_state
@@ -332,6 +334,8 @@ class Trainer:
         """Prepare the run folder, build the run (from a checkpoint when resuming) and say
         what it is; returns the step it starts from and the total steps."""
         resumed = self.folder.find_resume(self.resume)
+        if resumed:  # the batches from its data position on must be its run's
+            refuse_other_batches(*resumed, self)
         if self.dist.is_main:
             self.folder.prepare(resumed[0] if resumed else None)
         barrier(self.dist)

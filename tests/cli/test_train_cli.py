@@ -232,3 +232,16 @@ def test_a_user_loss_that_raises_mid_training_is_exit_2_naming_it(tmp_path: Path
         result.output
     )
     assert "Traceback" not in result.output
+
+
+def test_a_resume_with_another_seed_is_exit_2_saying_how_to_go_on(tmp_path: Path) -> None:
+    assert invoke(*TINY, *QUICK, "--out", "run").exit_code == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    again = ["--out", "run", "--resume", "auto", "--max-steps", "4"]
+    result = invoke(*TINY, *QUICK, *again, "--set", "training.seed=5")
+    assert result.exit_code == 2, result.output
+    assert "training.seed is 0 in the checkpoint and 5 in this run" in result.output
+    assert "--set training.seed=0" in result.output and "--out" in result.output
+    assert "Traceback" not in result.output
+    after = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    assert after == before

@@ -1,0 +1,149 @@
+"""What a resume may change and what it may not: a checkpoint's data position means the
+same batches only with the same seed, sequence length and training data."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fake_lm import make_spec
+from torch.utils.data import Subset
+
+from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.contract.spec import ModelSpec
+from autotune.core.errors import UsageError
+from autotune.data import TrainData, prepare_lm_data
+from autotune.train.trainer import Trainer, TrainResult
+
+SEQ = 16
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def data(cache: Path) -> TrainData:
+    return prepare_lm_data(None, seq_len=SEQ, vocab_size=260, cache_dir=cache)
+
+
+def settings(**changes: Any) -> TrainingDefaults:
+    base: dict[str, Any] = {
+        "max_steps": 3,
+        "warmup_steps": 1,
+        "log_interval": 1,
+        "eval_interval": 100,
+        "eval_batches": 1,
+        "checkpoint_interval": 3,
+        "seed": 1,
+    }
+    return TrainingDefaults(**{**base, **changes})
+
+
+def config(**changes: Any) -> TrainConfig:
+    return TrainConfig(**{"micro_batch": 4, "grad_accum": 1, "seq_len": SEQ, **changes})
+
+
+def run(
+    out: Path,
+    data: TrainData,
+    *,
+    spec: ModelSpec | None = None,
+    cfg: TrainConfig | None = None,
+    training: TrainingDefaults | None = None,
+    **kwargs: Any,
+) -> TrainResult:
+    trainer = Trainer(
+        spec or make_spec(),
+        cfg or config(),
+        training or settings(),
+        data,
+        out,
+        echo=lambda _: None,
+        tensorboard=False,
+        **kwargs,
+    )
+    return trainer.run()
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``, by its path in it."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def refusal(
+    out: Path, data: TrainData, *, training: TrainingDefaults | None = None, **kwargs: Any
+) -> str:
+    """The message of a resume of ``out`` that must be refused, having changed nothing."""
+    before = contents(out)
+    training = training or settings(max_steps=6)
+    with pytest.raises(UsageError) as info:
+        run(out, data, resume="auto", training=training, **kwargs)
+    assert contents(out) == before  # checkpoints, metrics, summary, best.pt as they were
+    return str(info.value)
+
+
+# -- a resume whose batches would differ ------------------------------------------------------
+
+
+def test_a_resume_with_another_seed_is_refused_naming_both_values(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)
+    text = refusal(tmp_path, data, training=settings(max_steps=6, seed=7))
+    assert "training.seed" in text and "1" in text and "7" in text, text
+    assert "training.seed=1" in text, text  # how to keep the checkpoint's value
+    assert "new folder" in text, text
+    assert "\n" not in text  # one paragraph
+    # with the checkpoint's seed it continues
+    assert run(tmp_path, data, resume="auto", training=settings(max_steps=6)).steps == 6
+
+
+def test_a_resume_with_another_seq_len_or_data_is_refused(
+    tmp_path: Path, data: TrainData, cache: Path
+) -> None:
+    run(tmp_path, data)
+    longer = prepare_lm_data(None, seq_len=2 * SEQ, vocab_size=260, cache_dir=cache)
+    text = refusal(tmp_path, longer, cfg=config(seq_len=2 * SEQ))
+    assert f"config.seq_len is {SEQ} in the checkpoint and {2 * SEQ} in this run" in text, text
+    corpus = tmp_path.parent / f"{tmp_path.name}-corpus.txt"
+    corpus.write_text("".join(f"line {i} of another corpus\n" for i in range(400)))
+    other = prepare_lm_data(corpus, seq_len=SEQ, vocab_size=260, cache_dir=cache)
+    text = refusal(tmp_path, other)
+    saved, now = len(data.train), len(other.train)  # type: ignore[arg-type]
+    assert f"{saved:,} samples in the checkpoint and {now:,} in this run" in text, text
+    assert "seq_len" not in text and "seed" not in text, text  # only what differs
+
+
+def test_a_resume_into_a_new_folder_is_refused_too(tmp_path: Path, data: TrainData) -> None:
+    run(tmp_path / "a", data)
+    with pytest.raises(UsageError, match=r"training\.seed is 1 in the checkpoint and 2"):
+        run(
+            tmp_path / "b",
+            data,
+            resume=tmp_path / "a" / "ckpt-step00000003.pt",
+            training=settings(max_steps=6, seed=2),
+        )
+    assert not list((tmp_path / "b").glob("*.pt"))
+
+
+def test_an_older_checkpoint_without_a_field_is_not_refused_on_it(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """A checkpoint written before the training split's size was kept resumes on other
+    data (nothing says it differs); what it does keep (the seed) is still checked."""
+    run(tmp_path, data)
+    path = tmp_path / "ckpt-step00000003.pt"
+    state = torch.load(path, weights_only=True)
+    state["data"].pop("samples", None)  # before the fix: never written
+    torch.save(state, path)
+    with pytest.raises(UsageError, match=r"training\.seed"):
+        run(tmp_path, data, resume="auto", training=settings(max_steps=6, seed=2))
+    half = dataclasses.replace(data, train=Subset(data.train, range(len(data.train) // 2)))  # type: ignore[arg-type]
+    assert run(tmp_path, half, resume="auto", training=settings(max_steps=6)).steps == 6
