@@ -1,5 +1,6 @@
 """What a resume may change and what it may not: a checkpoint's data position means the
-same batches only with the same seed, sequence length and training data."""
+same batches only with the same seed, sequence length and training data, and a folder's
+checkpoints are another run's to continue only where this run could resume them."""
 
 from __future__ import annotations
 
@@ -147,3 +148,33 @@ def test_an_older_checkpoint_without_a_field_is_not_refused_on_it(
         run(tmp_path, data, resume="auto", training=settings(max_steps=6, seed=2))
     half = dataclasses.replace(data, train=Subset(data.train, range(len(data.train) // 2)))  # type: ignore[arg-type]
     assert run(tmp_path, half, resume="auto", training=settings(max_steps=6)).steps == 6
+
+
+# -- a fresh run into a folder that holds another run's checkpoints ---------------------------
+
+
+def test_a_fresh_run_is_told_whose_checkpoints_a_folder_holds(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)
+    other = dataclasses.replace(make_spec(), name="other-lm")
+    with pytest.raises(UsageError) as info:
+        run(tmp_path, data, spec=other)
+    text = str(info.value)
+    assert "model 'fake-lm'" in text and "'other-lm'" in text, text
+    assert "--resume" not in text and "resume auto" not in text, text
+    assert "new folder with out_dir" in text, text
+    # the same model with other weights (dim 8 instead of 16): no resume either
+    with pytest.raises(UsageError) as info:
+        run(tmp_path, data, spec=make_spec(dim=8))
+    text = str(info.value)
+    assert "model 'fake-lm'" in text and "dim" in text and "resume" not in text, text
+    # another seed: continue it with the checkpoint's seed, or a new folder
+    with pytest.raises(UsageError) as info:
+        run(tmp_path, data, training=settings(seed=5))
+    text = str(info.value)
+    assert "training.seed is 1 in the checkpoint and 5 in this run" in text, text
+    assert "resume auto" in text and "training.seed=1" in text, text
+    # this run could continue them: the advice is to
+    with pytest.raises(UsageError, match="continue it with --resume auto"):
+        run(tmp_path, data)

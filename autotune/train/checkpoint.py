@@ -122,13 +122,16 @@ def clean_stale(folder: Path, names: Collection[str] = ()) -> list[Path]:
     return removed
 
 
-def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True``; a bad file is a ``CheckpointError``."""
+def load_checkpoint(
+    path: Path, *, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True`` (``mmap``: its tensors mapped from the
+    file, not read: to look at it, not to train from it); a bad file is a ``CheckpointError``."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:
         raise CheckpointError(
             f"cannot load checkpoint {str(path)!r} ({type(exc).__name__}: {_load_problem(exc)}); "
@@ -152,12 +155,16 @@ def _load_problem(exc: Exception) -> str:
 
 
 def find_resumable(
-    folder: Path, *, map_location: str | torch.device = "cpu", warn: Any = None
+    folder: Path,
+    *,
+    map_location: str | torch.device = "cpu",
+    warn: Any = None,
+    mmap: bool = False,
 ) -> tuple[Path, dict[str, Any]] | None:
     """The newest step checkpoint in ``folder`` that loads, and its state (None: none)."""
     for _, path in reversed(list_checkpoints(folder)):
         try:
-            return path, load_checkpoint(path, map_location=map_location)
+            return path, load_checkpoint(path, map_location=map_location, mmap=mmap)
         except CheckpointError as exc:
             if warn is not None:
                 warn(f"warning: skipping {path.name}: {exc}")

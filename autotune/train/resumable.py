@@ -1,4 +1,5 @@
-"""Whether this run can continue a checkpoint: the same batches from its data position on.
+"""Whether this run can continue a checkpoint: the same batches from its data position on,
+and (for a folder's checkpoints met by a fresh run) the same model.
 
 A checkpoint keeps its data position (epoch, samples into it). From there a resumed run
 reads the batches the checkpoint's run would have read only if the order and the cut of
@@ -9,6 +10,10 @@ data streams in one loss curve, so it is refused (``refuse_other_batches``), nam
 value, before the run folder is touched. The micro-batch may change (the position counts
 samples, and running out of memory halves it), and so may the number of processes (state.py
 says so). A field that a checkpoint of an earlier version lacks is not compared.
+
+A fresh run into a folder that holds checkpoints is refused by the run folder (run_folder.py);
+``foreign_checkpoints`` says why when this run could not simply continue them: another
+model's, other weights, another tokenizer, other batches.
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from autotune.core.errors import UsageError
+from autotune.engine.step import prepare_model
+from autotune.train.state import plain
 
 if TYPE_CHECKING:
     from autotune.train.trainer import Trainer
 
-__all__ = ["Change", "batch_changes", "refuse_other_batches"]
+__all__ = ["Change", "batch_changes", "foreign_checkpoints", "refuse_other_batches"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,3 +97,68 @@ def refuse_other_batches(path: Path, state: Mapping[str, Any], trainer: Trainer)
         f"Resume with the checkpoint's values ({_keep_advice(changes, trainer)}), or start "
         f"a new run from step 0 in a new folder ({out} NEW_FOLDER, without --resume)"
     )
+
+
+def foreign_checkpoints(trainer: Trainer, path: Path, state: Mapping[str, Any]) -> str | None:
+    """Why a fresh run of ``trainer`` must not be told to continue the checkpoints of its
+    folder (``path``, the latest that loads, holding ``state``): the refusal to give
+    instead, or None where ``--resume auto`` would continue them."""
+    folder, out = trainer.folder.path, trainer.folder.out_name
+    latest = f"latest {path.name}, step {state.get('step')}"
+    name = state.get("model_name")
+    if name is not None and name != trainer.spec.name:
+        return (
+            f"{folder} already holds checkpoints of model {name!r} ({latest}), and this run "
+            f"trains model {trainer.spec.name!r}: train into a new folder with {out}"
+        )
+    if not _weights_fit(state.get("model") or {}, trainer):
+        return (
+            f"{folder} already holds checkpoints of model {name or trainer.spec.name!r} with "
+            f"other weights than this run's ({_args_diff(state, trainer)}; {latest}), which "
+            f"this run cannot continue: train into a new folder with {out}"
+        )
+    tokenizer = trainer.data.tokenizer
+    saved_tokenizer = state.get("tokenizer")
+    ours = None if tokenizer is None else plain(tokenizer.to_dict())
+    if None not in (ours, saved_tokenizer) and saved_tokenizer != ours:
+        return (
+            f"{folder} already holds checkpoints of a run ({latest}) with another tokenizer "
+            f"or vocabulary than this data gives, which this run cannot continue: train "
+            f"into a new folder with {out}"
+        )
+    changes = batch_changes(state, trainer)
+    if changes:
+        return (
+            f"{folder} already holds checkpoints of a run ({latest}) that read its data "
+            f"otherwise: {'; '.join(c.text for c in changes)}. Continue it with --resume "
+            f"auto and its values ({_keep_advice(changes, trainer)}), or train into a new "
+            f"folder with {out}"
+        )
+    return None
+
+
+def _weights_fit(saved: Mapping[str, Any], trainer: Trainer) -> bool:
+    """Whether the checkpoint's weights ``saved`` have this run's model's names and shapes
+    (the model built on the meta device: no memory, no data). A model that cannot be
+    built there is taken to fit: the resume itself then says whether it does."""
+    try:
+        with torch.device("meta"):
+            model = prepare_model(trainer.spec, trainer.config, torch.device("meta"))
+        ours = model.state_dict()
+    except Exception:  # user code that needs real tensors to build
+        return True
+    return {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()} == {
+        k: tuple(getattr(v, "shape", ())) for k, v in ours.items()
+    }
+
+
+def _args_diff(state: Mapping[str, Any], trainer: Trainer) -> str:
+    """The model arguments that differ, as ``name X there, Y here``."""
+    saved = state.get("model_args") or {}
+    ours = plain(dict(trainer.spec.args))
+    diff = [
+        f"{key} {saved.get(key)} there, {ours.get(key)} here"
+        for key in sorted(set(saved) | set(ours))
+        if saved.get(key) != ours.get(key)
+    ]
+    return "args " + ", ".join(diff) if diff else "the same args, another config"

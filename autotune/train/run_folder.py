@@ -2,7 +2,8 @@
 
 Which checkpoint a run resumes from (``--resume auto``, a file or a folder), that a fresh
 run never writes over another run's checkpoints (nor a resume from an earlier checkpoint
-over the later ones of its folder), and each step's checkpoint: written by
+over the later ones of its folder; the refusal advises ``--resume auto`` only where this
+run could continue them: resumable.py), and each step's checkpoint: written by
 rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
 them. The checkpoint's contents are state.py's (``checkpoint_state``).
 
@@ -50,6 +51,7 @@ LOCK_FILE = ".autotune.lock"  # held by the one run that writes the folder
 HOLDER_FILE = ".autotune.lock.json"  # who holds it, for the refusal of a second run
 
 StateFn = Callable[[Sequence[Any]], dict[str, Any]]
+Judge = Callable[[Path, dict[str, Any]], str | None]
 
 # What a run writes beside its checkpoints, each file atomically (a write killed midway
 # leaves its temporary file, which the next run into the folder removes).
@@ -185,9 +187,12 @@ class RunFolder:
         skipped.append(text.removeprefix("warning: "))
         self.message(text)
 
-    def prepare(self, resumed_from: Path | None) -> None:
+    def prepare(self, resumed_from: Path | None, *, judge: Judge | None = None) -> None:
         """Create the folder and drop a killed write's leftovers; a run that does not
-        continue this folder's own checkpoint must find no checkpoints in it (rank 0)."""
+        continue this folder's own checkpoint must find no checkpoints in it (rank 0).
+        Its refusal advises ``--resume auto``, unless ``judge(path, state)``, given the
+        checkpoint that resume would take, returns the refusal to give instead (why this
+        run cannot simply continue it)."""
         self._create()
         clean_stale(self.path, RUN_FILES)
         elsewhere = resumed_from is not None and (
@@ -196,12 +201,20 @@ class RunFolder:
         if resumed_from is None or elsewhere:  # never mix two runs' checkpoints in one folder
             existing = list_checkpoints(self.path)
             if existing:
-                step, path = existing[-1]
-                raise UsageError(
-                    f"{self.path} already holds checkpoints of a run (latest {path.name}, step "
-                    f"{step}); continue it with --resume auto, or train into a new folder with "
-                    f"{self.out_name}"
-                )
+                raise UsageError(self._holds_a_run(*existing[-1], judge=judge))
+
+    def _holds_a_run(self, step: int, path: Path, *, judge: Judge | None) -> str:
+        """The refusal of a run into this folder, whose latest checkpoint is ``path``:
+        ``judge``'s, given the checkpoint ``--resume auto`` would take (its tensors mapped
+        from the file, not read), else the advice to continue it."""
+        found = find_resumable(self.path, mmap=True) if judge is not None else None
+        if judge is not None and found is not None and (refusal := judge(*found)):
+            return refusal
+        return (
+            f"{self.path} already holds checkpoints of a run (latest {path.name}, step "
+            f"{step}); continue it with --resume auto, or train into a new folder with "
+            f"{self.out_name}"
+        )
 
     def resumed(self, path: Path, step: int) -> None:
         """The run continues ``path``, the checkpoint of ``step``: where it lies in this

@@ -34,6 +34,7 @@ the accumulation doubles (the global batch is unchanged) and the step is run aga
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import signal
 import time
@@ -82,7 +83,7 @@ from autotune.train.progress import (
     train_record,
 )
 from autotune.train.result import TrainResult, finish
-from autotune.train.resumable import refuse_other_batches
+from autotune.train.resumable import foreign_checkpoints, refuse_other_batches
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
 from autotune.train.state import checkpoint_state, restore_state
@@ -337,7 +338,8 @@ class Trainer:
         if resumed:  # the batches from its data position on must be its run's
             refuse_other_batches(*resumed, self)
         if self.dist.is_main:
-            self.folder.prepare(resumed[0] if resumed else None)
+            judge = functools.partial(foreign_checkpoints, self)  # whose its checkpoints are
+            self.folder.prepare(resumed[0] if resumed else None, judge=judge)
         barrier(self.dist)
         self._build(resumed[1] if resumed else None)
         if resumed:

@@ -245,3 +245,14 @@ def test_a_resume_with_another_seed_is_exit_2_saying_how_to_go_on(tmp_path: Path
     assert "Traceback" not in result.output
     after = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
     assert after == before
+
+
+def test_a_folder_of_another_models_checkpoints_is_not_offered_to_resume(
+    tmp_path: Path,
+) -> None:
+    assert invoke(*TINY, *QUICK, "--out", "run").exit_code == 0  # fake-lm, dim 16
+    preset = write_preset(tmp_path / "tiny.yaml")  # fake-lm, dim 8
+    result = invoke("--preset", str(preset), "--trust-model", "--out", "run")
+    assert result.exit_code == 2, result.output
+    assert "model 'fake-lm'" in result.output and "dim" in result.output
+    assert "--resume" not in result.output and "new folder with --out" in result.output
