@@ -404,14 +404,14 @@ class TrialObjective:
         edge: int | None = None,
         cores_left: int | None = None,
     ) -> float:
-        """Store the burst's outcome on the trial; return its value (or raise TrialPruned).
-        ``predicted``, ``edge``: the memory model's peak and largest micro-batch for the
-        config, made before the burst ran; ``cores_left``: the cores outside load left it
-        (None: it ran on all)."""
+        """Store the burst's outcome on the trial, with the search's burst limit that it ran
+        under; return its value (or raise TrialPruned). ``predicted``, ``edge``: the memory
+        model's peak and largest micro-batch for the config, made before the burst ran;
+        ``cores_left``: the cores outside load left it (None: it ran on all)."""
         throughput = self.state.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
         peak = result.peak_memory_bytes
         common = _figures(result, throughput, wall_s=wall_s)
-        common["cores_left"] = cores_left
+        common.update(cores_left=cores_left, burst_timeout_s=self.bursts.timeout_s)
         budget = self.state.budget_bytes
         common.update(_memory_figures(result, budget, predicted=predicted, edge=edge))
         status = result.status

@@ -67,6 +67,9 @@ class TrialRecord:
     wall_s: float | None = None
     disturbed: str = ""  # why its measurement is suspect (outside load, erratic steps)
     cores_left: int | None = None  # it ran on the cores outside load left it (None: all)
+    # the search's --burst-timeout when its burst ran (None: no burst, or an older autotune
+    # that did not record it); a burst the time limit capped had less
+    burst_timeout_s: float | None = None
     size_name: str = "seq"  # what seq_len is for the model: seq, image, nodes (its spec's)
     # the memory model, before the burst: its peak and largest micro-batch for the config
     predicted_peak_bytes: int | None = None
@@ -136,6 +139,7 @@ class TrialRecord:
             wall_s=attrs.get("wall_s"),
             disturbed=str(attrs.get("disturbed") or ""),
             cores_left=attrs.get("cores_left"),
+            burst_timeout_s=attrs.get("burst_timeout_s"),
             size_name=str(attrs.get("size_name") or "seq"),
             predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
             predicted_edge_micro_batch=attrs.get("predicted_edge_micro_batch"),
