@@ -156,7 +156,9 @@ def _measured_by(bursts: BurstRunner) -> dict[str, Any]:
 
     Left out, as they change which trials run, not how one is measured: the limits of
     trials and time; the burst timeout (a figure is its steps' median whatever the cap;
-    a burst that the cap cut has none); the race's settings (the race measures its
+    a burst that the cap cut has none: each trial records the cap it ran under, and a
+    resume with a longer one measures its config again,
+    ``Planner.measure_timed_out_again``); the race's settings (the race measures its
     entrants anew, side by side); the warm start and the startup trials (which configs
     come first; the sampler's seed moves on with the trials anyway); ``--profile`` (a
     burst of its own); the machine watch (it flags a disturbed trial, which is measured
@@ -207,6 +209,7 @@ def open_search_study(
         joining=joining,
         note=state.note,
     )
+    state.burst_limit_s = bursts.timeout_s  # which earlier timeouts still stand
     for frozen in study.get_trials(deepcopy=False):
         state.absorb(TrialRecord.from_trial(frozen))
     resumed = sum(1 for r in state.records.values() if r.finished)

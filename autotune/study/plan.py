@@ -81,8 +81,9 @@ class Planner:
         if warm_start is None:
             self.use_experts = True
             self.enqueue_experts(study)
-            return
-        self._enqueue_warm_start(study, warm_start)
+        else:
+            self._enqueue_warm_start(study, warm_start)
+        self.measure_timed_out_again(study)
 
     def _enqueue_warm_start(self, study: optuna.Study, warm_start: str | Path) -> None:
         from autotune.preset import load_preset
@@ -107,6 +108,36 @@ class Planner:
             if self._queue(study, cand, role="warm-start" if i == 0 else ""):
                 queued += 1
         self.state.note(f"warm start from {str(warm_start)!r}: {queued} configs queued first")
+
+    def measure_timed_out_again(self, study: optuna.Study) -> None:
+        """On a resume with a longer ``--burst-timeout``: queue the configs whose bursts ran
+        out a shorter one and that have no result since (``SearchState.timed_out_sooner``),
+        each in its trial's role, and say so in one line. Their timeouts told nothing of
+        them under the longer limit; other failures (OOM, over budget, crash) stand. So do
+        the timeouts of trials that did not record their limit (an older autotune's): the
+        line says so."""
+        state = self.state
+        again: dict[tuple[Any, ...], TrialRecord] = {}
+        unknown = 0
+        for record in state.trials_in_order():
+            config = _timed_out_config(record)
+            if config is None or not state.space.contains(config):
+                continue
+            standing = state.record_of(config)
+            if standing is None and state.timed_out_sooner(record):
+                again.setdefault(state.space.key(config), record)
+            elif record.burst_timeout_s is None and standing is record:  # its limit unknown
+                unknown += 1
+        for record in again.values():
+            self._queue(study, record.train_config(), role=record.role)
+        if again and state.burst_limit_s is not None:
+            state.note(_timed_out_note(list(again.values()), state.burst_limit_s))
+        if unknown:
+            state.note(
+                f"{unknown} config{'s' if unknown > 1 else ''} timed out in trials that did "
+                "not record their --burst-timeout (an older autotune ran them): those "
+                "timeouts stand whatever this search's limit; --study NAME measures them anew"
+            )
 
     def enqueue_experts(self, study: optuna.Study) -> None:
         """Queue the expert starts once the naive config has run within the budget (when
@@ -408,6 +439,31 @@ def _cheap_after_the_first(
     code = compiled_code_key(config)
     cheap = [c for c in ordered[1:] if compiled_code_key(c) == code]
     return [*ordered[:1], *cheap, *(c for c in ordered[1:] if c not in cheap)]
+
+
+def _timed_out_config(record: TrialRecord) -> TrainConfig | None:
+    """The config of a trial whose burst ran out its limit (None for any other trial, or
+    one from an older, different space)."""
+    if not record.ran or record.status != "timeout":
+        return None
+    try:
+        return record.train_config()
+    except Exception:
+        return None
+
+
+def _timed_out_note(records: list[TrialRecord], limit_s: float) -> str:
+    """``3 configs timed out under a shorter --burst-timeout than this search's (60 s):
+    #1, #5 under 10 s; #9 under 5 s; queued to be measured again under it``."""
+    under: dict[str, list[str]] = {}  # the limit each ran out -> its trials
+    for record in records:
+        under.setdefault(f"{record.burst_timeout_s:g} s", []).append(f"#{record.number}")
+    shown = "; ".join(f"{', '.join(numbers)} under {s}" for s, numbers in under.items())
+    return (
+        f"{len(records)} config{'s' if len(records) > 1 else ''} timed out under a shorter "
+        f"--burst-timeout than this search's ({limit_s:g} s): {shown}; queued to be "
+        "measured again under it"
+    )
 
 
 def _waiting(study: optuna.Study, params: Mapping[str, Any]) -> bool:

@@ -65,6 +65,9 @@ class SearchState:
     watch: MachineWatch | None = None  # what else the machine runs (None: not watched)
     disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
     trial_steps: int | None = None  # timed steps per trial burst (the objective sets it)
+    # this search's --burst-timeout, which a resumed study's timeouts are weighed against
+    # (open_search_study sets it; None: every timeout stands)
+    burst_limit_s: float | None = None
     last_burst_threads: int | None = None  # the threads of the last burst (None: every core)
     _busy_warned: bool = False
     budget_problem: str = ""  # set when even the smallest config does not fit
@@ -101,6 +104,17 @@ class SearchState:
         """The trial whose result ``config`` has, or None."""
         number = self.by_key.get(self.space.key(config))
         return None if number is None else self.records.get(number)
+
+    def timed_out_sooner(self, record: TrialRecord) -> bool:
+        """Whether ``record`` ran out a shorter burst limit (``--burst-timeout``) than this
+        search's: it tells nothing of its config under this one. A replay goes by the trial
+        it replayed; a trial that did not record its limit (an older autotune's) is not."""
+        if record.duplicate_of is not None:
+            record = self.records.get(record.duplicate_of, record)
+        ran_under, limit = record.burst_timeout_s, self.burst_limit_s
+        if record.status != "timeout" or ran_under is None or limit is None:
+            return False
+        return ran_under < limit
 
     def compiled_ok(self, mode: str) -> bool:
         """Whether a trial with compile ``mode`` got through its compile: it has a
@@ -233,8 +247,10 @@ class SearchState:
             return
         # A FAIL trial was interrupted or its process killed: it has no result, so its
         # config may run again.
-        # A config stopped by the time limit has no result either.
+        # A config stopped by the time limit has no result either, nor one whose burst ran
+        # out a shorter --burst-timeout than this search's (the planner queues it again).
         retry = record.state == "FAIL" or record.status in ("stopped", "skipped")
+        retry = retry or self.timed_out_sooner(record)
         if not retry and self.space.contains(config):
             key = self.space.key(config)
             earlier = self.records.get(self.by_key.get(key, -1))

@@ -68,6 +68,7 @@ class FakeBurst:
     bf16_slowdown: float = 1.0
     compile_speedup: float = 1.5
     compile_s: float = 0.0
+    compile_needs_s: float = 0.0  # a compiled burst given less time than this times out
     interrupt_at: int | None = None  # raise KeyboardInterrupt at this call (1-based)
     report_peaks: bool = True  # False: ok bursts give no peak (nothing to fit)
     fail: Callable[[TrainConfig], str | None] = lambda c: None  # status for failures
@@ -125,6 +126,8 @@ class FakeBurst:
             self.calls.append(config)
             if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
                 raise KeyboardInterrupt
+        if config.compile != "off" and timeout_s < self.compile_needs_s:
+            return BurstResult(status="timeout", reason=f"fake: no result after {timeout_s:g} s")
         failure = self.fail(config)
         if failure and not verify:
             return BurstResult(status=failure, reason=f"fake {failure}")  # type: ignore[arg-type]

@@ -140,6 +140,29 @@ def test_a_study_resumed_with_other_limits_and_race_settings_goes_on(
     assert len(burst.calls) == 3
 
 
+def test_a_resume_with_a_longer_burst_timeout_says_which_timeouts_it_measures_again(
+    env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, _ = env
+    burst = FakeBurst(compile_needs_s=30.0)  # compiled bursts time out under 30 s
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
+    base = ["search", "--model", model, "--budget", "1GB", "--steps", "3"]
+    first = CliRunner().invoke(app, [*base, "--json", "--trials", "6", "--burst-timeout", "10s"])
+    assert first.exit_code == 0, first.output
+    trials = json.loads(first.stdout)["trials"]
+    timed_out = [f"#{t['number']}" for t in trials if t["status"] == "timeout"]
+    assert timed_out
+    again = CliRunner().invoke(app, [*base, "--trials", "9", "--burst-timeout", "1m"])
+    assert again.exit_code == 0, again.output
+    output = " ".join(again.output.split())  # the console wraps a long line
+    assert output.count("--burst-timeout") == 1, output
+    assert (
+        f"{len(timed_out)} config{'s' if len(timed_out) > 1 else ''} timed out under a shorter "
+        f"--burst-timeout than this search's (60 s): {', '.join(timed_out)} under 10 s; "
+        "queued to be measured again under it"
+    ) in output
+
+
 def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
     env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,7 +19,10 @@ import pytest
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
-from autotune.testing.burst import FakeBurst, run
+from autotune.study.records import SearchEvent, SearchResult, TrialRecord, summarize_config
+from autotune.study.space import SearchSpace
+from autotune.study.state import Limits, SearchState
+from autotune.testing.burst import FakeBurst, cpu_profile, run, toy_spec
 
 # -- resume ------------------------------------------------------------------------------
 
@@ -47,6 +52,97 @@ def test_resume_after_an_interrupt_loses_no_finished_trial(tmp_path: Path) -> No
     after = {t.number: t.value for t in result.trials}
     for number, value in before.items():
         assert after[number] == value
+
+
+def _bf16_eager_crashes(config: TrainConfig) -> str | None:
+    return "crash" if config.precision == "bf16" and config.compile == "off" else None
+
+
+_SMALL = {"knobs": ["num_workers=0", "omp_spin=false", "activation_checkpointing=false"]}
+
+
+def _timed_out(result: SearchResult) -> set[str]:
+    return {t.summary() for t in result.trials if t.ran and t.status == "timeout"}
+
+
+def test_a_resume_with_a_longer_burst_limit_measures_the_timed_out_configs_again(
+    tmp_path: Path,
+) -> None:
+    # A config whose burst ran out --burst-timeout was recorded as failed, and a rerun with
+    # a longer limit replayed that failure: it never measured the config under the limit
+    # it was given. Under the same or a shorter limit, the failure stands.
+    def search(limit: str, trials: int, **kwargs: Any) -> tuple[SearchResult, FakeBurst]:
+        burst = FakeBurst(compile_needs_s=30.0, fail=_bf16_eager_crashes)
+        result = run(tmp_path, burst, trials=trials, burst_timeout=limit, output=None,
+                     **_SMALL, **kwargs)  # fmt: skip
+        return result, burst
+
+    first, _ = search("10s", 8)
+    timed_out = _timed_out(first)
+    kept = {t.summary() for t in first.trials if t.ran and t.status in ("oom", "crash")}
+    assert timed_out and {t.status for t in first.trials} >= {"oom", "crash"}
+    result = first
+    for limit in ("10s", "5s"):
+        result, burst = search(limit, sum(1 for t in result.trials if t.ran) + 2)
+        assert not {summarize_config(c.to_dict()) for c in burst.calls} & (timed_out | kept)
+    assert _timed_out(result) >= timed_out  # and those that ran out 5 s
+    events: list[SearchEvent] = []
+    measured = sum(1 for t in result.trials if t.ran)
+    longer, burst = search("60s", measured + len(_timed_out(result)), progress=events.append)
+    assert {summarize_config(c.to_dict()) for c in burst.calls} == _timed_out(result)
+    again = [t for t in longer.trials if t.ran][measured:]
+    assert {t.status for t in again} <= {"ok", "oom"}  # measured, none failed again
+    notes = [e.message for e in events if e.kind == "note" and "--burst-timeout" in e.message]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith(
+        f"{len(_timed_out(result))} configs timed out under a shorter --burst-timeout"
+    ), notes
+
+
+def test_only_a_timeout_under_a_shorter_burst_limit_leaves_its_config_unmeasured() -> None:
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, None))
+    state.burst_limit_s = 60.0
+    configs = [space.naive().replace(micro_batch=mb, grad_accum=32 // mb) for mb in (1, 2, 4, 8)]
+    outcomes = [("timeout", 10.0), ("timeout", 60.0), ("crash", 10.0), ("timeout", None)]
+    for number, (config, (status, limit)) in enumerate(zip(configs, outcomes, strict=True)):
+        state.absorb(TrialRecord(number=number, state="COMPLETE", status=status, ran=True,
+                                 config=config.to_dict(), burst_timeout_s=limit))  # fmt: skip
+    # a replay of the first: it stands for the same timeout, not for a result
+    state.absorb(TrialRecord(number=4, state="COMPLETE", status="timeout", duplicate_of=0,
+                             config=configs[0].to_dict()))  # fmt: skip
+    assert [state.record_of(c) is None for c in configs] == [True, False, False, False]
+
+
+def test_a_study_that_did_not_record_its_burst_limits_keeps_its_timeouts(
+    tmp_path: Path,
+) -> None:
+    # An older autotune's trials have no burst limit: whether it was shorter is not known,
+    # so their timeouts stand, and the resume says so instead of refusing.
+    burst = FakeBurst(compile_needs_s=30.0)
+    first = run(tmp_path, burst, trials=8, burst_timeout="10s", output=None, **_SMALL)
+    timed_out = _timed_out(first)
+    assert timed_out
+    db = next((tmp_path / "runs").glob("*/study.db"))
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT trial_user_attribute_id, value_json FROM trial_user_attributes "
+            "WHERE key = 'outcome'"
+        ).fetchall()
+        for row_id, value in rows:
+            outcome = {k: v for k, v in json.loads(value).items() if k != "burst_timeout_s"}
+            conn.execute(
+                "UPDATE trial_user_attributes SET value_json = ? WHERE trial_user_attribute_id = ?",
+                (json.dumps(outcome), row_id),
+            )
+    events: list[SearchEvent] = []
+    burst = FakeBurst(compile_needs_s=30.0)
+    run(tmp_path, burst, trials=10, burst_timeout="60s", output=None, progress=events.append,
+        **_SMALL)  # fmt: skip
+    assert not {summarize_config(c.to_dict()) for c in burst.calls} & timed_out
+    notes = [e.message for e in events if e.kind == "note" and "--burst-timeout" in e.message]
+    assert len(notes) == 1 and "did not record" in notes[0], notes
 
 
 _KILL_SCRIPT = textwrap.dedent(
