@@ -117,9 +117,14 @@ def _preset_notes(winner: Entrant, race: RaceResult, objective: str) -> str:
             f"; warning: at the edge of the memory budget ({winner.at_edge}), keep headroom "
             "for a long run (a smaller micro-batch, more accumulation)"
         )
+    configs = f"{len(race.entrants)} config{'s' if len(race.entrants) != 1 else ''}"
+    if winner.stand_in is not None:  # no race round counted: its trial's figures
+        raced = f"not raced: the time limit left the race of {configs} no figure"
+    else:
+        rounds = f"{race.rounds} interleaved round{'s' if race.rounds != 1 else ''}"
+        raced = f"won a race of {configs} over {rounds}"
     return (
-        f"found by autotune search (trial #{best.number}, {objective}); won a race of "
-        f"{len(race.entrants)} configs over {race.rounds} interleaved rounds"
+        f"found by autotune search (trial #{best.number}, {objective}); {raced}"
         + (f"; {', '.join(extras)}" if extras else "")
         + warning
     )

@@ -89,3 +89,23 @@ def test_when_every_verification_fails_no_preset_is_written(tmp_path: Path) -> N
     with pytest.raises(AutotuneError, match="no config passed the race"):
         run(tmp_path, burst, trials=6)
     assert out.read_text() == "an earlier preset\n"
+
+
+def test_the_preset_notes_say_when_the_race_left_its_winner_no_figure() -> None:
+    from autotune.burst.result import BurstResult
+    from autotune.study.outcome import _preset_notes
+    from autotune.study.race_records import Entrant, RaceResult
+    from autotune.study.records import TrialRecord
+
+    record = TrialRecord(number=0, state="COMPLETE", status="ok")
+    winner = Entrant(record=record, roles=["naive"], throughputs=[None])
+    race = RaceResult(
+        rounds=1, unit="tokens/s", entrants=(winner,), winner=winner, runner_up=None,
+        naive=winner, speedup=None, margin=None,
+    )  # fmt: skip
+    raced = _preset_notes(winner, race, "throughput")
+    assert "won a race of 1 config over 1 interleaved round" in raced
+    winner.stand_in = BurstResult(status="ok", tokens_per_s=1625.0)  # its trial's figures
+    notes = _preset_notes(winner, race, "throughput")
+    assert "won a race" not in notes
+    assert "not raced: the time limit left the race of 1 config no figure" in notes
