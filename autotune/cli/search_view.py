@@ -194,9 +194,12 @@ def _print_best_and_speedup(result: SearchResult, console: Console) -> None:
     if result.best is not None and race is not None:
         burst = race.winner.typical_burst()
         peak = burst.peak_memory_bytes if burst is not None else None
+        figure = f"race median {_fmt_tp(race.winner.median)}"
+        if race.winner.stand_in is not None:  # no race round counted: its trial's figure
+            figure = f"not raced, its trial's {_fmt_tp(race.winner.record.throughput)}"
         console.print(
             f"[bold]Best[/]: trial #{result.best.number} ({escape(result.best.summary())}); "
-            f"race median {_fmt_tp(race.winner.median)} {result.unit}, "
+            f"{figure} {result.unit}, "
             f"peak {_fmt_bytes(peak)} of {_fmt_bytes(result.budget_bytes)}"
         )
     if race is not None and (race.speedup is not None or race.speedup_reason):

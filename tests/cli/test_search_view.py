@@ -1,0 +1,38 @@
+"""The search's printed outcome (autotune/cli/search_view.py): its figures say where they
+come from."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from autotune.burst.result import BurstResult
+from autotune.cli.search_view import _print_best_and_speedup
+from autotune.study.race_records import Entrant, RaceResult
+from autotune.study.records import TrialRecord
+
+
+def _best_line(winner: Entrant) -> str:
+    race = RaceResult(
+        rounds=1, unit="tokens/s", entrants=(winner,), winner=winner, runner_up=None,
+        naive=None, speedup=None, margin=None,
+    )  # fmt: skip
+    result = SimpleNamespace(
+        best=winner.record, race=race, unit="tokens/s", budget_bytes=8 * 10**9, naive=None,
+        verified=None,
+    )  # fmt: skip
+    console = Console(record=True, width=300)
+    _print_best_and_speedup(result, console)  # type: ignore[arg-type]
+    return console.export_text()
+
+
+def test_a_winner_the_race_left_no_figure_shows_its_trials_not_a_race_median() -> None:
+    record = TrialRecord(number=0, state="COMPLETE", status="ok", throughput=1625.3)
+    winner = Entrant(record=record, roles=["naive"], throughputs=[None])
+    assert "race median - tokens/s" in _best_line(winner)
+    winner.stand_in = BurstResult(status="ok", tokens_per_s=1625.3, peak_memory_bytes=10**8)
+    line = _best_line(winner)
+    assert "not raced, its trial's 1,625 tokens/s" in line and "race median" not in line
+    raced = Entrant(record=record, roles=["finalist"], throughputs=[2000.0, 2100.0])
+    assert "race median 2,050 tokens/s" in _best_line(raced)
