@@ -52,9 +52,13 @@ def count_rounds(entrants: list[Entrant], kinds: list[str]) -> tuple[list[str], 
     are any; else the rounds run on the cores left by outside load, where the ratios hold
     (``benchmarks/threads_under_load.py``: within 1.3% of the quiet ones) though every
     figure is lower; else none (every round mixed, or cut at the deadline): the race
-    publishes no figure of its own (``_decide``)."""
+    publishes no figure of its own (``_decide``). A round cut at the deadline is said where
+    it was cut (race.py) and is not a busy one; when it was the only one, the quiet trials
+    stand in, and ``_trials_stand_in`` says the time limit is why."""
     if all(k == QUIET for k in kinds):
         return [], QUIET
+    if all(k == CUT_ROUND for k in kinds):
+        return [], ""
     capped = [k for k in kinds if k.startswith("capped")]
     kind = QUIET if QUIET in kinds else max(capped, key=capped.count) if capped else ""
     if not kind:
@@ -66,11 +70,12 @@ def count_rounds(entrants: list[Entrant], kinds: list[str]) -> tuple[list[str], 
         ], ""
     for e in entrants:
         e.counted = [t if k == kind else None for t, k in zip(e.throughputs, kinds, strict=False)]
-    used, left = kinds.count(kind), len(kinds) - kinds.count(kind)
+    used = kinds.count(kind)
+    left = len(kinds) - used - kinds.count(CUT_ROUND)  # measured otherwise (cut: said)
     if kind == QUIET:
         return [
             f"race: the {left} busy round(s) left out; the figures are the {used} quiet one(s)"
-        ], kind
+        ] if left else [], kind
     cores = kind.split()[1]
     return [
         f"race: outside load held the machine in every round; the figures are the {used} "

@@ -529,3 +529,24 @@ def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> No
     # rounds of naive, and room for a finalist's first round)
     assert reserve(10.0, 2) == pytest.approx(reserve(14.0, 4)) == pytest.approx(14 + 14 + 14)
     assert reserve(14.0, None) == pytest.approx(reserve(14.0, 4))
+
+
+def test_a_round_cut_at_the_deadline_is_not_called_busy_nor_load() -> None:
+    from autotune.study.race_decision import CUT_ROUND, MIXED, QUIET, count_rounds
+
+    def entrants() -> list[Entrant]:
+        record = TrialRecord(number=0, state="COMPLETE", status="ok")
+        return [Entrant(record=record, roles=["finalist"], throughputs=[100.0, None])]
+
+    # the only round cut: no load warning (the time limit's warning comes with the trials)
+    assert count_rounds(entrants(), [CUT_ROUND]) == ([], "")
+    # a quiet round, then one cut: the quiet one counts, and no "busy round" is left out
+    quiet_then_cut = entrants()
+    assert count_rounds(quiet_then_cut, [QUIET, CUT_ROUND]) == ([], QUIET)
+    assert quiet_then_cut[0].counted == [100.0, None]
+    notes, kind = count_rounds(entrants(), [QUIET, MIXED, CUT_ROUND])
+    assert kind == QUIET and notes == [
+        "race: the 1 busy round(s) left out; the figures are the 1 quiet one(s)"
+    ]
+    notes, kind = count_rounds(entrants(), [MIXED, CUT_ROUND])
+    assert kind == "" and "no race round was measured alike" in notes[0]
