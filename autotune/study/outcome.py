@@ -118,8 +118,8 @@ def _preset_notes(winner: Entrant, race: RaceResult, objective: str) -> str:
             "for a long run (a smaller micro-batch, more accumulation)"
         )
     configs = f"{len(race.entrants)} config{'s' if len(race.entrants) != 1 else ''}"
-    if winner.stand_in is not None:  # no race round counted: its trial's figures
-        raced = f"not raced: the time limit left the race of {configs} no figure"
+    if winner.stand_in is not None:  # the deadline cut, or load mixed, every round
+        raced = f"not raced: no round of the race of {configs} counted, its figures are its trial's"
     else:
         rounds = f"{race.rounds} interleaved round{'s' if race.rounds != 1 else ''}"
         raced = f"won a race of {configs} over {rounds}"

@@ -108,4 +108,6 @@ def test_the_preset_notes_say_when_the_race_left_its_winner_no_figure() -> None:
     winner.stand_in = BurstResult(status="ok", tokens_per_s=1625.0)  # its trial's figures
     notes = _preset_notes(winner, race, "throughput")
     assert "won a race" not in notes
-    assert "not raced: the time limit left the race of 1 config no figure" in notes
+    assert "not raced: no round of the race of 1 config counted, its figures are its trial's" in (
+        notes
+    )
