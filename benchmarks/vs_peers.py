@@ -382,7 +382,7 @@ def run_autotune(
     return run
 
 
-def _search_answer(name: str, outcome: Any, folder: Path, preset: Path) -> PeerRun:
+def _search_answer(name: str, outcome: ProcessOutcome, folder: Path, preset: Path) -> PeerRun:
     """What a search answered: its preset's config, or why there is none."""
     from autotune.preset.io import load_preset
 

@@ -446,10 +446,7 @@ def _timed_out_config(record: TrialRecord) -> TrainConfig | None:
     one from an older, different space)."""
     if not record.ran or record.status != "timeout":
         return None
-    try:
-        return record.train_config()
-    except Exception:
-        return None
+    return record.known_config()
 
 
 def _timed_out_note(records: list[TrialRecord], limit_s: float) -> str:

@@ -98,6 +98,14 @@ class TrialRecord:
     def train_config(self) -> TrainConfig:
         return TrainConfig.from_mapping(self.config)
 
+    def known_config(self) -> TrainConfig | None:
+        """Its config, or None for a trial from an older, different space (its config no
+        longer reads)."""
+        try:
+            return self.train_config()
+        except Exception:  # whatever the older config's fields make of the reader
+            return None
+
     def summary(self) -> str:
         """``mb 8x4 seq 128 bf16 ckpt compile=default workers=2 block_group=4``."""
         return summarize_config(self.config, self.size_name)

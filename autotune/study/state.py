@@ -241,9 +241,8 @@ class SearchState:
         self.records[record.number] = record
         if not record.finished or not record.config:
             return
-        try:
-            config = record.train_config()
-        except Exception:  # a trial from an older, different space: ignore it
+        config = record.known_config()
+        if config is None:  # a trial from an older, different space: ignore it
             return
         # A FAIL trial was interrupted or its process killed: it has no result, so its
         # config may run again.
