@@ -99,11 +99,19 @@ class Knob:
     # The search's refinement moves it after the micro-batch steps, not first among the
     # kernel choices: a knob worth more for memory than for speed (the chunked loss).
     refine_late: bool = False
+    # The value a short search's quick start takes on a CPU with bf16 units, in bf16 and
+    # without compile (``playbook.quick_start``), where it measured faster there than the
+    # default; None: the default.
+    quick_cpu: Any = None
 
     def __post_init__(self) -> None:
         if self.default not in self.values:
             raise ValueError(
                 f"knob {self.name!r}: default {self.default!r} not in values {self.values!r}"
+            )
+        if self.quick_cpu is not None and self.quick_cpu not in self.values:
+            raise ValueError(
+                f"knob {self.name!r}: quick_cpu {self.quick_cpu!r} not in values {self.values!r}"
             )
         unknown = [value for value, _ in self.needs_cuda if value not in self.values]
         if unknown:

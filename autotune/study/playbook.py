@@ -63,6 +63,7 @@ __all__ = [
     "naive_config",
     "playbook_config",
     "project",
+    "quick_start",
 ]
 
 
@@ -272,6 +273,28 @@ def playbook_config(
     return space.make_config(values)
 
 
+def quick_start(
+    space: SearchSpace, spec: ModelSpec, *, memory: MemoryModel | None = None
+) -> TrainConfig:
+    """The first config of a search whose time limit is short (``QUICK_LIMIT_S``), run
+    before naive: the playbook's precision without compile (a first compile takes 18-66 s
+    on a 2-core CPU, more than such a limit leaves), at the largest micro-batch predicted
+    to fit (without compile the step's per-operation overhead decides, and the whole
+    global batch at once spreads it widest: mu in bf16 on the 2-core Xeon ran 32x1 1.2x
+    8x4 and 1.4x 4x8, gpt-small 1.4x and 1.6x), and on a CPU in bf16 each model knob at
+    its ``quick_cpu`` value (eager attention, the chunked loss) where the space holds it.
+    A peer's batch finder answers such a limit with the global batch in fp32: this start
+    is what autotune measures in the same time (BENCHMARKS.md, "the quick start")."""
+    config = playbook_config(space, spec, memory=memory).replace(compile="off")
+    values = space.values_of(config)
+    values["micro_batch"] = _largest_predicted(space, spec, values, memory)
+    if space.device_kind == "cpu" and values["precision"] == "bf16":
+        for knob in spec.knobs:
+            if knob.quick_cpu is not None and knob.quick_cpu in space.knobs.get(knob.name, ()):
+                values[f"knobs.{knob.name}"] = knob.quick_cpu
+    return space.make_config(values)
+
+
 def _playbook_micro_batch(
     space: SearchSpace,
     spec: ModelSpec,
@@ -283,6 +306,14 @@ def _playbook_micro_batch(
         target = guide_micro_batch or max(1, space.global_batch // CPU_MICRO_BATCH_SHARE)
         below = [m for m in space.micro_batch if m <= target]
         return below[-1] if below else space.micro_batch[0]
+    return _largest_predicted(space, spec, values, memory)
+
+
+def _largest_predicted(
+    space: SearchSpace, spec: ModelSpec, values: Mapping[str, Any], memory: MemoryModel | None
+) -> int:
+    """The largest micro-batch of the space that ``memory`` predicts to fit with the other
+    ``values`` (the largest of all without a memory model, or when it knows nothing)."""
     params = _params(spec)
     for micro in sorted(space.micro_batch, reverse=True):  # the largest predicted to fit
         config = space.make_config({**values, "micro_batch": micro})

@@ -14,6 +14,7 @@ from autotune.study.playbook import (
     model_family,
     playbook_config,
     project,
+    quick_start,
 )
 from autotune.study.space import SearchSpace
 from autotune.testing.caps import cpu_caps, cuda_caps
@@ -98,3 +99,53 @@ def test_project_moves_a_config_into_a_restricted_space() -> None:
 def test_every_builtin_model_has_a_guide() -> None:
     families = {model_family(get_model(n)) for n in builtin_names()}
     assert families <= set(HAND_TUNED) | {"gpt"}
+
+
+# -- the quick start (a short time limit's first trial) ----------------------------------
+
+
+def test_the_quick_start_runs_the_whole_batch_in_bf16_without_compile_on_a_cpu() -> None:
+    spec = get_model("mu")
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2)
+    config = quick_start(space, spec)
+    assert space.contains(config)
+    assert (config.micro_batch, config.grad_accum) == (space.global_batch, 1)
+    assert (config.precision, config.compile, config.num_workers) == ("bf16", "off", 0)
+    # each knob at its measured CPU-bf16 value, the others at their defaults
+    assert config.knobs == {"block_group": 16, "attention": "eager", "loss": "chunked"}
+
+
+def test_the_quick_start_keeps_a_knob_the_user_pinned_and_fp32_without_bf16_units() -> None:
+    spec = get_model("gpt-small")
+    pinned = SearchSpace.for_model(
+        spec, cpu_caps(bf16_native=True), cpu_count=2, restrict={"attention": ["sdpa"]}
+    )
+    config = quick_start(pinned, spec)
+    assert config.knobs == {"attention": "sdpa", "loss": "chunked"}
+    plain = SearchSpace.for_model(spec, cpu_caps(bf16_native=False), cpu_count=2)
+    config = quick_start(plain, spec)
+    assert config.precision == "fp32" and config.compile == "off"
+    assert config.knobs == {"attention": "sdpa", "loss": "full"}  # the CPU-bf16 values only
+
+
+def test_the_quick_start_on_cuda_takes_the_largest_micro_batch_predicted_to_fit() -> None:
+    spec = get_model("mu")
+    space = SearchSpace.for_model(spec, cuda_caps(), cpu_count=8)
+    config = quick_start(space, spec)
+    assert config.micro_batch == max(space.micro_batch) and config.compile == "off"
+    assert config.precision == "bf16" and config.knobs["attention"] == "sdpa"
+    memory = MemoryModel(budget_bytes=2 * GB, device_kind="cuda")
+    base = space.make_config({**space.values_of(config), "micro_batch": 1})
+    memory.add(0, base, peak_bytes=int(0.6 * GB), infeasible=False)  # 0.5 GB + 0.1 GB/sample
+    memory.add(
+        1, base.replace(micro_batch=2, grad_accum=16), peak_bytes=int(0.7 * GB), infeasible=False
+    )
+    assert quick_start(space, spec, memory=memory).micro_batch == 8
+
+
+def test_a_knobs_quick_cpu_value_must_be_one_of_its_values() -> None:
+    from autotune.contract.spec import Knob
+
+    with pytest.raises(ValueError, match="quick_cpu 'x' not in values"):
+        Knob(name="attention", values=("sdpa", "eager"), default="sdpa", quick_cpu="x")
