@@ -1,17 +1,18 @@
 """Which config runs next: the starts, refinement around each new best, and the configs
 ruled out without a run.
 
-The order of the first trials: the naive config (fp32, the smallest micro-batch, no
-compile, no workers; never pruned), so the speedup over naive is measured in the same
-study; if it does not fit, the smallest config (to tell a too-small budget, exit code 2);
-else the expert starts (``autotune/study/playbook.py``: the model guide's hand-tuned
-config and the playbook's; the playbook's without compile when its compile gives no
-result), or a warm start's preset config and its neighbours. Each time a trial becomes the
-best, its neighbours (one knob moved, the discrete kernel choices first) are queued next,
-and one that does not fit the budget once more with activation checkpointing; while expert
-starts wait, they wait too, so the best of the starts is the first refined. Between these,
-the sampler (TPE) proposes; a proposal that a known OOM dominates, or that the memory model
-predicts over the budget, is ruled out without a burst.
+The order of the first trials: under a short time limit (``QUICK_LIMIT_S``) the quick start
+(``playbook.quick_start``: no compile, the whole batch at once), then the naive config
+(fp32, the smallest micro-batch, no compile, no workers; never pruned), so the speedup over
+naive is measured in the same study; if it does not fit, the smallest config (to tell a
+too-small budget, exit code 2); else the expert starts (``autotune/study/playbook.py``: the
+model guide's hand-tuned config and the playbook's; the playbook's without compile when its
+compile gives no result), or a warm start's preset config and its neighbours. Each time a
+trial becomes the best, its neighbours (one knob moved, the discrete kernel choices first)
+are queued next, and one that does not fit the budget once more with activation
+checkpointing; while expert starts wait, they wait too, so the best of the starts is the
+first refined. Between these, the sampler (TPE) proposes; a proposal that a known OOM
+dominates, or that the memory model predicts over the budget, is ruled out without a burst.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ OUTDATED_MARGIN = 0.25
 # The roles of the expert starts (``playbook.expert_starts``).
 EXPERT_ROLES = ("hand-tuned", "playbook")
 
+# A time limit at or under this opens the search with the quick start (``playbook.
+# quick_start``: no compile, the whole batch at once) before naive. A first compile takes
+# 18-66 s on a 2-core CPU and naive's trial (32 micro-batches a step) 12-15 s, so under
+# two minutes a search measured naive and the eager starts, or naive alone: given 16 s
+# (twice a batch finder's time) mu's answered naive, 0.60x the finder's pick.
+QUICK_LIMIT_S = 120.0
+
 
 @dataclass(kw_only=True)
 class Planner:
@@ -76,7 +84,10 @@ class Planner:
     # -- the starts --------------------------------------------------------------------
     def enqueue_starts(self, study: optuna.Study, warm_start: str | Path | None) -> None:
         """The naive config first (once per study), then a warm start's config and its
-        neighbours; without a warm start, the expert starts once the naive config fits."""
+        neighbours; without a warm start, the expert starts once the naive config fits.
+        Under a short time limit (``QUICK_LIMIT_S``) the quick start runs before naive."""
+        if warm_start is None:
+            self.enqueue_quick_start(study)
         self._queue(study, self.state.space.naive(), role="naive")
         if warm_start is None:
             self.use_experts = True
@@ -84,6 +95,30 @@ class Planner:
         else:
             self._enqueue_warm_start(study, warm_start)
         self.measure_timed_out_again(study)
+
+    def enqueue_quick_start(self, study: optuna.Study) -> None:
+        """Under a time limit of ``QUICK_LIMIT_S`` or less, queue the quick start first
+        (``playbook.quick_start``), saying why in one line: in such a limit the first
+        trial is often the only one besides naive, and naive (micro-batch 1) is what a
+        user would not train with. Not on a resume that measured anything already."""
+        state = self.state
+        limit = state.limits.time_limit_s
+        if self.caps is None or limit is None or limit > QUICK_LIMIT_S or state.records:
+            return
+        from autotune.study.playbook import quick_start
+
+        config = quick_start(state.space, state.spec, memory=state.memory)
+        naive = state.space.key(config) == state.space.key(state.space.naive())
+        if (
+            state.space.contains(config)
+            and not naive
+            and self._queue(study, config, role="quick-start")
+        ):
+            shown = summarize_config(config.to_dict(), state.spec.size_name)
+            state.note(
+                f"a time limit of {limit:.0f} s leaves no time for a first compile: the quick "
+                f"start ({shown}) runs first, then naive"
+            )
 
     def _enqueue_warm_start(self, study: optuna.Study, warm_start: str | Path) -> None:
         from autotune.preset import load_preset
@@ -238,6 +273,12 @@ class Planner:
         space = self.state.space
         return any(_waiting(study, space.params_of(config)) for config in self.experts)
 
+    def _starts_to_come(self) -> bool:
+        """Whether the expert starts are still to be queued: they follow naive, which has
+        not run yet (the quick start ran before it). Its refinement waits for them."""
+        naive_ran = self.state.record_of(self.state.space.naive()) is not None
+        return self.use_experts and not self.experts_enqueued and not naive_ran
+
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
         """When a measured trial becomes the best, queue its neighbours that have no
         result yet, one knob moved at a time: the discrete kernel choices first (compile
@@ -253,7 +294,7 @@ class Planner:
         best = self.state.best()
         if best is None or not (best.number == record.number or self.refine_due):
             return
-        self.refine_due = self.starts_waiting(study)
+        self.refine_due = self.starts_waiting(study) or self._starts_to_come()
         if self.refine_due or not best.ran or best.role == "naive":
             return
         space, config = self.state.space, best.train_config()

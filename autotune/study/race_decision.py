@@ -256,11 +256,12 @@ def _figures(
     if basis:
         speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
         margin = None if runner_up is None else paired_ratio(winner.figures, runner_up.figures)
-        return speedup, margin, ""
+        return speedup, margin, _naive_not_run(state) if naive is None else ""
     mine = _quiet_trial(winner)
     base = None if naive is None else _quiet_trial(naive)
     if mine is None or base is None:
-        return None, None, "no quiet round, and no quiet trial of both configs"
+        why = _naive_not_run(state) if naive is None else ""
+        return None, None, why or "no quiet round, and no quiet trial of both configs"
     return (
         None,
         None,
@@ -271,19 +272,36 @@ def _figures(
     )
 
 
+def _naive_not_run(state: SearchState) -> str:
+    """Why the race has no naive config to compare with when its trial never ran: a short
+    time limit ran the quick start first and ended before it. "" when it ran (a naive
+    config that failed or did not fit is reported as such)."""
+    if state.record_of(state.space.naive()) is not None:
+        return ""
+    limit = state.limits.time_limit_s
+    if limit is None:
+        return "the naive config did not run"
+    return (
+        f"the time limit ({_minutes(limit)}) ran out before the naive config, which a short "
+        "search runs after its quick start; a longer --timeout measures it"
+    )
+
+
 def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> str:
     """Why a search whose race holds only the naive config has no speedup: every other
     config failed or did not fit, the trial limit allowed no other, or the time limit left
-    no time for another; then what limit would measure the expert start and race it (a
-    trial like naive's, then the planned rounds of two configs)."""
+    no time for another (it stopped one, or none other ran); then what limit would measure
+    the expert start and race it (a trial like naive's, then the planned rounds of two
+    configs)."""
     what = "the search measured only the naive config"
     others = [r for r in state.trials_in_order() if r.number != naive.record.number]
     failed = Counter(r.status for r in others if r.failed or r.infeasible)
     problems = [f"#{e.record.number} {e.problem}" for e in entrants if e is not naive and e.problem]
-    if failed or problems:
-        why = [f"{n} {status}" for status, n in sorted(failed.items())]
-        return f"{what}: every other config failed or did not fit ({'; '.join(why + problems)})"
+    why = "; ".join([f"{n} {status}" for status, n in sorted(failed.items())] + problems)
     limit = state.limits.time_limit_s
+    timed = limit is not None and any(r.status == "stopped" for r in others)
+    if why and not timed:
+        return f"{what}: every other config failed or did not fit ({why})"
     if state.trials_left() == 0:
         return f"{what}: the limit of {state.limits.trials} measured trials allowed no other"
     if limit is None:
@@ -291,9 +309,10 @@ def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> 
     burst = max(naive.record.wall_s or 0.0, max(naive.walls, default=0.0))
     needed = state.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
     return (
-        f"the time limit ({_minutes(limit)}) left time to measure only the naive config; "
-        f"a limit of about {_minutes(max(needed, limit + burst))} would measure the expert "
-        "start and race it"
+        f"the time limit ({_minutes(limit)}) left time to measure only the naive config"
+        + (f" (the others: {why})" if why else "")
+        + f"; a limit of about {_minutes(max(needed, limit + burst))} would measure the "
+        "expert start and race it"
     )
 
 

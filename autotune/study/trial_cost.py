@@ -149,9 +149,10 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
 
 def held_to_time(role: str | None, config: TrainConfig) -> bool:
     """Whether a trial in ``role`` is passed over when ``will_not_finish`` says so: not
-    naive or a re-measure (they always run), nor an expert start without compile (a
-    loaded machine measures at least the expert's config; its timeout is capped)."""
-    if role in ("naive", "re-measure"):
+    naive, the quick start or a re-measure (they always run), nor an expert start without
+    compile (a loaded machine measures at least the expert's config; its timeout is
+    capped)."""
+    if role in ("naive", "quick-start", "re-measure"):
         return False
     return config.compile != "off" or role in ("refine", "", None)
 

@@ -13,7 +13,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
-from autotune.study.records import SearchResult
+from autotune.study.records import SearchResult, TrialRecord
 from autotune.testing.burst import GB, MB, FakeBurst, run, study_of
 
 
@@ -139,6 +139,12 @@ def test_time_to_train_charges_compile_time(tmp_path: Path) -> None:
         run(tmp_path, burst, objective="time-to-train")
 
 
+def role(result: SearchResult, name: str) -> TrialRecord:
+    """The search's one trial in role ``name``."""
+    (trial,) = [t for t in result.trials if t.role == name]
+    return trial
+
+
 def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
     class SlowSteps(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
@@ -160,7 +166,7 @@ def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
     cut = [t for t in result.trials if t.status == "stopped"]
     assert len(cut) == 1 and cut[0].state == "PRUNED"
     assert cut[0].reason.startswith("stopped: the time left for trials")
-    assert result.trials[0].status == "ok"  # the naive baseline is never cut
+    assert role(result, "naive").status == "ok"  # the naive baseline is never cut
 
 
 def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
@@ -304,17 +310,27 @@ def test_a_first_compile_may_take_half_the_time_left_for_trials(tmp_path: Path) 
             return super().__call__(spec, config, **kw)
 
     limit = 24.0
-    result = run(tmp_path, NeverCompiles(), trials=None, timeout="24s", output=None, race_rounds=25)
+    # (4 GB: the quick start, first under a short limit, fits)
+    result = run(
+        tmp_path,
+        NeverCompiles(),
+        budget="4GB",
+        trials=None,
+        timeout="24s",
+        output=None,
+        race_rounds=25,
+    )
     assert len(timeouts) == 1 and timeouts[0] <= (limit - 25 * 0.4) / 2
     assert timeouts[0] < limit / 3 - 0.2  # the cap before: a third of the limit
-    stopped = result.trials[1]
-    assert stopped.role == "playbook" and stopped.status == "stopped"
+    assert [t.role for t in result.trials[:2]] == ["quick-start", "naive"]
+    stopped = role(result, "playbook")
+    assert stopped.status == "stopped"
     assert "50% of the time left for trials, as no trial with compile=default" in stopped.reason
-    eager = result.trials[2]
-    assert eager.role == "playbook-eager" and eager.status == "ok"
+    eager = role(result, "playbook-eager")
+    assert eager.status == "ok" and eager.number == stopped.number + 1
     assert eager.config == {**stopped.config, "compile": "off"}
     # and the best start's neighbours come after it (the stopped start waits for nothing)
-    assert any(t.role == "refine" and t.ran for t in result.trials[3:])
+    assert any(t.role == "refine" and t.ran for t in result.trials[eager.number + 1 :])
 
 
 def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_limit(
@@ -347,7 +363,7 @@ def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_li
         output=None,
         race_rounds=25,
     )
-    assert result.trials[1].role == "playbook" and result.trials[1].status == "ok"
+    assert role(result, "playbook").status == "ok"
     assert timeouts == [pytest.approx(8.0)]  # a third of the 24 s limit
     cut = next(t for t in result.trials if t.status == "stopped")
     assert "(33% of the time limit)" in cut.reason

@@ -239,6 +239,46 @@ def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path:
     assert later, "the new best's neighbours ran after the skip"
 
 
+# -- a short time limit: the quick start before naive -----------------------------------
+
+
+def test_a_short_time_limit_runs_the_quick_start_first_and_refines_after_the_starts(
+    tmp_path: Path,
+) -> None:
+    spec = replace(toy_spec(), family="mu")
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        FakeBurst(),
+        spec=spec,
+        budget="4GB",
+        trials=6,
+        timeout="100s",
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    roles = [t.role for t in result.trials]
+    assert roles[:4] == ["quick-start", "naive", "hand-tuned", "playbook"], roles
+    quick = result.trials[0].train_config()
+    assert (quick.micro_batch, quick.compile) == (spec.global_batch, "off")
+    assert any(
+        n.startswith("a time limit of 100 s leaves no time for a first compile") for n in notes
+    )
+    assert result.naive is not None and result.naive.number == 1
+
+
+@pytest.mark.parametrize("timeout", [None, "121s"])
+def test_without_a_short_time_limit_naive_runs_first(tmp_path: Path, timeout: str | None) -> None:
+    result = run(tmp_path, FakeBurst(), budget="4GB", trials=3, timeout=timeout)
+    assert [t.role for t in result.trials[:2]] == ["naive", "playbook"]
+
+
+def test_a_resumed_short_search_adds_no_quick_start(tmp_path: Path) -> None:
+    first = run(tmp_path, FakeBurst(), budget="4GB", trials=2, study="s", output=None)
+    assert [t.role for t in first.trials] == ["naive", "playbook"]
+    again = run(tmp_path, FakeBurst(), budget="4GB", trials=4, study="s", timeout="60s")
+    assert "quick-start" not in [t.role for t in again.trials]
+
+
 # -- the expert starts come before any refinement ------------------------------------------
 
 

@@ -180,20 +180,29 @@ def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
     tmp_path: Path,
 ) -> None:
     class SlowButNaive(FakeBurst):
-        """Every config but naive runs until its timeout, which the time limit caps."""
+        """Every config that fits but naive runs until its timeout, which the time limit
+        caps; the quick start (the whole batch at once, first under a short limit) runs
+        out of memory."""
 
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
-            if config.micro_batch == 1 or kw.get("verify"):
+            fits = self.peak(config) <= kw["budget_bytes"]
+            if config.micro_batch == 1 or kw.get("verify") or not fits:
                 return super().__call__(spec, config, **kw)
             self.calls.append(config)
             time.sleep(min(kw["timeout_s"], 10.0))
             return BurstResult(status="timeout", reason="fake: still running")
 
     result = run(tmp_path, SlowButNaive(), trials=None, timeout="3s")
+    assert [(t.role, t.status) for t in result.trials[:2]] == [
+        ("quick-start", "oom"),
+        ("naive", "ok"),
+    ]
     race = result.race
     assert race is not None and race.winner is race.naive and race.speedup is None
-    assert race.speedup_reason.startswith("the time limit (3 s) left time to measure only")
-    assert "a limit of about" in race.speedup_reason
+    # the time limit, not the quick start's OOM, is why nothing else was measured
+    reason = race.speedup_reason
+    assert reason.startswith("the time limit (3 s) left time to measure only the naive config")
+    assert "(the others: " in reason and " oom" in reason and "a limit of about" in reason
 
 
 def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() -> None:
@@ -213,3 +222,23 @@ def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() 
     assert "still running after 3 s; give a longer --timeout" in message
     assert "budget" in str(nothing_ran(state(8.0, "stopped", "oom")))
     assert "budget" in str(nothing_ran(state(None, "timeout")))
+
+
+def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
+    from types import SimpleNamespace
+
+    from autotune.study.race_decision import _naive_not_run
+
+    def state(limit: float | None, naive: object = None) -> Any:
+        space = SimpleNamespace(naive=lambda: "naive")
+        return SimpleNamespace(
+            space=space,
+            record_of=lambda config: naive,
+            limits=SimpleNamespace(time_limit_s=limit),
+        )
+
+    reason = _naive_not_run(state(16.0))
+    assert reason.startswith("the time limit (16 s) ran out before the naive config")
+    assert "after its quick start; a longer --timeout measures it" in reason
+    assert _naive_not_run(state(None)) == "the naive config did not run"
+    assert _naive_not_run(state(16.0, naive=object())) == ""  # it ran: reported as it ended
