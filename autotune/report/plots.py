@@ -182,13 +182,23 @@ def history_figure(data: ReportData) -> Figure:
 # -- throughput against peak memory --------------------------------------------------------
 
 
+# The planner's starts as the memory plot labels them: (role, label).
+_STARTS = (
+    ("quick-start", "quick start"),
+    ("naive", "naive"),
+    ("hand-tuned", "hand-tuned"),
+    ("guess", "guess"),
+    ("warm-start", "warm start"),
+)
+
+
 def _labelled(data: ReportData) -> list[tuple[str, TrialRecord]]:
     """The trials labelled on the memory plot: the winner and the starts."""
     out: list[tuple[str, TrialRecord]] = []
     winner = data.winner()
     if winner is not None:
         out.append(("winner", winner))
-    for role, label in (("naive", "naive"), ("guess", "hand-tuned"), ("warm-start", "warm start")):
+    for role, label in _STARTS:
         t = data.by_role(role)
         if t is not None:
             out.append((label, t))

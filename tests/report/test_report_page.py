@@ -112,6 +112,29 @@ def test_knob_values_groups_measured_throughput_by_value() -> None:
     assert values == {"micro_batch": {"1": [10.0], "2": [20.0, 30.0]}}  # one value: no panel
 
 
+def test_the_memory_plot_labels_the_starts_by_their_roles() -> None:
+    from autotune.report.data import ReportData
+    from autotune.report.plots import _labelled
+
+    def trial(n: int, role: str, tp: float) -> TrialRecord:
+        config = {"micro_batch": 2**n, "precision": "fp32"}
+        return TrialRecord(
+            number=n,
+            state="COMPLETE",
+            status="ok",
+            config=config,
+            value=tp,
+            throughput=tp,
+            ran=True,
+            role=role,
+        )
+
+    roles = ["quick-start", "naive", "hand-tuned", "playbook"]
+    data = ReportData(title="t", trials=tuple(trial(n, r, 10.0 + n) for n, r in enumerate(roles)))
+    labels = [(label, t.number) for label, t in _labelled(data)]
+    assert labels == [("winner", 3), ("quick start", 0), ("naive", 1), ("hand-tuned", 2)]
+
+
 RACE: dict[str, Any] = {
     "rounds": 5,
     "unit": "tokens/s",
