@@ -34,9 +34,27 @@ R = TypeVar("R")
 
 class _State:
     debug: bool = False
+    # When the command's process started (``time.monotonic()``): set by the console
+    # script's ``main``; None where the CLI runs inside another program (a test's runner).
+    started: float | None = None
 
 
 state = _State()
+
+
+def process_started(*, most_s: float = 60.0) -> float:
+    """When this process started, on ``time.monotonic()``'s clock (at most ``most_s`` ago:
+    a process that ran a while before it became this command counts from now less that):
+    the interpreter's start and the imports count toward a command's time limit."""
+    import time
+
+    import psutil
+
+    try:
+        age = time.time() - psutil.Process().create_time()
+    except (psutil.Error, OSError):
+        age = 0.0
+    return time.monotonic() - min(max(age, 0.0), most_s)
 
 
 def cli_command(func: Callable[P, R]) -> Callable[P, R]:

@@ -8,7 +8,7 @@ import typer
 
 from autotune import __version__
 from autotune.cli import bench, models, presets, probe, report, search, train
-from autotune.cli._common import state
+from autotune.cli._common import process_started, state
 
 __all__ = ["app", "main"]
 
@@ -53,6 +53,7 @@ app.command("report")(report.report)
 
 
 def main() -> None:
+    state.started = process_started()  # a search's --timeout counts from here
     app(prog_name="autotune")
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
+from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json, state
 from autotune.cli.bench import ProfileOption
 from autotune.cli.search_view import LiveView, render_result
 from autotune.core.errors import UsageError
@@ -63,7 +63,8 @@ TrialsOption = Annotated[
     ),
 ]
 TimeoutOption = Annotated[
-    str | None, typer.Option(help="Time limit of the whole search, race included: 10m, 1h.")
+    str | None,
+    typer.Option(help="Time limit of the whole command from its start, race included: 10m, 1h."),
 ]
 StepsOption = Annotated[int, typer.Option(help="Timed optimizer steps per burst.")]
 WarmupOption = Annotated[
@@ -256,7 +257,7 @@ def search(
                "objective": objective, "train_steps": train_steps},
         machine={"device": device, "nproc_per_node": nproc_per_node},
         limits={"trials": trials, "timeout": timeout, "steps": steps, "warmup": warmup,
-                "burst_timeout": burst_timeout},
+                "burst_timeout": burst_timeout, "since": state.started},
         race=_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
         study={"storage": storage, "study": study, "seed": seed, "worker": worker,
                "finish": finish is not None, "warm_start": _warm_start(warm_start)},

@@ -111,12 +111,12 @@ def search(
     Raises ``BudgetError`` (exit 2) when even the smallest config does not fit, ``UsageError``
     for bad arguments, ``AutotuneError`` when nothing could be measured or verified, or the
     storage stopped taking writes. A KeyboardInterrupt leaves the study consistent."""
-    started = time.monotonic()
     scope, machine = (
         _record("scope", scope, SearchScope),
         _record("machine", machine, SearchMachine),
     )
     limits, race = _record("limits", limits, SearchLimits), _record("race", race, SearchRace)
+    started = time.monotonic() if limits.since is None else limits.since
     study, output = _record("study", study, SearchStudy), _record("output", output, SearchOutput)
     goal = Goal(scope.objective, scope.train_steps)
     restrict = _restrictions(scope.knobs)

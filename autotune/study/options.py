@@ -180,6 +180,9 @@ class SearchLimits(_Options):
     """Untimed warm-up steps per burst (default: 1 on a CPU, 3 on CUDA)."""
     burst_timeout: str | float = DEFAULT_BURST_TIMEOUT_S
     """The time limit of one burst."""
+    since: float | None = None
+    """When the time limit started (``time.monotonic()``); None: the ``search`` call. The
+    command line passes its process's start, so that ``--timeout`` covers its imports."""
 
     def _problems(self) -> list[str]:
         problems = _count("trials", self.trials, optional=True)

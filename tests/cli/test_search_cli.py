@@ -406,3 +406,38 @@ def test_in_80_columns_the_tables_fold_configs_and_cut_none(
     words = set(result.stdout.split())
     for entry in race.entries:
         assert set(entry.config.split()) <= words, entry.config
+
+
+def test_the_time_limit_counts_from_the_commands_start(
+    env: tuple[str, FakeBurst], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `autotune search --timeout 16s` ended 17-19 s after the shell started it: the clock
+    # started after Python's start-up and the imports, 1-3 s on a 2-core CPU.
+    import time
+
+    from autotune.cli._common import process_started, state
+
+    model, _ = env
+    base = ["--model", model, "--budget", "1GB", "--trials", "2", "--steps", "3", "--json"]
+    monkeypatch.setattr(state, "started", time.monotonic() - 30.0)  # as main() sets it
+    long_ago = invoke(*base, "--output", "a.yaml")
+    assert long_ago.exit_code == 0, long_ago.output
+    assert json.loads(long_ago.stdout)["wall_s"] >= 30.0
+    monkeypatch.setattr(state, "started", None)  # inside another program: from the call
+    now = invoke(*base, "--output", "b.yaml", "--study", "other")
+    assert now.exit_code == 0, now.output
+    assert json.loads(now.stdout)["wall_s"] < 30.0
+    # this process's start, at most the given seconds ago
+    assert time.monotonic() - 60.0 <= process_started() <= time.monotonic()
+    assert process_started(most_s=0.0) == pytest.approx(time.monotonic(), abs=0.5)
+
+
+def test_the_console_script_notes_its_process_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune.cli.main as cli_main
+    from autotune.cli._common import state
+
+    monkeypatch.setattr(state, "started", None)
+    monkeypatch.setattr(cli_main, "app", lambda prog_name: None)
+    monkeypatch.setattr(cli_main, "process_started", lambda: 123.0)
+    cli_main.main()
+    assert state.started == 123.0
