@@ -17,9 +17,10 @@ policy):
    (micro-batch, accumulation and ZeRO stage). CUDA only: on a CPU its row says "needs
    CUDA". The code path is written but has not run on a GPU yet.
 5. **autotune**: ``autotune search --model M --budget B --device D --timeout T --output P``.
-6. **autotune-2x**: the same search with ``--timeout`` twice the fastest peer's time to
-   answer (rounded up to whole seconds): what autotune answers in the time the issue's
-   target allows it (``--no-short-search`` leaves it out).
+6. **autotune-2x**: the same search with the ``--timeout`` that ends its whole command
+   within twice the fastest peer's time to answer (the limit counts from the command's
+   start, and a search may run 10% past it: ``twice_the_fastest``): what autotune answers
+   in the time the issue's target allows it (``--no-short-search`` leaves it out).
 
 Each tool runs in its own process, in a session of its own (``benchmarks/_peer_driver.py``
 wraps the autotune ``ModelSpec`` as the library expects), under the budget as autotune's
@@ -76,6 +77,7 @@ from _common import (
 
 from autotune.burst.process import kill_group, reap_tree
 from autotune.engine.memory import ProcessTreeSampler
+from autotune.study.state import OVERRUN_SHARE
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -401,13 +403,17 @@ def _search_answer(name: str, outcome: ProcessOutcome, folder: Path, preset: Pat
 
 
 def twice_the_fastest(runs: Sequence[PeerRun]) -> tuple[str, PeerRun] | None:
-    """``--timeout`` twice the fastest answering peer's time (whole seconds, rounded up)
-    and that peer; None when no peer answered."""
+    """The ``--timeout`` whose whole command ends within twice the fastest answering
+    peer's time, and that peer; None when no peer answered. The limit counts from the
+    command's start, and a search may run ``OVERRUN_SHARE`` past it (killing a cut burst,
+    writing the preset): twice the peer's time less that share, in tenths of a second
+    rounded down."""
     answered = [r for r in runs if r.peer in PEERS and r.status == "ok" and r.wall_s]
     if not answered:
         return None
     fastest = min(answered, key=lambda r: r.wall_s or 0.0)
-    return f"{math.ceil(2 * (fastest.wall_s or 0.0))}s", fastest
+    limit = 2 * (fastest.wall_s or 0.0) / (1 + OVERRUN_SHARE)
+    return f"{math.floor(10 * limit) / 10:g}s", fastest
 
 
 def run_short_search(task: Task, runs: Sequence[PeerRun]) -> PeerRun:
@@ -418,8 +424,9 @@ def run_short_search(task: Task, runs: Sequence[PeerRun]) -> PeerRun:
         return PeerRun(peer=name, status="skipped", reason="no peer answered: no time to match")
     timeout, fastest = limit
     run = run_autotune(task, None, name=name, timeout=timeout)
-    why = f"--timeout {timeout}, twice the fastest peer's time ({fastest.peer}, "
-    run.reason = why + f"{fmt_seconds(fastest.wall_s)})" + (f"; {run.reason}" if run.reason else "")
+    why = f"--timeout {timeout}: the command within twice the fastest peer's time "
+    why += f"({fastest.peer}, {fmt_seconds(fastest.wall_s)})"
+    run.reason = why + (f"; {run.reason}" if run.reason else "")
     return run
 
 

@@ -269,7 +269,8 @@ def test_the_short_search_gets_twice_the_fastest_answering_peers_time(tmp_path: 
         vs.PeerRun(peer="autotune", status="ok", wall_s=1.0, micro_batch=8, grad_accum=4),
     ]
     limit = vs.twice_the_fastest(runs)
-    assert limit is not None and limit[0] == "13s" and limit[1].peer == "accelerate"
+    # 12.42 s less the 10% a search may run past its limit: 11.29 s, rounded down
+    assert limit is not None and limit[0] == "11.2s" and limit[1].peer == "accelerate"
     assert vs.twice_the_fastest(runs[:1] + runs[3:]) is None  # autotune is not a peer
     skipped = vs.run_short_search(None, runs[:1])  # type: ignore[arg-type]
     assert skipped.status == "skipped" and "no peer answered" in skipped.reason
