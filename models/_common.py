@@ -101,7 +101,8 @@ ATTENTION_KNOB = Knob(
     default="sdpa",
     help="attention kernel: fused SDPA, or eager matmul-softmax-matmul (same math; eager "
     "keeps the TxT map, and is faster for small heads in bf16 on some CPUs)",
-    # bf16 without compile on the 2-core Xeon (AMX): mu 32x1 eager 1.50x SDPA (BENCHMARKS.md)
+    # bf16, no compile, 32x1 on the 2-core Xeon (AMX): mu ran 1.51x SDPA with eager, gpt-small
+    # 1.01x (BENCHMARKS.md, "the quick start")
     quick_cpu="eager",
 )
 
@@ -130,8 +131,8 @@ LOSS_KNOB = Knob(
     "cross-entropy a chunk of tokens at a time (same math; holds one chunk's logits, "
     "which matters at a large vocabulary)",
     refine_late=True,  # compiled, it ran 0.91-0.94x the full loss (BENCHMARKS.md)
-    # bf16 without compile on the 2-core Xeon (AMX), 32x1 with eager attention: mu 1.19x,
-    # gpt-small about 1.9x the full loss (BENCHMARKS.md, "the quick start")
+    # bf16, no compile, 32x1 on the 2-core Xeon (AMX): mu ran 1.18x, gpt-small 1.61x the full
+    # loss (BENCHMARKS.md, "the quick start")
     quick_cpu="chunked",
 )
 

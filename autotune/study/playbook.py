@@ -21,7 +21,9 @@ the race says by how much.
   - the micro-batch: on CUDA the largest one the memory model predicts to fit (the whole
     global batch when it knows nothing yet); on a CPU the guide's hand-tuned micro-batch,
     else a quarter of the global batch (a CPU gains little from a larger batch and pays in
-    cache misses: MU at 32 x 1 measured 0.71x of 4 x 8 on the 2-core Xeon);
+    cache misses: MU at 32 x 1 measured 0.71x of 4 x 8 on the 2-core Xeon; in bf16 without
+    compile, though, 32 x 1 ran 1.14x (mu) and 1.19x (gpt-small) of 8 x 4 there, and
+    ``quick_start`` takes the whole batch);
   - on CUDA two DataLoader workers with pinned memory, none on a CPU (the workers would
     take the cores the step runs on);
   - on CUDA fused AdamW (one kernel for the whole update), and for a convolutional model
@@ -280,11 +282,11 @@ def quick_start(
     before naive: the playbook's precision without compile (a first compile takes 18-66 s
     on a 2-core CPU, more than such a limit leaves), at the largest micro-batch predicted
     to fit (without compile the step's per-operation overhead decides, and the whole
-    global batch at once spreads it widest: mu in bf16 on the 2-core Xeon ran 32x1 1.2x
-    8x4 and 1.4x 4x8, gpt-small 1.4x and 1.6x), and on a CPU in bf16 each model knob at
-    its ``quick_cpu`` value (eager attention, the chunked loss) where the space holds it.
-    A peer's batch finder answers such a limit with the global batch in fp32: this start
-    is what autotune measures in the same time (BENCHMARKS.md, "the quick start")."""
+    global batch at once spreads it widest: in bf16 on the 2-core Xeon 32x1 ran 1.14x
+    (mu) and 1.19x (gpt-small) 8x4), and on a CPU in bf16 each model knob at its
+    ``quick_cpu`` value (eager attention, the chunked loss) where the space holds it. A
+    peer's batch finder answers such a limit with the global batch in fp32; this start ran
+    1.68x (mu) and 2.51x (gpt-small) that (BENCHMARKS.md, "the quick start")."""
     config = playbook_config(space, spec, memory=memory).replace(compile="off")
     values = space.values_of(config)
     values["micro_batch"] = _largest_predicted(space, spec, values, memory)
