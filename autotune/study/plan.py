@@ -116,7 +116,7 @@ class Planner:
         ):
             shown = summarize_config(config.to_dict(), state.spec.size_name)
             state.note(
-                f"a time limit of {limit:.0f} s leaves no time for a first compile: the quick "
+                f"a time limit of {limit:g} s leaves no time for a first compile: the quick "
                 f"start ({shown}) runs first, then naive"
             )
 

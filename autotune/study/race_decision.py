@@ -311,14 +311,15 @@ def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> 
     return (
         f"the time limit ({_minutes(limit)}) left time to measure only the naive config"
         + (f" (the others: {why})" if why else "")
-        + f"; a limit of about {_minutes(max(needed, limit + burst))} would measure the "
+        + f"; a limit of about {_minutes(math.ceil(max(needed, limit + burst)))} would measure the "
         "expert start and race it"
     )
 
 
 def _minutes(seconds: float) -> str:
-    """A time limit as ``--timeout`` takes it: whole minutes, or seconds under two."""
-    return f"{seconds:.0f} s" if seconds < 120 else f"{math.ceil(seconds / 60)} min"
+    """A time limit as ``--timeout`` takes it: whole minutes, or seconds under two (a
+    tenth of a second where it has one: ``--timeout 11.7s``)."""
+    return f"{round(seconds, 1):g} s" if seconds < 120 else f"{math.ceil(seconds / 60)} min"
 
 
 def edge(entrant: Entrant, budget: int) -> str:

@@ -303,16 +303,16 @@ class SearchState:
         if time_left is not None and time_left <= 0:
             if self.time_left():
                 return (
-                    f"the time limit ({self.limits.time_limit_s:.0f} s) leaves what the "
+                    f"the time limit ({self.limits.time_limit_s:g} s) leaves what the "
                     f"finalist race needs ({self.reserve():.0f} s)"
                 )
-            return f"reached the time limit ({self.limits.time_limit_s:.0f} s)"
+            return f"reached the time limit ({self.limits.time_limit_s:g} s)"
         if time_left is not None:
             walls = [r.wall_s for r in self.records.values() if r.ran and r.wall_s and r.feasible]
             typical = statistics.median(walls) if walls else 0.0
             if time_left < typical and not (next_fits is not None and next_fits()):
                 return (
-                    f"the time limit ({self.limits.time_limit_s:.0f} s) leaves {time_left:.0f} s, "
+                    f"the time limit ({self.limits.time_limit_s:g} s) leaves {time_left:.0f} s, "
                     f"less than a typical burst ({typical:.0f} s)"
                 )
         if len(self.by_key) >= self.space.size():

@@ -242,3 +242,15 @@ def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
     assert "after its quick start; a longer --timeout measures it" in reason
     assert _naive_not_run(state(None)) == "the naive config did not run"
     assert _naive_not_run(state(16.0, naive=object())) == ""  # it ran: reported as it ended
+
+
+def test_a_time_limit_is_shown_as_given() -> None:
+    # `--timeout 11.7s` was shown as "the time limit (12 s)"
+    from autotune.study.race_decision import _minutes
+
+    assert [_minutes(s) for s in (11.7, 16.0, 13.25, 600.0)] == [
+        "11.7 s",
+        "16 s",
+        "13.2 s",
+        "10 min",
+    ]
