@@ -145,6 +145,23 @@ def role(result: SearchResult, name: str) -> TrialRecord:
     return trial
 
 
+def test_the_quick_start_like_naive_is_held_only_to_the_deadline(tmp_path: Path) -> None:
+    # mu with --timeout 4s: its quick start, the first trial, was capped at the time left
+    # for trials and stopped after 2 s, and the search measured nothing
+    timeouts: dict[int, float] = {}
+
+    class Recording(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if kw.get("on_step") is not None:
+                timeouts.setdefault(config.micro_batch, kw["timeout_s"])
+            return super().__call__(spec, config, **kw)
+
+    result = run(tmp_path, Recording(), budget="4GB", trials=3, timeout="100s", output=None)
+    assert [t.role for t in result.trials[:2]] == ["quick-start", "naive"]
+    assert timeouts[32] > 100.0  # the limit plus its 5%, less the set-up: the deadline's
+    assert timeouts[1] > 100.0
+
+
 def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
     class SlowSteps(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
