@@ -28,12 +28,13 @@ from _common import command_line, hardware_lines, load_average, run_rounds_then_
 from model_knobs import Cell, measure, table
 
 from autotune.config.train_config import TrainConfig
+from autotune.contract.spec import ModelSpec
 from autotune.core.errors import AutotuneError
 from autotune.core.units import parse_budget
 from autotune.machine.caps import DeviceCaps
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
-from autotune.study.playbook import CPU_MICRO_BATCH_SHARE, quick_start
+from autotune.study.playbook import CPU_MICRO_BATCH_SHARE, naive_config, quick_start
 from autotune.study.records import summarize_config
 from autotune.study.space import SearchSpace
 
@@ -49,7 +50,7 @@ def variants(model: str, caps: DeviceCaps, cpu_count: int) -> dict[str, TrainCon
     quick = quick_start(space, spec)
     defaults = {k.name: k.default for k in spec.knobs}
     out = {
-        "the finders' pick": space.naive().replace(micro_batch=space.global_batch, grad_accum=1),
+        "the finders' pick": finders_pick(spec, space.global_batch, quick.seq_len),
         "quick start": quick,
     }
     for name, value in quick.knobs.items():
@@ -65,6 +66,14 @@ def variants(model: str, caps: DeviceCaps, cpu_count: int) -> dict[str, TrainCon
             micro_batch=micro, grad_accum=space.global_batch // micro
         )
     return out
+
+
+def finders_pick(spec: ModelSpec, global_batch: int, seq_len: int) -> TrainConfig:
+    """The global batch at once as autotune's bench runs a finder's pick (``vs_peers.py``'s
+    ``pick_config``): the naive config, fp32 with every knob at its default."""
+    base = naive_config(spec, global_batch=global_batch, seq_len=seq_len).config
+    assert base is not None  # naive_config always gives one
+    return base.replace(micro_batch=global_batch, grad_accum=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in hardware_lines(profile, caps.device):
         print(f"- {line}")
     for model, named in configs.items():
+        size_name = load_model(model).size_name
         for label, config in named.items():
-            shown = summarize_config(config.to_dict(), load_model(model).size_name)
+            shown = summarize_config(config.to_dict(), size_name)
             print(f"- {model} {label}: {shown}")
     print(f"- load average at start: {load_average()}", flush=True)
     cells: dict[tuple[str, str], list[Cell]] = {
