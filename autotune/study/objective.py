@@ -59,6 +59,7 @@ from autotune.study.cores_left import run_on_cores_left, threads_for_burst
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
+from autotune.study.state import DEADLINE
 from autotune.study.trial_cost import held_to_time, will_not_finish
 
 if TYPE_CHECKING:
@@ -102,6 +103,12 @@ TRIAL_STABLE_WITHIN = 0.05
 # 500), one step in this many is reported to the pruner: each report is a write to the
 # study's storage (500 took 0.6-5.9 s of the search process's time).
 REPORT_EVERY_PAST_ASKED = 10
+# How the time limit stopped a burst: a trial's is held to the time left for trials, naive's
+# and the quick start's only to the deadline (``_timeout``)
+TRIALS_TIME_RAN_OUT = (
+    "the time left for trials (the limit less the race's share) ran out during its burst"
+)
+DEADLINE_CAME = f"{DEADLINE} came during its burst"
 
 # A burst function has run_burst's signature (tests pass fakes).
 BurstFn = Callable[..., "BurstResult"]
@@ -191,7 +198,7 @@ class TrialObjective:
     planner: Planner
     bursts: BurstRunner
     goal: Goal
-    cut_by_time: bool = False  # the running burst was stopped by the time limit
+    cut_by_time: str = ""  # how the time limit stopped the running burst ("": it did not)
     cut_compile: str = ""  # why the running burst was stopped while compiling, if it was
     workers: Workers | None = None  # the other workers of a shared study (None: alone)
     _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
@@ -251,11 +258,11 @@ class TrialObjective:
         with _stop_recorded(trial, "before its burst ran"):
             threads = threads_for_burst(self.state)  # may wait a moment to see a load stay
         t0 = time.monotonic()
-        self.cut_by_time, self.cut_compile = False, ""
+        self.cut_by_time, self.cut_compile = "", ""
         timeout_s, capped = self._timeout(exempt=exempt)
         compile_cap, cap_share = self._compile_cap(config)
         if compile_cap is not None and compile_cap < timeout_s:
-            timeout_s, capped = compile_cap, False
+            timeout_s, capped = compile_cap, ""
         watch = self.state.watch
         burst = watch.burst() if watch is not None else contextlib.nullcontext()
         with _stop_recorded(trial, "while its burst ran", started=t0), burst:
@@ -271,7 +278,7 @@ class TrialObjective:
                 stable_within=TRIAL_STABLE_WITHIN,
             )
         if capped and result.status == "timeout":
-            self.cut_by_time = True
+            self.cut_by_time = capped
             result = replace(result, status="pruned")
         elif compile_cap is not None and timeout_s == compile_cap and result.status == "timeout":
             self.cut_compile = self._cut_at_the_compile_cap(
@@ -316,7 +323,7 @@ class TrialObjective:
             if exempt:
                 return True
             if self.state.time_for_trials() == 0.0:  # the trials' time ran out during it
-                self.cut_by_time = True
+                self.cut_by_time = TRIALS_TIME_RAN_OUT
                 return False
             if index >= asked and (index - asked) % REPORT_EVERY_PAST_ASKED:
                 return True  # a CUDA burst's extra short steps: every tenth is reported
@@ -329,22 +336,21 @@ class TrialObjective:
 
         return on_step
 
-    def _timeout(self, *, exempt: bool) -> tuple[float, bool]:
-        """The burst's timeout, and whether the time limit capped it. A trial may not eat the time
-        the finalist race needs: its timeout is at most the time left for trials (the time left less
-        the race's reserve; pointer-gen's compile took a default search's whole limit), and running
-        out of it is "stopped", not a failure. Naive and the quick start (``exempt``) are held only
-        to the deadline (``SearchState.burst_timeout``): naive's burst can outlast the limit on a
-        loaded machine, and the quick start runs with nothing measured (capped, mu's stopped
-        after 2 s of a 4 s limit)."""
+    def _timeout(self, *, exempt: bool) -> tuple[float, str]:
+        """The burst's timeout, and how the time limit capped it ("": it did not). A trial
+        may not eat the race's time: its timeout is at most the time left for trials (pointer-
+        gen's compile took a search's whole limit), and running out of it is "stopped", not a
+        failure. Naive and the quick start (``exempt``) are held only to the deadline: naive's
+        burst can outlast the limit on a loaded machine, and the quick start runs with nothing
+        measured (capped, mu's stopped after 2 s of a 4 s limit)."""
         timeout_s = self.bursts.timeout_s
         time_left = self.state.time_for_trials()
-        capped = not exempt and time_left is not None and time_left < timeout_s
-        if capped and time_left is not None:
-            timeout_s = max(time_left, MIN_CAPPED_BURST_S)
+        capped = ""
+        if not exempt and time_left is not None and time_left < timeout_s:
+            timeout_s, capped = max(time_left, MIN_CAPPED_BURST_S), TRIALS_TIME_RAN_OUT
         hard = self.state.burst_timeout(timeout_s)
         if hard is None or hard < timeout_s:
-            timeout_s, capped = max(hard or 0.0, MIN_CAPPED_BURST_S), True
+            timeout_s, capped = max(hard or 0.0, MIN_CAPPED_BURST_S), DEADLINE_CAME
         return timeout_s, capped
 
     def _cut_at_the_compile_cap(
@@ -461,15 +467,8 @@ class TrialObjective:
         seen: Sequence[float],
     ) -> NoReturn:
         """Store why a burst was stopped early, and tell Optuna the trial was pruned."""
-        if self.cut_compile:
-            reason = f"stopped: {self.cut_compile}"
-            set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
-            raise optuna.TrialPruned(reason)
-        if self.cut_by_time:
-            reason = (
-                "stopped: the time left for trials (the limit less the race's share) ran out "
-                "during its burst"
-            )
+        if self.cut_compile or self.cut_by_time:  # the time limit, not the config
+            reason = f"stopped: {self.cut_compile or self.cut_by_time}"
             set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
             raise optuna.TrialPruned(reason)
         best = self.state.best_throughput()

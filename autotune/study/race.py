@@ -74,7 +74,7 @@ from autotune.study.race_decision import (
 )
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import SearchEvent, TrialRecord, distinct_best
-from autotune.study.state import MIN_BURST_S, OVERRUN_SHARE
+from autotune.study.state import DEADLINE, MIN_BURST_S
 from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
 
 if TYPE_CHECKING:
@@ -342,10 +342,7 @@ def run_race(
         if load is not None and load.busy:
             notes.append(f"race round {done} ran while the machine was busy ({load.describe()})")
         if kinds[-1] == CUT_ROUND:
-            notes.append(
-                f"race: round {done} was cut at the search's deadline (the time limit plus "
-                f"{OVERRUN_SHARE / 2:.0%}); its figures are left out"
-            )
+            notes.append(f"race: round {done} was cut at {DEADLINE}; its figures are left out")
             break
         if kinds[-1] != MIXED:
             for message in _eliminate(state, entrants, round_):

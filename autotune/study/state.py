@@ -18,13 +18,21 @@ if TYPE_CHECKING:
     from autotune.study.space import SearchSpace
     from autotune.study.watch import MachineWatch
 
-__all__ = ["MAX_CONSECUTIVE_SKIPS", "MIN_BURST_S", "OVERRUN_SHARE", "Limits", "SearchState"]
+__all__ = [
+    "DEADLINE",
+    "MAX_CONSECUTIVE_SKIPS",
+    "MIN_BURST_S",
+    "OVERRUN_SHARE",
+    "Limits",
+    "SearchState",
+]
 
 MAX_CONSECUTIVE_SKIPS = 100  # the sampler keeps proposing known configs: it has converged
 # The time limit is the user's: a search ends within it plus this share of it, the race and
 # the preset included. Bursts and race rounds are held to half of that share; the other
 # half is for killing a cut burst's processes and writing the preset.
 OVERRUN_SHARE = 0.1
+DEADLINE = f"the search's deadline (the time limit plus {OVERRUN_SHARE / 2:.0%})"
 MIN_BURST_S = 1.0  # a burst with less time than this before the deadline is not started
 
 

@@ -162,6 +162,25 @@ def test_the_quick_start_like_naive_is_held_only_to_the_deadline(tmp_path: Path)
     assert timeouts[1] > 100.0
 
 
+def test_an_exempt_burst_cut_at_the_deadline_says_the_deadline_cut_it(tmp_path: Path) -> None:
+    # the quick start is held only to the deadline: its reason named "the time left for
+    # trials", a cap it was never held to
+    from autotune.study.state import DEADLINE
+
+    class CutQuickStart(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            if kw.get("on_step") is not None and config.micro_batch == 32:
+                self.calls.append(config)
+                return BurstResult(status="timeout", reason="timed out")
+            return super().__call__(spec, config, **kw)
+
+    result = run(tmp_path, CutQuickStart(), budget="4GB", trials=3, timeout="60s", output=None)
+    quick = role(result, "quick-start")
+    assert quick.status == "stopped" and quick.state == "PRUNED"
+    assert quick.reason == f"stopped: {DEADLINE} came during its burst"
+    assert "time left for trials" not in quick.reason
+
+
 def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
     class SlowSteps(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
