@@ -156,13 +156,17 @@ def _top_table(result: SearchResult) -> Table:
 
 def _race_table(result: SearchResult) -> Table:
     """The finalist race: each config's median over the paired rounds, its spread, its
-    ratio to naive (paired) and every round's figure."""
+    ratio to naive (paired) and every round's figure. Where no round counts, a config that
+    stands on its quiet trial shows that trial's figure, as the best line does."""
     from rich.markup import escape
     from rich.table import Table
 
     race = result.race
     assert race is not None
-    table = Table(title=f"Finalist race ({race.rounds} interleaved rounds)", title_justify="left")
+    title = f"Finalist race ({race.rounds} interleaved round{'s' if race.rounds != 1 else ''}"
+    if not race.paired:  # the deadline cut every round, or load came or went in each
+        title += "; none counts, see the notes"
+    table = Table(title=title + ")", title_justify="left")
     # The config (its label, then its whole summary below it) takes the width the figures
     # leave, and folds rather than cuts: in 80 columns a cut summary ("block_group…") hid
     # what told the winner from the runner-up.
@@ -173,12 +177,15 @@ def _race_table(result: SearchResult) -> Table:
         ratio = race.ratio_to_naive(e)
         label = e.label + (" [bold]winner[/]" if e is race.winner else "")
         rounds = " ".join(_fmt_tp(t) if t else "-" for t in e.throughputs)
+        median, spread = _fmt_tp(e.median), f"{e.spread:.1%}" if e.spread is not None else "-"
+        if e.stand_in is not None:
+            median, spread = f"{_fmt_tp(e.record.throughput)} (trial)", "-"
         table.add_row(
             f"{label}\n[dim]{escape(e.record.summary())}[/]"
             + (f" [red]({escape(e.problem)})[/]" if e.problem else "")
             + (f" [dim]({escape(e.eliminated)})[/]" if e.eliminated else ""),
-            _fmt_tp(e.median),
-            f"{e.spread:.1%}" if e.spread is not None else "-",
+            median,
+            spread,
             f"{ratio.estimate:.2f}x" if ratio is not None else "-",
             rounds,
         )

@@ -29,7 +29,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
-from autotune.preset.figures import qualified
 from autotune.study.race_records import NO_RATIO, Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import memory_model_note
 
@@ -122,10 +121,8 @@ def decide(
         notes.append(memory)
     runner_up = _runner_up(entrants, winner)
     naive = next((e for e in entrants if "naive" in e.roles), None)
+    # (why a speedup is not measured is said with the figure, by every view of it: not a note)
     speedup, margin, reason = _figures(state, entrants, winner, runner_up, basis)
-    if reason:
-        figure = None if speedup is None else speedup.estimate
-        notes.append(f"race: speedup over naive {qualified(figure, reason=reason)}")
     return RaceResult(
         rounds=rounds,
         unit=state.unit,

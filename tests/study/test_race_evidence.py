@@ -89,6 +89,28 @@ def test_without_a_quiet_round_the_quiet_trials_decide_and_say_so(tmp_path: Path
     assert preset.race.speedup_reason == race.speedup_reason
 
 
+def test_the_printed_outcome_gives_the_reason_once_and_no_median_of_rounds_left_out(
+    tmp_path: Path,
+) -> None:
+    # mu under a 30 s limit: "not measured (no race round was quiet; ...)" was printed
+    # twice, and the race table gave the winner a median of a round left out
+    from rich.console import Console
+
+    from autotune.cli.search_view import render_result
+
+    burst = BusyRace()
+    result = run(tmp_path, burst, trials=5, watch=burst.watch)
+    race = result.race
+    assert race is not None and result.best is not None and race.speedup_reason
+    console = Console(record=True, width=400)
+    render_result(result, console)
+    text = console.export_text()
+    assert text.count(race.speedup_reason) == 1
+    assert "none counts, see the notes" in text
+    line = next(row for row in text.splitlines() if f"#{result.best.number} " in row)
+    assert f"{result.best.throughput:,.0f} (trial)" in line
+
+
 def test_busy_rounds_never_crown_a_config_its_quiet_trial_found_slower(tmp_path: Path) -> None:
     # The tester's case: naive quiet at 2,814 tokens/s, the loaded race gave it 327, and
     # a config slower than naive in its quiet trial was crowned at 10.18x.
