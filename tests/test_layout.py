@@ -1,4 +1,4 @@
-"""The package's shape, checked from its source: no import cycle, no module over 600 lines,
+"""The package's shape, checked from its source: no import cycle, no module over 800 lines,
 no function over 80, every stage folder saying in one line what it owns.
 
 Run alone with ``python -m pytest tests/test_layout.py``; it reads files and imports nothing.
@@ -14,7 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "autotune"
-MAX_MODULE_LINES = 600
+# A module's length is a smell to look at, not a rule to fit: at 600 six modules sat at
+# 590-600 lines and were split by size, not by concept. 800 is where a module is looked at.
+MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80
 
 
@@ -126,7 +128,7 @@ def test_no_import_cycle_at_run_time() -> None:
     )
 
 
-def test_no_module_over_600_lines() -> None:
+def test_no_module_over_800_lines() -> None:
     long = {
         str(path.relative_to(ROOT)): n
         for path in _modules().values()

@@ -115,6 +115,8 @@ def render_result(result: SearchResult, console: Console) -> None:
         f"pruned, {counts['failed']} failed, {counts['duplicates']} repeats; "
         f"{_fmt_s(result.wall_s)}; study {escape(result.study_name)!s} in {escape(result.storage)}"
     )
+    if result.ledger is not None:
+        console.print(escape(result.ledger.line()))
     console.print(_top_table(result))
     if result.race is not None:
         console.print(_race_table(result))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +26,7 @@ from autotune.core.errors import BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
+from autotune.study.ledger import ledger_of
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
 from autotune.study.opening import (
     default_storage,
@@ -164,12 +165,21 @@ def search(
         ):
             explain = _naive_explainer(state, bursts) if output.profile else None
             planner = Planner(state=state, caps=caps, explain=explain)
+            before = set(state.records)  # a resumed study's trials: not this search's time
             result, found = run.trials_and_race(planner, study, notes)
+            writing = time.monotonic()
             if output.output is not None and found is not None:
                 out = Path(output.output)
                 path = write_preset(result, found, spec=spec, hardware=hardware, path=out)
                 result = replace(result, preset_path=str(path))
-            return result
+            ledger = ledger_of(
+                (r for n, r in state.records.items() if n not in before),
+                total_s=time.monotonic() - started,
+                trials_s=run.phases.get("trials", 0.0),
+                race_s=run.phases.get("race", 0.0),
+                writing_s=time.monotonic() - writing,
+            )
+            return replace(result, ledger=ledger, wall_s=ledger.total_s)
 
 
 def _record(name: str, value: _O | None, kind: type[_O]) -> _O:
@@ -197,6 +207,7 @@ class _Run:
     bursts: BurstRunner
     race: _Race
     started: float
+    phases: dict[str, float] = field(default_factory=dict)  # the trials' and the race's wall
 
     def trials_and_race(
         self, planner: Planner, options: SearchStudy, notes: Sequence[str]
@@ -211,8 +222,10 @@ class _Run:
         measure = TrialObjective(
             state=state, planner=planner, bursts=self.bursts, goal=self.goal, workers=workers
         )
+        trials_started = time.monotonic()
         if not options.finish:
             _optimize(study, planner, measure, options.warm_start, self.storage)
+        self.phases["trials"] = time.monotonic() - trials_started
         if workers is not None:
             holder = _finisher(workers, planner, finish=options.finish)
             if holder != workers.owner:
@@ -220,7 +233,9 @@ class _Run:
                 return _worker_result(
                     state, self.goal, study=study, storage=self.storage, started=self.started
                 ), None
+        race_started = time.monotonic()
         found = self.race.run(state, self.bursts, planner.expert(), score=measure.score)
+        self.phases["race"] = time.monotonic() - race_started
         result = _result(
             state,
             self.goal,

@@ -548,6 +548,9 @@ def _figures(result: BurstResult, throughput: float | None, *, wall_s: float) ->
     return {
         "ran": True,
         "wall_s": result.wall_s if result.wall_s is not None else wall_s,
+        "overhead_s": result.overhead_s,
+        "warmup_s": result.warmup_s,
+        "timed_s": sum(result.step_times_s) if result.step_times_s else None,
         "peak_memory_bytes": result.peak_memory_bytes,
         "cuda_context_bytes": result.cuda_context_bytes,
         "tokens_per_s": result.tokens_per_s,

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.burst.result import BurstResult
+    from autotune.study.ledger import TimeLedger
     from autotune.study.race import RaceResult
 
 __all__ = [
@@ -65,6 +66,12 @@ class TrialRecord:
     ran: bool = False  # whether a burst ran for this trial
     duplicate_of: int | None = None
     wall_s: float | None = None
+    # where the burst's wall time went (the search's time ledger): process start, imports,
+    # model build and data set-up; the warm-up steps (their compile included); the timed
+    # steps. None for a trial recorded by an older autotune, or that ran no burst
+    overhead_s: float | None = None
+    warmup_s: float | None = None
+    timed_s: float | None = None
     disturbed: str = ""  # why its measurement is suspect (outside load, erratic steps)
     cores_left: int | None = None  # it ran on the cores outside load left it (None: all)
     # the search's --burst-timeout when its burst ran (None: no burst, or an older autotune
@@ -145,6 +152,9 @@ class TrialRecord:
             ran=bool(attrs.get("ran", False)),
             duplicate_of=attrs.get("duplicate_of"),
             wall_s=attrs.get("wall_s"),
+            overhead_s=attrs.get("overhead_s"),
+            warmup_s=attrs.get("warmup_s"),
+            timed_s=attrs.get("timed_s"),
             disturbed=str(attrs.get("disturbed") or ""),
             cores_left=attrs.get("cores_left"),
             burst_timeout_s=attrs.get("burst_timeout_s"),
@@ -234,6 +244,7 @@ class SearchResult:
     stopped: str  # why the search stopped
     race: RaceResult | None = None  # the finalist race that chose ``best``
     notes: tuple[str, ...] = ()
+    ledger: TimeLedger | None = None  # where the search's time went
 
     @property
     def best_config(self) -> TrainConfig | None:
@@ -287,6 +298,7 @@ class SearchResult:
             "stopped": self.stopped,
             "race": None if self.race is None else self.race.to_dict(),
             "notes": list(self.notes),
+            "ledger": None if self.ledger is None else self.ledger.to_dict(),
         }
 
 
