@@ -311,7 +311,13 @@ def test_step_figures_compile_and_mfu_peak_choice() -> None:
     )
     assert figures["step_time_median_s"] == 0.2
     assert figures["samples_per_s"] == pytest.approx(8 / 0.2)  # global batch of 8
-    assert figures["compile_s"] == pytest.approx(5.0 - 0.2)
+    # the first warm-up step ran one micro-batch of the step's two: its compile is its
+    # excess over half a timed step
+    assert figures["compile_s"] == pytest.approx(5.0 - 0.2 / 2)
+    no_warmup = step_figures(
+        spec=spec, config=config, step_times=[5.0, 0.2, 0.1], warmup_times=[], caps=CPU_CAPS
+    )
+    assert no_warmup["compile_s"] == pytest.approx(5.0 - 0.2)  # a whole first step
     assert figures["warmup_s"] == pytest.approx(5.4)
     fp32 = figures["mfu"]
     bf16 = step_figures(

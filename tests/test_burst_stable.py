@@ -111,3 +111,26 @@ def test_should_stop_waits_for_a_compiled_configs_first_step() -> None:
         )
         assert result.status == "pruned" and result.reason.startswith("outside load arrived")
         assert (result.warmup_s is not None) is stepped, config.compile
+
+
+def test_the_first_warm_up_step_runs_one_micro_batch() -> None:
+    # The first warm-up pays the one-time work; a whole step's other micro-batches would
+    # only repeat what the timed steps measure. The later warm-ups and the timed steps are
+    # whole steps.
+    import itertools
+
+    from autotune.burst.result import FIRST_WARMUP_MICRO_BATCHES
+
+    sizes: list[int] = []
+
+    def step(micro: list[dict[str, torch.Tensor]]) -> StepOut:
+        sizes.append(len(micro))
+        return StepOut()
+
+    stepper = SimpleNamespace(device=torch.device("cpu"), step=step)
+    trial = trial_module.Trial({}, RecordingChannel())  # type: ignore[arg-type]
+    config = TrainConfig(micro_batch=1, grad_accum=4, seq_len=8)
+    batches = itertools.repeat({"x": torch.zeros(1, 8)})
+    failed = trial._timed_steps(stepper, batches, config, warmup=2, steps=2)  # type: ignore[arg-type]
+    assert failed is None
+    assert sizes == [FIRST_WARMUP_MICRO_BATCHES, 4, 4, 4] and FIRST_WARMUP_MICRO_BATCHES == 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
 from autotune.burst.request import load_spec
-from autotune.burst.result import Minimum, steps_stable
+from autotune.burst.result import FIRST_WARMUP_MICRO_BATCHES, Minimum, steps_stable
 from autotune.core.errors import describe_exception
 
 if TYPE_CHECKING:
@@ -239,12 +239,15 @@ class Trial:
 
         device = stepper.device
 
-        def one_step() -> Any:
+        def one_step(micro_batches: int = config.grad_accum) -> Any:
             micro = [
                 to_device(next(batches), device, non_blocking=config.pin_memory)
-                for _ in range(config.grad_accum)
+                for _ in range(micro_batches)
             ]
             return stepper.step(micro)
+
+        def first_step() -> Any:  # the first warm-up: one-time work, not a whole step
+            return one_step(min(FIRST_WARMUP_MICRO_BATCHES, config.grad_accum))
 
         compiled = config.compile != "off"
         minimum = minimum or Minimum()
@@ -262,7 +265,8 @@ class Trial:
             if index >= total:  # past the count: the phase's minimum time is not spent yet
                 least = minimum.warmup_s if is_warmup else minimum.timed_s
                 self.stage = f"{phase} step {index + 1} (at least {least:g} s of them)"
-            seconds, out = timed_step(one_step, device)
+            first = is_warmup and not warm
+            seconds, out = timed_step(first_step if first else one_step, device)
             (warm if is_warmup else timed).append(seconds)
             loss = out.loss_value()
             self.channel.send(
