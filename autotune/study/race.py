@@ -46,9 +46,11 @@ half of ``OVERRUN_SHARE`` of it): a burst with no time left is not started, one 
 timeout the deadline capped and that ran out is cut, and a round the deadline cut is left
 out; a round that would end past the deadline is not started (the first round always
 starts: it is the eval and checkpoint check), or runs with the leader and naive alone
-when those two fit. The time the entrants that left the race no
-longer take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each
-only if it ends within the limit): more paired rounds, a narrower interval.
+when those two fit. The race stops once it is decided (``race_decision.decided``: after
+the planned rounds, the leader's paired interval over every other entrant still in, naive
+included, clears 1); while it is not, the time the entrants that left the race no longer
+take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each only if it
+ends within the limit): more paired rounds, a narrower interval.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from autotune.study.race_decision import (
     QUIET,
     count_rounds,
     decide,
+    decided,
     edge,
     nothing_ran,
 )
@@ -107,8 +110,10 @@ HIT = "hit"  # a race burst on every core that outside load reached while it ran
 DEFAULT_ROUNDS = 2
 EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, within the limit
 # Where steps are slow a race burst times fewer of them: about RACE_TIMED_S of timed steps,
-# never fewer than MIN_RACE_STEPS (a median of 3 steps still leaves out one odd step).
-RACE_TIMED_S = 20.0
+# never fewer than MIN_RACE_STEPS (a median of 3 steps still leaves out one odd step). The
+# rounds, not the steps within a burst, carry the race's evidence: a fourth step of mu's
+# 3-second steps added 9 s a round to a race that took 60% of a default search.
+RACE_TIMED_S = 10.0
 MIN_RACE_STEPS = 3
 # The trials' figures that forecast the race's contenders after its first round: CUT
 # (0.8 of a paired round's fastest) less the spread of trials measured minutes apart
@@ -272,11 +277,25 @@ def _burst_estimate(
     compile counted as the cache serves it, ``rest_s``) scaled by the race's steps over
     the trial's, and no more than its start-up plus the race's timed steps at its measured
     step time (``race_steps``: where steps are slow a race burst times fewer of them). A
-    trial whose steps were stable early is counted as if it had run all ``trial_steps``."""
+    trial whose steps were stable early is counted as if it had run all ``trial_steps``.
+
+    Where the trial recorded its parts (``overhead_s``, ``warmup_s``): the median start-up
+    of the search's bursts (the first burst of a search starts the zygote and the first
+    compiled one sets up the compile cache: mu's naive trial took 5.6 s to its first step,
+    its race bursts 0.3 s), the trial's warm-up less its compile plus a cached compile, and
+    the race's timed steps. From the trials' walls, mu's race was reserved 190 s and took
+    117 s, and the trials stopped with those 73 s unused."""
+    step = record.step_time_median_s
+    starts = [r.overhead_s for r in records if r.ran and r.overhead_s is not None]
+    if step and trial_steps and record.overhead_s is not None and record.warmup_s is not None:
+        warm = max(0.0, record.warmup_s - (record.compile_s or 0.0))
+        if record.compile_s:
+            warm += cached_compile_s(records)
+        timed = race_steps(step, round(trial_steps * steps_ratio)) * step
+        return statistics.median(starts) + warm + timed
     wall = record.wall_s or 0.0
     if record.compile_s:
         wall = max(0.0, rest_s(record, records)) + cached_compile_s(records)
-    step = record.step_time_median_s
     if not step or not trial_steps:
         return wall * steps_ratio
     if record.timed_steps and record.timed_steps < trial_steps:
@@ -322,6 +341,9 @@ def run_race(
     busy: list[bool] = []
     kinds: list[str] = []  # per round: quiet, capped N, mixed or cut (_round_kind)
     for round_ in range(rounds + EXTRA_ROUNDS):
+        if round_ >= rounds and decided(entrants, kinds, state.budget_bytes):
+            state.note(f"race: decided after {round_} rounds: the leader's interval clears")
+            break
         if round_ >= rounds and not _extra_round_fits(state, entrants):
             break
         if round_ >= 1 and _out_of_time(state, entrants):

@@ -35,7 +35,17 @@ from autotune.study.records import memory_model_note
 if TYPE_CHECKING:
     from autotune.study.state import SearchState
 
-__all__ = ["CUT", "CUT_ROUND", "MIXED", "QUIET", "count_rounds", "decide", "edge", "nothing_ran"]
+__all__ = [
+    "CUT",
+    "CUT_ROUND",
+    "MIXED",
+    "QUIET",
+    "count_rounds",
+    "decide",
+    "decided",
+    "edge",
+    "nothing_ran",
+]
 
 CUT = 0.8  # below this fraction of a fair round's fastest, an entrant leaves the race
 HINT_ROUNDS = 2  # the race's default rounds, for the time limit a naive-only search needs
@@ -187,6 +197,29 @@ def _quiet_trial(entrant: Entrant) -> float | None:
     if not record.feasible or record.disturbed or not record.value:
         return None
     return float(record.value)
+
+
+def decided(entrants: list[Entrant], kinds: list[str], budget: int) -> bool:
+    """Whether the rounds so far (``kinds``, one per round) decide the race: every round
+    measured alike (all quiet, or all on the same cores left by outside load), and the
+    leader (the best median, one with headroom before one at the edge) ahead of every
+    other entrant still in, naive included, with the whole interval of its paired ratio
+    above 1. More rounds would narrow intervals that already clear; a round that cannot
+    count, or an interval that still spans 1, needs another round."""
+    if len(kinds) < 2 or len(set(kinds)) != 1 or kinds[0] in (MIXED, CUT_ROUND):
+        return False
+    running = [e for e in entrants if not e.dropped and not e.problem and e.median]
+    roomy = [e for e in running if not edge(e, budget)]
+    leader = max(roomy or running, key=lambda e: e.median or 0.0, default=None)
+    if leader is None or len(running) < 2:
+        return False
+    for other in running:
+        if other is leader:
+            continue
+        ratio = paired_ratio(leader.throughputs, other.throughputs)
+        if ratio is None or not ratio.has_interval or ratio.low <= 1.0:
+            return False
+    return True
 
 
 def _ranked(entrants: list[Entrant], basis: str) -> list[Entrant]:

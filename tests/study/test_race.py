@@ -550,3 +550,85 @@ def test_a_round_cut_at_the_deadline_is_not_called_busy_nor_load() -> None:
     ]
     notes, kind = count_rounds(entrants(), [MIXED, CUT_ROUND])
     assert kind == "" and "no race round was measured alike" in notes[0]
+
+
+# -- a race that stops when it is decided ----------------------------------------------------
+
+
+def test_the_rounds_decide_once_the_leaders_intervals_clear_everyone_still_in() -> None:
+    from autotune.study.race_decision import CUT_ROUND, MIXED, QUIET, decided
+
+    leader = _entrant(3, [120.0, 118.0])
+    close = _entrant(1, [110.0, 112.0])
+    naive = _entrant(0, [60.0, 61.0], "naive")
+    assert decided([leader, close, naive], [QUIET, QUIET], 10**9)
+    # one round gives no interval; a round that cannot count decides nothing
+    one = [_entrant(3, [120.0]), _entrant(0, [60.0], "naive")]
+    assert not decided(one, [QUIET], 10**9)
+    for kinds in ([QUIET, MIXED], [MIXED, MIXED], [QUIET, CUT_ROUND], [QUIET, "capped 1"]):
+        assert not decided([leader, close, naive], kinds, 10**9), kinds
+    assert decided([leader, close, naive], ["capped 1", "capped 1"], 10**9)  # alike: counts
+    # an interval that still spans 1: the runner-up led one of the rounds
+    swapped = _entrant(1, [110.0, 125.0])
+    assert not decided([leader, swapped, naive], [QUIET, QUIET], 10**9)
+    # an entrant that left the race is not waited for
+    swapped.dropped = True
+    assert decided([leader, swapped, naive], [QUIET, QUIET], 10**9)
+
+
+def test_the_leader_at_the_edge_of_the_budget_does_not_decide_over_one_with_headroom() -> None:
+    from autotune.study.race_decision import QUIET, decided
+
+    edge = _entrant(3, [130.0, 131.0], edge="peak 95% of the budget")
+    roomy = _entrant(1, [110.0, 112.0])
+    naive = _entrant(0, [60.0, 61.0], "naive")
+    # the leader is the roomy config, and the edge config's interval over it is above 1
+    assert not decided([edge, roomy, naive], [QUIET, QUIET], 10**9)
+    roomy.throughputs = [140.0, 141.0]
+    assert decided([edge, roomy, naive], [QUIET, QUIET], 10**9)
+
+
+def test_a_decided_race_runs_no_extra_round_though_time_is_left(tmp_path: Path) -> None:
+    from autotune.study.race import DEFAULT_ROUNDS
+
+    # without OpenMP's spin, no two finalists of the fake run alike: the rounds decide
+    events: list[Any] = []
+    knobs = ["omp_spin=false"]
+    result = run(
+        tmp_path, FakeBurst(), trials=6, timeout="10m", knobs=knobs, progress=events.append
+    )
+    assert result.race is not None and result.race.rounds == DEFAULT_ROUNDS
+    said = [e.message for e in events if e.kind == "note"]
+    assert any(f"decided after {DEFAULT_ROUNDS} rounds" in m for m in said), said
+
+
+def test_the_reserve_counts_the_parts_a_trial_recorded() -> None:
+    # A trial that recorded its parts: the race burst is the search's median start-up, the
+    # trial's warm-up less its compile (plus a cached compile), and the race's steps. The
+    # search's first burst started the zygote (5 s), the others 0.3 s.
+    from autotune.study.race import _burst_estimate, race_steps
+    from autotune.study.trial_cost import cached_compile_s
+
+    def record(number: int, overhead: float, warmup: float, compile_s: float | None) -> TrialRecord:
+        return TrialRecord(
+            number=number,
+            state="COMPLETE",
+            status="ok",
+            ran=True,
+            wall_s=overhead + warmup + 8.0,
+            overhead_s=overhead,
+            warmup_s=warmup,
+            timed_s=8.0,
+            compile_s=compile_s,
+            step_time_median_s=4.0,
+            timed_steps=2,
+        )
+
+    naive, eager, compiled = record(0, 5.0, 1.0, None), record(1, 0.3, 1.0, None), None
+    compiled = record(2, 0.3, 51.0, 50.0)
+    records = [naive, eager, compiled]
+    steps = race_steps(4.0, 4) * 4.0
+    assert _burst_estimate(naive, 4, 1.0, records) == pytest.approx(0.3 + 1.0 + steps)
+    cached = cached_compile_s(records)
+    assert cached == pytest.approx(5.0)  # a tenth of the first compile
+    assert _burst_estimate(compiled, 4, 1.0, records) == pytest.approx(0.3 + 1.0 + cached + steps)
