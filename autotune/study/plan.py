@@ -46,6 +46,12 @@ __all__ = ["OUTDATED_MARGIN", "Planner"]
 # (2x in bf16 there) after a neighbour led by 12%.
 OUTDATED_MARGIN = 0.25
 
+# A compiled refinement whose eager twin ran below this share of the eager twin of the
+# config it refines is not compiled (``Planner.screen_compiles``): compile moves configs
+# apart by more than eager runs show (mu's eager attention: 1.48-1.54x with compile and
+# bf16), so the screen drops only what is clearly behind.
+SCREEN_KEEP = 0.85
+
 # The roles of the expert starts (``playbook.expert_starts``).
 EXPERT_ROLES = ("hand-tuned", "playbook")
 
@@ -75,6 +81,9 @@ class Planner:
     explain: Callable[[TrainConfig], ExplainVerdict | None] | None = None
     first_knobs: tuple[str, ...] = ()
     queued: list[TrainConfig] = field(default_factory=list)  # every config it queued
+    # compiled refinements waiting on their screen (``screen_compiles``): the eager
+    # twin's key -> (the compiled config, the trial it refines)
+    screened: dict[tuple[Any, ...], tuple[TrainConfig, int]] = field(default_factory=dict)
 
     def ruled_out(self, config: TrainConfig) -> Verdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
@@ -193,6 +202,8 @@ class Planner:
             from autotune.study.playbook import expert_starts
 
             starts = expert_starts(state.space, state.spec, self.caps, memory=state.memory)
+        if self.caps is not None:  # the quick start's values, eager, before any compile
+            starts = _quick_start_among(starts, state)
         for role, config, notes in starts:
             for message in notes:
                 state.note(message)
@@ -219,6 +230,7 @@ class Planner:
         self.enqueue_experts(study)
         self.without_compile(study, record)
         self.measure_again(study, record)  # before the refinements queued now
+        self.confirm_screened(study)
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.vary_the_finalists(study)
@@ -300,8 +312,79 @@ class Planner:
         space, config = self.state.space, best.train_config()
         workers = "num_workers" in self.first_knobs  # an input-bound naive: its workers too
         cands = space.neighbours(config, workers=workers, kernels=True)
-        for cand in _cheap_after_the_first(config, cands, self._verdict_rank):
-            self._queue(study, cand, role="refine", refines=best.number)
+        ordered = _cheap_after_the_first(config, cands, self._verdict_rank)
+        for cand, role in self.screen_compiles(config, ordered, refines=best.number):
+            self._queue(study, cand, role=role, refines=best.number)
+        self.confirm_screened(study)  # twins measured before need no trial
+
+    def screen_compiles(
+        self, config: TrainConfig, cands: list[TrainConfig], *, refines: int
+    ) -> list[tuple[TrainConfig, str]]:
+        """Screen cheap, confirm dear: ``cands`` (the neighbours of the best ``config``) to
+        queue, each with its role. Where ``config`` is compiled, those that need a first
+        compile are measured first without compile (their eager twin, role ``screen``,
+        after ``config``'s own eager twin and after the neighbours the compile cache
+        serves); the twins within ``SCREEN_KEEP`` of that baseline are then compiled, best
+        twin first (``confirm_screened``). A first compile took 52-57 s of a 70-76 s trial
+        on the 2-core EPYC, an eager trial 7-17 s: refining mu's compiled best there
+        measured one neighbour in a default search. A twin measured already (or a config
+        that differs from it only outside the model) is not measured again."""
+        if config.compile == "off":
+            return [(cand, "refine") for cand in cands]
+        space, code = self.state.space, compiled_code_key(config)
+        now: list[tuple[TrainConfig, str]] = []
+        screens: list[TrainConfig] = []
+        for cand in cands:
+            twin = cand.replace(compile="off")
+            if compiled_code_key(cand) == code or cand.compile == "off" or not space.contains(twin):
+                now.append((cand, "refine"))
+                continue
+            self.screened[space.key(twin)] = (cand, refines)
+            screens.append(twin)
+        for twin in [config.replace(compile="off"), *screens] if screens else []:
+            if space.contains(twin) and self._eager_record(twin) is None:
+                now.append((twin, "screen"))
+        return now
+
+    def confirm_screened(self, study: optuna.Study) -> None:
+        """Once every screen of a refined trial has run (``screen_compiles``), queue its
+        compiled refinements whose eager twin came within ``SCREEN_KEEP`` of the eager
+        twin of the trial they refine, the best twin first: a short search has time for
+        the first one or two. A twin that did not run within the budget, or failed,
+        drops its refinement."""
+        groups: dict[int, list[tuple[tuple[Any, ...], TrainConfig]]] = {}
+        for key, (cand, refines) in self.screened.items():
+            groups.setdefault(refines, []).append((key, cand))
+        for refines, members in groups.items():
+            parent = self.state.records.get(refines)
+            base = None if parent is None else self._eager_record(parent.train_config())
+            twins = [self._eager_record(cand) for _, cand in members]
+            if base is None or any(t is None for t in twins):
+                continue  # a screen still to run
+            kept = []
+            for (key, cand), twin in zip(members, twins, strict=True):
+                del self.screened[key]
+                assert twin is not None
+                ratio = (twin.value or 0.0) / (base.value or 1.0)
+                if twin.feasible and base.feasible and ratio >= SCREEN_KEEP:
+                    kept.append((ratio, cand))
+            for _, cand in sorted(kept, key=lambda item: -item[0]):
+                self._queue(study, cand, role="refine", refines=refines)
+
+    def _eager_record(self, config: TrainConfig) -> TrialRecord | None:
+        """The finished trial of ``config`` without compile, or of a config that differs
+        from that one only outside the model (OpenMP's policy, the workers: the same
+        kernels), or None."""
+        eager = config.replace(compile="off")
+        record = self.state.record_of(eager)
+        if record is not None and record.finished:
+            return record
+        code = compiled_code_key(eager)
+        for r in self.state.trials_in_order():
+            eager_too = r.finished and r.ran and r.config.get("compile", "off") == "off"
+            if eager_too and compiled_code_key(r.config) == code:
+                return r
+        return None
 
     def vary_the_finalists(self, study: optuna.Study) -> None:
         """Once nothing is queued (the best's neighbours have all run), queue the
@@ -343,13 +426,22 @@ class Planner:
         often: out of memory, or predicted or known to be) is queued once more with
         activation checkpointing, which trades recomputation for the memory to fit it: what
         an engineer tries next at the edge of memory, one step that TPE, proposing each
-        knob from its own model, takes many trials to land on."""
+        knob from its own model, takes many trials to land on. A screen (an eager twin,
+        ``screen_compiles``) that does not fit is screened once more so, and its compiled
+        refinement with checkpointing waits on that screen."""
         config = record.train_config()
-        if record.role != "refine" or not record.infeasible or config.activation_checkpointing:
+        roles = ("refine", "screen")
+        if record.role not in roles or not record.infeasible or config.activation_checkpointing:
             return
         fitted = config.replace(activation_checkpointing=True)
-        if self.state.space.contains(fitted):
-            self._queue(study, fitted, role="refine", refines=refines)
+        if not self.state.space.contains(fitted):
+            return
+        parent = self.state.records.get(refines) if isinstance(refines, int) else None
+        if record.role == "screen" and parent is not None:
+            compiled = fitted.replace(compile=parent.train_config().compile)
+            if compiled.compile != "off" and self.state.space.contains(compiled):
+                self.screened[self.state.space.key(fitted)] = (compiled, refines)
+        self._queue(study, fitted, role=record.role, refines=refines)
 
     def outdated(self, refines: Any) -> str:
         """Why a queued refinement of trial ``refines`` is not worth its burst any more:
@@ -461,6 +553,32 @@ class Planner:
         if peak is not None:
             return f"ran out of memory at {format_bytes(peak)} (it needs more than that)"
         return f"ran out of memory ({source.reason or source.status})"
+
+
+def _quick_start_among(
+    starts: list[tuple[str, TrainConfig, list[str]]], state: SearchState
+) -> list[tuple[str, TrainConfig, list[str]]]:
+    """The expert ``starts`` with the quick start (``playbook.quick_start``: no compile,
+    the largest micro-batch predicted to fit, each model knob at its ``quick_cpu`` value
+    on a bf16 CPU) among them, after the starts that run without compile and before the
+    first that compiles: an eager trial costs its steps, a first compile tens of seconds
+    on a CPU. Only where it sets a model knob the other starts leave at its default (the
+    knob values measured on bf16 CPUs: eager attention, the chunked loss, which mu's
+    default search on the AVX-512 EPYC never tried); its micro-batch alone is the
+    refinement's to find (mu's fp32 quick start on the AVX2 EPYC: 0.65x the best). Left
+    out where it is naive, outside the space, or one of the starts; under a short time
+    limit it ran first already (``enqueue_quick_start``)."""
+    from autotune.study.playbook import quick_start
+
+    space = state.space
+    config = quick_start(space, state.spec, memory=state.memory)
+    keys = {space.key(c) for _, c, _ in starts} | {space.key(space.naive())}
+    if not space.contains(config) or space.key(config) in keys:
+        return starts
+    if dict(config.knobs) == dict(space.guess().knobs):
+        return starts
+    at = next((i for i, (_, c, _) in enumerate(starts) if c.compile != "off"), len(starts))
+    return [*starts[:at], ("quick-start", config, []), *starts[at:]]
 
 
 def _cheap_after_the_first(

@@ -154,7 +154,7 @@ def held_to_time(role: str | None, config: TrainConfig) -> bool:
     capped)."""
     if role in ("naive", "quick-start", "re-measure"):
         return False
-    return config.compile != "off" or role in ("refine", "", None)
+    return config.compile != "off" or role in ("refine", "screen", "", None)
 
 
 def will_not_finish(state: SearchState, config: TrainConfig) -> str:

@@ -35,14 +35,16 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
     # a CPU a quarter of the global batch per micro-batch, compiled
     assert result.trials[1].role == "playbook"
     assert (burst.calls[1].micro_batch, burst.calls[1].compile) == (8, "default")
-    # it became the best: its neighbours come next, the first (micro-batch x2), then the
-    # one that runs its compiled code (OpenMP's spin: a trial's steps, no first compile),
-    # then the other new code (micro-batch /2)
+    # it became the best: its neighbours come next, first the one that runs its compiled
+    # code (OpenMP's spin: a trial's steps, no first compile), then those that need a first
+    # compile screened without compile: its own eager twin, then micro-batch x2 and /2
     playbook = burst.calls[1]
-    assert [c.micro_batch for c in burst.calls[2:5]] == [16, 8, 4]
-    assert burst.calls[3] == playbook.replace(omp_spin=True)
-    assert all(c.replace(micro_batch=8, grad_accum=4) == playbook for c in burst.calls[2:5:2])
+    assert burst.calls[2] == playbook.replace(omp_spin=True)
     assert result.trials[2].role == "refine"
+    eager = playbook.replace(compile="off")
+    assert [c.micro_batch for c in burst.calls[3:6]] == [8, 16, 4]
+    assert all(c.replace(micro_batch=8, grad_accum=4) == eager for c in burst.calls[3:6])
+    assert [t.role for t in result.trials[3:6]] == ["screen"] * 3
     # the speedup is the race's: paired rounds of the winner against naive
     assert result.best is not None and result.verified is not None
     expected = burst.speed(result.best.train_config()) / burst.speed(first)
@@ -70,7 +72,10 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
     result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10, knobs=["omp_spin=false"])
     guess = burst.calls[1]
     assert result.trials[1].role == "playbook" and guess.compile == "default"
-    assert [t.role for t in result.trials[2:6]] == ["refine"] * 4
+    # the playbook's start is compiled, so its neighbours that need a first compile are
+    # screened without compile first: its own eager twin, then the categorical knob to its
+    # other value (a short search may have time for one refinement)
+    assert [t.role for t in result.trials[2:4]] == ["screen"] * 2
 
     def moved(config: TrainConfig) -> set[str]:
         return {
@@ -79,17 +84,24 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
             if getattr(config, name) != getattr(guess, name)
         } | {f"knobs.{k}" for k, v in config.knobs.items() if v != guess.knobs[k]}
 
-    first = result.trials[2].train_config()
-    assert moved(first) == {"knobs.kernel"} and first.knobs["kernel"] == "plain"
-    assert result.trials[2].ran and burst.calls[2] == first
-    # the plain kernel doubled the speed: the playbook's other neighbours, queued after
-    # it (micro-batch x2 and /2, then the group one value down), are skipped without a
-    # burst (refinements of a trial the best clearly beats)
-    skipped = [t.train_config() for t in result.trials[3:6]]
-    assert all(t.status == "skipped" for t in result.trials[3:6])
-    assert [moved(c) for c in skipped] == [{"micro_batch"}, {"micro_batch"}, {"knobs.group"}]
+    assert moved(result.trials[2].train_config()) == {"compile"}
+    first = result.trials[3].train_config()
+    assert moved(first) == {"compile", "knobs.kernel"} and first.knobs["kernel"] == "plain"
+    assert result.trials[3].ran and burst.calls[3] == first
+    # the plain kernel doubled the eager speed, past the compiled start: the playbook's
+    # other screens (micro-batch x2 and /2, then the group one value down) are skipped
+    # without a burst (refinements of a trial the best clearly beats), and the new best's
+    # first neighbour, compile turned on, runs next
+    skipped = [t.train_config() for t in result.trials[4:7]]
+    assert all(t.status == "skipped" and t.role == "screen" for t in result.trials[4:7])
+    assert [moved(c) for c in skipped] == [
+        {"compile", "micro_batch"},
+        {"compile", "micro_batch"},
+        {"compile", "knobs.group"},
+    ]
     assert {c.micro_batch for c in skipped[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
     assert skipped[2].knobs["group"] == 4
+    assert burst.calls[4] == first.replace(compile="default")
     # the kernel and compile together win, within ten trials
     assert result.best is not None
     best = result.best.train_config()
@@ -199,35 +211,47 @@ def test_warm_start_runs_the_preset_config_and_its_neighbours_first(tmp_path: Pa
         assert diff <= {"micro_batch", "grad_accum", "num_workers"}
 
 
-def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compile_", ["on", "off"])
+def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(
+    tmp_path: Path, compile_: str
+) -> None:
     # 1 GB budget, 50 MB + 1 MB per token: the playbook's mb 8 fits, its refinement mb 16
     # runs out of memory; mb 16 with activation checkpointing (a fifth of the activations
-    # here) fits, and is queued as a refinement of the same trial
+    # here) fits, and is queued as a refinement of the same trial. With compile, the
+    # refinement is a screen (its eager twin) first: the screen is fitted so, and its
+    # compiled refinement with checkpointing follows it
     import optuna
 
     burst = FakeBurst(per_token=1 * MB, base=50 * MB)
-    result = run(tmp_path, burst, trials=8, knobs=["omp_spin=false"])
+    knobs = ["omp_spin=false", *(["compile=off"] if compile_ == "off" else [])]
+    result = run(tmp_path, burst, trials=10, knobs=knobs)
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     trials = {t.number: t for t in study.trials}
-    oom = next(t for t in result.trials if t.role == "refine" and t.status == "oom")
+    role = "screen" if compile_ == "on" else "refine"
+    oom = next(t for t in result.trials if t.role == role and t.status == "oom")
     fitted = oom.train_config().replace(activation_checkpointing=True)
     again = [t for t in result.trials if t.train_config() == fitted]
-    assert again and again[0].role == "refine" and again[0].number > oom.number
+    assert again and again[0].role == role and again[0].number > oom.number
     assert trials[again[0].number].user_attrs["refines"] == trials[oom.number].user_attrs["refines"]
     assert again[0].status == "ok" and again[0].ran
     # and never the other way round: a refinement with checkpointing that does not fit
     assert not any(
-        t.role == "refine" and t.config["activation_checkpointing"] and t.number < oom.number
+        t.role == role and t.config["activation_checkpointing"] and t.number < oom.number
         for t in result.trials
     )
+    if compile_ == "on":  # the fitted screen kept it: compiled with checkpointing
+        compiled = fitted.replace(compile="default")
+        assert any(t.train_config() == compiled and t.role == "refine" for t in result.trials)
 
 
 def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path: Path) -> None:
-    # The playbook's start (mb 8) leads and its neighbours are queued; the first of them,
-    # mb 16, beats it by 30% (the fake's speed grows with the micro-batch): the rest of
-    # mb 8's neighbours are skipped without a burst, and mb 16's come next.
+    # The playbook's start (mb 8, without compile here: with it, its neighbours are cheap
+    # screens first) leads and its neighbours are queued; the first of them, mb 16, beats
+    # it by 30% (the fake's speed grows with the micro-batch): the rest of mb 8's
+    # neighbours are skipped without a burst, and mb 16's come next.
     burst = FakeBurst()
-    result = run(tmp_path, burst, trials=8, budget="8GB", knobs=["omp_spin=false"])
+    knobs = ["omp_spin=false", "compile=off"]
+    result = run(tmp_path, burst, trials=8, budget="8GB", knobs=knobs)
     skipped = [t for t in result.trials if t.status == "skipped"]
     assert skipped and all(t.state == "PRUNED" and not t.ran for t in skipped)
     assert all(t.reason.startswith("a refinement of #1, which #") for t in skipped)
@@ -380,8 +404,51 @@ def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_
     roles = [t.role for t in result.trials]
     sampled = roles.index("") if "" in roles else len(roles)
     before_sampler = [t.train_config() for t in result.trials[:sampled]]
-    near = next(c for c in before_sampler if c.micro_batch == 16 and not c.omp_spin)
+    near = next(
+        c for c in before_sampler if c.micro_batch == 16 and not c.omp_spin and c.compile != "off"
+    )
     assert result.best is not None and result.best.train_config().micro_batch == 8
     assert near.replace(omp_spin=True) in before_sampler[before_sampler.index(near) :]
     varied = next(t for t in result.trials if t.train_config() == near.replace(omp_spin=True))
     assert varied.role == "refine"
+
+
+# -- screen cheap, confirm dear ---------------------------------------------------------------
+
+
+def test_a_compiled_refinement_is_compiled_only_when_its_eager_screen_keeps_it(
+    tmp_path: Path,
+) -> None:
+    # The compiled playbook's start (mb 8) is the best; its neighbours that need a first
+    # compile are screened without compile first. mb 16 runs 0.95x mb 8 eager: within
+    # SCREEN_KEEP, so it is compiled; mb 4 runs 0.6x: never compiled.
+    from autotune.study.plan import SCREEN_KEEP
+
+    @dataclass
+    class PeakAtEight(FakeBurst):
+        def speed(self, c: TrainConfig) -> float:
+            shape = {8: 1.0, 16: 0.95}.get(c.micro_batch, 0.6)
+            return 10_000.0 * shape * (1.5 if c.compile != "off" else 1.0)
+
+    assert 0.6 < SCREEN_KEEP <= 0.95
+    burst = PeakAtEight()
+    result = run(tmp_path, burst, trials=8, budget="4GB", knobs=["omp_spin=false"])
+    screens = [t.train_config() for t in result.trials if t.role == "screen"]
+    assert [c.micro_batch for c in screens[:3]] == [8, 16, 4]
+    assert all(c.compile == "off" for c in screens)
+    compiled = [c.micro_batch for c in burst.calls if c.compile != "off"]
+    assert 16 in compiled and 4 not in compiled, compiled
+    # the screen ran before its compile: a first compile is spent on what can still win
+    order = [(c.micro_batch, c.compile) for c in burst.calls]
+    assert order.index((16, "off")) < order.index((16, "default"))
+
+
+def test_a_screen_measured_before_is_not_run_again(tmp_path: Path) -> None:
+    # Each new best queues its screens; an eager twin measured for an earlier best (or a
+    # config that differs from it only outside the model) answers for it: no config of
+    # the search is handed to a burst twice.
+    burst = FakeBurst()
+    result = run(tmp_path, burst, trials=8, budget="4GB", knobs=["omp_spin=false"])
+    configs = [repr(c) for c in burst.calls]
+    assert len(configs) == len(set(configs)), "a config ran twice"
+    assert any(t.role == "screen" for t in result.trials)
