@@ -157,6 +157,7 @@ def search(
             joining=study.shared,
         )
         run = _Run(state, goal, opened, storage, bursts, _Race.of(race, limits), started)
+        run.before.update(state.records)  # a resumed study's trials: not this run's time
         with (
             _claim(opened, name, storage, shared=study.shared),
             _watching(state, machine.watch, machine.burst_fn),
@@ -165,21 +166,9 @@ def search(
         ):
             explain = _naive_explainer(state, bursts) if output.profile else None
             planner = Planner(state=state, caps=caps, explain=explain)
-            before = set(state.records)  # a resumed study's trials: not this search's time
             result, found = run.trials_and_race(planner, study, notes)
-            writing = time.monotonic()
-            if output.output is not None and found is not None:
-                out = Path(output.output)
-                path = write_preset(result, found, spec=spec, hardware=hardware, path=out)
-                result = replace(result, preset_path=str(path))
-            ledger = ledger_of(
-                (r for n, r in state.records.items() if n not in before),
-                total_s=time.monotonic() - started,
-                trials_s=run.phases.get("trials", 0.0),
-                race_s=run.phases.get("race", 0.0),
-                writing_s=time.monotonic() - writing,
-            )
-            return replace(result, ledger=ledger, wall_s=ledger.total_s)
+            out = None if output.output is None else Path(output.output)
+            return run.written(result, found, out, spec=spec, hardware=hardware)
 
 
 def _record(name: str, value: _O | None, kind: type[_O]) -> _O:
@@ -208,6 +197,32 @@ class _Run:
     race: _Race
     started: float
     phases: dict[str, float] = field(default_factory=dict)  # the trials' and the race's wall
+    before: set[int] = field(default_factory=set)  # the trials the study held before this run
+
+    def written(
+        self,
+        result: SearchResult,
+        found: RaceResult | None,
+        out: Path | None,
+        *,
+        spec: ModelSpec,
+        hardware: HardwareProfile,
+    ) -> SearchResult:
+        """``result`` with the race's winner written as a preset at ``out`` (when there
+        is a winner and a path), and the ledger of this run's time (``ledger.py``): its
+        trials (not a resumed study's earlier ones), its phases, and the writing."""
+        writing = time.monotonic()
+        if out is not None and found is not None:
+            path = write_preset(result, found, spec=spec, hardware=hardware, path=out)
+            result = replace(result, preset_path=str(path))
+        ledger = ledger_of(
+            (r for n, r in self.state.records.items() if n not in self.before),
+            total_s=time.monotonic() - self.started,
+            trials_s=self.phases.get("trials", 0.0),
+            race_s=self.phases.get("race", 0.0),
+            writing_s=time.monotonic() - writing,
+        )
+        return replace(result, ledger=ledger, wall_s=ledger.total_s)
 
     def trials_and_race(
         self, planner: Planner, options: SearchStudy, notes: Sequence[str]
