@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError, PresetError, UsageError
+from autotune.study.ledger import TimeLedger
 from autotune.study.records import TrialRecord, distinct_best
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class ReportData:
     race: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
     profile: tuple[ProfiledConfig, ...] = ()  # the study's "profile" attr (search --profile)
+    ledger: TimeLedger | None = None  # where its last search's time went (the study's attr)
 
     # -- what the sections ask --------------------------------------------------------
 
@@ -330,6 +332,7 @@ def study_data(name: str, url: str) -> ReportData:
         importances=importances,
         importance_note=note,
         profile=profile,
+        ledger=TimeLedger.from_dict(attrs.get("ledger")),
         notes=tuple(notes),
     )
 

@@ -105,6 +105,8 @@ def _section_summary(data: ReportData) -> list[Block]:
         rows.append(
             ("trials", f"{len(done)} (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")")
         )
+    if data.ledger is not None:  # the study's last search
+        rows.append(("where the time went", data.ledger.line().removeprefix("Time: ")))
     headline = _headline(data)
     out: list[Block] = [Text(headline, style="big")] if headline else []
     return [*out, _table(None, rows)]

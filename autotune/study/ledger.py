@@ -62,6 +62,17 @@ class TimeLedger:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _rounded(getattr(self, f.name)) for f in fields(self)}
 
+    @classmethod
+    def from_dict(cls, raw: Any) -> TimeLedger | None:
+        """The ledger ``to_dict`` wrote (a study's ``ledger`` attribute), or None where
+        ``raw`` is not one (a study of an older autotune, or a damaged attribute)."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return cls(**{f.name: raw[f.name] for f in fields(cls)})
+        except (KeyError, TypeError):
+            return None
+
     def line(self) -> str:
         """``Time: 340 s for 15 configs; first compiles 73 s (1), ... other 4 s``."""
         parts = []

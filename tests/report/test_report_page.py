@@ -59,6 +59,12 @@ def test_the_report_of_a_study_has_every_section_and_plot(
     assert "autotune train --preset" in sections["reproduce"]
     assert "optuna-dashboard sqlite:///" in sections["reproduce"]
     assert "fANOVA importances over" in sections["knobs"]
+    # where the search's time went: the study's ledger, as the search's summary says it
+    ledger = searched.result.ledger
+    assert ledger is not None and data.ledger is not None
+    assert data.ledger.to_dict() == ledger.to_dict()
+    assert "where the time went" in sections["summary"]
+    assert f"{ledger.configs} configs measured" in sections["summary"]
 
 
 def test_the_history_marks_infeasible_pruned_and_failed_trials_apart(searched: Searched) -> None:

@@ -78,3 +78,13 @@ def test_a_search_returns_its_ledger_in_the_json(tmp_path: Path) -> None:
     assert data["total_s"] == pytest.approx(result.wall_s, abs=0.01)
     assert data["race_s"] > 0 and data["trials_s"] > 0
     assert sum(data[name] for name, _ in LEDGER_PARTS) == pytest.approx(data["total_s"], abs=0.1)
+
+
+def test_a_ledger_reads_back_from_its_dict_and_refuses_anything_else() -> None:
+    records = [_record(0, EAGER, overhead_s=1.0, warmup_s=1.0, timed_s=8.0)]
+    ledger = ledger_of(records, total_s=20.0, trials_s=12.0, race_s=6.0, writing_s=0.1)
+    again = TimeLedger.from_dict(ledger.to_dict())
+    assert again is not None and again.to_dict() == ledger.to_dict()
+    assert TimeLedger.from_dict(None) is None
+    assert TimeLedger.from_dict({"total_s": 3.0}) is None  # a field missing
+    assert TimeLedger.from_dict(["total_s"]) is None
