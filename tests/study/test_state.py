@@ -231,6 +231,8 @@ def test_time_limit_stops_the_search(tmp_path: Path) -> None:
             return super().__call__(spec, config, **kw)
 
     burst = Slow()
-    result = run(tmp_path, burst, trials=None, timeout="1s", output=None)
+    # 2 s: under 1 s, a loaded 2-core machine (the whole suite beside it) once spent the
+    # limit on the quick start (out of memory in the fake) and started no naive burst
+    result = run(tmp_path, burst, trials=None, timeout="2s", output=None)
     assert "time limit" in result.stopped
-    assert 1 <= len(burst.calls) <= 6
+    assert 1 <= len(burst.calls) <= 9
