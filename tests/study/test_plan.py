@@ -385,6 +385,15 @@ def test_cached_neighbours_come_early_only_where_the_best_compiles() -> None:
     assert [c.omp_spin for c in order(eager)] == [False, False, True]
 
 
+@dataclass
+class PeakAtEight(FakeBurst):
+    """Micro-batch 8 fastest, 16 at 0.95x, any other at 0.6x; compile 1.5x on each."""
+
+    def speed(self, c: TrainConfig) -> float:
+        shape = {8: 1.0, 16: 0.95}.get(c.micro_batch, 0.6)
+        return 10_000.0 * shape * (1.5 if c.compile != "off" else 1.0)
+
+
 def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_sampler(
     tmp_path: Path,
 ) -> None:
@@ -393,12 +402,6 @@ def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_
     # and nothing is queued, the finalists' neighbours on their own compiled code (here
     # OpenMP's spin) run before the sampler's own proposals: a trial's steps each, where
     # TPE's are new code.
-    @dataclass
-    class PeakAtEight(FakeBurst):
-        def speed(self, c: TrainConfig) -> float:
-            shape = {8: 1.0, 16: 0.95}.get(c.micro_batch, 0.6)
-            return 10_000.0 * shape * (1.5 if c.compile != "off" else 1.0)
-
     burst = PeakAtEight()
     result = run(tmp_path, burst, trials=12, budget="4GB")
     roles = [t.role for t in result.trials]
@@ -423,12 +426,6 @@ def test_a_compiled_refinement_is_compiled_only_when_its_eager_screen_keeps_it(
     # compile are screened without compile first. mb 16 runs 0.95x mb 8 eager: within
     # SCREEN_KEEP, so it is compiled; mb 4 runs 0.6x: never compiled.
     from autotune.study.plan import SCREEN_KEEP
-
-    @dataclass
-    class PeakAtEight(FakeBurst):
-        def speed(self, c: TrainConfig) -> float:
-            shape = {8: 1.0, 16: 0.95}.get(c.micro_batch, 0.6)
-            return 10_000.0 * shape * (1.5 if c.compile != "off" else 1.0)
 
     assert 0.6 < SCREEN_KEEP <= 0.95
     burst = PeakAtEight()
