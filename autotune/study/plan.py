@@ -364,9 +364,8 @@ class Planner:
             kept = []
             for (key, cand), twin in zip(members, twins, strict=True):
                 del self.screened[key]
-                assert twin is not None
-                ratio = (twin.value or 0.0) / (base.value or 1.0)
-                if twin.feasible and base.feasible and ratio >= SCREEN_KEEP:
+                ratio = (twin.value or 0.0) / (base.value or 1.0) if twin is not None else 0.0
+                if twin is not None and twin.feasible and base.feasible and ratio >= SCREEN_KEEP:
                     kept.append((ratio, cand))
             for _, cand in sorted(kept, key=lambda item: -item[0]):
                 self._queue(study, cand, role="refine", refines=refines)
