@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,7 +109,16 @@ def run_search(model: str, budget: str, timeout: str | None, folder: Path) -> Se
         command += ["--timeout", timeout]
     before = load_average()
     print(f"- {' '.join(command[2:])} (load {before})", file=sys.stderr, flush=True)
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
+    with subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: the search stops as on Ctrl-C
+            process.send_signal(signal.SIGINT)
+            process.communicate()
+            raise
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     after = load_average()
     try:
         data = json.loads(done.stdout) if done.stdout.strip() else {}
@@ -156,6 +166,24 @@ def side_by_side(model: str, picks: dict[str, TrainConfig], rounds: int, steps: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The searches and their tables; on Ctrl-C or SIGTERM the running search is stopped
+    as Ctrl-C stops it (its trials' processes with it), and the exit code is 130 or 143."""
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as stop:
+        code = int(stop.args[0]) if stop.args else 130
+        print(f"- interrupted: the search running then was stopped (exit {code})", file=sys.stderr)
+        return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--runs", type=int, default=2, help="default searches per model")
