@@ -504,6 +504,37 @@ def test_a_trial_makes_no_folder_once_its_parent_is_gone(short_tmp: Path) -> Non
     assert list(short_tmp.glob("autotune-burst-*")) == []
 
 
+def test_what_a_trial_writes_after_its_parent_died_goes_with_its_group(short_tmp: Path) -> None:
+    """A trial whose parent died removes its folder, but its main thread runs on until the
+    group ends, and may write there again (a DataLoader worker started in that moment):
+    what it wrote goes once the whole group has ended (``autotune.burst.sweeper``)."""
+    workdir = short_tmp / "autotune-burst-1-x"
+    parent = subprocess.Popen(["sleep", "60"])
+    script = (
+        "from pathlib import Path\nfrom autotune.burst.child import _Workdir, _follow_parent\n"
+        f"folder = Path({str(workdir)!r})\n"
+        f"_follow_parent({parent.pid}, workdir=_Workdir(folder))\n"
+        "while True:  # the main thread writes on, as a worker's start would\n"
+        "    (folder / 'pymp-x').mkdir(parents=True, exist_ok=True)\n"
+    )
+    trial = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not workdir.exists() and time.monotonic() < deadline:  # it writes
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        assert trial.wait(timeout=30) in (1, -9)
+    finally:
+        for process in (parent, trial):
+            process.kill()
+            process.wait()
+    deadline = time.monotonic() + 10
+    while workdir.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workdir.exists()
+
+
 def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(
     tmp_path: Path, short_tmp: Path
 ) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 from autotune.burst.channel import ParentGone, connect
 from autotune.burst.process import trust_tmpdir
 from autotune.burst.request import read_request
+from autotune.burst.sweeper import FOLDER_PREFIX
 from autotune.burst.trial import Trial, classify_exception
 from autotune.core.signals import STOP_SIGNALS
 
@@ -170,10 +171,21 @@ class _Workdir:
         self.lock.acquire()
         self._remove()
 
+    def sweep_after(self, pgid: int) -> None:
+        """Have the folder removed again once group ``pgid`` (this trial's) has ended: the
+        main thread, and a worker it started after ``abandon`` looked, may still write in
+        it (``autotune.burst.sweeper``)."""
+        if self.path is None or not self.path.is_dir():
+            return
+        from autotune.burst.sweeper import start_sweeper
+
+        with contextlib.suppress(OSError):  # no process to spare: the search's sweep stays
+            start_sweeper(pgid, self.path)
+
     def _remove(self) -> None:
         import shutil
 
-        if self.path is None or not self.path.name.startswith("autotune-burst-"):
+        if self.path is None or not self.path.name.startswith(FOLDER_PREFIX):
             return  # not made yet, or not run_burst's (never a user's folder)
         for _ in range(3):  # this process's main thread may still be writing in it
             shutil.rmtree(self.path, ignore_errors=True)
@@ -200,6 +212,7 @@ def _follow_parent(ppid: int, *, workdir: _Workdir) -> None:
                 child.kill()
         workdir.abandon()
         if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
+            workdir.sweep_after(os.getpgrp())
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
 

@@ -22,6 +22,8 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 import psutil
 
+from autotune.burst.sweeper import FOLDER_PREFIX
+
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.engine.memory import ProcessTreeSampler
@@ -42,7 +44,7 @@ __all__ = [
     "wait_exit",
 ]
 
-WORKDIR_PREFIX = "autotune-burst-"  # then the pid of the process that made it
+WORKDIR_PREFIX = FOLDER_PREFIX  # "autotune-burst-", then the pid of the process that made it
 REQUEST_FILE = "request.pkl"  # in the trial's folder: what the parent sends it
 
 

@@ -209,7 +209,9 @@ def test_random_kills_of_a_search_with_real_bursts(
     alive, files = _settled(tmp_path, tmp, before)
     assert (alive, files) == ([], []), f"seed {SEED}: left at the end"
     # A one-process trial makes its own folder and removes it as it ends, at a stop, or
-    # when its search died; the search sweeps the folder of a trial it killed outright.
-    # No moment exists at which a kill leaves one (before the trial made its folder, seed
-    # 20 left 11, 7 and then 2, 2 and 2 in 50 kills).
+    # when its search died (then again once its whole group has ended: its main thread
+    # may start a worker that writes there after the first removal); the search sweeps the
+    # folder of a trial it killed outright. No moment exists at which a kill leaves one
+    # (before the trial made its folder, seed 20 left 11, 7 and then 2, 2 and 2 in 50
+    # kills; before the second removal, 1 in 50 on CI).
     assert orphans == [], f"seed {SEED}: kills left temporary files {orphans}"

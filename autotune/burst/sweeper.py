@@ -1,0 +1,89 @@
+"""Removes a trial's temporary folder once every process of the trial's group has ended.
+
+A trial whose search was killed outright removes its own folder (``autotune.burst.child``)
+and then ends its whole process group. But the trial's main thread runs on while its
+parent-watching thread removes the folder: a DataLoader worker it starts in that moment
+writes its ``pymp-*`` folder after the removal, and the group's end leaves it behind (the
+kill suite on CI: one folder in 50 kills, SIGKILL while a burst started its worker). No
+process of the group can remove the folder after the group's end, so the trial starts this
+one first, in a session of its own: it waits until no live process is left in the group,
+then removes the folder.
+
+Run by path (``python -I -S sweeper.py PGID FOLDER``), it imports the standard library
+only: a fresh interpreter without site-packages starts in about 20 ms, and needs nothing
+of the trial's environment to find its modules.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["group_alive", "start_sweeper"]
+
+FOLDER_PREFIX = "autotune-burst-"  # autotune.burst.process.WORKDIR_PREFIX: never a user's
+WAIT_S = 60.0  # a group that outlives this (a process stuck in the kernel): remove anyway
+_POLL_S = 0.02
+
+
+def start_sweeper(pgid: int, folder: Path) -> None:
+    """Start the process that removes ``folder`` once group ``pgid`` has ended; it runs
+    in a session of its own, so that ending the group does not end it."""
+    subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(pgid), str(folder)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True,
+    )  # fmt: skip
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie does not: it writes
+    nothing, and its parent may never reap it). Read from /proc; elsewhere, whether the
+    group can still be signalled."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return _signallable(pgid)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:  # ended since the listing
+            continue
+        # pid (comm) state ppid pgrp ...: the name may hold spaces and parentheses
+        state, _ppid, pgrp = line[line.rfind(b")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _signallable(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[0].isdigit():
+        print("usage: sweeper.py PGID FOLDER", file=sys.stderr)
+        return 2
+    pgid, folder = int(argv[0]), Path(argv[1])
+    if not folder.name.startswith(FOLDER_PREFIX):
+        return 2  # not a trial's folder: never remove a user's
+    deadline = time.monotonic() + WAIT_S
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
