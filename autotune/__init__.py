@@ -10,7 +10,9 @@ The public Python API mirrors the CLI, and every name a user needs is importable
   notebook or a script, with no spec file;
 - ``autotune.PresetLoop``: a preset's config in your own training loop;
 - ``autotune.ModelSpec`` (with ``Batch`` and ``Knob``): the contract a model implements;
-- ``autotune.load_preset``: a preset file, checked, as a ``Preset``;
+- ``autotune.load_preset``: a preset file, checked, as a ``Preset``; ``save_preset`` writes one
+  atomically, ``check_portability`` checks one against this machine;
+- ``autotune.probe()``: this machine, as a ``HardwareProfile`` (``autotune probe --json``);
 - the errors, one hierarchy under ``AutotuneError``.
 
 The package follows the flow, one folder per stage (each ``__init__`` says what it owns):
@@ -38,7 +40,14 @@ from autotune.core.errors import (
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, Knob, ModelSpec
-    from autotune.preset import Preset, load_preset
+    from autotune.machine import HardwareProfile, probe
+    from autotune.preset import (
+        PortabilityReport,
+        Preset,
+        check_portability,
+        load_preset,
+        save_preset,
+    )
     from autotune.study import SearchResult, search
     from autotune.study.options import (
         SearchLimits,
@@ -58,9 +67,11 @@ __all__ = [
     "BudgetError",
     "ConfigError",
     "DataError",
+    "HardwareProfile",
     "Knob",
     "ModelLoadError",
     "ModelSpec",
+    "PortabilityReport",
     "Preset",
     "PresetError",
     "PresetLoop",
@@ -73,7 +84,10 @@ __all__ = [
     "SearchStudy",
     "UsageError",
     "__version__",
+    "check_portability",
     "load_preset",
+    "probe",
+    "save_preset",
     "search",
     "search_options",
     "tune",
@@ -87,6 +101,11 @@ _LAZY = {
     "ModelSpec": "autotune.contract.spec",
     "Preset": "autotune.preset",
     "load_preset": "autotune.preset",
+    "save_preset": "autotune.preset",
+    "check_portability": "autotune.preset",
+    "PortabilityReport": "autotune.preset",
+    "HardwareProfile": "autotune.machine",
+    "probe": "autotune.machine",
     "PresetLoop": "autotune.train.loop",
     "SearchResult": "autotune.study",
     "search": "autotune.study",

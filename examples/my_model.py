@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.contract.spec import ModelSpec
+from autotune import ModelSpec
 
 
 class ConvLM(nn.Module):

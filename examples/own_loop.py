@@ -10,7 +10,7 @@ import sys
 import torch
 from torch import nn
 
-from autotune.train.loop import PresetLoop
+from autotune import PresetLoop
 
 loop = PresetLoop.from_preset(sys.argv[1], device="cuda" if torch.cuda.is_available() else "cpu")
 samples = [{"x": x, "y": x.sum(dim=0, keepdim=True)} for x in torch.randn(512, 16)]

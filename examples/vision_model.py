@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from autotune.contract.spec import ModelSpec
+from autotune import ModelSpec
 
 
 class Block(nn.Module):
@@ -80,7 +80,7 @@ def flops(args, side):  # 6 x multiply-adds of the convolutions (stem stride 2)
 spec = ModelSpec(
     name="small-resnet",
     description="a small residual CNN over square RGB images",
-    task="custom",  # autotune searches it; train it with autotune.train.loop or an export
+    task="custom",  # autotune searches it; train it with autotune.PresetLoop or an export
     build_fn=SmallResNet,
     make_batch_fn=make_batch,
     loss_fn=loss,
