@@ -3,6 +3,7 @@ are short, as a GPU's are, the trial runs more of them than the counts asked for
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -158,3 +159,22 @@ def test_the_parent_names_a_warm_up_step_past_the_count_as_warm_up() -> None:
     plain = Progress(warmup=3, steps=4)
     plain.warmup_times += [30.0, 0.017, 0.017]
     assert plain.next_stage() == "timed step 1 of 4"
+
+
+def test_the_verification_evaluates_the_model_the_trainer_evaluates(tmp_path: Any) -> None:
+    """The first race round's eval step runs the uncompiled model, as ``Trainer.evaluate``
+    does: a model compiled whole compiles no forward-only graph there (mu on the 2-core
+    CPU: 25-35 s of every search's race went to such graphs training never runs)."""
+    from torch._dynamo.testing import CompileCounter
+
+    spec = load_model(f"{FAKES}:oom_spec")
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    built = trial_module._build(spec, config, torch.device("cpu"))
+    counter = CompileCounter()
+    compiled = torch.compile(built.model, backend=counter)
+    built = built._replace(model=compiled)
+    trial = trial_module.Trial({"seed": 0, "workdir": str(tmp_path)}, RecordingChannel())  # type: ignore[arg-type]
+    failed, extra = trial._verify(spec, built, config)
+    assert failed is None and math.isfinite(extra["eval_loss"])
+    assert counter.frame_count == 0  # nothing compiled for the eval step
+    assert extra["checkpoint_bytes"] > 0

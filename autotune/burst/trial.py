@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
@@ -162,7 +162,8 @@ class Trial:
             self._start_cuda(device, budget, used_before)
 
         self.set_stage("building the model")
-        model, optimizer, stepper = _build(spec, config, device, world_size=self.dist.world_size)
+        built = _build(spec, config, device, world_size=self.dist.world_size)
+        stepper = built.stepper
 
         self.set_stage("starting the data loader")
         warmup, steps = req["warmup"], req["steps"]
@@ -188,7 +189,7 @@ class Trial:
         if req.get("profile"):  # after the timed steps: their figures carry no profiler
             extra["breakdown"] = self._profile(stepper, batches, config)
         if req["verify"]:
-            failed, extra = self._verify(spec, model, optimizer, stepper, config)
+            failed, extra = self._verify(spec, built, config)
             if failed is not None:
                 return failed
 
@@ -297,19 +298,18 @@ class Trial:
         return profile_steps(stepper, batches, config, steps=steps, trace_path=trace).to_dict()
 
     def _verify(
-        self,
-        spec: ModelSpec,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        stepper: Stepper,
-        config: TrainConfig,
+        self, spec: ModelSpec, built: Built, config: TrainConfig
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """An eval step on a fresh batch and a checkpoint save: (the failed result or None,
-        the figures for the result: ``eval_loss``, ``checkpoint_bytes``, ``verify_s``)."""
+        the figures for the result: ``eval_loss``, ``checkpoint_bytes``, ``verify_s``).
+        The eval step runs the module the trainer evaluates (``Trainer.evaluate``: the
+        raw model, whose blocks only ``compile_regions`` compiled in place), so a model
+        compiled whole compiles no forward-only graph here that training never would."""
         import torch
 
         from autotune.engine.step import autocast_context, to_device
 
+        model, stepper = built.raw, built.stepper
         device = stepper.device
         seed: int = self.request["seed"]
         extra: dict[str, Any] = {}
@@ -331,8 +331,8 @@ class Trial:
             extra["eval_loss"] = eval_loss
             extra["checkpoint_bytes"] = _save_checkpoint(
                 Path(self.request["workdir"]) / "checkpoint.pt",
-                model,
-                optimizer,
+                built.model,
+                built.optimizer,
                 stepper,
                 config,
                 dist=self.dist,
@@ -405,9 +405,20 @@ def alloc_retries(device: torch.device | None) -> int | None:
         return None
 
 
+class Built(NamedTuple):
+    """What a trial trains: the model as built (``raw``: what a checkpoint holds and the
+    trainer evaluates), the module the step runs (wrapped and compiled per the config),
+    its optimizer and the step function."""
+
+    raw: nn.Module
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    stepper: Stepper
+
+
 def _build(
     spec: ModelSpec, config: TrainConfig, device: torch.device, *, world_size: int = 1
-) -> tuple[nn.Module, torch.optim.Optimizer, Stepper]:
+) -> Built:
     """The model, its optimizer and the step function, as the trainer builds them (under
     torchrun: wrapped in DDP or sharded by FSDP2 with the config's knobs)."""
     from autotune.engine.parallel import wrap_model
@@ -424,7 +435,7 @@ def _build(
     optimizer = make_optimizer(raw, config)  # fused per config.fused_optimizer
     apply_backend_flags(config, device)
     stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
-    return model, optimizer, stepper
+    return Built(raw, model, optimizer, stepper)
 
 
 def _save_checkpoint(

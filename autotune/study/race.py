@@ -119,9 +119,11 @@ MIN_RACE_STEPS = 3
 # (0.8 of a paired round's fastest) less the spread of trials measured minutes apart
 # (mu's default search: #2's trial at 0.69x the best's, out after round 1 at 0.59x).
 SURVIVE = 0.7
-# The first round's eval step compiles a forward-only graph, as a share of a first compile
-# of the training step (mu, mb 16, empty cache: 27 s more than a cached burst, after a 54 s
-# first compile; benchmarks/verify_compile.py)
+# The first round's eval step runs the model as the trainer evaluates it, uncompiled, but
+# a model whose blocks ``compile_regions`` compiled in place compiles their forward-only
+# graph there, as a share of a first compile of the training step (mu, mb 16, empty cache,
+# the whole model compiled: 27 s more than a cached burst, after a 54 s first compile;
+# benchmarks/verify_compile.py)
 EVAL_COMPILE_SHARE = 0.5
 
 
@@ -214,8 +216,8 @@ def race_reserve_s(
     holds more contenders than its time allows, it is run with the leader and naive alone
     (``_trim_for_time``).
 
-    The first round's eval step compiles a forward-only graph of each compiled code among
-    the entrants (``_eval_compiles_s``).
+    The first round's eval step compiles a forward-only graph of each regionally compiled
+    code among the entrants (``_eval_compiles_s``).
 
     While fewer than ``finalists`` configs are in the final on their own merit (not as
     naive or the expert start as well, which race anyway), the next trial may make the
@@ -243,12 +245,17 @@ def race_reserve_s(
 
 
 def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
-    """What the first round's eval steps add: each eval code among the entrants (their
-    compiled code less the micro-batch: ``eval_code_key``) compiles its forward-only graph
-    there once (no trial ran an eval step), at ``EVAL_COMPILE_SHARE`` of the search's
-    slowest compile (a first one)."""
+    """What the first round's eval steps add: the eval step runs the uncompiled model (as
+    the trainer evaluates), except where ``compile_regions`` compiled its blocks in place;
+    each such eval code among the entrants (their compiled code less the micro-batch:
+    ``eval_code_key``) compiles its forward-only graph there once (no trial ran an eval
+    step), at ``EVAL_COMPILE_SHARE`` of the search's slowest compile (a first one)."""
     slowest = max(compile_times(list(state.records.values())), default=0.0)
-    codes = {eval_code_key(e.record.config) for e in entrants if e.record.compile_s}
+    codes = {
+        eval_code_key(e.record.config)
+        for e in entrants
+        if e.record.compile_s and e.record.config.get("compile_regions")
+    }
     return len(codes) * EVAL_COMPILE_SHARE * slowest
 
 

@@ -438,9 +438,12 @@ def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
     assert at_edge.dropped and not roomy.dropped
 
 
-def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
+@pytest.mark.parametrize("regions", [False, True])
+def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it(regions: bool) -> None:
     # mu's first search on a fresh machine: every compile of the study was a first one, so
-    # the quickest the search saw was no cached one; the race's come from the cache.
+    # the quickest the search saw was no cached one; the race's come from the cache. The
+    # eval step of round 1 compiles only blocks compiled in place (the trainer evaluates
+    # the uncompiled model).
     from autotune.study.race import EVAL_COMPILE_SHARE, race_reserve_s
     from autotune.study.space import SearchSpace
     from autotune.study.state import Limits, SearchState
@@ -451,7 +454,9 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
     state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
     naive = space.naive()
-    compiled = naive.replace(micro_batch=8, grad_accum=4, compile="default")
+    compiled = naive.replace(
+        micro_batch=8, grad_accum=4, compile="default", compile_regions=regions
+    )
 
     def add(number: int, config: TrainConfig, wall: float, compile_s: float | None) -> None:
         state.absorb(
@@ -472,7 +477,7 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it() -> None:
     hit = CACHED_COMPILE_SHARE * 60.0
     walls = [20.0, 10.0 + hit]
     room = (walls[0] + walls[1]) / 2  # one more entrant: the median of those in
-    evals = EVAL_COMPILE_SHARE * 60.0  # round 1's eval step compiles a forward-only graph
+    evals = EVAL_COMPILE_SHARE * 60.0 if regions else 0.0  # a forward-only graph, in place
     assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals
     )
