@@ -1,44 +1,64 @@
-"""The GPU suite: one command that measures autotune on one CUDA GPU in at most 25 minutes
-and writes one Markdown file of tables ready for BENCHMARKS.md.
+"""The GPU suite: one command that measures autotune on one CUDA GPU within a time limit
+and writes, after every step, a Markdown file of tables ready for BENCHMARKS.md and a JSON
+file of the figures.
 
-Steps, in order, each a subprocess with its own time limit (the suite keeps going when one
-fails, and its table says so; a step that would start past the suite's limit is skipped):
+**A plan that fits a time limit** (``--within 9m``; what a lease of a GPU, or an hour of a
+rented one, gives). The steps run in this order (issue 55)::
 
-1. ``probe``: ``autotune probe --json``: the card, the driver, torch.
-2. ``gpu-tests``: the ``gpu``-marked tests (``pytest -m gpu``).
-3. ``oom``: the budget is enforced inside a trial: a burst of gpt2-124m at micro-batch 64,
-   sequence 1024 under an 8 GB budget must end as ``oom`` in its own process, and a burst
-   right after it on the same device must run (the device was not taken down).
-4. ``search``: ``autotune search --model mu --budget 8GB`` with its defaults, timed; the
-   budget check: the winner's measured peak at most 8 GB; the memory model's error and the
-   OOMs executed per class.
-5. ``train``: 300 steps of ``autotune train`` on that search's preset, its steady tokens/s
-   against the preset's.
-6. ``compare-gpt2``: ``benchmarks/compare.py`` for gpt2-124m, sequence 1024, 24 GB (its table
-   has the MFU column on a GPU whose peak is known); the search and the grid are capped
-   (``--search-timeout 2m --grid-max 0``) to fit the suite's limit.
-7. ``compare-mu``: ``benchmarks/compare.py`` for mu, 8 GB, capped the same way.
-8. ``knobs``: ``benchmarks/model_knobs.py`` for gpt2-124m at 24 GB, one round: the chunked
-   loss and selective checkpointing against the base config, tokens/s and peak memory.
+    probe        autotune probe --json: the card, the driver, torch
+    search-gpt2  autotune search --model gpt2-124m --seq-len 1024 --budget 0.9 (90% of the
+                 card) with its default time limit: the configs measured, the winner, its
+                 MFU (target 50%), the winner over the guide's hand-tuned config (target
+                 1.2x), the ledger of the search's time, the memory model's error
+    knobs-gpt2   benchmarks/model_knobs.py against that winner, in one interleaved run
+                 (rotated order each round, medians, ratios to the winner): the SDPA
+                 backends (cuDNN, flash, memory-efficient), fused against foreach AdamW,
+                 expandable segments, larger micro-batches with the chunked loss (the
+                 largest with selective checkpointing), the other compile modes
+    train-gpt2   200 steps of autotune train on the winner: steady tokens/s at least 0.95x
+                 the preset's
+    search       mu's default search at 8 GB (the budget check on its winner)
+    gpu-tests    the gpu-marked tests, in one process
+
+Each step has the time it needs in full and the least worth starting it with. The plan
+gives time in priority order: probe, the search, train, then the knobs (all the time
+left, up to 15 minutes), and mu's search and the tests only what is left after them; a
+step runs with its share plus what earlier steps left unused, its command's own limit
+sized to it (the knobs' ``--within``; the search's ``--timeout`` only where its default
+cannot fit), and a step whose time cannot reach its minimum is skipped, and the table
+says why. ``--dry-run`` prints the plan and its commands. A command still running at its
+step's limit gets SIGTERM (a search, the knobs and a training run stop cleanly and keep
+what they measured), then SIGKILL.
+
+A run cut short keeps what finished: after every step the suite writes, atomically, ``OUT``
+(the Markdown) and ``OUT`` with ``.json`` (the figures), and the search writes its preset
+(``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them: at
+most five files, in one folder. ``--winner PATH`` takes gpt2-124m's winner from an earlier
+run (its ``gpt2-124m.yaml``): the search is left out and the other steps get its time.
+``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
+``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200).
 
 Usage (from the repository root)::
 
-    python benchmarks/gpu_suite.py --out gpu_suite.md
-    python benchmarks/gpu_suite.py --out gpu_suite.md --steps probe,oom,search,train
-    python benchmarks/gpu_suite.py --dry-run          # the commands, nothing run
+    python benchmarks/gpu_suite.py --within 9m --out gpu/gpu_suite.md
+    python benchmarks/gpu_suite.py --within 9m --dry-run       # the plan, nothing run
+    python benchmarks/gpu_suite.py --within 9m --winner gpu/gpt2-124m.yaml --out gpu2/suite.md
+    python benchmarks/gpu_suite.py --within 25m --steps probe,gpu-tests,oom,search,train
 
-**A short lease.** The whole suite takes up to 25 minutes. On 2026-11-26 an H200 lent for
-15 minutes (its start included) ran, in one 10-minute call::
+**On a lent GPU** (a 15-minute lease, at most 10 minutes a command, whose Python has torch
+with CUDA but not optuna): carry the wheels in ``.whl/`` (see below) and run, as one
+command with carry ``[".whl"]`` and a 600-second limit::
 
-    python benchmarks/gpu_suite.py --out $OUT/gpu_suite.md --work /tmp/gw --limit 9 \\
-        --search-timeout 2m --compare-search-timeout 45s \\
-        --compare-args '--policies naive,hand-tuned,autotune --repeats 1' \\
-        --steps probe,gpu-tests,oom,search,train,compare-gpt2
+    bash benchmarks/gpu_lease.sh
 
-(probe 6 s, gpu tests 2 min 12 s in 6 processes, oom 33 s, search 2 min 06 s, train 31 s,
-compare-gpt2 3 min 04 s), and a 3-minute search of gpt2-124m on the warm machine after it.
-Keep the gpu tests in one process (``--test-workers 1``) where memory figures matter:
-BENCHMARKS.md says why.
+which is this line (the ``run`` tool takes up to 2000 characters)::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_suite.py --within 9m --out "$OUT/gpu_suite.md" --work /tmp/gpu-work
+
+In 9 minutes the default search (340 s) and the training run take most of the time, so the
+knobs get what they leave (a minute or two) and mu's search and the tests are skipped; a
+second lease runs them: ``bash benchmarks/gpu_lease.sh 9m --winner PATH`` with the first
+lease's ``gpt2-124m.yaml`` carried in, or ``--steps gpu-tests,search``.
 
 Without a CUDA device the suite refuses (exit 2: "no CUDA device: the GPU suite needs
 one"); it never writes CPU figures in a GPU table.
@@ -49,7 +69,8 @@ carry and exits 2. On a machine where only torch and the usual scientific stack 
 PyYAML, rich, typer, psutil, ...) are installed, the missing ones are typically optuna and
 its dependencies: ``optuna alembic SQLAlchemy Mako colorlog`` (plus any of ``PyYAML tqdm
 packaging MarkupSafe typing-extensions`` that is absent). Fetch them on a machine with
-network, for Python 3.12 on x86-64 Linux, into ``.whl/`` of the repository::
+network, for Python 3.12 on x86-64 Linux, into ``.whl/`` of the repository (ignored by
+git)::
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
         --implementation cp --platform manylinux_2_28_x86_64 \\
@@ -59,20 +80,16 @@ network, for Python 3.12 on x86-64 Linux, into ``.whl/`` of the repository::
 
 (``--no-deps`` fetches nothing else: every missing package must be named; pure-Python
 wheels such as optuna's match any platform. If pip finds no SQLAlchemy wheel, add
-``--platform manylinux_2_N_x86_64`` for another N: pip matches N exactly.) On the GPU
-machine, install them beside the system's packages and run the suite::
-
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_suite.py --out gpu_suite.md
-
-The versions are the ones autotune is tested with; the suite prints the exact command for
-whatever is missing where it runs.
-"""
+``--platform manylinux_2_N_x86_64`` for another N: pip matches N exactly.) The versions
+are the ones autotune is tested with; the suite prints the exact command for whatever is
+missing where it runs.
+"""  # noqa: E501 (the one-line device command above is one line)
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -85,15 +102,37 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from _common import fmt_float, fmt_ratio, fmt_seconds, render_table, utc_now
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, the steps (a script's)
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # autotune, where not installed
 
-ROOT = Path(__file__).resolve().parent.parent
-SUITE_LIMIT_S = 25 * 60
-BUDGET_BYTES = 8 * 10**9  # the budget check's 8 GB (autotune's GB are 10^9 bytes)
-TRAIN_STEPS = 300
+from _common import fmt_seconds, render_table, utc_now
+from _gpu_gpt2 import GPT2_STEPS
+from _gpu_steps import (
+    GPU_TEST_FILES,
+    OLDER_STEPS,
+    ROOT,
+    Completed,
+    Context,
+    NotReady,
+    Runner,
+    Step,
+    StepFailed,
+)
+
+from autotune.core.errors import UsageError
+from autotune.core.files import atomic_write_text
+from autotune.core.units import parse_duration
+
+__all__ = ["GPU_TEST_FILES", "STEPS", "Completed", "Context", "main", "plan", "run_suite"]
+
+DEFAULT_WITHIN = "25m"
 NO_CUDA = "no CUDA device: the GPU suite needs one"
+STEPS: tuple[Step, ...] = (*OLDER_STEPS, *GPT2_STEPS)  # every step --steps can name
+LEASE_PLAN = ("probe", "search-gpt2", "knobs-gpt2", "train-gpt2", "search", "gpu-tests")
+NEEDS = {"train": "search", "knobs-gpt2": "search-gpt2", "train-gpt2": "search-gpt2"}
+STOP_GRACE_S = 20.0  # SIGTERM this long before a step's limit, SIGKILL at it
 
 # (module, distribution, version autotune is tested with): what the suite needs besides torch.
 WHEELS: tuple[tuple[str, str, str], ...] = (
@@ -110,6 +149,11 @@ WHEELS: tuple[tuple[str, str, str], ...] = (
     ("typer", "typer", "0.29.2"),
     ("click", "click", "8.5.1"),
     ("shellingham", "shellingham", "1.5.4"),
+    ("annotated_doc", "annotated-doc", "0.0.7"),
+    ("pydantic", "pydantic", "2.13.4"),
+    ("pydantic_core", "pydantic-core", "2.46.4"),
+    ("annotated_types", "annotated-types", "0.7.0"),
+    ("typing_inspection", "typing-inspection", "0.4.2"),
     ("rich", "rich", "15.0.0"),
     ("markdown_it", "markdown-it-py", "4.3.0"),
     ("mdurl", "mdurl", "0.1.2"),
@@ -131,31 +175,16 @@ PIP_DOWNLOAD = (
 
 
 # -- running a command ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Completed:
-    """How one step's command ended."""
-
-    returncode: int | None  # None: killed at its time limit
-    stdout: str
-    stderr: str
-    wall_s: float
-
-    @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
-
-
-class Runner(Protocol):
-    def __call__(self, argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Completed: ...
-
-
 def run_command(argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Completed:
-    """Run ``argv`` in its own process group; at ``timeout_s`` the whole group is killed
-    (a search's trials included)."""
+    """Run ``argv`` in its own process group. At ``timeout_s`` less a grace the group gets
+    SIGTERM (a search, a burst series and a training run stop cleanly and print what they
+    have), at ``timeout_s`` SIGKILL (a search's trials included). Stopped from outside
+    (Ctrl-C, SIGTERM to the suite), the group is killed and the stop goes on."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
     }
+    grace = min(STOP_GRACE_S, timeout_s / 4)
     started = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
@@ -166,378 +195,183 @@ def run_command(argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Complete
         text=True,
         start_new_session=True,
     )
+    stopped = False
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        code = None
-    return Completed(code, out or "", err or "", time.monotonic() - started)
+        try:
+            out, err = proc.communicate(timeout=timeout_s - grace)
+        except subprocess.TimeoutExpired:
+            stopped = True
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                out, err = proc.communicate()
+                return Completed(None, out or "", err or "", time.monotonic() - started, True)
+    except BaseException:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+        raise
+    return Completed(proc.returncode, out or "", err or "", time.monotonic() - started, stopped)
 
 
-# -- the steps ---------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class Context:
-    """What the steps share: where they write, the interpreter, and earlier steps' files."""
-
-    work: Path  # a folder for the steps' files
-    python: str = sys.executable
-    search_timeout: str | None = None  # the search step's --timeout (None: its default)
-    compare_search_timeout: str = "2m"  # compare.py's --search-timeout
-    compare_args: tuple[str, ...] = ()  # more of compare.py's options (--policies, --repeats)
-    test_workers: int = 1  # pytest processes for the gpu-marked tests (-n, pytest-xdist)
-
-    def autotune(self, *args: str) -> list[str]:
-        return [self.python, "-m", "autotune", *args]
-
-    @property
-    def preset(self) -> Path:
-        return self.work / "mu-8GB.yaml"
+def _signal_group(proc: subprocess.Popen[str], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Step:
-    """One step: its commands (run in order, each with the step's time limit left) and how
-    their output becomes a Markdown section (and a one-line result for the steps table)."""
+# -- the plan -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Planned:
+    """A step and the time the plan keeps for it (0: none; it runs on what is left)."""
 
-    name: str
-    title: str
-    timeout_s: float
-    commands: Callable[[Context], list[list[str]]]
-    report: Callable[[Context, list[Completed]], tuple[str, str]]  # (result line, section)
-
-
-@dataclass(kw_only=True)
-class Outcome:
     step: Step
-    status: str  # ok | failed | timeout | skipped
-    wall_s: float = 0.0
-    result: str = ""
-    section: str = ""
-    runs: list[Completed] = field(default_factory=list)
+    share_s: float
 
 
-class StepFailed(Exception):
-    """A step ran but its output says it did not do what it checks."""
+def plan(steps: Sequence[Step], limit_s: float) -> list[Planned]:
+    """Each step's share of ``limit_s``: in priority order, as much as it wants of what is
+    left, or none where that is under its minimum; in the order the steps run."""
+    left = limit_s
+    shares: dict[str, float] = {}
+    for step in sorted(steps, key=lambda s: s.priority):
+        give = min(step.want_s, left)
+        shares[step.name] = give if give >= step.min_s else 0.0
+        left -= shares[step.name]
+    return [Planned(step, shares[step.name]) for step in steps]
 
 
-def _json(text: str) -> Any:
-    """The last JSON document a command printed on stdout (progress may precede it)."""
-    start = text.find("{")
-    if start < 0:
-        raise StepFailed("no JSON on stdout")
-    return json.loads(text[start:])
-
-
-def _gb(value: float | None) -> str:
-    return "-" if value is None else f"{value / 1e9:.2f} GB"
-
-
-# 1. probe
-def _probe_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    profile = _json(runs[0].stdout)
-    gpus = profile.get("gpus") or []
-    if not gpus:
-        raise StepFailed("autotune probe found no GPU")
-    sw = profile.get("software") or {}
-    rows = [
-        [
-            f"cuda:{g.get('index', 0)}",
-            str(g.get("name")),
-            _gb(g.get("total_memory_bytes")),
-            ".".join(map(str, g.get("compute_capability") or [])),
-            str(g.get("driver_version") or "-"),
-            str(sw.get("torch_version")),
-            str(sw.get("torch_cuda_version") or "-"),
-        ]
-        for g in gpus
-    ]
-    table = render_table(["device", "GPU", "memory", "CC", "driver", "torch", "CUDA"], rows)
-    return f"{gpus[0].get('name')}, {_gb(gpus[0].get('total_memory_bytes'))}", table
-
-
-# 2. the gpu-marked tests
-# every test file with a gpu-marked test (named: the device may lack the packages some
-# other test files import, such as transformers or lightning)
-GPU_TEST_FILES = (
-    "tests/test_burst.py",
-    "tests/test_gpu.py",
-    "tests/test_hardware.py",
-    "tests/test_parallel.py",
-    "tests/test_train.py",
-)
-
-
-def _workers(ctx: Context) -> list[str]:
-    """``-n N`` when the tests are spread over N processes (each burst is a process of its
-    own already; the tests check behaviour, not speed, so they may share the card)."""
-    return ["-n", str(ctx.test_workers)] if ctx.test_workers > 1 else []
-
-
-def _tests_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    run = runs[0]
-    summary = next(
-        (line.strip("= ") for line in reversed(run.stdout.splitlines()) if " in " in line), ""
+def granted(planned: Sequence[Planned], index: int, left_s: float) -> tuple[float, str]:
+    """The time step ``index`` gets with ``left_s`` left: what later planned steps keep
+    aside, up to what it wants; with the reason it cannot run, where that is under its
+    minimum ("" where it can)."""
+    step = planned[index].step
+    later = [p for p in planned[index + 1 :] if p.share_s > 0]
+    kept = sum(p.share_s for p in later)
+    give = min(step.want_s, left_s - kept)
+    if give >= step.min_s:
+        return give, ""
+    if left_s <= 0:
+        return 0.0, "the suite's time limit had passed"
+    names = ", ".join(p.step.name for p in later)
+    kept_text = f", {fmt_seconds(kept)} of it kept for {names}" if later else ""
+    return 0.0, (
+        f"{fmt_seconds(left_s)} left{kept_text}: under the {fmt_seconds(step.min_s)} it needs"
     )
-    if run.returncode != 0:
-        raise StepFailed(f"pytest exit {run.returncode}: {summary or 'no summary'}")
-    return summary, f"`pytest -m gpu {' '.join(GPU_TEST_FILES)}`: {summary}"
 
 
-# 3. an over-budget config ends as oom in its own trial; the device still runs the next
-def _oom_commands(ctx: Context) -> list[list[str]]:
-    big = ["--model", "gpt2-124m", "--micro-batch", "64", "--seq-len", "1024"]
-    small = ["--model", "mu", "--micro-batch", "4"]
-    common = ["--device", "cuda", "--budget", "8GB", "--steps", "3", "--warmup", "1", "--json"]
-    return [ctx.autotune("bench", *big, *common), ctx.autotune("bench", *small, *common)]
-
-
-def _oom_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    big, small = (_json(r.stdout) for r in runs)
-    rows = [
-        ["gpt2-124m mb 64 x seq 1024, 8 GB", "oom", str(big.get("status")),
-         _gb(big.get("peak_memory_bytes")), str(big.get("reason") or "")[:80]],
-        ["mu mb 4 right after it, 8 GB", "ok", str(small.get("status")),
-         _gb(small.get("peak_memory_bytes")), str(small.get("reason") or "")[:80]],
-    ]  # fmt: skip
-    table = render_table(["burst", "expected", "status", "peak", "reason"], rows)
-    if big.get("status") != "oom" or small.get("status") != "ok":
-        raise StepFailed(
-            f"expected oom then ok, got {big.get('status')} then {small.get('status')}\n\n{table}"
-        )
-    return "oom in its own trial; the next burst ran", table
-
-
-# 4. the search with defaults, and the budget check on its winner
-def _search_commands(ctx: Context) -> list[list[str]]:
-    return [
-        ctx.autotune(
-            "search", "--model", "mu", "--budget", "8GB", "--device", "cuda", "--json",
-            "--output", str(ctx.preset), "--storage", f"sqlite:///{ctx.work / 'mu-8GB.db'}",
-            *(["--timeout", ctx.search_timeout] if ctx.search_timeout else []),
-        )
-    ]  # fmt: skip
-
-
-def _search_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    run = runs[0]
-    found = _json(run.stdout)
-    best = found.get("best") or {}
-    counts = found.get("counts") or {}
-    memory = found.get("memory_model") or {}
-    peak = best.get("peak_memory_bytes")
-    within = peak is not None and peak <= BUDGET_BYTES
-    ooms = memory.get("ooms_executed") or {}
-    edge = ", ".join(f"#{n}" for n in memory.get("at_edge") or []) or "none"
-    measured = f"{counts.get('measured')} / {counts.get('infeasible')} / {counts.get('pruned')}"
-    error = f"{memory.get('predictions', 0)}, {fmt_float(memory.get('mean_abs_error_pct'))}%"
-    rows = [
-        ["wall time (search + race)", fmt_seconds(run.wall_s)],
-        ["trials measured / infeasible / pruned", measured],
-        ["winner", _summary(best.get("config") or {})],
-        [f"winner {found.get('unit', 'tokens/s')}", fmt_float(best.get("throughput"))],
-        ["speedup over naive (race)", fmt_ratio(found.get("speedup"))],
-        ["winner's peak (budget 8 GB)", f"{_gb(peak)}: {'within' if within else 'OVER'}"],
-        ["memory model: predictions, mean abs error", error],
-        ["executed OOMs per class (target: at most 1)", _counts(ooms)],
-        ["trials at the edge of the budget", edge],
-    ]
-    table = render_table(["autotune search --model mu --budget 8GB", "figure"], rows)
-    if not within:
-        raise StepFailed(f"the winner's peak {_gb(peak)} is over the 8 GB budget\n\n{table}")
-    winner = fmt_float(best.get("throughput"))
-    return f"{fmt_seconds(run.wall_s)}, winner {winner} {found.get('unit')}", table
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in counts.items()) or "none"
-
-
-def _summary(config: dict[str, Any]) -> str:
-    """``mb 8x4 seq 128 bf16 ckpt compile=default`` (the suite imports no autotune)."""
-    if not config:
-        return "-"
-    parts = [f"mb {config.get('micro_batch')}x{config.get('grad_accum')}"]
-    parts += [f"seq {config.get('seq_len')}", str(config.get("precision"))]
-    parts += ["ckpt"] if config.get("activation_checkpointing") else []
-    parts += [f"compile={config['compile']}"] if config.get("compile", "off") != "off" else []
-    parts += [f"workers={config['num_workers']}"] if config.get("num_workers") else []
-    parts += [f"{k}={v}" for k, v in (config.get("knobs") or {}).items()]
-    return " ".join(parts)
-
-
-# 5. the full run against the preset's figure
-def _train_commands(ctx: Context) -> list[list[str]]:
-    return [
-        ctx.autotune(
-            "train", "--preset", str(ctx.preset), "--max-steps", str(TRAIN_STEPS),
-            "--out", str(ctx.work / "train-mu"), "--device", "cuda",
-        )
-    ]  # fmt: skip
-
-
-def _train_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    if runs[0].returncode != 0:
-        raise StepFailed(f"autotune train exit {runs[0].returncode}")
-    summary = json.loads((ctx.work / "train-mu" / "summary.json").read_text())
-    preset_tps = _preset_tokens_per_s(ctx.preset)
-    train_tps = summary.get("steady_tokens_per_s")
-    ratio = train_tps / preset_tps if train_tps and preset_tps else None
-    rows = [[
-        str(summary.get("steps")), fmt_float(preset_tps), fmt_float(train_tps), fmt_ratio(ratio),
-        fmt_seconds(runs[0].wall_s),
-    ]]  # fmt: skip
-    headers = ["steps", "preset tokens/s", "train steady tokens/s", "train / preset", "wall"]
-    return f"train / preset {fmt_ratio(ratio)}", render_table(headers, rows, align="rrrrr")
-
-
-def _preset_tokens_per_s(path: Path) -> float | None:
-    import yaml
-
-    data = yaml.safe_load(path.read_text())
-    return (data.get("measured") or {}).get("tokens_per_s")
-
-
-# 6, 7. compare.py
-def _compare(model: str, budget: str, *extra: str) -> Callable[[Context], list[list[str]]]:
-    def commands(ctx: Context) -> list[list[str]]:
-        return [[
-            ctx.python, str(ROOT / "benchmarks" / "compare.py"), "--model", model, "--device",
-            "cuda", "--budget", budget, "--search-timeout", ctx.compare_search_timeout,
-            "--grid-max", "0", "--out",
-            str(ctx.work / f"compare-{model}"), *extra, *ctx.compare_args,
-        ]]  # fmt: skip
-
-    return commands
-
-
-def _compare_report(model: str) -> Callable[[Context, list[Completed]], tuple[str, str]]:
-    def report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-        path = ctx.work / f"compare-{model}" / "compare.md"
-        if runs[0].returncode != 0 or not path.exists():
-            raise StepFailed(f"compare.py exit {runs[0].returncode}, no {path.name}")
-        text = path.read_text().strip()
-        # compare.md starts with its own title: below the step's heading in the suite's file
-        text = "\n".join(
-            "###" + line if line.startswith("#") else line for line in text.splitlines()
-        )
-        return f"{fmt_seconds(runs[0].wall_s)}", text
-
-    return report
-
-
-# 8. the model knobs against gpt2-124m's base: the chunked loss's memory at a 50k vocabulary
-KNOB_VARIANTS = "base,loss=chunked,checkpointing,checkpointing+every=2"
-
-
-def _knobs_commands(ctx: Context) -> list[list[str]]:
-    return [[
-        ctx.python, str(ROOT / "benchmarks" / "model_knobs.py"), "--device", "cuda",
-        "--models", "gpt2-124m", "--budget", "24GB", "--rounds", "1", "--steps", "10",
-        "--variants", KNOB_VARIANTS,
-    ]]  # fmt: skip
-
-
-def _knobs_report(ctx: Context, runs: list[Completed]) -> tuple[str, str]:
-    run = runs[0]
-    if run.returncode != 0:
-        raise StepFailed(f"model_knobs.py exit {run.returncode}")
-    lines = run.stdout.strip().splitlines()
-    table = [line for line in lines if line.startswith("|")]
-    if not table:
-        raise StepFailed("model_knobs.py printed no table")
-    chunked = next((line for line in table if "| loss=chunked" in line), "")
-    peak_ratio = chunked.rstrip(" |").rsplit("|", 1)[-1].strip() if chunked else "-"
-    return f"loss=chunked peak {peak_ratio} the base's", "\n".join(lines)
-
-
-STEPS: tuple[Step, ...] = (
-    Step(name="probe", title="autotune probe", timeout_s=60,
-         commands=lambda ctx: [ctx.autotune("probe", "--json")], report=_probe_report),
-    Step(name="gpu-tests", title="gpu-marked tests", timeout_s=180,
-         commands=lambda ctx: [[ctx.python, "-m", "pytest", "-m", "gpu", "-q", "-p",
-                                "no:cacheprovider", *_workers(ctx), *GPU_TEST_FILES]],
-         report=_tests_report),
-    Step(name="oom", title="Budget check: an over-budget config ends as oom in its own trial",
-         timeout_s=150, commands=_oom_commands, report=_oom_report),
-    Step(name="search", title="autotune search --model mu --budget 8GB (defaults), timed",
-         timeout_s=540, commands=_search_commands, report=_search_report),
-    Step(name="train", title=f"{TRAIN_STEPS} steps of autotune train on the winning preset",
-         timeout_s=180, commands=_train_commands, report=_train_report),
-    Step(name="compare-gpt2", title="compare.py gpt2-124m, sequence 1024, 24 GB",
-         timeout_s=300, commands=_compare("gpt2-124m", "24GB", "--seq-len", "1024"),
-         report=_compare_report("gpt2-124m")),
-    Step(name="compare-mu", title="compare.py mu, 8 GB", timeout_s=180,
-         commands=_compare("mu", "8GB"), report=_compare_report("mu")),
-    Step(name="knobs", title="model_knobs.py gpt2-124m, sequence 1024, 24 GB", timeout_s=240,
-         commands=_knobs_commands, report=_knobs_report),
-)  # fmt: skip
+def render_plan(planned: Sequence[Planned], limit_s: float) -> str:
+    rows = []
+    for p in planned:
+        share = fmt_seconds(p.share_s) if p.share_s else "-"
+        when = "its share, and what earlier steps leave" if p.share_s else "if time is left"
+        rows.append([p.step.name, share, fmt_seconds(p.step.min_s), fmt_seconds(p.step.want_s),
+                     when])  # fmt: skip
+    table = render_table(["step", "share", "at least", "at most", "runs on"], rows,
+                         align="lrrrl")  # fmt: skip
+    return f"Plan within {fmt_seconds(limit_s)}, in the order the steps run:\n\n{table}"
 
 
 # -- the suite ---------------------------------------------------------------------------
+@dataclass(kw_only=True)
+class Outcome:
+    step: Step
+    status: str  # ok | failed | timeout | skipped | interrupted
+    limit_s: float = 0.0
+    wall_s: float = 0.0
+    result: str = ""
+    section: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+    runs: list[Completed] = field(default_factory=list)
+
+
 def run_suite(
     steps: Sequence[Step],
     ctx: Context,
     *,
     runner: Runner = run_command,
-    limit_s: float = SUITE_LIMIT_S,
+    limit_s: float,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     clock: Callable[[], float] = time.monotonic,
     after_step: Callable[[list[Outcome]], None] = lambda outcomes: None,
 ) -> list[Outcome]:
-    """Run ``steps`` in order; a failure is recorded and the next step runs. A step's
-    commands share its time limit, capped by what is left of the suite's ``limit_s``.
-    Each command's output is kept in the work folder (``<step>-<n>.log``), and
-    ``after_step`` sees the outcomes so far after every step (the suite writes its file
-    then, so a suite stopped from outside still leaves the steps it finished)."""
+    """Run ``steps`` in order within ``limit_s``, each with the time ``plan`` and
+    ``granted`` give it; a failure is recorded and the next step runs. Each command's
+    output is kept in the work folder (``<step>-<n>.log``), and ``after_step`` sees the
+    outcomes so far after every step (the suite writes its files then, so a suite
+    stopped from outside still leaves the steps it finished). Stopped from outside
+    (KeyboardInterrupt), the step is recorded as interrupted and the stop goes on."""
+    planned = plan(steps, limit_s)
     started = clock()
-    outcomes = []
-    for step in steps:
-        left = limit_s - (clock() - started)
-        outcome = Outcome(step=step, status="ok")
+    outcomes: list[Outcome] = []
+    for index, item in enumerate(planned):
+        step = item.step
+        give, why_not = granted(planned, index, limit_s - (clock() - started))
+        outcome = Outcome(step=step, status="ok", limit_s=give)
         outcomes.append(outcome)
-        if left <= 0:
-            outcome.status, outcome.result = "skipped", "the suite's time limit had passed"
-            log(f"[{step.name}] skipped: {outcome.result}")
-            continue
-        step_left = min(step.timeout_s, left)
-        for argv in step.commands(ctx):
-            log(f"[{step.name}] $ {shlex.join(argv)}")
-            done = runner(argv, timeout_s=max(step_left, 1.0), cwd=ROOT)
-            outcome.runs.append(done)
-            _keep_log(ctx.work / f"{step.name}-{len(outcome.runs)}.log", argv, done)
-            outcome.wall_s += done.wall_s
-            step_left -= done.wall_s
-            if done.timed_out:
-                outcome.status = "timeout"
-                outcome.result = f"killed at its limit of {fmt_seconds(min(step.timeout_s, left))}"
-                break
-        if outcome.status == "ok":
+        if why_not:
+            outcome.status, outcome.result = "skipped", why_not
+        else:
             try:
-                outcome.result, outcome.section = step.report(ctx, outcome.runs)
-            except Exception as exc:  # a failed check, or output the step could not parse
-                outcome.status = "failed"
-                text = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
-                outcome.result, _, outcome.section = text.partition("\n\n")
-        if outcome.status in ("failed", "timeout") and outcome.runs:
-            tail = _failure_tail(outcome.runs[-1])
-            if tail:
-                outcome.section += "\n\n```\n" + "\n".join(tail) + "\n```"
+                _run_step(outcome, dataclasses.replace(ctx, granted_s=give), runner, log)
+            except KeyboardInterrupt:
+                outcome.status, outcome.result = "interrupted", "the suite was stopped"
+                _after(after_step, outcomes, log, step)
+                raise
         log(f"[{step.name}] {outcome.status} in {fmt_seconds(outcome.wall_s)}: {outcome.result}")
-        try:
-            after_step(outcomes)
-        except OSError as exc:  # the file is written again at the end: the steps go on
-            log(f"[{step.name}] could not write the results so far: {exc}")
+        _after(after_step, outcomes, log, step)
     return outcomes
 
 
-def _compare_args(text: str) -> tuple[str, ...]:
-    """``--compare-args`` split as a shell would; one clear error where it cannot be."""
+def _after(
+    after_step: Callable[[list[Outcome]], None],
+    outcomes: list[Outcome],
+    log: Callable[[str], None],
+    step: Step,
+) -> None:
     try:
-        return tuple(shlex.split(text))
-    except ValueError as exc:  # an unclosed quote
-        raise SystemExit(f"error: --compare-args {text!r}: {exc}") from None
+        after_step(outcomes)
+    except OSError as exc:  # the files are written again at the end: the steps go on
+        log(f"[{step.name}] could not write the results so far: {exc}")
+
+
+def _run_step(outcome: Outcome, ctx: Context, runner: Runner, log: Callable[[str], None]) -> None:
+    """One step's commands, each with what is left of its time, then its report (also of
+    a step stopped at its limit: what it printed before it stopped may hold figures)."""
+    step, left = outcome.step, outcome.limit_s
+    try:
+        commands = step.commands(ctx)
+    except NotReady as exc:
+        outcome.status, outcome.result = "skipped", str(exc)
+        return
+    for argv in commands:
+        log(f"[{step.name}] $ {shlex.join(argv)}")
+        done = runner(argv, timeout_s=max(left, 1.0), cwd=ROOT)
+        outcome.runs.append(done)
+        _keep_log(ctx.work / f"{step.name}-{len(outcome.runs)}.log", argv, done)
+        outcome.wall_s += done.wall_s
+        left -= done.wall_s
+        if done.timed_out:
+            outcome.status = "timeout"
+            outcome.result = f"stopped at its limit of {fmt_seconds(outcome.limit_s)}"
+            break
+    try:
+        if outcome.status == "timeout" and len(outcome.runs) < len(commands):
+            raise StepFailed(outcome.result)
+        report = step.report(ctx, outcome.runs)
+        outcome.section, outcome.figures = report.section, dict(report.figures)
+        outcome.result = (
+            f"{outcome.result}; {report.result}" if outcome.status == "timeout" else report.result
+        )
+    except Exception as exc:  # a failed check, or output the step could not parse
+        text = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
+        if outcome.status == "ok":
+            outcome.status = "failed"
+            outcome.result, _, outcome.section = text.partition("\n\n")
+    if outcome.status in ("failed", "timeout") and outcome.runs:
+        tail = _failure_tail(outcome.runs[-1])
+        if tail:
+            outcome.section += "\n\n```\n" + "\n".join(tail) + "\n```"
 
 
 def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
@@ -553,7 +387,8 @@ def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
 
 
 def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
-    code = "killed at its limit" if done.timed_out else f"exit {done.returncode}"
+    code = "stopped at its limit, " if done.timed_out else ""
+    code += "killed" if done.returncode is None else f"exit {done.returncode}"
     text = (
         f"$ {shlex.join(argv)}\n# {code} after {done.wall_s:.1f} s\n"
         f"## stdout\n{done.stdout}\n## stderr\n{done.stderr}\n"
@@ -562,30 +397,91 @@ def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
         path.write_text(text)
 
 
+# -- what the suite writes -----------------------------------------------------------------
 def render(
-    outcomes: Sequence[Outcome], *, command: str, total_s: float, planned: int | None = None
+    outcomes: Sequence[Outcome],
+    *,
+    command: str,
+    total_s: float,
+    planned: Sequence[str] = (),
+    limit_s: float | None = None,
 ) -> str:
     """The suite's Markdown: the steps table, then each step's section. ``planned``: the
-    number of steps asked for, when the file is written before all have run."""
+    names of all the steps asked for, when the file is written before all have run."""
     rows = []
     for o in outcomes:
         wall = fmt_seconds(o.wall_s) if o.runs else "-"
-        rows.append([o.step.name, o.status, wall, o.result.splitlines()[0] if o.result else ""])
+        limit = fmt_seconds(o.limit_s) if o.limit_s else "-"
+        result = o.result.splitlines()[0] if o.result else ""
+        rows.append([o.step.name, o.status, limit, wall, result])
+    waiting = [name for name in planned if name not in {o.step.name for o in outcomes}]
+    within = f" within {fmt_seconds(limit_s)}" if limit_s else ""
     parts = [
         f"## GPU suite, {utc_now()}",
-        f"`{command}`: {len(outcomes)} steps in {fmt_seconds(total_s)}, "
+        f"`{command}`: {len(outcomes)} steps in {fmt_seconds(total_s)}{within}, "
         f"{sum(o.status == 'ok' for o in outcomes)} ok"
         + (
-            f" ({planned - len(outcomes)} of {planned} not run yet)."
-            if planned and planned > len(outcomes)
+            f" ({len(waiting)} of {len(planned)} not run yet: {', '.join(waiting)})."
+            if waiting
             else "."
         ),
-        render_table(["step", "status", "wall", "result"], rows),
+        render_table(["step", "status", "limit", "wall", "result"], rows),
     ]
     for o in outcomes:
         if o.section.strip():
             parts.append(f"### {o.step.title}\n\n{o.section.strip()}")
     return "\n\n".join(parts) + "\n"
+
+
+def figures_json(
+    outcomes: Sequence[Outcome],
+    *,
+    command: str,
+    total_s: float,
+    planned: Sequence[str],
+    limit_s: float,
+) -> str:
+    """The suite's figures as JSON: each step's status, limit, wall time, result and the
+    figures its report read; the steps not run yet."""
+    done = {o.step.name for o in outcomes}
+    data = {
+        "command": command,
+        "written": utc_now(),
+        "within_s": limit_s,
+        "elapsed_s": round(total_s, 1),
+        "steps": [
+            {
+                "name": o.step.name,
+                "status": o.status,
+                "limit_s": round(o.limit_s, 1),
+                "wall_s": round(o.wall_s, 1),
+                "result": o.result,
+                "figures": o.figures,
+            }
+            for o in outcomes
+        ],
+        "not_run_yet": [name for name in planned if name not in done],
+    }
+    return json.dumps(data, indent=1, default=str) + "\n"
+
+
+def write_results(
+    out: Path,
+    outcomes: Sequence[Outcome],
+    *,
+    command: str,
+    total_s: float,
+    planned: Sequence[str],
+    limit_s: float,
+) -> str:
+    """``out`` (Markdown) and ``out`` with ``.json``, each written atomically; the text."""
+    text = render(outcomes, command=command, total_s=total_s, planned=planned, limit_s=limit_s)
+    atomic_write_text(out, text)
+    figures = figures_json(
+        outcomes, command=command, total_s=total_s, planned=planned, limit_s=limit_s
+    )
+    atomic_write_text(out.with_suffix(".json"), figures)
+    return text
 
 
 # -- what must be there first ------------------------------------------------------------
@@ -616,19 +512,105 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
 
 
-def _select(names: str | None) -> list[Step]:
-    if not names:
-        return list(STEPS)
+# -- the command line ----------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out", type=Path, default=Path("gpu_suite.md"),
+        help="the Markdown file; its .json and the presets are written beside it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--within", default=DEFAULT_WITHIN,
+        help=f"the time limit of the whole suite: 9m, 540s, 1h ({DEFAULT_WITHIN})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", default=None,
+        help="a comma-separated choice, in the order they run (default: "
+        + ",".join(LEASE_PLAN) + "); of " + ",".join(s.name for s in STEPS),
+    )  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument(
+        "--winner", type=Path, default=None,
+        help="gpt2-124m's winning preset from an earlier run: no search-gpt2 this time",
+    )  # fmt: skip
+    parser.add_argument(
+        "--work", type=Path, default=None,
+        help="folder for the steps' studies, files and logs (default: temporary, removed); "
+        "give a fresh one: a search resumes a study it finds there",
+    )  # fmt: skip
+    parser.add_argument(
+        "--search-timeout", default=None,
+        help="mu's search step's --timeout, e.g. 3m (default: the search's own default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compare-search-timeout", default="2m", help="compare.py's --search-timeout (2m)"
+    )
+    parser.add_argument(
+        "--compare-args", default="",
+        help="more options for compare.py, one string: '--policies naive,autotune --repeats 1'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--test-workers", type=int, default=1,
+        help="processes for the gpu-marked tests (pytest-xdist's -n; 1: one process). "
+        "Where NVML lists no process (a VM), a trial's CUDA context is the device-wide "
+        "delta, which other tests' processes inflate: the memory tests need 1",
+    )  # fmt: skip
+    return parser
+
+
+def _select(parser: argparse.ArgumentParser, names: str | None, winner: Path | None) -> list[Step]:
+    """The steps asked for, in the order they run; usage errors exit 2."""
     known = {s.name: s for s in STEPS}
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    wanted = [n.strip() for n in (names or ",".join(LEASE_PLAN)).split(",") if n.strip()]
     bad = [n for n in wanted if n not in known]
-    if bad:
-        raise SystemExit(
-            f"error: --steps: unknown step(s) {', '.join(bad)}; the steps are {', '.join(known)}"
+    if bad or not wanted:
+        parser.error(
+            f"--steps: unknown step(s) {', '.join(bad) or 'none given'}; the steps are "
+            f"{', '.join(known)}"
         )
-    if "train" in wanted and "search" not in wanted:
-        raise SystemExit("error: --steps: train needs search (it trains the search's preset)")
-    return [s for s in STEPS if s.name in wanted]
+    if winner is not None:
+        if not winner.is_file():
+            parser.error(f"--winner {str(winner)!r}: no such file")
+        wanted = [n for n in wanted if n != "search-gpt2"]
+    for step, needed in NEEDS.items():
+        given = needed in wanted or (needed == "search-gpt2" and winner is not None)
+        if step in wanted and not given:
+            extra = " or --winner" if needed == "search-gpt2" else ""
+            parser.error(f"--steps: {step} needs {needed}{extra} (it uses that search's preset)")
+        if step in wanted and needed in wanted and wanted.index(needed) > wanted.index(step):
+            parser.error(f"--steps: {step} runs on {needed}'s preset, so it comes after it")
+    return [known[n] for n in dict.fromkeys(wanted)]
+
+
+def _options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    if args.test_workers < 1:
+        parser.error(f"--test-workers must be at least 1, got {args.test_workers}")
+    try:
+        compare_args = tuple(shlex.split(args.compare_args))
+    except ValueError as exc:  # an unclosed quote
+        parser.error(f"--compare-args {args.compare_args!r}: {exc}")
+    return {
+        "search_timeout": args.search_timeout,
+        "compare_search_timeout": args.compare_search_timeout,
+        "compare_args": compare_args,
+        "test_workers": args.test_workers,
+        "winner_path": args.winner,
+    }
+
+
+def _dry_run(steps: Sequence[Step], ctx: Context, limit_s: float) -> int:
+    planned = plan(steps, limit_s)
+    print(render_plan(planned, limit_s) + "\n")
+    for p in planned:
+        give = p.share_s or p.step.min_s
+        try:
+            commands = p.step.commands(dataclasses.replace(ctx, granted_s=give))
+        except NotReady as exc:
+            print(f"[{p.step.name}] built when it starts: {exc}")
+            continue
+        for command in commands:
+            print(f"[{p.step.name}, {fmt_seconds(give)}] {shlex.join(command)}")
+    return 0
 
 
 def main(
@@ -638,61 +620,18 @@ def main(
     has_cuda: Callable[[], bool] = cuda_available,
     find: Callable[[str], object] = importlib.util.find_spec,
 ) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("gpu_suite.md"), help="the Markdown file")
-    parser.add_argument(
-        "--steps", default=None, help="a comma-separated subset: " + ",".join(s.name for s in STEPS)
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument(
-        "--limit", type=float, default=SUITE_LIMIT_S / 60, help="minutes for the whole suite"
-    )
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=None,
-        help="folder for the steps' files and each command's log (default: temporary, removed)",
-    )
-    parser.add_argument(
-        "--search-timeout",
-        default=None,
-        help="the search step's --timeout, e.g. 3m (default: the search's own default)",
-    )
-    parser.add_argument(
-        "--compare-search-timeout", default="2m", help="compare.py's --search-timeout (2m)"
-    )
-    parser.add_argument(
-        "--compare-args",
-        default="",
-        help="more options for compare.py, one string: '--policies naive,autotune --repeats 1'",
-    )
-    parser.add_argument(
-        "--test-workers",
-        type=int,
-        default=1,
-        help="processes for the gpu-marked tests (pytest-xdist's -n; 1: one process). "
-        "Where NVML lists no process (a VM), a trial's CUDA context is the device-wide "
-        "delta, which other tests' processes inflate: the memory tests need 1",
-    )
+    parser = _parser()
     args = parser.parse_args(argv)
-    steps = _select(args.steps)
-    if args.limit <= 0:
-        raise SystemExit(f"error: --limit must be positive minutes, got {args.limit}")
-
-    if args.test_workers < 1:
-        raise SystemExit(f"error: --test-workers must be at least 1, got {args.test_workers}")
-    options = {
-        "search_timeout": args.search_timeout,
-        "compare_search_timeout": args.compare_search_timeout,
-        "compare_args": _compare_args(args.compare_args),
-        "test_workers": args.test_workers,
-    }
+    try:
+        limit_s = parse_duration(args.within, what="--within")
+    except UsageError as exc:
+        parser.error(str(exc))
+    steps = _select(parser, args.steps, args.winner)
+    options = _options(parser, args)
+    out_dir = args.out.parent
     if args.dry_run:
-        ctx = Context(work=args.work or Path("<work>"), **options)
-        for step in steps:
-            for command in step.commands(ctx):
-                print(f"[{step.name}, {fmt_seconds(step.timeout_s)}] {shlex.join(command)}")
-        return 0
+        return _dry_run(steps, Context(work=args.work or Path("<work>"), out_dir=out_dir,
+                                       **options), limit_s)  # fmt: skip
     missing = missing_wheels(find)
     if missing:
         print(missing_message(missing), file=sys.stderr)
@@ -702,28 +641,46 @@ def main(
             f"{NO_CUDA} (torch.cuda.is_available() is False here); nothing was run", file=sys.stderr
         )
         return 2
+    command = shlex.join(
+        ["python", "benchmarks/gpu_suite.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        command = shlex.join(
-            ["python", "benchmarks/gpu_suite.py", *(argv if argv is not None else sys.argv[1:])]
-        )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
+        ctx = Context(work=work, out_dir=out_dir, **options)
+        return _run(steps, ctx, runner=runner, out=args.out, command=command, limit_s=limit_s)
 
-        def write(outcomes: list[Outcome]) -> None:
-            total_s = time.monotonic() - started
-            args.out.write_text(render(outcomes, command=command, total_s=total_s,
-                                       planned=len(steps)))  # fmt: skip
 
-        outcomes = run_suite(
-            steps, Context(work=work, **options), runner=runner, limit_s=args.limit * 60,
-            after_step=write,
-        )  # fmt: skip
-        text = render(outcomes, command=command, total_s=time.monotonic() - started)
-    args.out.write_text(text)
-    print(text)
-    print(f"written to {args.out}", file=sys.stderr)
+def _run(
+    steps: Sequence[Step], ctx: Context, *, runner: Runner, out: Path, command: str,
+    limit_s: float,
+) -> int:  # fmt: skip
+    """The suite, its files written after every step and at the end; SIGTERM stops it as
+    Ctrl-C does (the running command killed, the files kept): exit 143 or 130."""
+    started = time.monotonic()
+    names = [s.name for s in steps]
+
+    def text(outcomes: Sequence[Outcome]) -> str:
+        return write_results(out, outcomes, command=command, total_s=time.monotonic() - started,
+                             planned=names, limit_s=limit_s)  # fmt: skip
+
+    def write(outcomes: list[Outcome]) -> None:
+        text(outcomes)
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        outcomes = run_suite(steps, ctx, runner=runner, limit_s=limit_s, after_step=write)
+    except KeyboardInterrupt as stop:
+        print(f"the suite was stopped; what finished is in {out}", file=sys.stderr)
+        return int(stop.args[0]) if stop.args else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(text(outcomes))
+    print(f"written to {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0 if all(o.status == "ok" for o in outcomes) else 1
 
 

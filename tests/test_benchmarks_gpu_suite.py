@@ -1,118 +1,32 @@
-"""benchmarks/gpu_suite.py's orchestration on a CPU: its steps run by a fake command runner
-that answers as the real commands would on a GPU, and the Markdown it writes. The real
-commands need a GPU; without one the suite refuses, which is tested here too."""
+"""benchmarks/gpu_suite.py's orchestration on a CPU: its plan within a time limit, its steps
+run by a fake command runner that answers as the real commands would on a GPU, and the
+files it writes after every step. The real commands need a GPU; without one the suite
+refuses, which is tested here too."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmark_modules import load_benchmark
 
-suite = load_benchmark("gpu_suite")
-GB = 10**9
+from tests.fake_gpu_suite import FakeRunner, run_main, statuses, suite
 
-
-class FakeRunner:
-    """Answers each step's command as it would end on a GPU; ``override`` changes one
-    step's answer: a (returncode, stdout) pair, or None for a command killed at its limit."""
-
-    def __init__(self, **override: Any) -> None:
-        self.override = override
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Any:
-        argv = list(argv)
-        self.calls.append(argv)
-        assert timeout_s > 0
-        name, answer = self._answer(argv)
-        if name in self.override:
-            answer = self.override[name]
-        if answer is None:
-            return suite.Completed(None, "", "killed", timeout_s)
-        code, out = answer
-        return suite.Completed(code, out, "some progress on stderr\nthe last line", 1.5)
-
-    def _answer(self, argv: list[str]) -> tuple[str, tuple[int, str]]:
-        def after(flag: str) -> str:
-            return argv[argv.index(flag) + 1]
-
-        if "probe" in argv:
-            gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 85 * GB,
-                   "compute_capability": [9, 0], "driver_version": "580.159.04"}  # fmt: skip
-            software = {"torch_version": "2.11.0+cu130", "torch_cuda_version": "13.0"}
-            return "probe", (0, json.dumps({"gpus": [gpu], "software": software}))
-        if "pytest" in argv:
-            return "gpu-tests", (0, "....\n===== 9 passed, 1 skipped in 42.0s =====\n")
-        if "bench" in argv:
-            if "gpt2-124m" in argv:
-                burst = {"status": "oom", "reason": "CUDA out of memory", "peak_memory_bytes": 8e9}
-                return "oom-big", (1, json.dumps(burst))
-            return "oom-small", (0, json.dumps({"status": "ok", "peak_memory_bytes": 1.2e9}))
-        if "search" in argv:
-            Path(after("--output")).write_text("measured:\n  tokens_per_s: 200000.0\n")
-            found = {
-                "unit": "tokens/s",
-                "best": {"throughput": 201000.0, "peak_memory_bytes": 6.5e9,
-                         "config": {"micro_batch": 16, "grad_accum": 2, "seq_len": 128,
-                                    "precision": "bf16", "compile": "default"}},
-                "counts": {"measured": 30, "infeasible": 4, "pruned": 6},
-                "speedup": 3.1,
-                "memory_model": {"predictions": 20, "mean_abs_error_pct": 4.25,
-                                 "ooms_executed": {"bf16": 1}, "at_edge": [17]},
-            }  # fmt: skip
-            return "search", (0, "progress\n" + json.dumps(found))
-        if "train" in argv:
-            out = Path(after("--out"))
-            out.mkdir(parents=True)
-            (out / "summary.json").write_text(
-                json.dumps({"steps": 300, "steady_tokens_per_s": 190000.0})
-            )
-            return "train", (0, "")
-        if any(a.endswith("model_knobs.py") for a in argv):
-            table = (
-                "- date: today\n\n| model | config | median | peak | vs base |\n"
-                "|--|--|--:|--:|--:|\n"
-                "| gpt2-124m | base | 400,000 | 20.00 GiB | 1.00x |\n"
-                "| gpt2-124m | loss=chunked | 410,000 | 14.00 GiB | 0.70x |\n"
-            )
-            return "knobs", (0, table)
-        if any(a.endswith("compare.py") for a in argv):
-            out = Path(after("--out"))
-            out.mkdir(parents=True)
-            model = after("--model")
-            table = f"# compare: {model}\n\n| policy | tokens/s | MFU (bf16 peak) |\n|--|--:|--:|\n"
-            (out / "compare.md").write_text(table + "| autotune | 1 | 40% |\n")
-            return f"compare-{model}", (0, "")
-        raise AssertionError(f"unexpected command {argv}")
+OLDER_PLAN = "probe,gpu-tests,oom,search,train,compare-gpt2,compare-mu,knobs"
 
 
-def _statuses(text: str) -> dict[str, str]:
-    """The steps table: step name -> status."""
-    names = {s.name for s in suite.STEPS}
-    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
-    return {row[0]: row[1] for row in cells if len(row) == 4 and row[0] in names}
+def _step(name: str) -> Any:
+    return next(s for s in suite.STEPS if s.name == name)
 
 
-def _main(tmp_path: Path, runner: FakeRunner, *extra: str) -> tuple[int, str]:
-    out = tmp_path / "suite.md"
-    code = suite.main(
-        ["--out", str(out), "--work", str(tmp_path / "work"), *extra],
-        runner=runner,
-        has_cuda=lambda: True,
-        find=lambda module: object(),
-    )
-    return code, out.read_text()
-
-
-def test_every_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -> None:
+def test_every_older_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -> None:
     runner = FakeRunner()
-    code, text = _main(tmp_path, runner)
+    code, text = run_main(tmp_path, runner, "--steps", OLDER_PLAN)
     assert code == 0
-    assert _statuses(text) == {s.name: "ok" for s in suite.STEPS}
+    assert statuses(text) == dict.fromkeys(OLDER_PLAN.split(","), "ok")
     assert "| NVIDIA H100 80GB HBM3 | 85.00 GB | 9.0 |" in text  # probe
     assert "9 passed, 1 skipped in 42.0s" in text  # the gpu-marked tests
     assert "| oom " in text and "| ok " in text  # the oom burst, then one that runs
@@ -125,18 +39,29 @@ def test_every_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -> None
     compare = next(c for c in runner.calls if "gpt2-124m" in c and c[1].endswith("compare.py"))
     assert compare[compare.index("--seq-len") + 1] == "1024"
     assert compare[compare.index("--budget") + 1] == "24GB"
-    assert (tmp_path / "suite.md").exists()
     assert "| gpt2-124m | loss=chunked | 410,000 | 14.00 GiB | 0.70x |" in text  # knobs
     assert "loss=chunked peak 0.70x the base's" in text
     knobs = next(c for c in runner.calls if c[1].endswith("model_knobs.py"))
     assert knobs[knobs.index("--device") + 1] == "cuda" and "gpt2-124m" in knobs
+    assert (tmp_path / "out" / "mu-8GB.yaml").exists()  # the search's preset comes back
 
 
-def test_a_knobs_run_without_its_table_fails_its_step(tmp_path: Path) -> None:
-    runner = FakeRunner(knobs=(0, "- date: today\n"))
-    code, text = _main(tmp_path, runner, "--steps", "probe,knobs")
-    assert code == 1 and _statuses(text) == {"probe": "ok", "knobs": "failed"}
-    assert "printed no table" in text
+def test_the_default_plan_is_the_issues_order(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    code, text = run_main(tmp_path, runner, "--within", "1h")
+    assert code == 0
+    assert list(statuses(text)) == list(suite.LEASE_PLAN)
+    assert set(statuses(text).values()) == {"ok"}
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpt2-124m.yaml", "mu-8GB.yaml", "search-gpt2.json", "suite.json", "suite.md",
+    ]  # fmt: skip
+    figures = json.loads((out / "suite.json").read_text())
+    assert [s["name"] for s in figures["steps"]] == list(suite.LEASE_PLAN)
+    assert figures["not_run_yet"] == [] and figures["within_s"] == 3600
+    by_name = {s["name"]: s for s in figures["steps"]}
+    assert by_name["search-gpt2"]["figures"]["mfu"] == pytest.approx(0.512)
+    assert by_name["train-gpt2"]["figures"]["passed"] is True
 
 
 def test_a_failing_step_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> None:
@@ -149,9 +74,9 @@ def test_a_failing_step_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> Non
             "compare-mu": None,  # killed at its time limit
         }
     )
-    code, text = _main(tmp_path, runner, "--steps", "probe,gpu-tests,oom,search,compare-mu")
+    code, text = run_main(tmp_path, runner, "--steps", "probe,gpu-tests,oom,search,compare-mu")
     assert code == 1
-    assert _statuses(text) == {
+    assert statuses(text) == {
         "probe": "ok",
         "gpu-tests": "failed",
         "oom": "failed",
@@ -165,19 +90,151 @@ def test_a_failing_step_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> Non
     assert not any("train" in c for c in runner.calls)
 
 
-def test_steps_past_the_suite_limit_are_skipped(tmp_path: Path) -> None:
-    ticks = iter(range(0, 10_000, 60))  # each clock reading is a minute later
+# -- the plan within a time limit ------------------------------------------------------------
+def test_the_plan_gives_time_by_priority_and_fits_the_limit() -> None:
+    steps = [_step(n) for n in suite.LEASE_PLAN]
+    nine = {p.step.name: p.share_s for p in suite.plan(steps, 540)}
+    assert sum(nine.values()) <= 540
+    assert nine["search-gpt2"] >= 340 * 1.05 + 15  # the search's default limit fits
+    assert nine["probe"] and nine["train-gpt2"]
+    assert nine["knobs-gpt2"] == nine["search"] == nine["gpu-tests"] == 0  # what is left
+    hour = {p.step.name: p.share_s for p in suite.plan(steps, 3600)}
+    assert all(hour.values()) and sum(hour.values()) <= 3600
+    short = {p.step.name: p.share_s for p in suite.plan(steps, 200)}
+    assert short["search-gpt2"] == 200 - short["probe"]  # shrunk to what is there
+
+
+def test_each_step_runs_within_what_is_left_and_the_run_ends_in_time(tmp_path: Path) -> None:
+    """A 9-minute run on a fake clock: the search takes its default 6 minutes, the others
+    what they are given; no step's limit reaches past the suite's, the knobs get what the
+    search left beyond the training run's share, and the steps that cannot fit are
+    skipped with the reason."""
+    seconds = {"probe": 6, "search-gpt2": 352, "knobs-gpt2": 1e9, "train-gpt2": 80}
+    runner = FakeRunner(seconds=seconds)
+    steps = [_step(n) for n in suite.LEASE_PLAN]
     outcomes = suite.run_suite(
-        suite.STEPS[:3],
-        suite.Context(work=tmp_path),
-        runner=FakeRunner(),
-        limit_s=150,
-        log=lambda line: None,
-        clock=lambda: float(next(ticks)),
-    )
+        steps, suite.Context(work=tmp_path), runner=runner, limit_s=540, log=lambda line: None,
+        clock=runner.clock,
+    )  # fmt: skip
+    by_name = {o.step.name: o for o in outcomes}
+    assert runner.now <= 540
+    assert [by_name[n].status for n in suite.LEASE_PLAN] == [
+        "ok", "ok", "timeout", "ok", "skipped", "skipped",
+    ]  # fmt: skip
+    knobs = by_name["knobs-gpt2"]
+    assert knobs.limit_s == pytest.approx(540 - 6 - 352 - 110)  # train's 110 s kept aside
+    argv = next(c for c in runner.calls if c[1].endswith("model_knobs.py"))
+    assert argv[argv.index("--within") + 1] == f"{knobs.limit_s - 25:.0f}s"
+    assert "sdpa_backend=cudnn" in knobs.section  # the table it printed before it stopped
+    search = next(c for c in runner.calls if "search" in c)
+    assert "--timeout" not in search  # the default limit, not a shrunk one
+    assert re.search(r"left: under the 2 min 30 s it needs", by_name["search"].result)
+
+
+def test_a_search_that_cannot_get_its_default_limit_gets_a_shorter_one(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    code, text = run_main(tmp_path, runner, "--within", "4m", "--steps", "probe,search-gpt2")
+    assert code == 0
+    search = next(c for c in runner.calls if "search" in c)
+    limit = float(search[search.index("--timeout") + 1].removesuffix("s"))
+    assert limit > 150 and limit * 1.05 + 20 <= 240  # within what the probe left
+    assert "shrunk to fit the suite" in text
+
+
+def test_steps_past_the_suite_limit_are_skipped(tmp_path: Path) -> None:
+    runner = FakeRunner(seconds={"probe": 20, "gpu-tests": 130})
+    outcomes = suite.run_suite(
+        [_step("probe"), _step("gpu-tests"), _step("oom")], suite.Context(work=tmp_path),
+        runner=runner, limit_s=200, log=lambda line: None, clock=runner.clock,
+    )  # fmt: skip
     assert [o.status for o in outcomes] == ["ok", "ok", "skipped"]
+    assert outcomes[2].result == "50 s left: under the 60 s it needs"
+    assert len(runner.calls) == 2
 
 
+# -- what is written, and when ------------------------------------------------------------------
+class Cut(BaseException):
+    """The suite killed from outside (SIGKILL): nothing after it runs."""
+
+
+def test_a_run_cut_after_two_steps_keeps_them(tmp_path: Path) -> None:
+    class Cutting(FakeRunner):
+        def __call__(self, argv: Sequence[str], **kwargs: Any) -> Any:
+            if len(self.calls) == 2:
+                raise Cut
+            return super().__call__(argv, **kwargs)
+
+    with pytest.raises(Cut):
+        run_main(tmp_path, Cutting(), "--within", "1h")
+    out = tmp_path / "out"
+    text = (out / "suite.md").read_text()
+    assert statuses(text) == {"probe": "ok", "search-gpt2": "ok"}
+    assert "(4 of 6 not run yet: knobs-gpt2, train-gpt2, search, gpu-tests)" in text
+    assert "winner's MFU" in text  # the search's section is there
+    figures = json.loads((out / "suite.json").read_text())
+    assert [s["name"] for s in figures["steps"]] == ["probe", "search-gpt2"]
+    assert figures["not_run_yet"] == ["knobs-gpt2", "train-gpt2", "search", "gpu-tests"]
+    assert (out / "gpt2-124m.yaml").exists() and (out / "search-gpt2.json").exists()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # atomic writes
+
+
+def test_a_suite_stopped_by_sigterm_records_the_step_and_exits_143(tmp_path: Path) -> None:
+    class Stopping(FakeRunner):
+        def __call__(self, argv: Sequence[str], **kwargs: Any) -> Any:
+            if "search" in argv:
+                raise KeyboardInterrupt(143)  # what the suite's SIGTERM handler raises
+            return super().__call__(argv, **kwargs)
+
+    code, text = run_main(tmp_path, Stopping(), "--within", "1h")
+    assert code == 143
+    assert statuses(text) == {"probe": "ok", "search-gpt2": "interrupted"}
+
+
+def test_the_file_is_written_after_each_step_with_each_commands_log(tmp_path: Path) -> None:
+    out, work = tmp_path / "suite.md", tmp_path / "work"
+    seen: list[str] = []
+
+    class Watching(FakeRunner):
+        def __call__(self, argv: Sequence[str], **kwargs: Any) -> Any:
+            seen.append(out.read_text() if out.exists() else "")
+            return super().__call__(argv, **kwargs)
+
+    argv = ["--out", str(out), "--work", str(work), "--steps", "probe,oom"]
+    suite.main(argv, runner=Watching(), has_cuda=lambda: True, find=lambda module: object())
+    assert seen[0] == ""  # nothing before the first step
+    assert "| probe | ok " in seen[1] and "(1 of 2 not run yet: oom)" in seen[1]
+    assert "not run yet" not in out.read_text()
+    log = (work / "oom-1.log").read_text()
+    assert log.startswith("$ ") and "gpt2-124m" in log and "## stderr\nsome progress" in log
+    assert (work / "oom-2.log").exists() and (work / "probe-1.log").exists()
+
+
+def test_a_failed_pytest_shows_its_failures_not_its_warnings(tmp_path: Path) -> None:
+    """Found on an H200: the failing test's section showed pytest-benchmark's warnings
+    (stderr) and not which test failed (stdout)."""
+    out = "..F.\nE       AssertionError: assert 82 <= 2\nFAILED tests/test_gpu.py::test_peak\n"
+    out += "===== 1 failed, 3 passed in 9.0s =====\n"
+    runner = FakeRunner(**{"gpu-tests": (1, out)})
+    code, text = run_main(tmp_path, runner, "--steps", "gpu-tests")
+    assert code == 1
+    assert "FAILED tests/test_gpu.py::test_peak" in text and "AssertionError" in text
+    assert "the last line" not in text  # stderr's progress is not the tail shown
+
+
+def test_a_command_past_its_limit_gets_sigterm_then_sigkill(tmp_path: Path) -> None:
+    """The real runner: a command that prints what it has on SIGTERM keeps its output; one
+    that ignores SIGTERM is killed at the limit."""
+    import sys
+
+    polite = "import signal,sys,time\nsignal.signal(signal.SIGTERM, lambda *a: (print('table'), sys.exit(143)))\ntime.sleep(30)"  # noqa: E501
+    deaf = "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(30)"
+    done = suite.run_command([sys.executable, "-c", polite], timeout_s=2.0, cwd=tmp_path)
+    assert done.stopped and done.returncode == 143 and done.stdout == "table\n"
+    done = suite.run_command([sys.executable, "-c", deaf], timeout_s=2.0, cwd=tmp_path)
+    assert done.timed_out and done.returncode is None and done.wall_s < 5
+
+
+# -- the command line ------------------------------------------------------------------------
 def test_without_cuda_the_suite_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runner = FakeRunner()
     code = suite.main(
@@ -198,56 +255,68 @@ def test_the_real_check_finds_no_cuda_on_a_cpu_machine() -> None:
     assert suite.cuda_available() is False
 
 
-def test_missing_wheels_are_named_with_the_download_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    absent = {"optuna", "alembic", "sqlalchemy", "mako", "colorlog"}
-    code = suite.main(
-        ["--out", str(tmp_path / "suite.md")],
-        runner=FakeRunner(),
-        has_cuda=lambda: True,
-        find=lambda module: None if module in absent else object(),
-    )
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "missing Python packages: optuna, alembic, SQLAlchemy, Mako, colorlog." in err
-    assert "--only-binary=:all: --python-version 3.12" in err
-    assert "optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0" in err
-    assert "--no-index --no-deps" in err
-
-
-def test_the_pinned_versions_meet_autotunes_requirements() -> None:
-    """The wheels the suite names for a machine without network must satisfy autotune's
-    own requirements. Not the versions installed here: those follow the registry (PyYAML
-    6.0.3 -> 6.0.4 between two CI runs failed an equality check) and each environment
-    (a development machine's cloudpickle 2.1, CI's fresh 3.1)."""
-    from importlib.metadata import requires
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    wanted = {}
-    for line in requires("autotune") or []:
-        req = Requirement(line)
-        if req.marker is None:  # the core requirements, not an extra's
-            wanted[canonicalize_name(req.name)] = req.specifier
-    named = {canonicalize_name(dist) for _module, dist, _pinned in suite.WHEELS}
-    assert {"optuna", "pyyaml", "typer", "rich", "cloudpickle"} <= named & set(wanted)
-    for _module, dist, pinned in suite.WHEELS:
-        spec = wanted.get(canonicalize_name(dist))
-        assert spec is None or spec.contains(pinned), f"{dist}: {pinned} is outside {spec}"
-
-
-def test_dry_run_and_bad_steps(capsys: pytest.CaptureFixture[str]) -> None:
-    assert suite.main(["--dry-run", "--steps", "probe,search"]) == 0
+def test_dry_run_prints_the_plan_with_each_steps_share(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["--dry-run", "--within", "9m", "--out", "/nonexistent/s.md"]) == 0
     out = capsys.readouterr().out
-    assert "autotune probe --json" in out and "search --model mu --budget 8GB" in out
-    with pytest.raises(SystemExit, match="unknown step"):
-        suite.main(["--dry-run", "--steps", "probe,nope"])
-    with pytest.raises(SystemExit, match="train needs search"):
-        suite.main(["--dry-run", "--steps", "train"])
-    with pytest.raises(SystemExit, match=r"--compare-args .*No closing quotation"):
-        suite.main(["--dry-run", "--compare-args", "'--policies naive"])
+    assert "Plan within 9 min 00 s" in out
+    assert re.search(r"\| search-gpt2 \| +6 min 20 s \|", out)
+    assert re.search(r"\| knobs-gpt2 +\| +- \|.*if time is left", out)
+    assert "search --model gpt2-124m --seq-len 1024 --budget 0.9 --device cuda" in out
+    assert "[knobs-gpt2] built when it starts: no winner preset" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "probe,nope"], "unknown step(s) nope"),
+        (["--steps", "train"], "train needs search"),
+        (["--steps", "knobs-gpt2"], "knobs-gpt2 needs search-gpt2 or --winner"),
+        (["--steps", "train-gpt2,search-gpt2"], "train-gpt2 runs on search-gpt2's preset"),
+        (["--within", "soon"], "cannot read --within 'soon'"),
+        (["--winner", "/nonexistent.yaml"], "--winner '/nonexistent.yaml': no such file"),
+        (["--compare-args", "'--policies naive"], "No closing quotation"),
+        (["--test-workers", "0"], "--test-workers must be at least 1"),
+    ],
+)
+def test_bad_arguments_are_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        suite.main(["--dry-run", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_winner_from_an_earlier_run_replaces_the_search(tmp_path: Path) -> None:
+    from tests.fake_gpu_suite import write_winner
+
+    winner = write_winner(tmp_path / "earlier" / "gpt2-124m.yaml")
+    runner = FakeRunner()
+    code, text = run_main(tmp_path, runner, "--within", "1h", "--winner", str(winner),
+                          "--steps", "probe,search-gpt2,knobs-gpt2,train-gpt2")  # fmt: skip
+    assert code == 0 and list(statuses(text)) == ["probe", "knobs-gpt2", "train-gpt2"]
+    assert not any("search" in c for c in runner.calls)
+    knobs = next(c for c in runner.calls if c[1].endswith("model_knobs.py"))
+    assert knobs[knobs.index("--preset") + 1] == str(winner)
+
+
+def test_the_options_reach_the_commands(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    options = ["--search-timeout", "3m", "--compare-search-timeout", "90s", "--test-workers", "4"]
+    options += ["--compare-args", "--policies naive,autotune --repeats 1"]
+    code, _ = run_main(tmp_path, runner, "--steps", "gpu-tests,search,compare-mu", *options)
+    assert code == 0
+    tests = next(c for c in runner.calls if "pytest" in c)
+    assert tests[tests.index("-n") + 1] == "4"
+    search = next(c for c in runner.calls if "search" in c)
+    assert search[search.index("--timeout") + 1] == "3m"
+    compare = next(c for c in runner.calls if c[1].endswith("compare.py"))
+    assert compare[compare.index("--search-timeout") + 1] == "90s"
+    assert compare[-4:] == ["--policies", "naive,autotune", "--repeats", "1"]
+    default = FakeRunner()
+    run_main(tmp_path / "default", default, "--steps", "gpu-tests,search")
+    assert "-n" not in next(c for c in default.calls if "pytest" in c)
+    assert "--timeout" not in next(c for c in default.calls if "search" in c)
 
 
 def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
@@ -258,53 +327,3 @@ def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
         if "pytest.mark.gpu" in path.read_text(encoding="utf-8") and path != Path(__file__)
     }
     assert marked and marked == set(suite.GPU_TEST_FILES)
-
-
-def test_the_options_reach_the_commands(tmp_path: Path) -> None:
-    runner = FakeRunner()
-    options = ["--search-timeout", "3m", "--compare-search-timeout", "90s", "--test-workers", "4"]
-    options += ["--compare-args", "--policies naive,autotune --repeats 1"]
-    code, _ = _main(tmp_path, runner, "--steps", "gpu-tests,search,compare-mu", *options)
-    assert code == 0
-    tests = next(c for c in runner.calls if "pytest" in c)
-    assert tests[tests.index("-n") + 1] == "4"
-    search = next(c for c in runner.calls if "search" in c)
-    assert search[search.index("--timeout") + 1] == "3m"
-    compare = next(c for c in runner.calls if c[1].endswith("compare.py"))
-    assert compare[compare.index("--search-timeout") + 1] == "90s"
-    assert compare[-4:] == ["--policies", "naive,autotune", "--repeats", "1"]
-    default = FakeRunner()
-    _main(tmp_path / "default", default, "--steps", "gpu-tests,search")
-    assert "-n" not in next(c for c in default.calls if "pytest" in c)
-    assert "--timeout" not in next(c for c in default.calls if "search" in c)
-
-
-def test_the_file_is_written_after_each_step_with_each_commands_log(tmp_path: Path) -> None:
-    out, work = tmp_path / "suite.md", tmp_path / "work"
-    seen: list[str] = []
-
-    class Watching(FakeRunner):
-        def __call__(self, argv: Sequence[str], **kwargs: Any) -> Any:
-            seen.append(out.read_text() if out.exists() else "")
-            return super().__call__(argv, **kwargs)
-
-    argv = ["--out", str(out), "--work", str(work), "--steps", "probe,oom"]
-    suite.main(argv, runner=Watching(), has_cuda=lambda: True, find=lambda module: object())
-    assert seen[0] == ""  # nothing before the first step
-    assert "| probe | ok " in seen[1] and "(1 of 2 not run yet)" in seen[1]
-    assert "not run yet" not in out.read_text()
-    log = (work / "oom-1.log").read_text()
-    assert log.startswith("$ ") and "gpt2-124m" in log and "## stderr\nsome progress" in log
-    assert (work / "oom-2.log").exists() and (work / "probe-1.log").exists()
-
-
-def test_a_failed_pytest_shows_its_failures_not_its_warnings(tmp_path: Path) -> None:
-    """Found on an H200: the failing test's section showed pytest-benchmark's warnings
-    (stderr) and not which test failed (stdout)."""
-    out = "..F.\nE       AssertionError: assert 82 <= 2\nFAILED tests/test_gpu.py::test_peak\n"
-    out += "===== 1 failed, 3 passed in 9.0s =====\n"
-    runner = FakeRunner(**{"gpu-tests": (1, out)})
-    code, text = _main(tmp_path, runner, "--steps", "gpu-tests")
-    assert code == 1
-    assert "FAILED tests/test_gpu.py::test_peak" in text and "AssertionError" in text
-    assert "the last line" not in text  # stderr's progress is not the tail shown
