@@ -10,6 +10,8 @@ The public Python API mirrors the CLI, and every name a user needs is importable
   notebook or a script, with no spec file;
 - ``autotune.PresetLoop``: a preset's config in your own training loop;
 - ``autotune.ModelSpec`` (with ``Batch`` and ``Knob``): the contract a model implements;
+  ``autotune.load_model(ref, args)``: the spec of a built-in, a Hugging Face architecture
+  (``"hf:llama"``) or a user reference, with some of its arguments set;
 - ``autotune.load_preset``: a preset file, checked, as a ``Preset``; ``save_preset`` writes one
   atomically, ``check_portability`` checks one against this machine;
 - ``autotune.probe()``: this machine, as a ``HardwareProfile`` (``autotune probe --json``);
@@ -41,6 +43,7 @@ from autotune.core.errors import (
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch, Knob, ModelSpec
     from autotune.machine import HardwareProfile, probe
+    from autotune.models.registry import load_model
     from autotune.preset import (
         PortabilityReport,
         Preset,
@@ -85,6 +88,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "check_portability",
+    "load_model",
     "load_preset",
     "probe",
     "save_preset",
@@ -99,6 +103,7 @@ _LAZY = {
     "Batch": "autotune.contract.spec",
     "Knob": "autotune.contract.spec",
     "ModelSpec": "autotune.contract.spec",
+    "load_model": "autotune.models.registry",
     "Preset": "autotune.preset",
     "load_preset": "autotune.preset",
     "save_preset": "autotune.preset",

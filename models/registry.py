@@ -1,4 +1,5 @@
-"""Finding a model by name: the built-ins, or a user's ``pkg.mod:attr`` / ``file.py:attr``."""
+"""Finding a model by name: the built-ins, a Hugging Face architecture (``hf:llama``,
+``models/hf.py``), or a user's ``pkg.mod:attr`` / ``file.py:attr``; and its args set."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,12 +20,16 @@ from autotune.config.train_config import did_you_mean
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import ModelLoadError
 
+from .hf import HF_PREFIX, hf_model  # transformers is imported by hf_model, not here
+
 __all__ = [
+    "HF_PREFIX",
     "builtin_names",
     "get_model",
     "is_user_code",
     "list_models",
     "load_model",
+    "parse_model_args",
     "register",
     "source_file",
     "source_sha256",
@@ -68,17 +73,59 @@ def get_model(name: str) -> ModelSpec:
     if name not in _BUILTINS:
         raise ModelLoadError(
             f"unknown model {name!r}{did_you_mean(name, list(_BUILTINS))}; built-in models: "
-            f"{', '.join(_BUILTINS)}; or give your own as pkg.module:attr or path/to/file.py:attr"
+            f"{', '.join(_BUILTINS)}; a Hugging Face architecture as hf:NAME (hf:llama); "
+            "or your own as pkg.module:attr or path/to/file.py:attr"
         )
     return dataclasses.replace(_BUILTINS[name](), source=name)
 
 
-def load_model(ref: str) -> ModelSpec:
-    """A built-in name, ``pkg.module:attr`` or ``path/to/file.py:attr``.
+def load_model(ref: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
+    """A built-in name, ``hf:<architecture>`` (or ``hf:path/to/config.json``), ``pkg.module:attr``
+    or ``path/to/file.py:attr``; with ``args``, those arguments of it set (a built-in's or a
+    user spec's constructor arguments, ``spec.args``; an ``hf:`` model's config fields).
+    A name it does not have is a ``ModelLoadError`` (exit 2) naming the ones it has.
 
-    ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one. Whatever the
-    user's code does while it is imported or called (raise, ``sys.exit``) is a
-    ``ModelLoadError`` naming the file or module, the function and a fix; only Ctrl-C
+    For user code, ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one."""
+    if ref.startswith(HF_PREFIX):
+        return hf_model(ref, args)
+    spec = _load(ref)
+    if not args:
+        return spec
+    unknown = [name for name in args if name not in spec.args]
+    if unknown:
+        have = ", ".join(spec.args) or "none"
+        raise ModelLoadError(
+            f"model {ref!r} has no argument {', '.join(map(repr, unknown))}"
+            f"{did_you_mean(unknown[0], list(spec.args))} (its arguments: {have})"
+        )
+    return spec.with_args(**args)
+
+
+def parse_model_args(items: Sequence[str]) -> dict[str, Any]:
+    """``--model-arg NAME=VALUE`` texts as a mapping, each value a YAML scalar as ``--set``
+    reads it (``4``, ``3e-4``, ``true``, ``silu``); ``UsageError`` listing every bad one."""
+    from autotune.config.overrides import parse_value
+    from autotune.core.errors import UsageError
+
+    parsed: dict[str, Any] = {}
+    problems = []
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            problems.append(f"{item!r}: expected NAME=VALUE, e.g. hidden_size=256")
+        else:
+            parsed[name] = parse_value(raw.strip())
+    if problems:
+        raise UsageError("--model-arg " + "; ".join(problems))
+    return parsed
+
+
+def _load(ref: str) -> ModelSpec:
+    """``load_model``'s built-in name or user reference, as the reference gives it.
+
+    Whatever the user's code does while it is imported or called (raise, ``sys.exit``) is
+    a ``ModelLoadError`` naming the file or module, the function and a fix; only Ctrl-C
     passes through. A built-in (C) function is refused before it is called: none returns
     a ModelSpec, and some (``os:abort``) end the process before anything can report it.
     """
@@ -226,8 +273,10 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
 
 def is_user_code(ref: str) -> bool:
     """Whether ``ref`` names user code (``pkg.mod:attr``, ``file.py:attr``) rather than a
-    built-in model. A built-in name never reaches a file or a module outside autotune."""
-    return ":" in ref
+    built-in model or a Hugging Face architecture (``hf:llama``: transformers' own code,
+    built from a config, which is data). Neither of those reaches a file or a module
+    outside autotune and transformers."""
+    return ":" in ref and not ref.startswith(HF_PREFIX)
 
 
 def _is_file_ref(target: str) -> bool:

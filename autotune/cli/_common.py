@@ -13,7 +13,15 @@ import typer
 from autotune.core.errors import AutotuneError
 from autotune.core.text import terminal_safe
 
-__all__ = ["DeviceOption", "ModelOption", "cli_command", "print_json", "state"]
+__all__ = [
+    "DeviceOption",
+    "ModelArgOption",
+    "ModelOption",
+    "cli_command",
+    "model_with_args",
+    "print_json",
+    "state",
+]
 
 # Options that several commands take, spelled once.
 ModelOption = Annotated[
@@ -21,7 +29,19 @@ ModelOption = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="A built-in model (autotune models list) or pkg.mod:attr / file.py:attr.",
+        help="A built-in model (autotune models list), a Hugging Face architecture "
+        "(hf:llama, hf:gpt2, hf:bert, or hf:path/to/config.json), or pkg.mod:attr / "
+        "file.py:attr.",
+    ),
+]
+ModelArgOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-arg",
+        metavar="NAME=VALUE",
+        help="Set one of the model's arguments (repeatable): a built-in's size "
+        "(n_layers=4), an hf: model's config field (hidden_size=256, "
+        "num_hidden_layers=4) or its head (head=sequence-classification).",
     ),
 ]
 DeviceOption = Annotated[
@@ -85,3 +105,13 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def model_with_args(model: str, model_args: list[str] | None) -> Any:
+    """What ``--model`` and ``--model-arg`` name: the reference itself where no argument
+    is set (the library loads it), else the spec with those arguments (a ``ModelSpec``)."""
+    if not model_args:
+        return model
+    from autotune.models.registry import load_model, parse_model_args
+
+    return load_model(model, parse_model_args(model_args))

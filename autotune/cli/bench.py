@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json
+from autotune.cli._common import (
+    DeviceOption,
+    ModelArgOption,
+    ModelOption,
+    cli_command,
+    print_json,
+)
 from autotune.core.errors import AutotuneError, UsageError
 
 if TYPE_CHECKING:
@@ -110,6 +116,7 @@ def bench(
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     profile: ProfileOption = False,
+    model_arg: ModelArgOption = None,
     trace: Annotated[
         str | None,
         typer.Option(
@@ -122,12 +129,12 @@ def bench(
     from autotune.config.train_config import TrainConfig, check_config
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
-    from autotune.models.registry import load_model
+    from autotune.models.registry import load_model, parse_model_args
 
     _check_counts(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     if trace is not None:
         _check_trace(trace)
-    spec = load_model(model)
+    spec = load_model(model, parse_model_args(model_arg or []))
     caps = probe().device(device)
     if settings.get("seq_len") is None:
         settings["seq_len"] = spec.seq_len  # the model's length unless --seq-len says

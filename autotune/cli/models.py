@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autotune.cli._common import cli_command, print_json
+from autotune.cli._common import ModelArgOption, cli_command, print_json
 from autotune.cli._tables import keep_column_whole
 
 if TYPE_CHECKING:
@@ -103,7 +103,10 @@ def list_command(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="built-in models (use your own with --model pkg.mod:attr or file.py:attr)")
+    table = Table(
+        title="built-in models (a Hugging Face architecture with --model hf:NAME; your own "
+        "with --model pkg.mod:attr or file.py:attr)"
+    )
     for column in ("name", "params", "non-emb", "seq len", "FLOPs/token", "global batch", "knobs"):
         table.add_column(column, justify="left" if column in ("name", "knobs") else "right")
     keep_column_whole(table, 0, [info["name"] for info in infos])  # what --model takes
@@ -124,16 +127,21 @@ def list_command(
 @cli_command
 def show_command(
     name: Annotated[
-        str, typer.Argument(help="A built-in model name, pkg.module:attr or path/to/file.py:attr.")
+        str,
+        typer.Argument(
+            help="A built-in model name, hf:ARCHITECTURE (hf:llama), pkg.module:attr or "
+            "path/to/file.py:attr."
+        ),
     ],
     json_output: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of text.")
     ] = False,
+    model_arg: ModelArgOption = None,
 ) -> None:
     """Everything about one model: arguments, sizes, FLOPs, batch layout, knobs."""
-    from autotune.models import load_model
+    from autotune.models.registry import load_model, parse_model_args
 
-    info = model_info(load_model(name), details=True)
+    info = model_info(load_model(name, parse_model_args(model_arg or [])), details=True)
     if json_output:
         print_json(info)
         return

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autotune.cli._common import DeviceOption, ModelOption, cli_command, print_json, state
+from autotune.cli._common import (
+    DeviceOption,
+    ModelArgOption,
+    ModelOption,
+    cli_command,
+    model_with_args,
+    print_json,
+    state,
+)
 from autotune.cli.bench import ProfileOption
 from autotune.cli.search_view import LiveView, render_result
 from autotune.core.errors import UsageError
@@ -27,6 +35,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from autotune.contract.spec import ModelSpec
     from autotune.study import SearchResult
 
 __all__ = ["search"]
@@ -233,6 +242,7 @@ def search(
     devices: DevicesOption = None,
     cpu_workers: CpuWorkersOption = None,
     profile: ProfileOption = False,
+    model_arg: ModelArgOption = None,
 ) -> None:
     """Search the fastest training config within a memory budget and write it as a preset.
 
@@ -252,6 +262,7 @@ def search(
         from autotune.report.plots import require_matplotlib
 
         require_matplotlib()
+    spec = model_with_args(model, model_arg)
     options = _options(
         scope={"global_batch": global_batch, "seq_len": seq_len, "knobs": list(knob or []),
                "objective": objective, "train_steps": train_steps},
@@ -263,8 +274,8 @@ def search(
                "finish": finish is not None, "warm_start": _warm_start(warm_start)},
         output={"output": output, "progress": (view := LiveView(err)), "profile": profile},
     )  # fmt: skip
-    result = _searched(lambda: run_search(model, budget=budget, **options), err, view)
-    explained = _after_search(result, model, err, report=report, profile=profile)
+    result = _searched(lambda: run_search(spec, budget=budget, **options), err, view)
+    explained = _after_search(result, spec, err, report=report, profile=profile)
     if json_output:
         print_json({**result.to_dict(), **({"profile": explained} if profile else {})})
         return
@@ -294,7 +305,7 @@ def _searched(run: Callable[[], SearchResult], err: Console, view: LiveView) -> 
 
 
 def _after_search(
-    result: SearchResult, model: str, err: Console, *, report: bool, profile: bool
+    result: SearchResult, model: str | ModelSpec, err: Console, *, report: bool, profile: bool
 ) -> list[dict[str, Any]]:
     """``--profile``'s breakdowns (into the preset's notes), then ``--report``'s page."""
     explained = profile_into_preset(result, model, console=err) if profile else []

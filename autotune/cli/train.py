@@ -30,7 +30,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._common import cli_command
+from autotune.cli._common import ModelArgOption, cli_command
 from autotune.core.errors import UsageError
 from autotune.machine import omp
 
@@ -58,6 +58,7 @@ _FLAGS = {
     "out_dir": "--out",
     "data": "--data",
     "overrides": "--set",
+    "model_args": "--model-arg",
 }
 
 _Preset = Annotated[
@@ -71,7 +72,8 @@ _Model = Annotated[
     typer.Option(
         "--model",
         help="Train a model without a preset (fp32, micro-batch = the model's global "
-        "batch): a built-in name, pkg.module:attr or path/to/file.py:attr.",
+        "batch): a built-in name, a Hugging Face architecture (hf:llama; with "
+        "--model-arg), pkg.module:attr or path/to/file.py:attr.",
     ),
 ]
 _Data = Annotated[
@@ -197,9 +199,11 @@ def train(
     target_column: _TargetColumn = "target",
     json_logs: _JsonLogs = False,
     trust_model: _TrustModel = False,
+    model_arg: ModelArgOption = None,
 ) -> None:
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
     from autotune.machine.compile_cache import shared_compile_cache
+    from autotune.models.registry import parse_model_args
     from autotune.train.api import train as run_training
     from autotune.train.launch import prepare_training
 
@@ -217,6 +221,7 @@ def train(
         warn=_warn,
         option_names=_FLAGS,
         trust_model=trust_model,
+        model_args=parse_model_args(model_arg or []),
     )
     if omp.restart_needed(run.config):  # OpenMP reads it when torch loads: start again
         os.environ[omp.OMP_WAIT_VAR] = str(omp.wait_policy(run.config, None))

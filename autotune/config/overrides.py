@@ -11,12 +11,12 @@ from typing import Any
 from autotune.config.train_config import TrainConfig, TrainingDefaults, did_you_mean
 from autotune.core.errors import ConfigError, PresetError
 
-__all__ = ["apply_overrides"]
+__all__ = ["apply_overrides", "parse_value"]
 
 _FLOAT_TEXT = ("e", "E", ".", "inf", "nan")
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
     """A ``--set`` value: YAML scalars (``4``, ``true``, ``null``, ``bf16``), ``3e-4`` a float."""
     import yaml
 
@@ -60,7 +60,7 @@ def apply_overrides(
         if not sep or not key:
             problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. config.micro_batch=4")
             continue
-        value = _parse_value(raw.strip())
+        value = parse_value(raw.strip())
         section, _, name = key.partition(".")
         if section == "config" and name:
             if name.startswith("knobs."):

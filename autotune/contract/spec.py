@@ -262,8 +262,17 @@ class ModelSpec:
         return self.build_fn(**kwargs)
 
     def with_args(self, **args: Any) -> ModelSpec:
-        """The same model with some constructor arguments changed (e.g. a tiny test size)."""
-        return dataclasses.replace(self, args={**self.args, **args})
+        """The same model with some constructor arguments changed (e.g. a tiny test size).
+
+        A spec whose other fields follow from its args (a Hugging Face architecture: its
+        length limit, knobs and head come from the config) makes itself again through its
+        ``extras["with_args"](spec, args)``."""
+        merged = {**self.args, **args}
+        remake = self.extras.get("with_args")
+        if callable(remake):
+            remade: ModelSpec = remake(self, merged)
+            return remade
+        return dataclasses.replace(self, args=merged)
 
     # -- data and loss ----------------------------------------------------------------
     def make_batch(

@@ -91,7 +91,7 @@ def profile_found(
 
 
 def profile_into_preset(
-    result: SearchResult, model: str, *, console: Console
+    result: SearchResult, model: str | ModelSpec, *, console: Console
 ) -> list[dict[str, Any]]:
     """``autotune search --profile``: the naive config's and the winner's breakdowns and
     verdicts (as JSON), added to the preset's notes, kept in the study (``record_profile``)
@@ -102,7 +102,8 @@ def profile_into_preset(
     from autotune.models.registry import load_model
 
     with console.status("profiling the naive config and the winner", spinner="dots"):
-        profiled, notes = profile_found(result, load_model(model))
+        spec = load_model(model) if isinstance(model, str) else model
+        profiled, notes = profile_found(result, spec)
     explained = [{"config": label, **explain_to_dict(b, v)} for label, b, v in profiled]
     if result.preset_path:
         add_notes(result.preset_path, notes)

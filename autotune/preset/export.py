@@ -265,9 +265,7 @@ def _common_unmapped(
     """What ``framework``'s settings do not carry: the model, the data's length, the
     knobs it has no name for (the registry's), the budget."""
     lines = [
-        f"model {preset.model.name!r}"
-        + (f" with args {dict(preset.model.args)}" if preset.model.args else "")
-        + ": build it in your script (this file configures training, not the model)",
+        _model_line(preset),
         f"task.seq_len={preset.task.seq_len}: the searched sample size "
         f"({preset.task.size_label()}); make your data this size (tokenize/pack/crop)",
         *_knob_notes(framework, config, covered=covered),
@@ -280,6 +278,23 @@ def _common_unmapped(
             f"{format_bytes(preset.budget_bytes)}; no trainer enforces it"
         )
     return lines
+
+
+def _model_line(preset: Preset) -> str:
+    """What the export says of the model: a Hugging Face architecture in transformers'
+    words (``models/hf.py``), any other by its reference and args."""
+    from autotune.models.registry import HF_PREFIX
+
+    name, args = preset.model.name, dict(preset.model.args)
+    if name.startswith(HF_PREFIX):
+        from autotune.models.hf import build_recipe
+
+        return build_recipe(name, args, preset.config.knobs)
+    return (
+        f"model {name!r}"
+        + (f" with args {args}" if args else "")
+        + ": build it in your script (this file configures training, not the model)"
+    )
 
 
 def _yaml_exported(

@@ -71,6 +71,7 @@ def _check_arguments(
     preset: str | Path | None,
     model: str | None,
     *,
+    model_args: Mapping[str, object] | None,
     max_steps: int | None,
     lr: float | None,
     eval_interval: int | None,
@@ -84,6 +85,12 @@ def _check_arguments(
             f"give {name('preset')} (a tuned config from `autotune search`) or "
             f"{name('model')} (an untuned fp32 run)"
         )
+    if model_args and preset is not None:
+        raise UsageError(
+            f"{name('model_args')} sets the arguments of a model trained without a preset; "
+            "a preset's model arguments are its model.args (searched with it): drop "
+            f"{name('model_args')}, or train the model without the preset"
+        )
     for parameter, value in (("max_steps", max_steps), ("eval_interval", eval_interval)):
         if value is not None and value < 1:
             raise UsageError(f"{name(parameter)}: expected a positive integer, got {value}")
@@ -91,6 +98,26 @@ def _check_arguments(
             raise UsageError(f"{name(parameter)}: expected at most {MAX_INT}, got {value}")
     if lr is not None and not 0 < lr < math.inf:  # NaN and inf too
         raise UsageError(f"{name('lr')}: expected a finite number > 0, got {lr}")
+
+
+def _with_changes(
+    training: TrainingDefaults,
+    *,
+    max_steps: int | None,
+    lr: float | None,
+    eval_interval: int | None,
+) -> TrainingDefaults:
+    """``training`` with the steps (replacing the epochs), rate and evaluation asked for."""
+    changes: dict[str, object] = {}
+    if max_steps is not None:
+        changes.update(max_steps=max_steps, epochs=None)
+    if lr is not None:
+        changes["lr"] = lr
+    if eval_interval is not None:
+        changes["eval_interval"] = eval_interval
+    if changes:
+        training = dataclasses.replace(training, **changes)  # type: ignore[arg-type]
+    return training
 
 
 def _load_preset_model(
@@ -131,6 +158,7 @@ def prepare_training(
     warn: Callable[[str], None] | None = None,
     option_names: Mapping[str, str] | None = None,
     trust_model: bool = False,
+    model_args: Mapping[str, object] | None = None,
 ) -> PreparedRun:
     """The spec, config, training settings and device of a run (see the module docstring).
 
@@ -143,6 +171,8 @@ def prepare_training(
     ``overrides``: ``config.micro_batch=4``, ``training.lr=1e-3``, ... ``profile``: this
     machine (default: probed). ``warn`` hears the portability warnings as they come.
     ``option_names`` maps a parameter to the name errors give it (the CLI's flags).
+    ``model_args``: arguments of the bare ``model`` set (an ``hf:`` model's config fields);
+    a preset's are its ``model.args``.
     """
     from autotune.machine.hardware import probe
     from autotune.models import load_model
@@ -151,6 +181,7 @@ def prepare_training(
     _check_arguments(
         preset,
         model,
+        model_args=model_args,
         max_steps=max_steps,
         lr=lr,
         eval_interval=eval_interval,
@@ -168,20 +199,12 @@ def prepare_training(
         spec = _load_preset_model(loaded.model, model, trust=trust_model, warn=warn, names=names)
         config, training, name = loaded.config, loaded.training, loaded.name
     else:
-        spec = load_model(str(model))
+        spec = load_model(str(model), model_args)
         wanted = device or profile.default_device
         config = TrainConfig(micro_batch=spec.global_batch, seq_len=spec.seq_len)
         training, name = TrainingDefaults(), spec.name
 
-    changes: dict[str, object] = {}
-    if max_steps is not None:
-        changes.update(max_steps=max_steps, epochs=None)
-    if lr is not None:
-        changes["lr"] = lr
-    if eval_interval is not None:
-        changes["eval_interval"] = eval_interval
-    if changes:
-        training = dataclasses.replace(training, **changes)  # type: ignore[arg-type]
+    training = _with_changes(training, max_steps=max_steps, lr=lr, eval_interval=eval_interval)
     config, training = apply_overrides(config, training, overrides)
 
     caps = profile.device(rank_device(wanted))

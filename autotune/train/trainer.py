@@ -62,7 +62,7 @@ from autotune.engine.step import (
     to_device,
 )
 from autotune.machine import omp
-from autotune.models.registry import is_user_code
+from autotune.models.registry import HF_PREFIX, is_user_code
 from autotune.train.batches import BatchStream
 from autotune.train.distributed import (
     DistInfo,
@@ -374,9 +374,10 @@ class Trainer:
 
     def _model_code(self) -> contextlib.AbstractContextManager[None]:
         """A user model's forward and loss run under ``user_code``: what they raise is a
-        ModelLoadError naming the model (exit 2), not a traceback. A built-in model's
-        failure is autotune's own bug, and keeps its traceback."""
-        if is_user_code(self.spec.source):
+        ModelLoadError naming the model (exit 2), not a traceback; so do a Hugging Face
+        architecture's, whose config is the user's. A built-in model's failure is
+        autotune's own bug, and keeps its traceback."""
+        if is_user_code(self.spec.source) or self.spec.source.startswith(HF_PREFIX):
             return user_code(self.spec, "loss_fn")
         return contextlib.nullcontext()
 
