@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from autotune.config.train_config import did_you_mean
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import ModelLoadError
+from autotune.core.files import regular_file_size
 
 from .hf import HF_PREFIX, hf_model  # transformers is imported by hf_model, not here
 
@@ -34,6 +35,9 @@ __all__ = [
     "source_file",
     "source_sha256",
 ]
+
+# A user's model file (file.py:attr) is Python source: anything this large is not one.
+MAX_MODEL_FILE_BYTES = 64 * 2**20
 
 # name -> zero-argument factory; filled by the model modules at import (see _load_builtins)
 _BUILTINS: dict[str, Callable[[], ModelSpec]] = {}
@@ -202,8 +206,13 @@ def _import_file(target: str, ref: str) -> Any:
     from autotune.core.errors import describe_exception
 
     path = Path(target).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"model file {str(path)!r} does not exist (from {ref!r})")
+    regular_file_size(  # by the one rule for a user's path: a FIFO, a device, a folder named
+        path,
+        what="model file",
+        error=lambda message: ModelLoadError(f"{message} (from {ref!r})"),
+        limit=MAX_MODEL_FILE_BYTES,
+        advice="a model file is Python source",
+    )
     module_name = f"autotune_user_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

@@ -1,5 +1,5 @@
 """How autotune writes a file (atomically, with the mode the user's umask asks for) and
-reads a user's data file (a regular file, up to a size).
+opens a user's path (a regular file, read up to a size, or a refusal naming what it is).
 
 Every file autotune writes that someone may rely on (a preset, a checkpoint, a tokenizer,
 a token cache's metadata, a benchmark table) goes through :func:`atomic_writer`: the bytes
@@ -18,19 +18,21 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, overload
 
-from autotune.core.errors import DataError, UsageError
+from autotune.core.errors import UsageError
 from autotune.core.units import format_bytes
 
 __all__ = [
     "atomic_write_text",
     "atomic_writer",
+    "check_output_path",
     "dir_mode",
     "file_mode",
     "fsync_dir",
+    "path_kind",
     "read_capped",
     "regular_file_size",
 ]
@@ -74,8 +76,8 @@ def atomic_writer(
     On any exception (a full disk, Ctrl-C) the temporary file is removed and the target is
     as it was.
     """
+    check_output_path(path)
     target = Path(path)
-    _refuse_special(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
@@ -101,21 +103,26 @@ def atomic_writer(
     fsync_dir(target.parent)
 
 
-def _refuse_special(target: Path) -> None:
-    """A UsageError where ``target`` exists and is no regular file (a device, a FIFO, a
+def check_output_path(path: str | Path) -> None:
+    """A UsageError where output ``path`` exists and is no regular file (a device, a FIFO, a
     folder, or a link to one): renaming a file over ``/dev/full`` would replace the device
-    node and report success."""
+    node and report success. So is a path that ends with a slash (``newdir/``): it names
+    a folder, and writing there would make a file named ``newdir``."""
+    where = os.fspath(path)
+    if where.endswith(os.sep) or (os.altsep is not None and where.endswith(os.altsep)):
+        raise UsageError(
+            f"{where!r} ends with {where[-1]!r}, so it names a folder, not a file: give the "
+            f"file's name after it ({where}NAME)"
+        )
     try:
-        st = target.stat()
+        kind = path_kind(path)
     except OSError:
-        return  # missing (or a dangling link): the rename creates a regular file
-    if stat.S_ISREG(st.st_mode):
-        return
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
-    raise UsageError(
-        f"{str(target)!r} is {kind or 'no regular file'}; autotune writes its outputs only as "
-        "regular files: choose another path"
-    )
+        return  # missing (or cannot be looked at): making the file says why
+    if kind is not None and not kind.endswith("which does not exist"):
+        raise UsageError(
+            f"{where!r} is {kind}; autotune writes its outputs only as regular files: "
+            "choose another path"
+        )
 
 
 def _link_new(tmp: Path, target: Path) -> None:
@@ -139,37 +146,149 @@ def atomic_write_text(path: str | Path, text: str, *, overwrite: bool = True) ->
         handle.write(text)
 
 
-# -- reading a user's file ----------------------------------------------------------------
+# -- opening a user's path ----------------------------------------------------------------
+#
+# One rule for every path a user names and autotune reads (a preset, a data file, a model
+# file, a journal or SQLite storage, a run folder's side files): a regular file (through
+# any symbolic links), read with a size bound, never blocking on a named pipe; anything
+# else is a one-paragraph refusal that names what the path is. ``/dev/zero`` as a preset
+# would be read until memory runs out, a FIFO would wait forever for a writer.
 
-_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-_SPECIAL |= {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device"}
+_KINDS |= {stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe (FIFO)"}
+_KINDS |= {stat.S_IFSOCK: "a socket"}
+_CHUNK = 2**24
+
+ErrorFn = Callable[[str], Exception]
 
 
-def regular_file_size(path: Path) -> int:
-    """The size of data file ``path``; a DataError when it is missing, a folder, or no
-    regular file (reading ``/dev/zero`` never ends, opening a FIFO waits for a writer)."""
+def _kind_of(st: os.stat_result) -> str:
+    return _KINDS.get(stat.S_IFMT(st.st_mode), "no regular file")
+
+
+def path_kind(path: str | Path) -> str | None:
+    """What ``path`` is where it is no regular file, in words for a refusal (``a
+    directory``, ``a named pipe (FIFO)``, ``a symbolic link to '/dev/zero', a character
+    device``, ``a symbolic link to 'gone', which does not exist``); None for a regular
+    file or a link to one. ``FileNotFoundError`` where nothing is there, another
+    ``OSError`` where the path cannot be looked at. Looking never opens the path."""
+    return _look(path)[0]
+
+
+def _look(path: str | Path) -> tuple[str | None, os.stat_result | None]:
+    """``path_kind`` and the path's ``os.stat`` (None where it is a dangling link)."""
+    where = os.fspath(path)
+    link = os.path.islink(where)
+    target = f"a symbolic link to {os.readlink(where)!r}" if link else ""
     try:
-        st = path.stat()
+        st = os.stat(where)
     except FileNotFoundError:
-        raise DataError(f"data path {str(path)!r} does not exist") from None
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else _SPECIAL.get(stat.S_IFMT(st.st_mode))
-    if not stat.S_ISREG(st.st_mode):
-        raise DataError(f"data path {str(path)!r} is {kind or 'no file'}; expected a regular file")
+        if link:
+            return f"{target}, which does not exist", None
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links", None
+        raise
+    if stat.S_ISREG(st.st_mode):
+        return None, st
+    return (f"{target}, {_kind_of(st)}" if link else _kind_of(st)), st
+
+
+@overload
+def regular_file_size(
+    path: str | Path,
+    *,
+    what: str = ...,
+    error: ErrorFn = ...,
+    limit: int | None = ...,
+    advice: str = ...,
+    missing_ok: Literal[False] = ...,
+) -> int: ...
+@overload
+def regular_file_size(
+    path: str | Path,
+    *,
+    what: str = ...,
+    error: ErrorFn = ...,
+    limit: int | None = ...,
+    advice: str = ...,
+    missing_ok: bool,
+) -> int | None: ...
+def regular_file_size(
+    path: str | Path,
+    *,
+    what: str = "file",
+    error: ErrorFn = UsageError,
+    limit: int | None = None,
+    advice: str = "",
+    missing_ok: bool = False,
+) -> int | None:
+    """The size of ``path``, a regular file (a link to one counts): else ``error(message)``,
+    one paragraph starting with ``what`` and the path, naming what the path is instead (a
+    directory, a device, a FIFO, a socket, a link to one of them) or saying it does not
+    exist (None where ``missing_ok``). Beyond ``limit`` bytes: ``error`` too, with
+    ``advice``. Nothing is opened."""
+    where = str(path)
+    try:
+        kind, st = _look(path)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise error(f"{what} {where!r} does not exist") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise error(f"cannot read {what} {where!r}: {reason}") from None
+    if kind is not None or st is None:
+        raise error(f"{what} {where!r} is {kind}; expected a regular file")
+    if limit is not None and st.st_size > limit:
+        raise error(_too_large(what, where, limit, advice))
     return st.st_size
 
 
-def read_capped(path: Path, *, limit: int) -> bytes:
-    """The bytes of the user's data file ``path``; a DataError beyond ``limit`` bytes."""
-    size, raw = regular_file_size(path), b""
-    if size <= limit:
-        with path.open("rb") as f:
-            raw = f.read(size + 1)
-            # Longer than its size said: it grew since, or reports none (/proc files).
-            while size < len(raw) <= limit and (more := f.read(min(2**24, limit + 1 - len(raw)))):
+def _too_large(what: str, where: str, limit: int, advice: str) -> str:
+    text = f"{what} {where!r} is larger than {format_bytes(limit)}, the most autotune reads"
+    return f"{text} from one file" + (f"; {advice}" if advice else "")
+
+
+def _open_for_reading(path: str | Path) -> int:
+    """A descriptor of ``path`` that never waits: a FIFO put in the file's place after it
+    was checked opens at once (and is refused by its ``fstat``)."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+
+
+def read_capped(
+    path: str | Path,
+    *,
+    limit: int,
+    what: str = "file",
+    error: ErrorFn = UsageError,
+    advice: str = "",
+) -> bytes:
+    """The bytes of the user's file ``path``, by the rule above: a regular file of at most
+    ``limit`` bytes, else ``error(message)`` (see :func:`regular_file_size`). The open
+    descriptor is checked again (the path may have changed since), and a file longer than
+    its size said (it grew, or reports none: ``/proc`` files) is read to ``limit`` at most.
+    A failure to read is ``error`` too, with the system's reason."""
+    where = str(path)
+    regular_file_size(path, what=what, error=error, limit=limit, advice=advice)
+    try:
+        fd = _open_for_reading(path)
+    except OSError as exc:
+        raise error(f"cannot read {what} {where!r}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(
+                f"{what} {where!r} is {_kind_of(st)} (it changed after it was checked); "
+                "expected a regular file"
+            )
+        try:
+            raw = f.read(min(st.st_size, limit) + 1)
+            while len(raw) <= limit and (more := f.read(min(_CHUNK, limit + 1 - len(raw)))):
                 raw += more
-    if max(size, len(raw)) > limit:
-        raise DataError(
-            f"data file {str(path)!r} is larger than {format_bytes(limit)}, the most autotune "
-            "reads from one file; split it into smaller files"
-        )
+        except OSError as exc:
+            raise error(f"cannot read {what} {where!r}: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise error(_too_large(what, where, limit, advice))
     return raw

@@ -77,12 +77,13 @@ def default_corpus() -> list[Document]:
 
 def read_text(path: Path) -> str:
     """The UTF-8 text of ``path``, or a DataError saying why it cannot be training text."""
-    try:
-        raw = read_capped(path, limit=MAX_FILE_BYTES)
-    except PermissionError:
-        raise DataError(f"cannot read data file {str(path)!r}: permission denied") from None
-    except OSError as exc:
-        raise DataError(f"cannot read data file {str(path)!r}: {exc.strerror or exc}") from None
+    raw = read_capped(
+        path,
+        limit=MAX_FILE_BYTES,
+        what="data path",
+        error=DataError,
+        advice="split it into smaller files",
+    )
     nul = raw.find(b"\x00")
     if nul >= 0:
         raise DataError(
@@ -118,8 +119,6 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def text_files(path: Path) -> list[Path]:
     """The files a ``--data`` path stands for (sorted), or a DataError."""
-    if not path.exists():
-        raise DataError(f"data path {str(path)!r} does not exist")
     if path.is_dir():
         files = sorted(
             p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
@@ -130,7 +129,7 @@ def text_files(path: Path) -> list[Path]:
                 "(searched recursively)"
             )
         return files
-    regular_file_size(path)
+    regular_file_size(path, what="data path", error=DataError)
     return [path]
 
 

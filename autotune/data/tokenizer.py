@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autotune.core.errors import DataError
-from autotune.core.files import atomic_write_text
+from autotune.core.files import atomic_write_text, read_capped
 
 __all__ = [
     "ByteTokenizer",
@@ -153,11 +153,10 @@ class WordVocab:
 
 def load_tokenizer(path: Path) -> ByteTokenizer | WordVocab:
     """Read a tokenizer saved by ``save`` (``tokenizer.json`` in a run's folder)."""
+    raw = read_capped(path, limit=2**28, what="tokenizer file", error=DataError)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"tokenizer file {str(path)!r} does not exist") from None
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise DataError(f"cannot read tokenizer file {str(path)!r}: {exc}") from None
     if not isinstance(data, Mapping):
         raise DataError(f"tokenizer file {str(path)!r}: expected a JSON object")

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.train_config import TrainConfig
-from autotune.core.errors import PresetError
-from autotune.core.files import atomic_write_text
+from autotune.core.errors import PresetError, UsageError
+from autotune.core.files import atomic_write_text, check_output_path, read_capped
 from autotune.core.redact import redact
 from autotune.core.schema import Section, build, plain_copy, show, type_name
 from autotune.core.text import one_line
@@ -186,6 +186,10 @@ def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> 
     text = schema_comment(target.parent) + dump_preset(preset)  # a failure writes nothing
     if target.is_dir():
         raise preset_error(f"cannot write preset to {str(target)!r}: it is a directory")
+    try:
+        check_output_path(path)  # a device, a FIFO; newdir/, which names a folder
+    except UsageError as exc:
+        raise preset_error(f"cannot write the preset: {exc}") from None
     if not overwrite and target.exists():
         raise preset_error(
             f"preset file {str(target)!r} already exists (overwrite it, or pick a name)"
@@ -204,24 +208,20 @@ def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> 
 
 
 def read_yaml(path: Path) -> Any:
-    """Read a YAML file with ``yaml.safe_load``; every failure is a one-paragraph PresetError."""
+    """Read a YAML file with ``yaml.safe_load``; every failure is a one-paragraph PresetError.
+    The file is read by the one rule for a user's path (``autotune.core.files``): a
+    regular file of at most 10 MiB; a device, a FIFO, a folder or a link to one is refused
+    with what it is."""
     import yaml
 
     where = str(path)
-    if not path.exists():
-        raise preset_error(f"preset file {where!r} does not exist")
-    if path.is_dir():
-        raise preset_error(f"{where!r} is a directory, not a preset file")
-    try:
-        size = path.stat().st_size
-        if size > _MAX_FILE_BYTES:
-            raise preset_error(
-                f"{where!r} is {format_bytes(size)}, too large to be a preset (a preset is a "
-                "few KB of YAML)"
-            )
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise preset_error(f"cannot read preset file {where!r}: {exc.strerror or exc}") from None
+    raw = read_capped(
+        path,
+        limit=_MAX_FILE_BYTES,
+        what="preset file",
+        error=preset_error,
+        advice="a preset is a few KB of YAML",
+    )
     if b"\x00" in raw:
         raise preset_error(f"{where!r} is a binary file, not a YAML preset")
     try:

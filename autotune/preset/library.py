@@ -127,8 +127,8 @@ def resolve_preset(name_or_path: str) -> Path:
     candidate = Path(name_or_path).expanduser()
     if _looks_like_path(name_or_path) and candidate.is_dir():
         raise preset_error(f"{name_or_path!r} is a directory, not a preset file")
-    if _looks_like_path(name_or_path) and candidate.is_file():
-        return candidate
+    if _looks_like_path(name_or_path) and os.path.lexists(candidate):
+        return candidate  # a device, a FIFO or a link to one: refused, named, by the reader
     presets = sorted(
         (item for item in find_presets() if item[0] in _RESOLVE_ORDER),
         key=lambda item: _RESOLVE_ORDER[item[0]],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,8 +152,8 @@ def load_report_data(
     A preset whose study is gone gives a report of the preset alone, with a note."""
     text = str(source)
     path = Path(text).expanduser()
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        return preset_data(path, storage=storage)
+    if path.suffix in (".yaml", ".yml") or (os.path.lexists(path) and not path.is_dir()):
+        return preset_data(path, storage=storage)  # a FIFO or a device is refused, named
     url = storage if storage is not None else _default_url(runs_dir, text)
     if url is not None:
         return study_data(text, url)

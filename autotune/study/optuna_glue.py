@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
+from autotune.core.files import regular_file_size
 from autotune.study.ownership import is_me, journal_path, owner_alive
 
 __all__ = [
@@ -370,6 +371,7 @@ def check_storage_url(url: str) -> None:
                 f"storage {redact(url)!r}: the folder {redact(str(path.parent))!r} does not "
                 "exist; create it first (the search makes no folders outside its runs folder)"
             )
+        _storage_file(url, path)
         return
     if not url.startswith("sqlite:"):
         return
@@ -388,6 +390,16 @@ def check_storage_url(url: str) -> None:
             f"storage {redact(url)!r}: an in-memory SQLite study cannot be resumed or shared, and "
             "the search's trials run in other processes; give a file, e.g. sqlite:///study.db"
         )
+    if not database.startswith("file:"):
+        _storage_file(url, Path(database).expanduser())
+
+
+def _storage_file(url: str, path: Path) -> None:
+    """A storage's file, where it exists, is a regular file, by the one rule for a user's
+    path (``autotune.core.files``): Optuna reads a journal whole, so ``/dev/zero`` would
+    grow until memory ran out and a FIFO would stop the search for good. Its size has no
+    bound: a study's file grows with its trials."""
+    regular_file_size(path, what=f"storage {redact(url)!r}: the file", missing_ok=True)
 
 
 def missing_storage(url: str) -> str | None:
@@ -407,8 +419,8 @@ def missing_storage(url: str) -> str | None:
         path = Path(database).expanduser()
     else:
         return None
-    if path.is_file():
-        return None
+    if os.path.lexists(path):
+        return None  # there: check_storage_url refuses what is no regular file
     return (
         f"the study storage {redact(url)!r} is not there (no file {redact(str(path))!r} "
         f"from {str(Path.cwd())!r})"

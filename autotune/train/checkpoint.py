@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from autotune.core.errors import CheckpointError
-from autotune.core.files import atomic_writer, fsync_dir
+from autotune.core.files import atomic_writer, fsync_dir, regular_file_size
 
 __all__ = [
     "BEST_NAME",
@@ -128,8 +128,8 @@ def load_checkpoint(
     """Read a checkpoint with ``weights_only=True`` (``mmap``: its tensors mapped from the
     file, not read: to look at it, not to train from it); a bad file is a ``CheckpointError``."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    # a regular file (the one rule for a user's path); its size is the model's: no bound
+    regular_file_size(path, what="checkpoint", error=CheckpointError)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:

@@ -15,11 +15,42 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core.files import atomic_write_text, atomic_writer
+from autotune.core.errors import UsageError
+from autotune.core.files import atomic_write_text, atomic_writer, read_capped, regular_file_size
 
 __all__ = ["CURVES_FILE", "Display", "fmt_rate", "is_tty", "write_curves"]
 
 CURVES_FILE = "curves.png"
+# metrics.jsonl, read by the one rule for a user's path: a regular file of at most 2 GiB
+# (a folder, a FIFO or a device in its place is refused, named, before the run goes on)
+_METRICS = "metrics file"
+
+
+def _metrics_error(message: str) -> UsageError:
+    return UsageError(
+        f"{message} (the run writes its metrics there): move it away, or train into a new folder"
+    )
+
+
+_MAX_METRICS_BYTES = 2 * 2**30
+
+
+def _metrics_lines(path: Path) -> list[tuple[str, float]]:
+    """The records of ``metrics.jsonl`` as ``(line, step)``: a line that is no UTF-8 JSON
+    object (cut short by a kill, or damaged) is left out, as is one whose step is no number
+    (a record without one counts as step 0)."""
+    raw = read_capped(path, limit=_MAX_METRICS_BYTES, what=_METRICS, error=_metrics_error)
+    found: list[tuple[str, float]] = []
+    for chunk in raw.splitlines():
+        try:
+            line = chunk.decode("utf-8")
+            record = json.loads(line)
+        except ValueError:  # UnicodeDecodeError too
+            continue
+        step = record.get("step", 0) if isinstance(record, dict) else None
+        if isinstance(step, int | float) and not isinstance(step, bool):
+            found.append((line, step))
+    return found
 
 
 def is_tty() -> bool:
@@ -119,14 +150,13 @@ class Display:
                 self._tb = SummaryWriter(log_dir=str(self._tb_dir), purge_step=purge)
             except Exception:  # tensorboard is optional
                 self._tb = None
-        if truncate_after is not None and self.metrics_path.exists():
-            kept = []
-            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", 0) <= truncate_after:
-                        kept.append(line)
-                except ValueError:
-                    continue
+        found = regular_file_size(
+            self.metrics_path, what=_METRICS, error=_metrics_error, missing_ok=True
+        )
+        if truncate_after is not None and found is not None:
+            kept = [
+                line for line, step in _metrics_lines(self.metrics_path) if step <= truncate_after
+            ]
             atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
         self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
 
@@ -243,11 +273,8 @@ def _read_curves(metrics: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     """The train and eval records of ``metrics.jsonl`` that carry a step and a loss."""
     train: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
-    for line in metrics.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for line, _ in _metrics_lines(metrics):
+        record = json.loads(line)
         if not isinstance(record, dict) or not isinstance(record.get("loss"), (int, float)):
             continue
         if not isinstance(record.get("step"), int):

@@ -29,7 +29,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from autotune.core.errors import AutotuneError, UsageError
-from autotune.core.files import atomic_write_text
+from autotune.core.files import atomic_write_text, read_capped, regular_file_size
 from autotune.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -111,6 +111,7 @@ class RunFolder:
             yield
             return
         self._create()
+        self._check_side_files()
         lock = FileLock(self.path / LOCK_FILE)
         try:
             lock.acquire(blocking=False)
@@ -126,12 +127,28 @@ class RunFolder:
             holder.unlink(missing_ok=True)
             lock.release()
 
+    def _check_side_files(self) -> None:
+        """The files the run keeps beside its checkpoints (its lock, its metrics...) are
+        regular files where they exist, by the one rule for a user's path: a folder or a
+        FIFO in their place is refused, named, before the run takes the lock or reads a
+        checkpoint (a FIFO would stop it for good)."""
+
+        def refuse(message: str) -> UsageError:
+            return UsageError(
+                f"{message} (the run keeps that file in its folder): move it away, or train "
+                f"into a new folder with {self.out_name}"
+            )
+
+        for name in (LOCK_FILE, *RUN_FILES):
+            regular_file_size(self.path / name, what="file", error=refuse, missing_ok=True)
+
     def _in_use(self) -> str:
         """The refusal of a second run, naming the one that holds the folder."""
         try:
-            who = json.loads((self.path / HOLDER_FILE).read_text(encoding="utf-8"))
+            raw = read_capped(self.path / HOLDER_FILE, limit=2**16)
+            who = json.loads(raw)
             holder = f"pid {who['pid']} on {who['host']}, started {who['started']}"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (AutotuneError, ValueError, KeyError, TypeError):
             holder = "it has not said who it is yet"
         return (
             f"{self.path} is in use by another training run ({holder}): a run folder has "

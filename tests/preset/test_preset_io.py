@@ -172,10 +172,10 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save_preset(make_preset(), tmp_path / "p.yaml")
 
-    def denied(self: Path) -> bytes:
+    def denied(path: object) -> int:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "read_bytes", denied)  # chmod 0 does not stop root
+    monkeypatch.setattr(files, "_open_for_reading", denied)  # root ignores chmod 0
     with pytest.raises(PresetError, match=r"cannot read preset file .*: Permission denied"):
         load_preset(path)
 
