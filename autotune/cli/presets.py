@@ -494,7 +494,7 @@ def export(
         ),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
+        str | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace --output if it exists.")
@@ -505,13 +505,20 @@ def export(
     What a format cannot carry (a model knob, the budget, the data's length) is listed in
     the file as comments where the format has them, and printed as notes on stderr.
     """
-    from autotune.core.files import atomic_write_text
+    from autotune.core.files import atomic_write_text, check_output_path
     from autotune.preset.export import EXPORT_FORMATS, export_preset
 
     if format_ not in EXPORT_FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(EXPORT_FORMATS)}; got {format_!r}")
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc: expected a positive number of processes, got {nproc}")
+    if output is not None:
+        # a str, not a Path: "newdir/" keeps its slash, so it is refused (it names a
+        # folder, which cp would say too) rather than written as a file named newdir
+        try:
+            check_output_path(output)
+        except UsageError as exc:
+            raise UsageError(f"--output {exc}") from None
     path, loaded = _load(preset)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
     for line in exported.unmapped:
@@ -520,7 +527,7 @@ def export(
     if output is None:
         sys.stdout.write(text)
         return
-    target = output.expanduser()
+    target = Path(output).expanduser()
     if target.is_dir():
         raise UsageError(f"--output {str(target)!r} is a directory")
     if target.exists() and not overwrite:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.core.errors import ConfigError, UsageError
+from autotune.core.files import check_output_path
 from autotune.core.schema import did_you_mean
 from autotune.core.units import parse_duration
 from autotune.study.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
@@ -273,7 +274,7 @@ class SearchStudy(_Options):
                 check_storage_url(self.storage)
             except UsageError as exc:
                 problems.append(str(exc))
-        return problems
+        return problems + _runs_dir_problems(self.runs_dir)
 
     @property
     def shared(self) -> bool:
@@ -310,20 +311,44 @@ def _output_problems(output: str | Path) -> list[str]:
     target = Path(output).expanduser()
     if target.is_dir():
         return [f"output {str(output)!r} is a directory; give a file such as best.yaml"]
-    folder = target.parent
+    try:
+        check_output_path(output)  # a device, a FIFO; newdir/, which names a folder
+    except UsageError as exc:
+        return [f"output {exc}"]
+    problem = _unwritable(target.parent)
+    if problem:
+        return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
+    return []
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be made in ``folder`` (its nearest existing folder is probed with an
+    unnamed temporary file), or None."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        return [f"output {str(output)!r}: {str(folder)!r} is not a folder"]
+        return f"{str(folder)!r} is not a folder"
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        return [
-            f"output {str(output)!r}: cannot write in {str(folder)!r} "
-            f"({exc.strerror or exc}); give a path in a folder you can write to"
-        ]
-    return []
+        return f"cannot write in {str(folder)!r} ({exc.strerror or exc})"
+    return None
+
+
+def _runs_dir_problems(runs_dir: Any) -> list[str]:
+    """The runs folder must be one this process can write in: the compile cache, and the
+    default study file, go there (a read-only working folder failed in ``mkdir``)."""
+    if not isinstance(runs_dir, str | Path):
+        return [f"runs_dir must be a path, got {runs_dir!r}"]
+    problem = _unwritable(Path(runs_dir).expanduser())
+    if problem is None:
+        return []
+    return [
+        f"the runs folder {str(runs_dir)!r}: {problem}; the search keeps its compile cache "
+        "there, and its study unless --storage names another: run it from a folder you can "
+        "write to (in Python: give runs_dir)"
+    ]
 
 
 _RECORDS: dict[str, Any] = {  # the argument of search() -> its record type

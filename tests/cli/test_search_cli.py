@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -198,6 +201,11 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--trials", "0"], "--trials must be a positive integer"),
         (["--output", "."], "is a directory"),
         (["--output", "/dev/null/best.yaml"], "'/dev/null' is not a folder"),
+        (["--output", "newdir/"], "--output 'newdir/' ends with '/', so it names a folder"),
+        (["--output", "/dev/null"], "--output '/dev/null' is a character device"),
+        (["--storage", "journal:/dev/zero"], "the file '/dev/zero' is a character device"),
+        (["--model", "/dev/zero:spec"], "model file '/dev/zero' is a character device"),
+        (["--warm-start", "/dev/zero"], "preset file '/dev/zero' is a character device"),
         (["--study", ".."], "--study '..': expected a plain name"),
         (["--storage", "sqlite:///:memory:"], "an in-memory SQLite study cannot be resumed"),
         (["--storage", "sqlite:///"], "names no database file"),
@@ -226,6 +234,57 @@ def test_usage_errors_exit_2(env: tuple[str, FakeBurst], args: list[str], expect
     assert expected in result.stderr, result.stderr
     assert "Traceback" not in result.output
     assert not burst.calls
+
+
+@pytest.fixture
+def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder nothing can be made in, as a read-only mount is: made read-only, and, for
+    root (whom the mode does not stop), every creation in it fails with EROFS."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def inside(path: object) -> bool:
+        return Path(os.path.abspath(os.fspath(path))).is_relative_to(folder)  # type: ignore[arg-type]
+
+    def refuse(path: object) -> OSError:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))  # type: ignore[arg-type]
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and inside(path):
+            raise refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if inside(path):
+            raise refuse(path)
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    yield folder
+    folder.chmod(0o755)
+
+
+def test_a_read_only_working_folder_says_where_it_cannot_write(
+    env: tuple[str, FakeBurst], tmp_path: Path, read_only: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``search`` in a read-only folder failed in mkdir('autotune_runs') with an OSError
+    (exit 1); now it is refused before anything runs, naming the folder and what to do."""
+    model, burst = env
+    monkeypatch.chdir(read_only)
+    output = str(tmp_path / "best.yaml")  # writable: the runs folder is what is refused
+    result = CliRunner().invoke(
+        app, ["search", "--model", model, "--budget", "1GB", "--output", output]
+    )
+    assert result.exit_code == 2, result.output
+    assert (
+        "the runs folder 'autotune_runs': cannot write in '.' (Read-only file system)"
+        in result.stderr
+    )
+    assert "run it from a folder you can write to" in result.stderr
+    assert not burst.calls and "Traceback" not in result.output
 
 
 def test_a_warm_start_that_is_no_preset_is_refused_before_the_study_is_made(
