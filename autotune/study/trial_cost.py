@@ -64,12 +64,13 @@ def compiled_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[st
 
 def eval_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """What decides the compiled code of ``config``'s eval step (the race's first round;
-    only where ``compile_regions`` compiled the model's blocks in place, since the eval step
-    runs the uncompiled model otherwise): its compiled code less the micro-batch. The eval batch (twice the micro-batch) is the
-    second shape the model sees in its process, so torch.compile makes the eval graph
-    dynamic in the batch, and one compile serves every micro-batch (mu on the 2-core CPU,
-    an empty cache: the eval of mb 8 added 26 s to a burst, that of mb 16 after it none;
-    BENCHMARKS.md, "the race's time as it is spent")."""
+    only where ``compile_regions`` compiled the model's blocks in place, since the eval
+    step runs the uncompiled model otherwise): its compiled code less the micro-batch. The
+    eval batch (twice the micro-batch) is the second shape the model sees in its process,
+    so torch.compile makes the eval graph dynamic in the batch, and one compile serves
+    every micro-batch (mu on the 2-core CPU, an empty cache: the eval of mb 8 added 26 s
+    to a burst, that of mb 16 after it none; in git history, BENCHMARKS.md's "the race's
+    time as it is spent")."""
     return tuple(item for item in compiled_code_key(config) if item[0] != "micro_batch")
 
 
