@@ -2,9 +2,10 @@
 
 A real out-of-memory burst classified ``oom`` with the parent alive; the
 per-process cap holding at the budget; the CUDA peak being the allocator's reserved peak
-plus the context; bf16/fp16/tf32 steps keeping fp32's loss; a compiled burst. Item 1: each
-CUDA knob runs a real burst. The same knobs are unit-tested on a CPU with hand-made CUDA
-capabilities in tests/test_cuda_knobs.py.
+plus the context; bf16/fp16/tf32 steps keeping fp32's loss, float8 linear layers bf16's;
+a compiled burst. Item 1: each CUDA knob runs a real burst. The same knobs are unit-tested
+on a CPU with hand-made CUDA capabilities in tests/test_cuda_knobs.py (float8 in
+tests/test_fp8.py).
 """
 
 from __future__ import annotations
@@ -108,13 +109,16 @@ def test_cuda_peak_is_the_reserved_peak_plus_the_context(tmp_path: Path) -> None
 # -- numerics ---------------------------------------------------------------------------
 
 
-def _losses(precision: str, *, steps: int = 30, device: str = DEVICE) -> list[float]:
+def _losses(
+    precision: str, *, steps: int = 30, device: str = DEVICE, **changes: Any
+) -> list[float]:
     """``steps`` optimizer steps of tiny gpt on four fixed batches, from the same seed,
-    through the step the burst and the trainer run (``autotune.engine.step``)."""
+    through the step the burst and the trainer run (``autotune.engine.step``), with the
+    config's other ``changes``."""
     from autotune.engine.step import Stepper, apply_backend_flags, make_optimizer, prepare_model
 
     spec = tiny_gpt()
-    config = TrainConfig(micro_batch=8, seq_len=64, precision=precision)
+    config = TrainConfig(micro_batch=8, seq_len=64, precision=precision, **changes)
     where = torch.device(device)
     torch.manual_seed(0)
     model = prepare_model(spec, config, where)
@@ -144,6 +148,27 @@ def test_low_precision_keeps_the_fp32_loss(precision: str, tolerance: float) -> 
     assert abs(losses[-1] - reference[-1]) <= tolerance, (losses[-1], reference[-1])
 
 
+def test_fp8_linears_are_torchaos_float8_layers_and_keep_the_bf16_loss() -> None:
+    """On a card with FP8 tensor cores and torchao (else skipped with the reason): the build
+    swaps the blocks' linear layers for torchao's ``Float8Linear`` (the tied head is no
+    layer of its own), and eager float8 steps learn as bf16 does."""
+    caps = probe().device(DEVICE)
+    if (problem := caps.fp8_problem()) is not None:
+        pytest.skip(problem)
+    from torchao.float8.float8_linear import Float8Linear
+
+    from autotune.engine.step import prepare_model
+
+    config = TrainConfig(micro_batch=8, seq_len=64, precision="bf16", fp8_linears=True)
+    model = prepare_model(tiny_gpt(), config, torch.device(DEVICE))
+    swapped = [name for name, m in model.named_modules() if isinstance(m, Float8Linear)]
+    assert len(swapped) == 8 and all(name.startswith("layers.") for name in swapped)
+    reference = _losses("bf16")
+    losses = _losses("bf16", fp8_linears=True)
+    assert losses[-1] < losses[0] - 0.1  # it learns
+    assert abs(losses[-1] - reference[-1]) <= 0.1, (losses[-1], reference[-1])
+
+
 # -- compile and each CUDA knob in a real burst --------------------------------------------
 
 
@@ -166,6 +191,8 @@ KNOB_BURSTS = {
     "sdpa efficient": (tiny_gpt, {"knobs": {"sdpa_backend": "efficient"}}),
     "sdpa flash": (tiny_gpt, {"knobs": {"sdpa_backend": "flash"}}),
     "sdpa cudnn": (tiny_gpt, {"knobs": {"sdpa_backend": "cudnn"}}),
+    # compute capability 8.9+ and torchao, else skipped with the refusal; compiled, as it runs
+    "fp8_linears": (tiny_gpt, {"fp8_linears": True, "compile": "default"}),
 }
 
 

@@ -123,6 +123,24 @@ _ON_SEVERAL_CPU_CORES = (
 )
 
 
+# float8 linear layers: the device's rule (FP8 tensor cores, torchao), and a search turns
+# them only where torch.compile runs: eager, torchao's scaling and casts are separate
+# kernels and a float8 step is slower than a bf16 one.
+def _fp8_cannot_run(where: Where) -> str:
+    return where.device.fp8_problem() or ""
+
+
+def _fp8_not_compiled(where: Where) -> str:
+    return (
+        "fp8_linears is only searched where torch.compile runs (float8 training is fast only "
+        f"compiled), and {_compile_cannot_run(where)}"
+    )
+
+
+_FP8_RUNS = Applies(lambda w: w.device.fp8_problem() is None, _fp8_cannot_run)
+_FP8_COMPILED = Applies(lambda w: w.device.compile, _fp8_not_compiled)
+
+
 @default_config
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -371,6 +389,30 @@ class TrainConfig:
         doc="torch's OpenMP threads spin between CPU operations instead of sleeping: a step "
         "of many small operations stops waiting on a sleeping thread's wake-up at each (CPU "
         "only, more than one core)",
+        example="`false`",
+    )
+    # Published figures: torchao's table (H100) 0.80x for a linear of M, K, N = 1024, 2048,
+    # 1024 and 1.39x for 4096, 8192, 16384; nanochat's d12 (GPT-2 124M's size) ran slower
+    # with FP8. Not measured here yet (issue 55: on the GPU).
+    fp8_linears: bool = knob(
+        default=False,
+        runs=(_FP8_RUNS,),
+        search=Search(order=13, switch=True, only=(_SWITCH_ON_CUDA, _FP8_RUNS, _FP8_COMPILED)),
+        applied_by="the model (torchao.float8.convert_to_float8_training, before compile)",
+        label="fp8",
+        help="Linear layers in float8 with torchao (CUDA, compute capability 8.9+; fast "
+        "only with --compile).",
+        exports={"accelerate": "fp8_config.backend"},
+        export_hint="convert the model before compiling it: torchao.float8."
+        "convert_to_float8_training(model, module_filter_fn=...), skipping the output head "
+        "and the linear layers whose sizes are not multiples of 16",
+        doc="the linear layers in float8 (torchao's float8 training; `pip install "
+        "'autotune[fp8]'`): each `nn.Linear` whose sizes are multiples of 16 but the output "
+        "head, on a CUDA device of compute capability 8.9+ (L4, RTX 4090, H100, H200). Fast "
+        "only with `compile` on (eager, slower than bf16); published figures find small "
+        "layers slower (torchao on an H100: 0.80x for a 1024x2048 input to a 2048x1024 "
+        "linear, 1.39x for 4096x8192 to 8192x16384), so it pays on large models only "
+        "(searched on such a device where torch.compile runs)",
         example="`false`",
     )
     knobs: Mapping[str, Any] = knob(

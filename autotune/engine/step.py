@@ -7,9 +7,10 @@ else. What was measured is what is run.
 
 So do the settings around it that both share: the model's build and placement
 (``prepare_model``: channels-last for a convolutional model, with the step laying its
-inputs out to match), the optimizer (fused AdamW), ``torch.compile``'s mode, the process's
-numerics flags (TF32, cuDNN autotuning) and the CUDA allocator's expandable segments
-(``apply_allocator_settings``, before CUDA starts).
+inputs out to match; its linear layers in float8, before compile), the optimizer (fused
+AdamW), ``torch.compile``'s mode, the process's numerics flags (TF32, cuDNN autotuning)
+and the CUDA allocator's expandable segments (``apply_allocator_settings``, before CUDA
+starts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import nn
 from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
+from autotune.machine.caps import torchao_problem
 from autotune.machine.compile_cache import keep_precompiled_headers, trust_vector_isa_check
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ __all__ = [
     "autocast_context",
     "channels_last_batch",
     "compile_model",
+    "convert_fp8_linears",
+    "fp8_filter",
     "make_optimizer",
     "place_model",
     "profiled_phase",
@@ -51,6 +55,8 @@ __all__ = [
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+# The names of an output head (a model's own child): Hugging Face's, torchtitan's, ours.
+FP8_HEAD_NAMES = ("lm_head", "head", "output", "classifier", "score")
 
 
 def allocator_conf(config: TrainConfig, current: str | None) -> str | None:
@@ -114,11 +120,53 @@ def prepare_model(spec: ModelSpec, config: TrainConfig, device: torch.device) ->
 
 def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
     """``model`` on ``device``, channels-last where the config says (the step lays its
-    inputs out to match: ``channels_last_batch``)."""
+    inputs out to match: ``channels_last_batch``), its linear layers in float8 where it
+    says (``convert_fp8_linears``: before the wrapping and the compile)."""
     model = model.to(device)
     if config.channels_last:  # torch's stubs lack the keyword that Module.to takes
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if config.fp8_linears:
+        model = convert_fp8_linears(model)
     return model
+
+
+def fp8_filter(model: nn.Module) -> Callable[[nn.Module, str], bool]:
+    """Which layers of ``model`` go to float8 (torchao's ``module_filter_fn``, called with
+    a module and its qualified name): an ``nn.Linear`` whose two sizes are multiples of 16
+    (what FP8 tensor cores take), but not the output head: a layer under a child of the
+    model named as heads are (``FP8_HEAD_NAMES``), or one whose weight is an embedding's
+    (a tied head). The logits stay in the config's precision."""
+    tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+
+    def converted(module: nn.Module, fqn: str) -> bool:
+        if not isinstance(module, nn.Linear):
+            return False
+        if module.in_features % 16 or module.out_features % 16:
+            return False
+        return fqn.split(".")[0] not in FP8_HEAD_NAMES and id(module.weight) not in tied
+
+    return converted
+
+
+def convert_fp8_linears(model: nn.Module) -> nn.Module:
+    """``model`` with the linear layers ``fp8_filter`` picks swapped for torchao's float8
+    ones (in place; the state dict keeps its names). A ``ConfigError`` where torchao does
+    not import or where no layer qualifies (the knob would change nothing)."""
+    keep = fp8_filter(model)
+    if not any(keep(module, name) for name, module in model.named_modules()):
+        raise ConfigError(
+            [
+                "config.fp8_linears: the model has no linear layer to run in float8 (an "
+                "nn.Linear whose sizes are multiples of 16, other than the output head); "
+                "set fp8_linears: false"
+            ]
+        )
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError:
+        raise ConfigError([f"config.fp8_linears: {torchao_problem()}"]) from None
+    converted: nn.Module = convert_to_float8_training(model, module_filter_fn=keep)
+    return converted
 
 
 def channels_last_batch(batch: Batch) -> Batch:

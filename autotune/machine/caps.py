@@ -1,9 +1,10 @@
 """What one training device can run: its precisions (bf16, tf32, fp16), torch.compile, and
 its dense peak FLOP/s.
 
-``DeviceCaps`` owns two rules every caller uses: which precisions a device runs and its
-peak FLOP/s for MFU. ``HardwareProfile.device(name)`` (``autotune.machine.profile``) builds
-one from a probed machine; ``parse_device`` is the one reading of a device name.
+``DeviceCaps`` owns the rules every caller uses: which precisions a device runs, whether
+it trains linear layers in float8 (``fp8_problem``), and its peak FLOP/s for MFU.
+``HardwareProfile.device(name)`` (``autotune.machine.profile``) builds one from a probed
+machine; ``parse_device`` is the one reading of a device name.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from typing import Literal
 from autotune.config.train_config import PRECISIONS
 from autotune.core.errors import UsageError
 
-__all__ = ["DeviceCaps", "parse_device", "peak_flops"]
+__all__ = ["FP8_CAPABILITY", "DeviceCaps", "parse_device", "peak_flops", "torchao_problem"]
+
+# FP8 tensor cores: Ada (L4, RTX 4090) and Hopper (H100, H200) onwards.
+FP8_CAPABILITY = (8, 9)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceCaps:
     """What one training device (``cpu`` or ``cuda:N``) supports, for validating configs.
 
-    It owns two rules every caller uses: which precisions the device runs
-    (``precisions``, ``precision_problem``, ``precision_warning``) and its dense peak
-    FLOP/s (``peak_flops``).
+    It owns the rules every caller uses: which precisions the device runs
+    (``precisions``, ``precision_problem``, ``precision_warning``), whether it trains
+    linear layers in float8 (``fp8_problem``) and its dense peak FLOP/s (``peak_flops``).
     """
 
     device: str
@@ -94,6 +98,29 @@ class DeviceCaps:
             return "fp16"
         return "fp32"
 
+    def fp8_problem(self) -> str | None:
+        """Why this device cannot train its linear layers in float8 (torchao's float8
+        training), None where it can: a CUDA device of compute capability 8.9 or newer
+        (FP8 tensor cores: L4, RTX 4090, H100, H200...) with torchao importable."""
+        need = "{}.{}".format(*FP8_CAPABILITY)
+        if self.kind != "cuda":
+            return (
+                f"float8 linear layers need a CUDA device with FP8 tensor cores (compute "
+                f"capability {need} or newer), not {self.device}"
+            )
+        have = self.compute_capability
+        if have is None:
+            return (
+                f"float8 linear layers need compute capability {need} or newer, and that "
+                f"of {self.name} is unknown"
+            )
+        if tuple(have) < FP8_CAPABILITY:
+            return (
+                f"float8 linear layers need FP8 tensor cores (compute capability {need} or "
+                f"newer: L4, RTX 4090, H100, H200) and {self.name} is {have[0]}.{have[1]}"
+            )
+        return torchao_problem()
+
     def _runs(self, precision: str) -> bool:
         _check_precision(precision)
         if precision == "fp16":
@@ -119,6 +146,20 @@ class DeviceCaps:
 def _check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision {precision!r}; expected fp32, tf32, bf16 or fp16")
+
+
+def torchao_problem() -> str | None:
+    """Why torchao's float8 training cannot be imported here, None where it can."""
+    try:
+        from torchao.float8 import convert_to_float8_training  # noqa: F401
+    except ImportError as exc:
+        return (
+            f"float8 linear layers need torchao, which does not import here ({exc}): "
+            "pip install 'autotune[fp8]'"
+        )
+    except Exception as exc:  # a torchao built for another torch fails in its own ways
+        return f"torchao is installed but its float8 training does not import: {exc!r}"
+    return None
 
 
 _CUDA_NAME = re.compile(r"cuda(?::(\d+))?")

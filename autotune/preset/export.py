@@ -101,6 +101,11 @@ _TRANSLATIONS: dict[tuple[str, str], Callable[[Any], dict[str, Any]]] = {
     ("lightning", "optimizer.fused"): lambda fused: {"optimizer.fused": True} if fused else {},
     ("accelerate", "mixed_precision"): lambda p: {"mixed_precision": _ACCELERATE_PRECISION[p]},
     ("accelerate", "dynamo_config.dynamo_mode"): _dynamo,
+    # accelerate's torchao float8 recipe (AORecipeKwargs): the rest of the step under bf16
+    # autocast, and it keeps the first linear layer in bf16 as well as the last.
+    ("accelerate", "fp8_config.backend"): lambda on: (
+        {"mixed_precision": "fp8", "fp8_config.backend": "AO"} if on else {}
+    ),
 }
 
 

@@ -78,10 +78,11 @@ def check_portability(
     """Compare ``preset``'s fingerprint with ``device`` on this machine.
 
     Same GPU model (or CPU model and core count): fine. Different: a warning, and the
-    figures are marked as measured elsewhere. A precision this device cannot run, or a
-    recorded peak memory above this device's free memory, raises ``HardwareMismatchError``
-    with what to do instead; ``force=True`` turns the memory refusal into a warning (an
-    unrunnable precision is refused even then).
+    figures are marked as measured elsewhere. A precision this device cannot run, float8
+    linear layers it cannot run (no FP8 tensor cores, no torchao), or a recorded peak
+    memory above this device's free memory, raises ``HardwareMismatchError`` with what to
+    do instead; ``force=True`` turns the memory refusal into a warning (an unrunnable
+    precision or float8 is refused even then).
     """
     canonical, gpu = find_device(device or default_device_for(preset, profile), profile)
     here = Fingerprint.from_profile(profile, canonical)
@@ -102,7 +103,9 @@ def check_portability(
             "throughput may differ"
         )
 
-    refusals = _precision_refusals(preset.config.precision, profile.device(canonical), warnings)
+    caps = profile.device(canonical)
+    refusals = _precision_refusals(preset.config.precision, caps, warnings)
+    refusals += _fp8_refusals(preset.config.fp8_linears, caps)
     peak = preset.measured.peak_memory_bytes
     if gpu is not None:
         free = gpu.free_memory_bytes
@@ -141,6 +144,18 @@ def check_portability(
         device=canonical,
         device_name=here.device_name,
     )
+
+
+def _fp8_refusals(fp8_linears: bool, caps: DeviceCaps) -> list[str]:
+    """Why the preset's float8 linear layers cannot run on ``caps`` (the device's own rule:
+    FP8 tensor cores and torchao), with what to set instead."""
+    problem = caps.fp8_problem() if fp8_linears else None
+    if problem is None:
+        return []
+    return [
+        f"config.fp8_linears: {problem}; set config.fp8_linears: false, or search again on "
+        f"{caps.device}"
+    ]
 
 
 def _precision_refusals(precision: str, caps: DeviceCaps, warnings: list[str]) -> list[str]:

@@ -31,8 +31,11 @@ def cpu_caps(
     )
 
 
-def cuda_caps(*, ampere: bool = True) -> DeviceCaps:
-    """An 80 GiB GPU: Ampere or later has bf16 and TF32, an older one has neither."""
+def cuda_caps(
+    *, ampere: bool = True, compute_capability: tuple[int, int] | None = None
+) -> DeviceCaps:
+    """An 80 GiB GPU: Ampere or later has bf16 and TF32, an older one has neither; its
+    compute capability unknown unless given (float8 needs 8.9: ``DeviceCaps.fp8_problem``)."""
     return DeviceCaps(
         device="cuda:0",
         kind="cuda",
@@ -43,4 +46,5 @@ def cuda_caps(*, ampere: bool = True) -> DeviceCaps:
         fp16=True,
         tf32=ampere,
         compile=True,
+        compute_capability=compute_capability,
     )
