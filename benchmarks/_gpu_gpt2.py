@@ -185,12 +185,26 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def knob_variants(config: Mapping[str, Any]) -> list[str]:
+def fp8_capable(capability: str | None) -> bool:
+    """Whether a card of compute ``capability`` (a preset's ``"9.0"``) has FP8 tensor cores."""
+    from autotune.machine.caps import FP8_CAPABILITY
+
+    try:
+        major, minor = (int(part) for part in str(capability).split("."))
+    except ValueError:
+        return False
+    return (major, minor) >= FP8_CAPABILITY
+
+
+def knob_variants(config: Mapping[str, Any], capability: str | None = None) -> list[str]:
     """The ``--variant``s of ``model_knobs.py`` against a winner's ``config``, cheapest
     first (a burst each; the compile modes last): each SDPA backend, fused against foreach
     AdamW, expandable segments, larger micro-batches with the chunked loss (the largest
-    also with selective checkpointing), the other compile modes. What the winner already
-    has is left out of a variant; a variant that changes nothing is dropped."""
+    also with selective checkpointing), float8 linear layers where the card's compute
+    ``capability`` has FP8 tensor cores (compiled: eager float8 is slow; torchao must be
+    on the machine, else model_knobs.py names the variant refused), the other compile
+    modes. What the winner already has is left out of a variant; a variant that changes
+    nothing is dropped."""
     variants: list[str] = []
 
     def add(**changes: Any) -> None:
@@ -210,17 +224,23 @@ def knob_variants(config: Mapping[str, Any]) -> list[str]:
             add(micro_batch=larger, loss="chunked")
     ckpt = {"activation_checkpointing": True, "checkpoint_every": 2}
     add(micro_batch=batch, loss="chunked", **ckpt)
+    if fp8_capable(capability):
+        on = not config.get("fp8_linears", False)
+        compiled = config.get("compile") or "off"
+        add(fp8_linears=on, compile="default" if on and compiled == "off" else compiled)
     for mode in COMPILE_MODES:
         add(compile=mode)
     return variants
 
 
 def _knobs_commands(ctx: Context) -> list[list[str]]:
-    config = read_preset(ctx.winner).get("config")
+    preset = read_preset(ctx.winner)
+    config = preset.get("config")
     if not config:
         raise NotReady(f"no winner preset at {ctx.winner} (search-gpt2 writes it, or --winner)")
     within = max(10.0, (ctx.granted_s or 900.0) - KNOBS_MARGIN_S)
-    variants = [arg for v in knob_variants(config) for arg in ("--variant", v)]
+    capability = (preset.get("fingerprint") or {}).get("compute_capability")
+    variants = [arg for v in knob_variants(config, capability) for arg in ("--variant", v)]
     return [[
         ctx.python, str(ROOT / "benchmarks" / "model_knobs.py"), "--device", "cuda",
         "--preset", str(ctx.winner), "--rounds", str(KNOBS_ROUNDS), "--steps", str(KNOBS_STEPS),

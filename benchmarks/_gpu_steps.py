@@ -153,6 +153,7 @@ def _summary(config: Mapping[str, Any]) -> str:
     parts += [f"workers={config['num_workers']}"] if config.get("num_workers") else []
     parts += ["fused-adamw"] if config.get("fused_optimizer") else []
     parts += ["expandable-segments"] if config.get("expandable_segments") else []
+    parts += ["fp8"] if config.get("fp8_linears") else []
     parts += [f"{k}={v}" for k, v in (config.get("knobs") or {}).items()]
     return " ".join(parts)
 

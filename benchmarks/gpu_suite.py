@@ -14,7 +14,9 @@ rented one, gives). The steps run in this order (issue 55)::
                  (rotated order each round, medians, ratios to the winner): the SDPA
                  backends (cuDNN, flash, memory-efficient), fused against foreach AdamW,
                  expandable segments, larger micro-batches with the chunked loss (the
-                 largest with selective checkpointing), the other compile modes
+                 largest with selective checkpointing), float8 linear layers where the
+                 card has FP8 tensor cores (torchao's wheel carried in .whl/), the other
+                 compile modes
     train-gpt2   200 steps of autotune train on the winner: steady tokens/s at least 0.95x
                  the preset's
     search       mu's default search at 8 GB (the budget check on its winner)

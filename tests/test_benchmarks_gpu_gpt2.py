@@ -123,6 +123,23 @@ def test_the_knob_variants_change_what_the_winner_does_not_have() -> None:
     assert variants[-3:] == [f"compile={m}" for m in gpt2.COMPILE_MODES]
 
 
+def test_float8_is_a_variant_only_where_the_card_has_fp8_tensor_cores() -> None:
+    """On an H200 (9.0) or an L4 (8.9) fp8 comes before the compile modes, compiled as the
+    winner is, or with compile on where the winner runs eager (eager float8 is slow); on an
+    A100 (8.0), or a card of unknown capability, it is no variant."""
+    winner = WINNER.to_dict()
+    hopper = gpt2.knob_variants(winner, "9.0")
+    assert hopper == [*gpt2.knob_variants(winner)[:-2], "fp8_linears=true", *hopper[-2:]]
+    assert "fp8_linears=true" in gpt2.knob_variants(winner, "8.9")
+    for capability in ("8.0", None, "n/a"):
+        assert not any("fp8" in v for v in gpt2.knob_variants(winner, capability))
+    eager = WINNER.replace(compile="off").to_dict()
+    assert "fp8_linears=true,compile=default" in gpt2.knob_variants(eager, "9.0")
+    on = WINNER.replace(fp8_linears=True).to_dict()
+    assert "fp8_linears=false" in gpt2.knob_variants(on, "9.0")
+    assert steps._summary(on).endswith("compile=default fp8")  # a winner with it says so
+
+
 def test_the_knobs_command_runs_model_knobs_on_the_winner_within_its_time(
     tmp_path: Path,
 ) -> None:
@@ -134,7 +151,8 @@ def test_the_knobs_command_runs_model_knobs_on_the_winner_within_its_time(
     assert argv[argv.index("--within") + 1] == "100s"
     assert argv[argv.index("--device") + 1] == "cuda"
     variants = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant"]
-    assert variants == gpt2.knob_variants(WINNER.to_dict())
+    assert variants == gpt2.knob_variants(WINNER.to_dict(), "9.0")  # the H200's
+    assert "fp8_linears=true" in variants
     with pytest.raises(steps.NotReady, match="no winner preset"):
         gpt2._knobs_commands(_ctx(tmp_path / "elsewhere"))
 
