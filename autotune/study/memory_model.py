@@ -87,7 +87,8 @@ class Verdict:
 def _group(config: TrainConfig) -> tuple[Any, ...]:
     """The knobs that change memory other than through the batch's size: configs compare
     only within a group. The allocator's expandable segments can fit what ran out without
-    them; DDP and FSDP hold parameters, gradients and optimizer state differently."""
+    them; DDP and FSDP hold parameters, gradients and optimizer state differently; float8
+    linears keep float8 copies of their inputs and weights for the backward."""
     knobs = tuple(sorted((str(k), repr(v)) for k, v in config.knobs.items()))
     parallel = config.parallel.label() if config.parallel is not None else None
     return (
@@ -96,6 +97,7 @@ def _group(config: TrainConfig) -> tuple[Any, ...]:
         config.compile,
         knobs,
         config.expandable_segments,
+        config.fp8_linears,
         parallel,
     )
 

@@ -51,6 +51,11 @@ OUTDATED_MARGIN = 0.25
 # apart by more than eager runs show (mu's eager attention: 1.48-1.54x with compile and
 # bf16), so the screen drops only what is clearly behind.
 SCREEN_KEEP = 0.85
+# Knobs whose gain shows only in compiled code: float8 linears run slower than bf16 eager
+# (torchao's scaling is fused only by torch.compile), so an eager screen of a refinement
+# that turns one on says nothing of it, and would drop it. Such a refinement is compiled
+# without a screen.
+COMPILED_ONLY_GAINS = ("fp8_linears",)
 
 # The roles of the expert starts (``playbook.expert_starts``).
 EXPERT_ROLES = ("hand-tuned", "playbook")
@@ -336,7 +341,12 @@ class Planner:
         screens: list[TrainConfig] = []
         for cand in cands:
             twin = cand.replace(compile="off")
-            if compiled_code_key(cand) == code or cand.compile == "off" or not space.contains(twin):
+            if (
+                compiled_code_key(cand) == code
+                or cand.compile == "off"
+                or not space.contains(twin)
+                or _gains_only_compiled(config, cand)
+            ):
                 now.append((cand, "refine"))
                 continue
             self.screened[space.key(twin)] = (cand, refines)
@@ -633,3 +643,12 @@ def _waiting_params(study: optuna.Study) -> list[Any]:
 
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     return [t.system_attrs.get("fixed_params") for t in waiting]
+
+
+def _gains_only_compiled(config: TrainConfig, cand: TrainConfig) -> bool:
+    """Whether ``cand`` turns on a knob of ``COMPILED_ONLY_GAINS`` that ``config`` has off:
+    its eager screen would say nothing of its compiled figure."""
+    return any(
+        getattr(cand, name, False) and not getattr(config, name, False)
+        for name in COMPILED_ONLY_GAINS
+    )

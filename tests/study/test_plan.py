@@ -449,3 +449,26 @@ def test_a_screen_measured_before_is_not_run_again(tmp_path: Path) -> None:
     configs = [repr(c) for c in burst.calls]
     assert len(configs) == len(set(configs)), "a config ran twice"
     assert any(t.role == "screen" for t in result.trials)
+
+
+def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_screen() -> None:
+    # float8 linears run slower than bf16 eager: screened eager, the fp8 refinement of a
+    # compiled best would fall below SCREEN_KEEP and never be compiled.
+    from types import SimpleNamespace
+    from typing import Any
+
+    from autotune.study.plan import Planner
+
+    best = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64, precision="bf16", compile="default")
+    space: Any = SimpleNamespace(contains=lambda c: True, key=lambda c: repr(c.to_dict()))
+    state: Any = SimpleNamespace(space=space, record_of=lambda c: None, trials_in_order=list)
+    planner = Planner(state=state)
+    fp8 = best.replace(fp8_linears=True)
+    bigger = best.replace(micro_batch=16, grad_accum=2)
+    queued = planner.screen_compiles(best, [fp8, bigger], refines=3)
+    assert (fp8, "refine") in queued  # compiled at once
+    assert (bigger.replace(compile="off"), "screen") in queued  # screened first, as before
+    assert (bigger, "refine") not in queued
+    # turning fp8 off again is screened like any other change
+    queued = planner.screen_compiles(fp8, [best], refines=4)
+    assert (best, "refine") not in queued
