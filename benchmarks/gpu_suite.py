@@ -84,7 +84,9 @@ git)::
 wheels such as optuna's match any platform. If pip finds no SQLAlchemy wheel, add
 ``--platform manylinux_2_N_x86_64`` for another N: pip matches N exactly.) The versions
 are the ones autotune is tested with; the suite prints the exact command for whatever is
-missing where it runs.
+missing where it runs. The float8 variant needs torchao too (optional: without it the
+variant and its GPU tests say "refused"): add ``torchao==0.17.0`` to the download (a
+cp310-abi3 wheel, 3 MB; its release follows torch 2.11's, the device's).
 """  # noqa: E501 (the one-line device command above is one line)
 
 from __future__ import annotations
