@@ -5,23 +5,44 @@ in a session (and process group) of its own, and ending its whole tree.
 window in which it shares the parent's group; ``os.killpg`` then ends the trial and its
 DataLoader workers together, and Ctrl-C in the terminal reaches only the parent. POSIX
 only (sessions, ``killpg``).
+
+A descendant that leaves the trial's session (a user's ``build`` that starts a helper
+daemon: a double fork with ``setsid``) escapes the group, and, once the process between
+dies, its parent too: it was left to init, alive after ``autotune.tune()`` returned.
+While a burst runs, this process is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``):
+such orphans are reparented to it, a zygote's trials' included (a zygote is no
+subreaper, so theirs pass through it). When the last running burst ends,
+``orphans_ended`` ends those that came from a trial: a child of this process in another
+session than its own, started since the burst began, whose environment names this
+process as its trial's search (``AUTOTUNE_BURST_PARENT``, which every trial and what it
+starts inherit); one already ended (a zombie, whose environment is gone) needs only the
+session and the time, and is reaped. Never a live zygote, the sweeper
+(``autotune.burst.sweeper``: it ends by itself once its group has), a child of this
+session (the user's own subprocesses) nor one without the mark (an orphan of the user's
+that arrives during a burst stays this process's child). What this cannot reach:
+a daemon started with an environment of its own (``env -i``) is left alone, and a search
+killed outright leaves the detached descendants of its running trial to init.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 import psutil
 
+from autotune.burst import sweeper
 from autotune.burst.sweeper import FOLDER_PREFIX
 
 if TYPE_CHECKING:
@@ -35,6 +56,8 @@ __all__ = [
     "exited",
     "kill_group",
     "make_workdir",
+    "orphans_ended",
+    "prctl",
     "reap_tree",
     "remove_orphaned_workdirs",
     "spawn_child",
@@ -46,6 +69,7 @@ __all__ = [
 
 WORKDIR_PREFIX = FOLDER_PREFIX  # "autotune-burst-", then the pid of the process that made it
 REQUEST_FILE = "request.pkl"  # in the trial's folder: what the parent sends it
+PARENT_ENV = "AUTOTUNE_BURST_PARENT"  # the search's pid, in every trial's environment
 
 
 class TrialProcess(Protocol):
@@ -159,7 +183,7 @@ def child_env(workdir: Path | None, config: TrainConfig) -> dict[str, str]:
 
     env = environment_for(config, os.environ)
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a traceback in the trial's log
-    env["AUTOTUNE_BURST_PARENT"] = str(os.getpid())  # the trial follows this process
+    env[PARENT_ENV] = str(os.getpid())  # the trial follows this process (and see orphans_ended)
     env.setdefault(CACHE_ENV, torch_default_dir())  # not under the trial's TMPDIR
     env["TMPDIR"] = tempfile.gettempdir()  # checked here once: see ``trust_tmpdir``
     if workdir is not None and _fits_sockets(workdir):
@@ -255,4 +279,109 @@ def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
+        return False
+
+
+# -- what leaves the trial's session (see the module's docstring) ---------------------------
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_ADOPTED_ROUNDS = 5  # an ended orphan's own children come to this process in turn
+_SWEEPER = str(Path(sweeper.__file__).resolve())
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux's ``prctl(option, value)`` for this process; False where there is none or
+    it failed."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _is_subreaper() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    flag = ctypes.c_int(0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        done = libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    return bool(done and flag.value)
+
+
+class _Adoption:
+    """The bursts running in this process, and since when this process adopts orphans."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bursts = 0
+        self.since = 0.0  # time.time() when the first of the running bursts began
+        self.ours = False  # this process made itself a subreaper (and so unmakes itself)
+
+
+_adoption = _Adoption()
+
+
+@contextlib.contextmanager
+def orphans_ended(keep: Callable[[], Collection[int]] = frozenset) -> Iterator[None]:
+    """Around a burst: this process adopts the orphaned descendants of its trials, and,
+    as the last running burst ends, ends those that came from a trial (never the pids
+    ``keep()`` returns: the live zygotes). The flag is this process's only while bursts
+    run, and stays where the process was a subreaper already."""
+    with _adoption.lock:
+        if _adoption.bursts == 0:
+            _adoption.since = time.time()
+            _adoption.ours = not _is_subreaper() and prctl(PR_SET_CHILD_SUBREAPER, 1)
+        _adoption.bursts += 1
+    try:
+        yield
+    finally:
+        with _adoption.lock:
+            _adoption.bursts -= 1
+            if _adoption.bursts == 0:
+                end_adopted(since=_adoption.since, keep=set(keep()))
+                if _adoption.ours:
+                    prctl(PR_SET_CHILD_SUBREAPER, 0)
+                    _adoption.ours = False
+
+
+def end_adopted(*, since: float, keep: Collection[int] = ()) -> list[int]:
+    """End (and reap) the children of this process that came from a trial started since
+    ``since`` (``time.time()``), with what they started; the pids ended."""
+    me, session = os.getpid(), os.getsid(0)
+    ended: list[int] = []
+    for _ in range(_ADOPTED_ROUNDS):
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            break
+        found = [p for p in children if p.pid not in keep and _from_a_trial(p, me, session, since)]
+        if not found:
+            break
+        for proc in found:
+            with contextlib.suppress(psutil.Error):  # what it started, before it can start more
+                for descendant in [proc, *proc.children(recursive=True)]:
+                    descendant.kill()
+        psutil.wait_procs(found, timeout=5)  # our children: this reaps them
+        ended += [p.pid for p in found]
+    return ended
+
+
+def _from_a_trial(proc: psutil.Process, me: int, session: int, since: float) -> bool:
+    """Whether ``proc`` (a child of this process) came from a trial: see the module's
+    docstring."""
+    try:
+        if os.getsid(proc.pid) == session or proc.create_time() < since - 1.0:
+            return False
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        if _SWEEPER in proc.cmdline():
+            return False
+        return proc.environ().get(PARENT_ENV) == str(me)
+    except (psutil.Error, OSError):  # gone, or another user's: not ours to end
         return False

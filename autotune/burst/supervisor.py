@@ -21,6 +21,13 @@ deadline), ``crash`` (it died without a result) and ``pruned`` (``on_step`` said
 are decided here. On CPU, a watchdog thread samples the memory of the trial's process tree
 (``autotune.engine.memory.ProcessTreeSampler``) and kills the group with ``oom`` once it passes
 the budget, before the machine's own OOM killer acts. POSIX only (sessions, ``killpg``).
+
+Nothing the trial started outlives the burst: its group is killed, then every process of
+its tree the watchdog saw (``reap_tree``), and, as the burst ends, what left the trial's
+session (a daemon its ``build`` detached: ``autotune.burst.process.orphans_ended``).
+A trial forked by a zygote is its zygote's child; a zygote that stops answering (stopped,
+or silent) is noticed within a fraction of a second, said as a ``RuntimeWarning`` and
+replaced (``autotune.burst.zygote``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from autotune.burst.process import (
     exited,
     kill_group,
     make_workdir,
+    orphans_ended,
     reap_tree,
     remove_orphaned_workdirs,
     spawn_child,
@@ -268,6 +276,8 @@ class _Burst:
         )
 
 
+# Around the whole supervision: the orphans of the trial's tree, once it has ended.
+@orphans_ended(keep=zygotes.pids)
 def _supervise(
     *,
     request: IO[bytes] | Path,
