@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 from fake_conv import CONV
+from fake_detach import DETACH
 from fake_models import FAKES
 
 from autotune.burst import zygote as zygote_module
@@ -191,18 +193,177 @@ def test_a_trial_whose_zygote_dies_still_ends_and_the_next_one_gets_a_new_zygote
     assert after["ppid"] in zygotes.pids() and after["ppid"] not in before
 
 
+def _silent_zygote(tmp_path: Path) -> Zygote:
+    """A zygote that runs but never answers a poll of pid 1: its ``os.waitpid`` hangs
+    there (a ``sitecustomize`` its interpreter imports at its start)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n_waitpid = os.waitpid\n"
+        "os.waitpid = lambda pid, flags: time.sleep(3600) if pid == 1 else _waitpid(pid, flags)\n"
+    )
+    return Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
+
+
 def test_a_zygote_that_does_not_answer_in_time_is_ended_not_asked_again(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A late reply would answer the next question: a zygote that missed one is ended."""
-    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    """A late reply would answer the next question: a zygote that missed one is ended,
+    and said so."""
+    zygote = _silent_zygote(tmp_path)
     monkeypatch.setattr(zygote_module, "REPLY_TIMEOUT_S", 0.5)
-    os.kill(zygote.proc.pid, signal.SIGSTOP)  # alive, but answering nothing
     try:
-        with pytest.raises(ZygoteError, match="gone"):
-            zygote.poll(os.getpid())
+        with (
+            pytest.warns(RuntimeWarning, match="did not answer in 0.5 s"),
+            pytest.raises(ZygoteError, match="gone") as raised,
+        ):
+            zygote.poll(1)
+        assert raised.value.stall == "silent"
         assert not zygote.alive()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(zygote.proc.pid, signal.SIGCONT)
         zygote.close()
+
+
+def test_an_environment_whose_zygote_went_silent_starts_fresh_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hang would come back: the next trials of that environment start fresh."""
+    zygote = _silent_zygote(tmp_path)
+    monkeypatch.setattr(zygote_module, "REPLY_TIMEOUT_S", 0.5)
+    pool = zygote_module.Zygotes()
+    key = (False, *sorted(zygote.env.items()))
+    pool._live[key] = zygote
+    with pytest.warns(RuntimeWarning), pytest.raises(ZygoteError):
+        zygote.poll(1)
+    with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
+        fds = {"request_fd": request.fileno(), "write_fd": log.fileno(), "log_fd": log.fileno()}
+        assert pool.spawn(zygote.env, compiled=False, **fds) is None
+    assert [reason.startswith("gone") for reason in pool.failures().values()] == [True]
+    pool.close()
+
+
+def test_a_stopped_zygote_is_noticed_at_once_said_and_killed() -> None:
+    """Stopped (by hand, or by a trial's build that stops its parent), a zygote answers
+    nothing and would never read the end of file: the parent sees the state within a
+    fraction of a second (not after the reply timeout), says so and kills it."""
+    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    os.kill(zygote.proc.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        with (
+            pytest.warns(RuntimeWarning, match=f"process {zygote.proc.pid} was stopped"),
+            pytest.raises(ZygoteError, match="gone") as raised,
+        ):
+            zygote.poll(os.getpid())
+        assert time.monotonic() - started < 3.0
+        assert raised.value.stall == "stopped"
+        assert zygote.proc.returncode == -signal.SIGKILL
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote.proc.pid, signal.SIGKILL)
+        zygote.close()
+
+
+def test_a_spawn_a_stopped_zygote_did_not_answer_ends_the_fork_it_may_have_made() -> None:
+    """A zygote stopped between its fork and its answer: the trial it forked must not run
+    beside the one started again. Here a trial it forked whose answer is taken as lost."""
+    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    result_read, result_write = os.pipe()
+    try:
+        with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
+            spec = load_model(f"{FAKES}:sleep_spec")
+            write_request(
+                request, spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, warmup=1,
+                budget_bytes=None, device="cpu", seed=0, verify=False, threads=1,
+            )  # fmt: skip
+            request.flush()
+            fds = {"request_fd": request.fileno(), "write_fd": result_write, "log_fd": log.fileno()}
+            forked = zygote.spawn(**fds)
+            zygote.trials.discard(forked)  # its answer, as if it never came
+            os.kill(zygote.proc.pid, signal.SIGSTOP)
+            with pytest.warns(RuntimeWarning, match="was stopped"), pytest.raises(ZygoteError):
+                zygote.spawn(**fds)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(forked) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(forked, os.WNOHANG)  # ours once its zygote died, where we adopt
+            time.sleep(0.05)
+        assert not psutil.pid_exists(forked) or psutil.Process(forked).status() == "zombie"
+    finally:
+        for fd in (result_read, result_write):
+            os.close(fd)
+        zygote.close()
+
+
+def test_a_build_that_stops_its_zygote_costs_its_burst_seconds_not_a_minute(
+    tmp_path: Path,
+) -> None:
+    """The trial's parent is its zygote: a build that stops its parent stops the zygote.
+    The burst still ends ok, within seconds, says so, and kills the stopped zygote; the
+    next trial is forked by a new one."""
+    record = tmp_path / "record.json"
+    spec = load_model(f"{DETACH}:detach_spec").with_args(
+        mode="stop_parent", record_file=str(record)
+    )
+    config = TrainConfig(micro_batch=2, seq_len=4)
+    run_burst(spec.with_args(mode="ok"), config, steps=1, warmup=0)  # the zygote, started
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="was stopped"):
+        result = run_burst(spec, config, steps=1, warmup=0, timeout_s=120)
+    assert result.status == "ok", result.reason
+    assert time.monotonic() - started < 30.0  # (the reply timeout was 60 s)
+    stopped = json.loads(record.read_text())["stopped"]
+    assert stopped, "the trial was not forked by a zygote"
+    assert not psutil.pid_exists(stopped), "the stopped zygote outlived its burst"
+    after = _trial_process(tmp_path)
+    assert after["ppid"] in zygotes.pids() and after["ppid"] != stopped
+
+
+def test_a_zygote_stopped_by_hand_costs_the_next_burst_a_new_zygote_not_a_minute(
+    tmp_path: Path,
+) -> None:
+    first = _trial_process(tmp_path)
+    os.kill(first["ppid"], signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match=f"process {first['ppid']} was stopped"):
+            second = _trial_process(tmp_path)
+        assert time.monotonic() - started < 30.0  # (the reply timeout was 60 s)
+        assert second["ppid"] in zygotes.pids() and second["ppid"] != first["ppid"]
+        assert not psutil.pid_exists(first["ppid"])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(first["ppid"], signal.SIGKILL)
+
+
+def test_a_stopped_zygote_of_a_killed_search_ends_too(tmp_path: Path) -> None:
+    """The search killed outright while its zygote is stopped: a stopped process never
+    reads the end of file, so the kernel continues it (``PR_SET_PDEATHSIG``) and it
+    ends."""
+    script = (
+        "import os, sys, time\nfrom autotune.burst.zygote import Zygote\n"
+        "zygote = Zygote(dict(os.environ))\nprint(zygote.proc.pid, flush=True)\ntime.sleep(60)\n"
+    )
+    search = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+    )
+    assert search.stdout is not None
+    pid = int(search.stdout.readline())
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        os.kill(search.pid, signal.SIGKILL)
+        search.wait()
+        deadline = time.monotonic() + 10
+        while _running_pid(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running_pid(pid), "a stopped zygote outlived its search"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running_pid(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

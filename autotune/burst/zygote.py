@@ -23,6 +23,21 @@ trial's tree (``autotune.burst.supervisor._end``). The zygote ends when its pare
 the socket or dies (end of file); the trials follow the search itself
 (``AUTOTUNE_BURST_PARENT``), as before.
 
+A zygote is watched. It forks or reaps in milliseconds, so while the parent waits for an
+answer it looks at the zygote every 0.1 s: one that is stopped (SIGSTOP by hand, or a
+trial's ``build`` that stops its parent, which is the zygote) is noticed at once, one
+that is silent for ``REPLY_TIMEOUT_S`` (10 s) then; either is said live (a
+``RuntimeWarning``) and SIGKILLed (a stopped process never reads the end of file). Its
+trials come to the search, a child subreaper while a burst runs
+(``autotune.burst.process.orphans_ended``), which reaps them itself, with their real
+exit status. A spawn it did not answer may have forked the trial already: that fork is
+ended with it, and the trial is started again. A stopped zygote is replaced by a new one
+at the next trial (fresh processes would hand a ``build`` that stops its parent the
+search itself); the trials of a silent one's environment start fresh processes (a hang
+would come back). A zygote asks the kernel for SIGCONT when its parent dies
+(``PR_SET_PDEATHSIG``), so that a stopped zygote of a search killed outright still reads
+the end of file and ends; ``close`` (at the search's exit too) kills a stopped one.
+
 The zygote's side is ``main`` (``python -m autotune.burst.zygote FD``): one request at a
 time on a Unix datagram socket, with the trial's request, result pipe and log passed as
 descriptors.
@@ -35,11 +50,13 @@ import contextlib
 import importlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -69,7 +86,11 @@ WARM_MODULES = (
 COMPILE_MODULES = ("torch._inductor.compile_fx",)
 MAX_ZYGOTES = 4  # kept warm at once: with and without omp_spin, compiled or eager
 START_TIMEOUT_S = 300.0  # the imports, on a loaded machine
-REPLY_TIMEOUT_S = 60.0
+# A fork or a reap takes milliseconds: a zygote silent this long hangs (checked every
+# _CHECK_S; a stopped one is noticed at the first check).
+REPLY_TIMEOUT_S = 10.0
+_CHECK_S = 0.1
+_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 # The exit status of a trial whose zygote died before it (init reaped it): unknown, and
 # said so by a status no trial exits with by itself.
 LOST_STATUS = 255
@@ -78,7 +99,12 @@ _POLL_S = 0.005
 
 
 class ZygoteError(RuntimeError):
-    """The zygote could not start or answer: the caller starts a fresh process instead."""
+    """The zygote could not start or answer: the caller starts a fresh process instead.
+    ``stall``: "stopped" or "silent" where it stalled (see the module's docstring)."""
+
+    def __init__(self, message: str, *, stall: str | None = None) -> None:
+        super().__init__(message)
+        self.stall = stall
 
 
 def warm_start_allowed(*, on_cuda: bool, nproc: int) -> bool:
@@ -106,10 +132,8 @@ class ForkedTrial:
         if self.returncode is None:
             try:
                 self.returncode = self.zygote.poll(self.pid)
-            except ZygoteError:  # the zygote died: the trial was left to init, which reaps it
-                if _running(self.pid):
-                    return None
-                self.returncode = LOST_STATUS
+            except ZygoteError:  # the zygote is gone: its trial came to us, or to init
+                self.returncode = _reap_orphaned_trial(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -131,6 +155,8 @@ class Zygote:
     proc: subprocess.Popen[bytes] = field(init=False)
     sock: socket.socket = field(init=False)
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    stall: str | None = field(default=None, init=False)  # "stopped" or "silent", once seen
+    trials: set[int] = field(default_factory=set, init=False)  # forked, not yet reaped
 
     def __post_init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -168,21 +194,29 @@ class Zygote:
         """Fork a trial (``python -m autotune.burst.child fd:REQUEST WRITE``, in-process)
         with the zygote's ``env``; its pid, once it leads a session of its own."""
         reply = self._ask({"op": "spawn"}, fds=[request_fd, write_fd, log_fd])
-        return int(reply["pid"])
+        pid = int(reply["pid"])
+        self.trials.add(pid)
+        return pid
 
     def poll(self, pid: int) -> int | None:
         """The trial's exit status (``Popen.returncode``'s convention), reaping it; None
         while it runs."""
         code = self._ask({"op": "poll", "pid": pid})["returncode"]
-        return None if code is None else int(code)
+        if code is None:
+            return None
+        self.trials.discard(pid)
+        return int(code)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        """End the zygote: it exits at the end of file; killed if it does not."""
+        """End the zygote: it exits at the end of file; killed if it does not, and at
+        once if it stalled (a stopped process reads nothing)."""
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.stall is not None or self._stopped():
+            self.proc.kill()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -197,22 +231,76 @@ class Zygote:
             except (OSError, ZygoteError) as exc:
                 # A reply that comes late would answer the next question: this zygote
                 # answers none any more (its trials follow the search, as before).
+                forks = self._unanswered_forks() if message["op"] == "spawn" else []
                 self.close()
-                raise ZygoteError(f"gone: {exc}") from exc
+                _reap(forks)
+                raise ZygoteError(f"gone: {exc}", stall=self.stall) from exc
         if "error" in reply:
             raise ZygoteError(str(reply["error"]))
         return reply
 
     def _receive(self, timeout_s: float) -> dict[str, Any]:
-        self.sock.settimeout(timeout_s)
-        try:
-            data = self.sock.recv(_MAX_MESSAGE)
-        except OSError as exc:  # a timeout too
-            raise ZygoteError(f"no answer: {exc}") from exc
+        deadline = time.monotonic() + timeout_s
+        self.sock.settimeout(_CHECK_S)
+        while True:
+            try:
+                data = self.sock.recv(_MAX_MESSAGE)
+                break
+            except TimeoutError:
+                self._check(deadline, timeout_s)
+            except OSError as exc:
+                raise ZygoteError(f"no answer: {exc}") from exc
         if not data:
             raise ZygoteError(f"ended (exit status {self.proc.poll()})")
         reply: dict[str, Any] = json.loads(data)
         return reply
+
+    def _check(self, deadline: float, timeout_s: float) -> None:
+        """Raise if the zygote stalled: stopped, or silent past the deadline; say so."""
+        if self._stopped():
+            self.stall = "stopped"
+            what = "was stopped (SIGSTOP, or a trial's build that stops its parent)"
+            then = "the next trial starts a new one"
+        elif time.monotonic() >= deadline:
+            self.stall = "silent"
+            what = f"did not answer in {timeout_s:g} s"
+            then = "the trials of its environment start fresh processes"
+        else:
+            return
+        warnings.warn(
+            f"autotune: warm-start process {self.proc.pid} {what}: ended it; {then}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        raise ZygoteError(what, stall=self.stall)
+
+    def _stopped(self) -> bool:
+        if self.proc.returncode is not None:
+            return False
+        try:
+            return psutil.Process(self.proc.pid).status() in _STOPPED
+        except psutil.Error:
+            return False
+
+    def _unanswered_forks(self) -> list[int]:
+        """A spawn not answered may have forked the trial already (a zygote stopped
+        between its fork and its answer): end every child of the zygote that is not a
+        trial it answered for, before the trial is started again. Their pids."""
+        if self.proc.poll() is not None:
+            return []
+        with contextlib.suppress(OSError):
+            os.kill(self.proc.pid, signal.SIGSTOP)  # it forks no more
+        try:
+            forks = [p.pid for p in psutil.Process(self.proc.pid).children()]
+        except psutil.Error:
+            return []
+        forks = [pid for pid in forks if pid not in self.trials]
+        for pid in forks:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # its group: none yet, or that of its setsid
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        return forks
 
 
 class Zygotes:
@@ -244,15 +332,19 @@ class Zygotes:
             if zygote is not None:  # one that served before: if it died since, a new one
                 try:
                     pid = zygote.spawn(**fds)
-                except ZygoteError:
+                except ZygoteError as exc:
                     zygote.close()
-                    zygote = None
+                    if exc.stall == "silent" or zygote.stall == "silent":
+                        self._failed[key] = str(exc)  # a hang would come back: fresh processes
+                        return None
+                    zygote = None  # ended, or stopped: a new one
             if zygote is None:
                 try:
                     zygote = Zygote(env, compiled)
                     pid = zygote.spawn(**fds)
                 except ZygoteError as exc:  # a new one failed: this environment starts fresh
-                    self._failed[key] = str(exc)
+                    if exc.stall != "stopped":  # (one stopped by hand: this trial only)
+                        self._failed[key] = str(exc)
                     if zygote is not None:
                         zygote.close()
                     return None
@@ -287,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     env = dict(os.environ)  # its trials' environment, as it was before the imports
     sock = socket.socket(fileno=int(args[0]))
-    from autotune.burst.process import trust_tmpdir
+    from autotune.burst.process import PR_SET_PDEATHSIG, prctl, trust_tmpdir
 
+    # Stopped when its parent dies, it would never read the end of file: SIGCONT then
+    # (SIGKILL would also come when only the thread that started it ends).
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT))
     trust_tmpdir()  # Dynamo's import asks for the temporary folder: no probe file there
     try:
         for name in WARM_MODULES + (COMPILE_MODULES if "--compiled" in args[1:] else ()):
@@ -340,6 +435,25 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _reap_orphaned_trial(pid: int) -> int | None:
+    """The exit status of a trial whose zygote is gone, None while it runs. It came to
+    this process (a subreaper while a burst runs), which reaps it; else init did."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # init's: it reaps it, and the status is lost
+        return None if _running(pid) else LOST_STATUS
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def _reap(pids: list[int]) -> None:
+    """Reap the ended forks of a zygote that came to this process (others are init's)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            deadline = time.monotonic() + 1.0
+            while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
 
 
 def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str, Any]:
