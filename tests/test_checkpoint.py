@@ -160,6 +160,29 @@ def test_find_resumable_skips_a_damaged_newest_file(tmp_path: Path) -> None:
     assert "file an issue" not in str(info.value)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_checkpoint_with_weights_that_are_not_finite_is_named_as_broken(
+    tmp_path: Path, bad: float
+) -> None:
+    """A run never saves a diverged model: NaN weights are a damaged file, named as such
+    (resuming from it once ended in advice to lower the learning rate)."""
+    save_checkpoint(state(1), checkpoint_path(tmp_path, 1))
+    broken = state(2)
+    broken["model"] = {"w": torch.tensor([1.0, bad]), "steps": torch.tensor([3])}
+    save_checkpoint(broken, checkpoint_path(tmp_path, 2))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(checkpoint_path(tmp_path, 2))
+    text = str(info.value)
+    assert "ckpt-step00000002.pt" in text and "weights are not finite" in text, text
+    assert "'w'" not in text and "w holds NaN or infinity" in text, text
+    assert "lr" not in text, text
+    warnings: list[str] = []  # --resume auto: the earlier checkpoint, the broken one named
+    found = find_resumable(tmp_path, warn=warnings.append)
+    assert found is not None and found[1]["step"] == 1
+    assert "ckpt-step00000002.pt" in warnings[0] and "not finite" in warnings[0], warnings
+    assert load_checkpoint(checkpoint_path(tmp_path, 2), mmap=True)["step"] == 2  # a look
+
+
 def test_loading_refuses_pickled_objects(tmp_path: Path) -> None:
     """weights_only: a checkpoint that would construct arbitrary objects is refused."""
     path = tmp_path / "evil.pt"

@@ -15,7 +15,7 @@ from torch.utils.data import Subset
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import ModelSpec
-from autotune.core.errors import UsageError
+from autotune.core.errors import CheckpointError, UsageError
 from autotune.data import TrainData, prepare_lm_data
 from autotune.train.trainer import Trainer, TrainResult
 
@@ -148,6 +148,23 @@ def test_an_older_checkpoint_without_a_field_is_not_refused_on_it(
         run(tmp_path, data, resume="auto", training=settings(max_steps=6, seed=2))
     half = dataclasses.replace(data, train=Subset(data.train, range(len(data.train) // 2)))  # type: ignore[arg-type]
     assert run(tmp_path, half, resume="auto", training=settings(max_steps=6)).steps == 6
+
+
+def test_a_checkpoint_with_nan_weights_is_named_not_blamed_on_the_learning_rate(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)
+    path = tmp_path / "ckpt-step00000003.pt"
+    state = torch.load(path, weights_only=True)
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+    torch.save(state, path)
+    for resume in (path, "auto"):
+        with pytest.raises(CheckpointError) as info:
+            run(tmp_path, data, resume=resume, training=settings(max_steps=6))
+        text = str(info.value)
+        assert str(path.name) in text and "weights are not finite" in text, text
+        assert "lr" not in text, text
 
 
 # -- a fresh run into a folder that holds another run's checkpoints ---------------------------

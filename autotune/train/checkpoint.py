@@ -126,7 +126,8 @@ def load_checkpoint(
     path: Path, *, map_location: str | torch.device = "cpu", mmap: bool = False
 ) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True`` (``mmap``: its tensors mapped from the
-    file, not read: to look at it, not to train from it); a bad file is a ``CheckpointError``."""
+    file, not read: to look at it, not to train from it); a bad file is a ``CheckpointError``,
+    as is one (read, not mapped) whose model weights hold NaN or infinity."""
     path = Path(path)
     # a regular file (the one rule for a user's path); its size is the model's: no bound
     regular_file_size(path, what="checkpoint", error=CheckpointError)
@@ -139,7 +140,26 @@ def load_checkpoint(
         ) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise CheckpointError(f"{str(path)!r} is not an autotune training checkpoint")
+    broken = None if mmap else _non_finite_weight(state["model"])
+    if broken is not None:  # a run never saves a diverged model: the file was damaged
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: its weights are not finite ({broken} holds NaN or "
+            "infinity), so a run cannot continue from it; resume from an earlier checkpoint "
+            "(--resume FILE) or start afresh"
+        )
     return state
+
+
+def _non_finite_weight(model: Any) -> str | None:
+    """The name of a floating-point tensor of ``model`` (a state dict) holding NaN or
+    infinity, or None."""
+    if not isinstance(model, Mapping):
+        return None
+    for name, value in model.items():
+        floating = isinstance(value, torch.Tensor) and value.is_floating_point()
+        if floating and not bool(torch.isfinite(value).all()):
+            return str(name)
+    return None
 
 
 def _load_problem(exc: Exception) -> str:
