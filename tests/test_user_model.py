@@ -226,3 +226,34 @@ def test_a_seq2seq_models_encode_example_that_raises_is_named(tmp_path: Path) ->
         load_data(spec, pairs, seq_len=12)
     assert "my_s2s.py" in str(caught.value) and "no <unk>" in str(caught.value)
     assert "\n" not in str(caught.value)  # one paragraph
+
+
+OLD_PATH_MODEL = """
+import torch
+from torch import nn
+from autotune.models.spec import Knob, ModelSpec
+
+spec = ModelSpec(
+    name="old-path", description="written against autotune.models.spec", task="lm",
+    build_fn=lambda **args: nn.Linear(2, 2), make_batch_fn=lambda a, b, s, g: {},
+    loss_fn=lambda m, b: torch.zeros(()), flops_fn=lambda a, s: 1.0, args={}, seq_len=4,
+    max_seq_len=4, global_batch=4, knobs=(Knob(name="k", values=(1, 2), default=1),),
+)
+"""
+
+
+def test_a_model_file_written_against_the_removed_module_path_loads_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``autotune.models.spec`` moved to ``autotune.contract.spec``: user files in the
+    wild import the old path, which stays an alias that names the new one."""
+    import autotune.contract.spec
+
+    monkeypatch.delitem(sys.modules, "autotune.models.spec", raising=False)  # warn again
+    path = tmp_path / "old_model.py"
+    path.write_text(OLD_PATH_MODEL)
+    with pytest.warns(DeprecationWarning, match=r"autotune\.contract\.spec") as caught:
+        spec = load_model(f"{path}:spec")
+    assert "from autotune import ModelSpec" in str(caught[0].message)
+    assert isinstance(spec, ModelSpec) and spec.name == "old-path"  # the same class
+    assert sys.modules["autotune.models.spec"] is autotune.contract.spec
