@@ -30,6 +30,9 @@ AWKWARD = [
     "0", "-1", "1", "2", "1e9", "1e-9", "nan", "inf", "-inf", "true", "null", "~", "[1]",
     "{a: 1}", "bf16", "fp8", "max-autotune", "''", "!!python/object:os.system x", "&a *a",
     "100000", "1024", "3.5", "0x10", "'4'",
+    # the numeric edges: what numpy, torch and C integers take ends at one of these
+    "2147483647", "2147483648", "4294967295", "4294967296", "9223372036854775807",
+    "9223372036854775808", "18446744073709551616", "1e23", "99999999999999999999999",
 ]  # fmt: skip
 VALUES = st.one_of(
     st.sampled_from(AWKWARD),
@@ -51,6 +54,10 @@ def _profile() -> HardwareProfile:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(overrides=st.lists(OVERRIDE, max_size=4))
 @example(overrides=["config.knobs=0", "config.knobs.width=0"])  # was a TypeError traceback
+@example(overrides=["config.micro_batch=2147483648"])  # was taken: no bound on sizes
+@example(overrides=["config.grad_accum=9223372036854775807"])  # was taken
+@example(overrides=["config.num_workers=1", "config.prefetch_factor=4294967296"])  # was taken
+@example(overrides=["training.seed=4294967296"])
 def test_any_set_override_is_a_valid_run_or_a_usage_error(overrides: list[str]) -> None:
     try:
         run = prepare_training(
@@ -60,17 +67,31 @@ def test_any_set_override_is_a_valid_run_or_a_usage_error(overrides: list[str]) 
         message = str(exc)
         assert message.strip() and "Traceback" not in message
         return
-    assert isinstance(run.config, TrainConfig) and run.config.micro_batch >= 1
+    assert isinstance(run.config, TrainConfig) and 1 <= run.config.micro_batch < 2**31
     assert 0 <= run.config.num_workers <= 1024
+    assert run.config.seq_len < 2**31 and run.config.grad_accum < 2**31
+    assert 0 <= run.training.seed < 2**32  # numpy's seeding takes no more
+    assert all(
+        abs(value) < 2**63
+        for value in vars(run.training).values()
+        if isinstance(value, int) and not isinstance(value, bool)
+    )
 
 
 NUMBERS = st.one_of(
-    st.none(), st.integers(min_value=-(10**9), max_value=10**9), st.sampled_from([0, -1, 1])
+    st.none(),
+    st.integers(min_value=-(10**9), max_value=10**9),
+    st.sampled_from([0, -1, 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, -(2**63)]),
+    st.integers(min_value=-(2**70), max_value=2**70),
 )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(max_steps=NUMBERS, eval_interval=NUMBERS, lr=st.one_of(st.none(), st.floats()))
+@given(
+    max_steps=NUMBERS,
+    eval_interval=NUMBERS,
+    lr=st.one_of(st.none(), st.floats(), st.sampled_from([1e23, float("nan"), float("inf")])),
+)
 def test_any_run_number_is_a_valid_run_or_a_usage_error(
     max_steps: int | None, eval_interval: int | None, lr: float | None
 ) -> None:
@@ -80,4 +101,6 @@ def test_any_run_number_is_a_valid_run_or_a_usage_error(
     except UsageError as exc:
         assert str(exc).strip()
         return
-    assert run.training.lr > 0
+    assert 0 < run.training.lr < float("inf")
+    assert max_steps is None or 1 <= max_steps < 2**63
+    assert eval_interval is None or 1 <= eval_interval < 2**63

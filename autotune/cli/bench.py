@@ -39,7 +39,14 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import Verdict
     from autotune.machine.caps import DeviceCaps
 
-__all__ = ["ProfileOption", "bench", "config_options", "parse_knobs", "render"]
+__all__ = [
+    "ProfileOption",
+    "bench",
+    "check_burst_numbers",
+    "config_options",
+    "parse_knobs",
+    "render",
+]
 
 ProfileOption = Annotated[
     bool,
@@ -126,12 +133,12 @@ def bench(
     **settings: Any,
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
+    check_burst_numbers(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     from autotune.config.train_config import TrainConfig, check_config
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model, parse_model_args
 
-    _check_counts(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     if trace is not None:
         _check_trace(trace)
     spec = load_model(model, parse_model_args(model_arg or []))
@@ -166,15 +173,22 @@ def bench(
     )
 
 
-def _check_counts(*, steps: int, warmup: int, timeout: float, seed: int) -> None:
-    if seed < 0:  # as the search says: torch and numpy take no negative seed
-        raise UsageError(f"--seed must be an integer >= 0, got {seed}")
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if not timeout > 0:  # NaN as well: select() refuses it mid-burst
-        raise UsageError(f"--timeout must be positive, got {timeout}")
+def check_burst_numbers(*, steps: int, warmup: int, timeout: float, seed: int | None) -> None:
+    """Refuse a burst's numbers out of their bounds (``autotune.core.schema``), each named
+    by its flag, before any process starts: a seed numpy takes, counts of 64 bits, a
+    timeout within a year (NaN and infinity are none)."""
+    from autotune.core.schema import COUNT, SEED, duration_problem, show
+
+    numbers = (("--steps", steps, COUNT), ("--warmup", warmup, COUNT.at_least(0)))
+    problems = [
+        f"{flag} must be {wanted}, got {show(value)}"
+        for flag, value, bound in (*numbers, ("--seed", seed, SEED))
+        if value is not None and (wanted := bound.wanted(value))
+    ]
+    if wanted := duration_problem(timeout):
+        problems.append(f"--timeout must be {wanted}, got {show(timeout)}")
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def _check_trace(trace: str) -> None:

@@ -16,6 +16,7 @@ import typer
 
 from autotune.cli._common import cli_command, print_json
 from autotune.cli._tables import keep_column_whole
+from autotune.cli.bench import check_burst_numbers
 from autotune.core.errors import AutotuneError, PresetError, UsageError
 from autotune.core.text import terminal_safe
 
@@ -374,11 +375,9 @@ def check(
         str | None,
         typer.Option(help="cpu, cuda or cuda:N (default: the kind the preset was measured on)."),
     ] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Timed optimizer steps.")] = 10,
-    warmup: Annotated[int, typer.Option(min=0, help="Untimed warm-up steps.")] = 3,
-    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds before the burst is killed.")] = (
-        300.0
-    ),
+    steps: Annotated[int, typer.Option(help="Timed optimizer steps.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up steps.")] = 3,
+    timeout: Annotated[float, typer.Option(help="Seconds before the burst is killed.")] = 300.0,
     force: Annotated[
         bool, typer.Option("--force", help="Run even if the recorded peak exceeds free memory.")
     ] = False,
@@ -396,6 +395,7 @@ def check(
     from autotune.machine import hardware
     from autotune.preset import check_portability
 
+    check_burst_numbers(steps=steps, warmup=warmup, timeout=timeout, seed=None)
     path, loaded = _load(preset)
     profile = hardware.probe()
     report = check_portability(loaded, profile, device, force=force)

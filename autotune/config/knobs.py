@@ -468,7 +468,8 @@ def _value_problem(k: KnobDef, value: Any) -> str | None:
     low = 1 if k.low is None else k.low
     if _is_int(value) and value >= low and (k.high is None or value <= k.high):
         return None
-    if k.high is not None:
+    too_large = _is_int(value) and value > low
+    if k.high is not None and (too_large or low != 1):
         what = f" ({k.help.rstrip('.')})" if k.help else ""
         return f"expected an integer from {low} to {k.high}{what}, got {value!r}"
     null = " or null" if k.type == int | None else ""
@@ -565,7 +566,7 @@ def _doc_type(k: KnobDef) -> str:
     elif k.choices is not None:
         kind = "one of " + ", ".join(f"`{c}`" for c in k.choices)
     elif k.high is not None:
-        kind = f"integer {k.low or 0} to {k.high}"
+        kind = f"integer {k.low or 0} to {k.high}" + (", or null" if k.type == int | None else "")
     else:
         kind = "integer > 0" + (", or null" if k.type == int | None else "")
     if k.required:

@@ -43,6 +43,9 @@ from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
 from autotune.core.errors import ConfigError, PresetError
 from autotune.core.schema import (
+    MAX_PROCESSES,
+    MAX_SIZE,
+    SEED,
     Rule,
     Section,
     below_one,
@@ -51,7 +54,6 @@ from autotune.core.schema import (
     key_problems,
     non_negative,
     positive,
-    seed_range,
 )
 
 if TYPE_CHECKING:
@@ -82,8 +84,9 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autot
 # DataLoader workers are processes, each a copy of the dataset's state: a few per core can
 # help (they wait on I/O), more only contend (a typo such as 100000 forks until the machine
 # stalls). ``machine_problems`` (machine_limits.py) applies a machine's limit;
-# MAX_NUM_WORKERS caps any config.
-MAX_NUM_WORKERS = 1024
+# MAX_NUM_WORKERS caps any config. The bounds of the sizes (micro_batch, grad_accum,
+# seq_len, prefetch_factor: MAX_SIZE) and of processes come from autotune.core.schema.
+MAX_NUM_WORKERS = MAX_PROCESSES
 SEARCHED_WORKERS = 4  # a search tries 0 to min(this, the cores) DataLoader workers
 PREFETCH_CHOICES = (2, 4)  # batches per worker a search tries (CUDA)
 
@@ -150,6 +153,7 @@ class TrainConfig:
 
     micro_batch: int = knob(
         low=1,
+        high=MAX_SIZE,
         search=Search(order=0, values=micro_batches),
         loader_arg="batch_size",
         help="Samples per forward.",
@@ -165,6 +169,7 @@ class TrainConfig:
     grad_accum: int = knob(
         default=1,
         low=1,
+        high=MAX_SIZE,
         help="Micro-batches per optimizer step.",
         export_hint="Accelerator(gradient_accumulation_steps=...) and `with "
         "accelerator.accumulate(model):` around each micro-batch",
@@ -178,6 +183,7 @@ class TrainConfig:
     )
     seq_len: int = knob(
         low=1,
+        high=MAX_SIZE,
         value_problem=seq_len_problem,
         search=Search(order=1, values=lambda w: w.seq_lens),
         applied_by="the data",
@@ -293,6 +299,7 @@ class TrainConfig:
     prefetch_factor: int | None = knob(
         default=None,
         low=1,
+        high=MAX_SIZE,
         needs="num_workers",  # torch's default: 2
         search=Search(
             order=7,
@@ -520,7 +527,7 @@ class TrainingDefaults(Section):
         "log_interval": positive,
         "checkpoint_interval": positive,
         "keep_last": positive,
-        "seed": seed_range,
+        "seed": SEED,
     }
 
     @classmethod

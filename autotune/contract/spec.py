@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from autotune.core.errors import AutotuneError, ModelLoadError, describe_exception
+from autotune.core.schema import SIZE
 from autotune.core.units import throughput_label
 
 if TYPE_CHECKING:
@@ -223,8 +224,8 @@ class ModelSpec:
             problems.append("name must not be empty")
         if self.seq_len <= 0 or self.seq_len > self.max_seq_len:
             problems.append(f"seq_len must be in [1, {self.max_seq_len}], got {self.seq_len}")
-        if self.global_batch <= 0:
-            problems.append(f"global_batch must be positive, got {self.global_batch}")
+        if wanted := SIZE.wanted(self.global_batch):  # the bound of every batch
+            problems.append(f"global_batch must be {wanted}, got {self.global_batch!r}")
         if not isinstance(self.size_name, str) or not self.size_name.isidentifier():
             problems.append(
                 f"size_name must be a short name such as 'seq' or 'image', got {self.size_name!r}"

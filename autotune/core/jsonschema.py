@@ -22,26 +22,25 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from autotune.core.schema import (
-    MAX_SEED,
+    Bound,
     below_one,
     field_hints,
     fraction,
     non_negative,
     positive,
-    seed_range,
 )
 
 __all__ = ["DRAFT", "json_schema"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
-# The range rules a schema can say; any other rule is left to the validator.
+# The range rules a schema can say (and every ``Bound``); any other rule is left to the
+# validator.
 _RULE_BOUNDS: dict[Callable[[Any], str | None], dict[str, float]] = {
     positive: {"exclusiveMinimum": 0},
     non_negative: {"minimum": 0},
     fraction: {"minimum": 0, "maximum": 1},
     below_one: {"minimum": 0, "exclusiveMaximum": 1},
-    seed_range: {"minimum": 0, "maximum": MAX_SEED},
 }
 
 _SCALARS: dict[Any, dict[str, Any]] = {
@@ -88,7 +87,11 @@ def _record(cls: type[Any], defs: dict[str, dict[str, Any]]) -> str:
     required: list[str] = []
     for f in dataclasses.fields(cls):
         prop = _type(hints[f.name], defs)
-        bounds = _RULE_BOUNDS.get(rules.get(f.name))  # type: ignore[arg-type]
+        rule = rules.get(f.name)
+        if isinstance(rule, Bound):
+            bounds: dict[str, float] | None = rule.json_schema()
+        else:
+            bounds = _RULE_BOUNDS.get(rule)  # type: ignore[arg-type]
         if bounds:
             prop = _bounded(prop, bounds)
         for meta in f.metadata.values():  # a registry entry may say more (a knob's choices)

@@ -13,6 +13,10 @@ dataclasses, and any other type through a converter the caller supplies.
 
 This module knows no particular record (presets, configs and hardware profiles use it)
 and imports nothing heavy.
+
+It also holds the bounds of numbers (:class:`Bound`: seeds, counts, sizes, processes, and
+durations): every number a user gives, by a flag, a keyword argument or a file, is checked
+against one of them, declared beside its field, before any process starts.
 """
 
 from __future__ import annotations
@@ -25,20 +29,34 @@ import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from autotune.core.errors import ConfigError
 
 __all__ = [
     "BAD",
+    "COUNT",
+    "MAX_INT",
+    "MAX_PROCESSES",
+    "MAX_SECONDS",
+    "MAX_SEED",
+    "MAX_SIZE",
+    "PROCESSES",
+    "SEED",
+    "SIZE",
+    "Bound",
     "Converter",
     "Rule",
     "Section",
     "below_one",
+    "bound_problems",
+    "bounded",
     "build",
     "convert",
     "describe",
     "did_you_mean",
+    "duration_problem",
     "field_hints",
     "fraction",
     "join",
@@ -57,6 +75,10 @@ __all__ = [
 MAX_NESTING = 32  # how deep free-form data (a model's args) may nest
 MAX_NODES = 10_000  # how many values free-form data may hold
 MAX_INT = 2**63 - 1  # the largest integer a field takes (a 64-bit count): more is no count
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
+MAX_SIZE = 2**31 - 1  # a batch or a length: two of them multiply within a 64-bit count
+MAX_PROCESSES = 1024  # processes one config starts on one machine (DataLoader workers, ranks)
+MAX_SECONDS = 365 * 86_400.0  # a time limit of a year: more is no limit (threads take ~292 y)
 
 BAD: Any = object()  # marks a value that failed validation (its problem is already recorded)
 _FLOAT_TEXT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -455,16 +477,6 @@ def non_negative(value: Any) -> str | None:
     return None if value >= 0 else f"expected a number >= 0; got {show(value)}"
 
 
-MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
-
-
-def seed_range(value: int) -> str | None:
-    """A random seed every generator a run seeds takes: numpy's stops below 2**32."""
-    return (
-        None if 0 <= value <= MAX_SEED else f"expected an integer in [0, {MAX_SEED}]; got {value}"
-    )
-
-
 def non_empty(value: str) -> str | None:
     return None if value.strip() else "must not be empty"
 
@@ -475,3 +487,76 @@ def fraction(value: float) -> str | None:
 
 def below_one(value: float) -> str | None:
     return None if 0 <= value < 1 else f"expected a number in [0, 1); got {show(value)}"
+
+
+# -- bounds of numbers: what each kind of number may be, and why it ends there ------------------
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The whole numbers one kind of value may be: ``low`` to ``high``; ``why`` says what
+    the upper end protects (numpy's seeding, a 64-bit count). A ``Rule`` too (a Section's
+    ``_rules`` take one), and a field's metadata (``bounded``), which the JSON Schema reads."""
+
+    low: int
+    high: int
+    why: str
+
+    def wanted(self, value: Any) -> str | None:
+        """What ``value`` must be where it is not in range (``a positive integer``, ``an
+        integer of at most 4294967295 (numpy's seeding takes no larger seed)``); None where
+        it is. ``True`` and ``1.0`` are no integers here."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            if self.low <= value <= self.high:
+                return None
+            if value > self.high:
+                return f"an integer of at most {self.high} ({self.why})"
+        return "a positive integer" if self.low == 1 else f"an integer >= {self.low}"
+
+    def __call__(self, value: Any) -> str | None:
+        wanted = self.wanted(value)
+        return None if wanted is None else f"expected {wanted}; got {show(value)}"
+
+    def at_least(self, low: int) -> Bound:
+        """The same bound from ``low`` on (``COUNT.at_least(0)``: a count that may be 0)."""
+        return dataclasses.replace(self, low=low)
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"minimum": self.low, "maximum": self.high}
+
+
+SEED = Bound(0, MAX_SEED, "numpy's seeding takes no larger seed")
+COUNT = Bound(1, MAX_INT, "a 64-bit count")  # trials, steps, rounds, intervals
+SIZE = Bound(1, MAX_SIZE, "a batch or a length: two of them multiply within a 64-bit count")
+PROCESSES = Bound(1, MAX_PROCESSES, "processes of one config on one machine")
+seed_range = SEED  # the rule of a random seed (a Section's ``_rules`` name it so)
+
+
+def bounded(default: Any, bound: Bound) -> Any:
+    """A dataclass field of integers that ``bound`` checks (``bound_problems``); a field
+    whose default is None may be None too (left out)."""
+    return dataclasses.field(default=default, metadata={"bound": bound})
+
+
+def bound_problems(record: Any) -> list[str]:
+    """``name must be <what it must be>, got <value>`` for each field of the dataclass
+    ``record`` declared with ``bounded`` whose value is out of its bound."""
+    problems = []
+    for f in dataclasses.fields(record):
+        bound, value = f.metadata.get("bound"), getattr(record, f.name)
+        if bound is None or (value is None and f.default is None):
+            continue
+        if wanted := bound.wanted(value):
+            problems.append(f"{f.name} must be {wanted}, got {show(value)}")
+    return problems
+
+
+def duration_problem(seconds: float) -> str | None:
+    """What is wrong with a time limit of ``seconds``: not above 0 (NaN too), or more than
+    ``MAX_SECONDS`` (a year: no search or burst is meant to run longer, and select() and
+    threading refuse timeouts of about 292 years); None where it is fine."""
+    if not seconds > 0:
+        return "a positive duration"
+    if not seconds <= MAX_SECONDS:  # infinity too
+        return f"a duration of at most {MAX_SECONDS / 86_400:g} days ({MAX_SECONDS:,.0f} s)"
+    return None

@@ -7,6 +7,7 @@ import math
 import re
 
 from autotune.core.errors import BudgetError, UsageError
+from autotune.core.schema import duration_problem, show
 
 __all__ = ["format_bytes", "format_figure", "parse_budget", "parse_duration", "throughput_label"]
 
@@ -96,13 +97,17 @@ def format_figure(value: float) -> str:
 
 
 def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
-    """Seconds from ``"600"``, ``"600s"``, ``"10m"``, ``"1.5h"`` (or a number).
+    """Seconds from ``"600"``, ``"600s"``, ``"10m"``, ``"1.5h"`` (or a number), within
+    ``autotune.core.schema.MAX_SECONDS`` (a year).
 
     ``what`` names the value in the error: the parameter (``timeout``) from the Python
     API, the flag (``--timeout``) from the CLI.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
+        try:
+            seconds = float(text)
+        except OverflowError:  # an integer too large for a float: no time limit either
+            seconds = math.inf
     else:
         match = _DURATION.match(str(text))
         if match is None:
@@ -110,8 +115,9 @@ def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
                 f"cannot read {what} {text!r}: expected a duration such as 600, 600s, 10m or 1.5h"
             )
         seconds = float(match["num"]) * _DURATION_UNITS[(match["unit"] or "").lower()]
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise UsageError(f"{what} must be a positive duration, got {text!r}")
+    wanted = duration_problem(seconds)
+    if wanted is not None:
+        raise UsageError(f"{what} must be {wanted}, got {show(text)}")
     return seconds
 
 

@@ -27,6 +27,7 @@ from autotune.core.errors import (
 )
 from autotune.core.schema import (
     BAD,
+    SIZE,
     Converter,
     Rule,
     Section,
@@ -314,8 +315,8 @@ class Task(_PresetSection):
 
     _path: ClassVar[str] = "task"
     _rules: ClassVar[Mapping[str, Rule]] = {
-        "seq_len": positive,
-        "global_batch": positive,
+        "seq_len": SIZE,
+        "global_batch": SIZE,
         "size_name": _size_name,
     }
 

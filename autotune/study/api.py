@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.core.errors import BudgetError, UsageError
+from autotune.core.schema import MAX_INT
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
@@ -439,6 +440,8 @@ def _budget_bytes(budget: str | int, caps: DeviceCaps) -> int:
         return parse_budget(str(budget), device_memory_bytes=caps.total_memory_bytes)
     if budget <= 0:
         raise BudgetError(f"budget must be positive, got {budget!r}")
+    if budget > MAX_INT:  # as parse_budget: a byte count of 64 bits
+        raise BudgetError(f"budget {budget} is too large: no device has that much memory")
     return budget
 
 

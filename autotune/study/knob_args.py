@@ -10,12 +10,14 @@ CLI shows its flags in their place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from autotune.config.knobs import KnobDef, Where, describe_value, searched_knobs
 from autotune.config.train_config import TrainConfig, did_you_mean
 from autotune.core.errors import UsageError
+from autotune.core.schema import SIZE, show
 
 __all__ = ["parse_knob_args", "narrow", "parse_seq_len"]
 
@@ -40,7 +42,8 @@ def _powers_of_two(lo: int, hi: int) -> list[int]:
 def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = None) -> list[int]:
     """``"128"`` -> [128]; ``"64-256"`` -> the powers of two in [64, 256]: [64, 128, 256].
 
-    A list of ints is taken as given. Lengths above ``max_seq_len`` are a usage error.
+    A list of ints is taken as given. Lengths above ``max_seq_len`` are a usage error, as
+    is a length beyond ``autotune.core.schema.SIZE``.
     """
     if isinstance(text, int) and not isinstance(text, bool):
         values = [text]
@@ -65,12 +68,16 @@ def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = 
                 f"cannot read seq_len {text!r}: expected one length such as 128 or a "
                 "range such as 64-256 (the powers of two within it are searched)"
             ) from None
-    elif isinstance(text, bool):
-        raise UsageError(f"seq_len must be a length, got {text!r}")
-    else:
-        values = [int(v) for v in text]
-    if not values or any(v < 1 for v in values):
-        raise UsageError(f"seq_len {text!r}: lengths must be positive integers")
+    elif isinstance(text, bool) or not isinstance(text, Iterable):
+        raise UsageError(f"seq_len must be a length, got {show(text)}")
+    else:  # a list: numpy's integers too; anything else is refused below
+        values = [
+            operator.index(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v
+            for v in text
+        ]
+    if not values or any(SIZE.wanted(v) for v in values):
+        wanted = next((SIZE.wanted(v) for v in values if SIZE.wanted(v)), "a positive integer")
+        raise UsageError(f"seq_len {show(text)}: each length must be {wanted}")
     if max_seq_len is not None:
         too_long = [v for v in values if v > max_seq_len]
         if too_long == values:

@@ -20,8 +20,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.core.errors import ConfigError, UsageError
 from autotune.core.files import check_output_path
-from autotune.core.schema import did_you_mean
+from autotune.core.schema import (
+    COUNT,
+    PROCESSES,
+    SEED,
+    SIZE,
+    bound_problems,
+    bounded,
+    did_you_mean,
+)
 from autotune.core.units import parse_duration
+from autotune.study.knob_args import parse_seq_len
 from autotune.study.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
 from autotune.study.race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
 
@@ -75,25 +84,17 @@ class SearchOptionsError(ConfigError):
 
 
 class _Options:
-    """Checks a record's fields when it is made (``_problems``), raising every problem."""
+    """Checks a record's fields when it is made, raising every problem: each number against
+    the bound declared with it (``bounded``: ``autotune.core.schema``'s seeds, counts,
+    sizes and processes), then the record's own ``_problems``."""
 
     def __post_init__(self) -> None:
-        problems = self._problems()
+        problems = bound_problems(self) + self._problems()
         if problems:
             raise SearchOptionsError(problems, context=f"invalid {type(self).__name__}")
 
     def _problems(self) -> list[str]:
         return []
-
-
-def _count(name: str, value: Any, *, minimum: int = 1, optional: bool = False) -> list[str]:
-    """``name must be a positive integer, got 0`` when ``value`` is not an int >= minimum."""
-    if optional and value is None:
-        return []
-    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-        return []
-    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    return [f"{name} must be {wanted}, got {value!r}"]
 
 
 def _duration(name: str, value: Any) -> list[str]:
@@ -109,7 +110,7 @@ def _duration(name: str, value: Any) -> list[str]:
 class SearchScope(_Options):
     """What is searched, beyond the model and the budget."""
 
-    global_batch: int | None = None
+    global_batch: int | None = bounded(None, SIZE)
     """Samples per optimizer step, kept fixed (default: the model's)."""
     seq_len: str | int | Sequence[int] | None = None
     """One length, or a range ``"64-256"`` whose powers of two are searched."""
@@ -119,12 +120,16 @@ class SearchScope(_Options):
     objective: str = "throughput"
     """``throughput`` (steady-state) or ``time-to-train`` (compile time charged over
     ``train_steps``)."""
-    train_steps: int | None = None
+    train_steps: int | None = bounded(None, COUNT)
     """The run's length, for ``time-to-train``."""
 
     def _problems(self) -> list[str]:
-        problems = _count("global_batch", self.global_batch, optional=True)
-        problems += _count("train_steps", self.train_steps, optional=True)
+        problems: list[str] = []
+        if self.seq_len is not None:
+            try:
+                parse_seq_len(self.seq_len)  # the model's own limit is checked with it later
+            except UsageError as exc:
+                problems.append(str(exc))
         if isinstance(self.knobs, str):
             problems.append(
                 f"knobs must be a mapping or a list of NAME=VALUE texts, got {self.knobs!r}"
@@ -143,7 +148,7 @@ class SearchMachine(_Options):
 
     device: str | None = None
     """``cpu``, ``cuda``, ``cuda:1`` (default: the first GPU, else the CPU)."""
-    nproc_per_node: int = 1
+    nproc_per_node: int = bounded(1, PROCESSES)
     """Processes per burst: above 1 every burst runs under torchrun and the space adds the
     DDP/FSDP settings (``autotune/config/parallel.py``); the preset records them."""
     hardware: HardwareProfile | None = None
@@ -156,7 +161,7 @@ class SearchMachine(_Options):
     ``burst_fn``, whose figures do not come from this machine."""
 
     def _problems(self) -> list[str]:
-        problems = _count("nproc_per_node", self.nproc_per_node)
+        problems: list[str] = []
         if self.device is not None and not isinstance(self.device, str):
             problems.append(f"device must be a device name such as cuda:0, got {self.device!r}")
         if self.burst_fn is not None and not callable(self.burst_fn):
@@ -171,13 +176,13 @@ class SearchLimits(_Options):
     trials stop when the time left is what the race will need, and a running burst's
     timeout is capped at the time left."""
 
-    trials: int | None = None
+    trials: int | None = bounded(None, COUNT)
     """Measured trials (those that ran a burst) in the study, earlier runs included."""
     timeout: str | float | None = None
     """The search's time limit (``600``, ``"10m"``)."""
-    steps: int = DEFAULT_STEPS
+    steps: int = bounded(DEFAULT_STEPS, COUNT.at_least(PRUNE_MIN_STEPS))
     """Timed optimizer steps per burst."""
-    warmup: int | None = DEFAULT_WARMUP
+    warmup: int | None = bounded(DEFAULT_WARMUP, COUNT.at_least(0))
     """Untimed warm-up steps per burst (default: 1 on a CPU, 3 on CUDA)."""
     burst_timeout: str | float = DEFAULT_BURST_TIMEOUT_S
     """The time limit of one burst."""
@@ -186,9 +191,7 @@ class SearchLimits(_Options):
     command line passes its process's start, so that ``--timeout`` covers its imports."""
 
     def _problems(self) -> list[str]:
-        problems = _count("trials", self.trials, optional=True)
-        problems += _count("steps", self.steps, minimum=PRUNE_MIN_STEPS)
-        problems += _count("warmup", self.warmup, minimum=0, optional=True)
+        problems: list[str] = []
         if self.timeout is not None:
             problems += _duration("timeout", self.timeout)
         return problems + _duration("burst_timeout", self.burst_timeout)
@@ -216,17 +219,10 @@ class SearchRace(_Options):
     """The finalist race: the ``finalists`` best distinct configs, the naive config and the
     expert start, ``race_rounds`` interleaved rounds of ``race_steps`` timed steps each."""
 
-    finalists: int = DEFAULT_FINALISTS
-    race_rounds: int = DEFAULT_ROUNDS
-    race_steps: int | None = None
+    finalists: int = bounded(DEFAULT_FINALISTS, COUNT)
+    race_rounds: int = bounded(DEFAULT_ROUNDS, COUNT)
+    race_steps: int | None = bounded(None, COUNT)
     """Timed steps per race burst (default: the trials' ``steps``)."""
-
-    def _problems(self) -> list[str]:
-        return [
-            *_count("finalists", self.finalists),
-            *_count("race_rounds", self.race_rounds),
-            *_count("race_steps", self.race_steps, optional=True),
-        ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,9 +237,9 @@ class SearchStudy(_Options):
     device, budget, global batch, sequence length and the space)."""
     runs_dir: str | Path = DEFAULT_RUNS_DIR
     """Where the default storage and the compile cache go."""
-    seed: int = 0
-    """Seed of the sampler and of the bursts."""
-    n_startup_trials: int | None = None
+    seed: int = bounded(0, SEED)
+    """Seed of the sampler and of the bursts (numpy's seeding takes 0 to 2**32 - 1)."""
+    n_startup_trials: int | None = bounded(None, COUNT.at_least(0))
     """Random trials before TPE models the results (default: from the space's size)."""
     warm_start: str | Path | None = None
     """A preset whose config (and its neighbours) are tried first."""
@@ -258,8 +254,7 @@ class SearchStudy(_Options):
     write the preset (taking over from a finisher that died)."""
 
     def _problems(self) -> list[str]:
-        problems = _count("seed", self.seed, minimum=0)
-        problems += _count("n_startup_trials", self.n_startup_trials, minimum=0, optional=True)
+        problems: list[str] = []
         name = self.study
         if name is not None and (
             name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import UsageError
+from autotune.core.schema import SIZE, show
 
 if TYPE_CHECKING:
     import torch
@@ -266,8 +267,8 @@ def _check_sizes(*, name: Any, global_batch: Any, size: Any, size_name: Any) -> 
     if not isinstance(name, str) or not name.strip():
         problems.append(f"name= must be a non-empty text, got {name!r}")
     for key, value in (("global_batch", global_batch), ("size", size)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31:
-            problems.append(f"{key}= must be a positive whole number, got {value!r}")
+        if wanted := SIZE.wanted(value):  # the bound of a batch or a length
+            problems.append(f"{key}= must be {wanted}, got {show(value)}")
     if not isinstance(size_name, str) or not size_name.isidentifier():
         problems.append(f"size_name= must be a short name such as 'image', got {size_name!r}")
     if problems:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from autotune.config.overrides import apply_overrides
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import UsageError
-from autotune.core.schema import MAX_INT
+from autotune.core.schema import COUNT, show
 from autotune.preset import (
     ModelRef,
     PortabilityReport,
@@ -92,10 +92,8 @@ def _check_arguments(
             f"{name('model_args')}, or train the model without the preset"
         )
     for parameter, value in (("max_steps", max_steps), ("eval_interval", eval_interval)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name(parameter)}: expected a positive integer, got {value}")
-        if value is not None and value > MAX_INT:  # more than the preset's count can hold
-            raise UsageError(f"{name(parameter)}: expected at most {MAX_INT}, got {value}")
+        if value is not None and (wanted := COUNT.wanted(value)):  # as the preset's counts
+            raise UsageError(f"{name(parameter)}: expected {wanted}, got {show(value)}")
     if lr is not None and not 0 < lr < math.inf:  # NaN and inf too
         raise UsageError(f"{name('lr')}: expected a finite number > 0, got {lr}")
 

@@ -103,8 +103,8 @@ def test_model_without_preset_and_json_logs(tmp_path: Path) -> None:
         (["--set", "training.warmup_steps=-1"], "training.warmup_steps"),
         (["--on-oom", "retry"], "--on-oom"),
         (["--max-steps", "0"], "--max-steps"),
-        (["--max-steps", str(2**64)], f"--max-steps: expected at most {2**63 - 1}, got"),
-        (["--eval-interval", str(2**63)], "--eval-interval: expected at most"),
+        (["--max-steps", str(2**64)], f"--max-steps: expected an integer of at most {2**63 - 1}"),
+        (["--eval-interval", str(2**63)], "--eval-interval: expected an integer of at most"),
         (["--resume", "nope.pt"], "does not exist"),
     ],
 )

@@ -102,6 +102,6 @@ def test_version_1_problems_are_reported_in_version_1_names() -> None:
     assert any(p.startswith("budget: cannot read budget 'lots'") for p in problems)
     assert "hardware.cores: expected an integer; got 'many'" in problems
     assert "measured.step_time_s: expected a number >= 0; got -1.0" in problems
-    assert "seq_len: expected a number > 0; got 0" in problems
+    assert "seq_len: expected a positive integer; got 0" in problems
     assert "search.trials: expected an integer; got None" in problems
     assert "model: missing required field" in problems

@@ -59,7 +59,7 @@ def test_the_error_message_names_the_file_and_every_problem() -> None:
     message = str(info.value)
     assert message.startswith("invalid preset best.yaml:")
     assert "config.precision: expected one of fp32, tf32, bf16, fp16; got 'fp8'" in message
-    assert "task.global_batch: expected a number > 0; got 0" in message
+    assert "task.global_batch: expected a positive integer; got 0" in message
     assert info.value.exit_code == 2
 
 
