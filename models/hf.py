@@ -92,7 +92,7 @@ MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few kB; no FIFO or device is
 MISSING_TRANSFORMERS = (
     "model {ref!r} is a Hugging Face architecture, which the transformers library builds, "
     "and transformers cannot be imported here ({why}). Install autotune's hf extra: pip "
-    'install "autotune[hf]" (or pip install "transformers>=4.41"), then run again; nothing '
+    'install "autotune-train[hf]" (or pip install "transformers>=4.41"), then run again; nothing '
     "is downloaded at run time, the model is built from its config with random weights"
 )
 # Names a config could take that are autotune's to set, and what to do instead.

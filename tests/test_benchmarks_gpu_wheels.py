@@ -52,7 +52,7 @@ def test_the_wheels_cover_what_autotune_needs_beyond_torch() -> None:
     """Every distribution autotune needs that torch does not bring (the lent machine has
     torch and its dependencies) is among the wheels the suite names: optuna and its
     dependencies first. Found missing: typer's pydantic and annotated-doc."""
-    beyond_torch = _closure("autotune") - _closure("torch") - {"torch"}
+    beyond_torch = _closure("autotune-train") - _closure("torch") - {"torch"}
     named = {canonicalize_name(dist) for _module, dist, _pinned in suite.WHEELS}
     assert {"optuna", "alembic", "sqlalchemy", "mako", "colorlog"} <= beyond_torch
     assert sorted(beyond_torch - named) == []
@@ -71,7 +71,7 @@ def test_the_pinned_versions_meet_autotunes_requirements() -> None:
     6.0.3 -> 6.0.4 between two CI runs failed an equality check) and each environment
     (a development machine's cloudpickle 2.1, CI's fresh 3.1)."""
     wanted = {}
-    for line in requires("autotune") or []:
+    for line in requires("autotune-train") or []:
         req = Requirement(line)
         if req.marker is None:  # the core requirements, not an extra's
             wanted[canonicalize_name(req.name)] = req.specifier

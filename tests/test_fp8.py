@@ -161,7 +161,7 @@ def test_without_torchao_it_is_refused_with_the_line_that_installs_it(no_torchao
     assert len(info.value.problems) == 1
     (problem,) = info.value.problems
     assert problem.startswith("config.fp8_linears: float8 linear layers need torchao")
-    assert problem.endswith("pip install 'autotune[fp8]'") and "\n" not in problem
+    assert problem.endswith("pip install 'autotune-train[fp8]'") and "\n" not in problem
 
 
 def test_bench_refuses_it_on_a_cpu_before_any_trial() -> None:

@@ -32,18 +32,23 @@ def _run(args: list[str], *, cwd: Path, check: bool = True) -> subprocess.Comple
     return result
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the wheel from a copy of the checkout (an in-tree build would litter it)."""
-    root = tmp_path_factory.mktemp("wheel")
-    src = root / "src"
-    src.mkdir()
+def _copy_sources(src: Path) -> None:
+    """What a build reads, copied to ``src`` (an in-tree build would litter the checkout)."""
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
             shutil.copytree(path, src / name, symlinks=True, ignore=IGNORE)
         elif path.exists():
             shutil.copy2(path, src / name)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the wheel from a copy of the checkout (an in-tree build would litter it)."""
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    src.mkdir()
+    _copy_sources(src)
     dist = root / "dist"
     _run(
         [
@@ -52,7 +57,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         cwd=root,
     )
-    (built,) = dist.glob("autotune-*.whl")
+    (built,) = dist.glob("autotune_train-*.whl")  # the distribution's own name
     return built
 
 
@@ -101,7 +106,7 @@ def test_wheel_maps_models_and_presets_into_the_package(wheel: Path) -> None:
         names = set(zf.namelist())
         top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
         assert zf.read(top_level).decode().split() == ["autotune"]
-    strays = sorted(n for n in names if not n.startswith(("autotune/", "autotune-")))
+    strays = sorted(n for n in names if not n.startswith(("autotune/", "autotune_train-")))
     assert strays == [], "files outside the autotune package"
     assert "autotune/py.typed" in names
     packages = sorted(  # every subpackage of the source tree (autotune/study, ...)
@@ -164,3 +169,57 @@ def test_installed_console_script_probes_from_another_directory(venv: Path, tmp_
     assert data["software"]["autotune_version"]
     version = _run([str(venv / "bin" / "autotune"), "--version"], cwd=tmp_path).stdout
     assert version.startswith("autotune ")
+
+
+def test_the_wheel_is_the_distributions_own_name_and_lists_its_presets(
+    wheel: Path, venv: Path, tmp_path: Path
+) -> None:
+    """``autotune`` on the package index is an unrelated project: the distribution is
+    ``autotune-train`` (the import name and the command stay ``autotune``), and the presets
+    it lists are the ones inside the installed package."""
+    with zipfile.ZipFile(wheel) as zf:
+        (metadata,) = (n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "Name: autotune-train" in zf.read(metadata).decode().splitlines()
+    listed = json.loads(
+        _run([str(venv / "bin" / "autotune"), "presets", "list", "--json"], cwd=tmp_path).stdout
+    )
+    shipped = sorted(p.relative_to(REPO / "presets").with_suffix("").as_posix()
+                     for p in (REPO / "presets").rglob("*.yaml"))  # fmt: skip
+    builtin = [p for p in listed if p["origin"] == "builtin"]
+    assert sorted(p["ref"] for p in builtin) == shipped
+    assert all(Path(p["path"]).resolve().is_relative_to(venv.resolve()) for p in builtin)
+
+
+@pytest.mark.slow
+def test_the_sdist_builds_and_carries_the_models_and_presets(tmp_path: Path) -> None:
+    import tarfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _copy_sources(src)
+    dist = tmp_path / "dist"
+    _run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(dist)],
+        cwd=src,
+    )
+    (sdist,) = dist.glob("autotune_train-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"pyproject.toml", "models/mu.py", "models/registry.py"} <= names
+    assert any(n.startswith("presets/") and n.endswith(".yaml") for n in names)
+
+
+@pytest.mark.slow
+def test_a_short_search_runs_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """A newcomer's first command, from the wheel alone: a search with the embedded
+    defaults (a SQLite study, built-in data) in a folder with no source tree, its preset
+    written there."""
+    result = _run(
+        [str(venv / "bin" / "autotune"), "search", "--model", "mu", "--budget", "2GB",
+         "--device", "cpu", "--timeout", "90s", "--output", "best.yaml", "--json"],
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout[result.stdout.find("{") :])["best"]
+    assert (tmp_path / "best.yaml").is_file()
+    assert (tmp_path / "autotune_runs").is_dir()

@@ -21,7 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Help text is plain text: with rich markup, `pip install "autotune[report]"` lost its
+    # Help text is plain text: with rich markup, `pip install "autotune-train[report]"` lost its
     # "[report]" as an unknown style tag.
     rich_markup_mode=None,
 )

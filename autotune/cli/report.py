@@ -51,7 +51,7 @@ def report(
 
     It shows the search history, throughput against peak memory with the budget, each
     knob's effect, the finalists, the hardware, the winner's config against naive and the
-    commands to reproduce it. Needs the report extra: pip install "autotune[report]".
+    commands to reproduce it. Needs the report extra: pip install "autotune-train[report]".
     """
     from autotune.report import write_report
 

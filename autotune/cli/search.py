@@ -131,7 +131,7 @@ ReportOption = Annotated[
     typer.Option(
         "--report",
         help="Also write the report page beside the preset (best.yaml: best.html); needs "
-        'pip install "autotune[report]".',
+        'pip install "autotune-train[report]".',
     ),
 ]
 FinalistsOption = Annotated[

@@ -414,7 +414,7 @@ class TrainConfig:
         "convert_to_float8_training(model, module_filter_fn=...), skipping the output head "
         "and the linear layers whose sizes are not multiples of 16",
         doc="the linear layers in float8 (torchao's float8 training; `pip install "
-        "'autotune[fp8]'`): each `nn.Linear` whose sizes are multiples of 16 but the output "
+        "'autotune-train[fp8]'`): each `nn.Linear` whose sizes are multiples of 16 but the output "
         "head, on a CUDA device of compute capability 8.9+ (L4, RTX 4090, H100, H200). Fast "
         "only with `compile` on (eager, slower than bf16); published figures find small "
         "layers slower (torchao on an H100: 0.80x for a 1024x2048 input to a 2048x1024 "

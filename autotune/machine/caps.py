@@ -155,7 +155,7 @@ def torchao_problem() -> str | None:
     except ImportError as exc:
         return (
             f"float8 linear layers need torchao, which does not import here ({exc}): "
-            "pip install 'autotune[fp8]'"
+            "pip install 'autotune-train[fp8]'"
         )
     except Exception as exc:  # a torchao built for another torch fails in its own ways
         return f"torchao is installed but its float8 training does not import: {exc!r}"

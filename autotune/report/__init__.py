@@ -6,7 +6,7 @@
 - ``page``: the HTML, one section per question (``render_html``, ``race_html``), from the
   Jinja2 templates in ``templates/`` (autoescaped: every string is data, never markup).
 
-matplotlib is an optional extra (``pip install "autotune[report]"``); without it
+matplotlib is an optional extra (``pip install "autotune-train[report]"``); without it
 ``write_report`` raises a ``UsageError`` that says so. Nothing here imports a model.
 """
 

@@ -61,7 +61,7 @@ def require_matplotlib() -> None:
 
         raise UsageError(
             "autotune report draws its plots with matplotlib, which is not installed; "
-            'install the report extra: pip install "autotune[report]"'
+            'install the report extra: pip install "autotune-train[report]"'
         ) from None
 
 

@@ -451,7 +451,7 @@ def open_storage(url: str, *, create: bool = True) -> Any:
     except Exception as exc:
         hint = ""
         if isinstance(exc, ImportError) and url.startswith("postgresql"):
-            hint = ' (PostgreSQL needs a driver: pip install "autotune[distributed]")'
+            hint = ' (PostgreSQL needs a driver: pip install "autotune-train[distributed]")'
         elif isinstance(exc, ImportError) and url.startswith("mysql"):
             hint = " (MySQL needs a driver: pip install PyMySQL, and a mysql+pymysql:// URL)"
         why = scrub(" ".join(str(exc).split()).rstrip("."), url)  # one paragraph, no secret

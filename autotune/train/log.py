@@ -240,7 +240,7 @@ def write_curves(metrics: Path, png: Path, *, rate_label: str = "tokens/s") -> s
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return f'note: pip install "autotune[report]" to get {png.name} (loss and throughput)'
+        return f'note: pip install "autotune-train[report]" to get {png.name} (loss and throughput)'
     try:
         train, evals = _read_curves(metrics)
         if not train:

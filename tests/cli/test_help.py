@@ -16,7 +16,7 @@ COMMANDS = ["probe", "bench", "search", "train", "report", "models", "presets"]
 def test_the_report_extra_survives_the_help(command: str) -> None:
     result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert 'pip install "autotune[report]"' in " ".join(result.output.split())
+    assert 'pip install "autotune-train[report]"' in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -47,7 +47,7 @@ runner = CliRunner()
 @pytest.fixture
 def hf() -> Any:
     return pytest.importorskip(
-        "transformers", reason='hf: models need transformers (pip install "autotune[hf]")'
+        "transformers", reason='hf: models need transformers (pip install "autotune-train[hf]")'
     )
 
 
@@ -289,14 +289,14 @@ def test_without_transformers_load_model_says_which_extra(no_transformers: None)
     with pytest.raises(ModelLoadError) as caught:
         load_model("hf:llama", LLAMA)
     message = str(caught.value)
-    assert 'pip install "autotune[hf]"' in message and "hf:llama" in message
+    assert 'pip install "autotune-train[hf]"' in message and "hf:llama" in message
     assert caught.value.exit_code == 2 and "\n" not in message
 
 
 def test_without_transformers_the_cli_exits_2_with_no_traceback(no_transformers: None) -> None:
     result = runner.invoke(app, ["models", "show", "hf:gpt2"])
     assert result.exit_code == 2
-    assert "autotune[hf]" in result.output and "Traceback" not in result.output
+    assert "autotune-train[hf]" in result.output and "Traceback" not in result.output
 
 
 # -- end to end ------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_without_matplotlib_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     result = report(str(searched.preset), "--out", str(tmp_path / "r.html"))
     assert result.exit_code == 2
-    assert 'pip install "autotune[report]"' in result.stderr
+    assert 'pip install "autotune-train[report]"' in result.stderr
     assert "Traceback" not in result.output and not (tmp_path / "r.html").exists()
 
 
@@ -190,7 +190,7 @@ def test_search_report_without_matplotlib_stops_before_the_search(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     args = ["search", "--model", "gpt-small", "--budget", "1GB", "--report"]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2 and "autotune[report]" in result.stderr
+    assert result.exit_code == 2 and "autotune-train[report]" in result.stderr
     assert not burst.calls and not (tmp_path / "autotune_runs").exists()
 
 

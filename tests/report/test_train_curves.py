@@ -92,7 +92,7 @@ def test_without_matplotlib_a_run_says_so_in_one_line(
     result, said = run(tmp_path, data)
     assert result.exit_code == 0 and not (tmp_path / CURVES_FILE).exists()
     notes = [line for line in said if CURVES_FILE in line]
-    assert len(notes) == 1 and 'pip install "autotune[report]"' in notes[0]
+    assert len(notes) == 1 and 'pip install "autotune-train[report]"' in notes[0]
 
 
 def test_write_curves_skips_what_it_cannot_read(tmp_path: Path) -> None:

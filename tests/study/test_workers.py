@@ -43,7 +43,7 @@ def _postgres_missing() -> str:
     if not INITDB and not shutil.which("initdb"):
         return "no PostgreSQL server (apt-get install postgresql; CI installs it)"
     if importlib.util.find_spec("psycopg2") is None:
-        return 'no psycopg2 (pip install "autotune[distributed]"; CI installs it)'
+        return 'no psycopg2 (pip install "autotune-train[distributed]"; CI installs it)'
     if os.geteuid() == 0 and not shutil.which("runuser"):
         return "running as root without runuser (initdb refuses root)"
     return ""
