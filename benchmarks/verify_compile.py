@@ -3,7 +3,9 @@ checkpoint save, with the eval's forward-only graph compiled for the first time 
 in the compile cache.
 
 A trial compiles the training step; the race's first round runs an eval step (no grad,
-a batch twice the micro-batch) that torch.compile compiles as a graph of its own. Four
+a batch twice the micro-batch). Until 2026-11-28 torch.compile compiled it as a graph of
+its own; it now runs the uncompiled model, as the trainer evaluates, and the third burst
+shows what is left of that graph's cost (nothing, for a model compiled whole). Four
 bursts of one config, in order, on one compile cache emptied at the start: training only
 (a first compile), training only again (from the cache), with the eval and checkpoint
 (the eval's graph new), and the same again (both from the cache).
@@ -51,12 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mu", choices=sorted(CONFIGS))
     p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument(
+        "--precision", default=None, help="the config's precision instead of its own (bf16): "
+        "fp32 where the CPU emulates bf16 (AVX2: a first bf16 compile of mu took over 11 min)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     base = CONFIGS[args.model]
     if args.micro_batch < 1 or base.global_batch % args.micro_batch:
         p.error(f"--micro-batch: a divisor of the global batch {base.global_batch}")
     config = base.replace(
-        micro_batch=args.micro_batch, grad_accum=base.global_batch // args.micro_batch
+        micro_batch=args.micro_batch,
+        grad_accum=base.global_batch // args.micro_batch,
+        precision=args.precision or base.precision,
     )
     print(f"- date: {utc_now()}\n- command: `{command_line(argv)}`")
     for line in hardware_lines(probe(), "cpu"):
