@@ -154,7 +154,7 @@ def test_fp8_is_only_searched_where_torch_compile_runs(torchao: Calls) -> None:
 def test_without_torchao_it_is_refused_with_the_line_that_installs_it(no_torchao: None) -> None:
     space = SearchSpace.for_model(toy_spec(), HOPPER, cpu_count=2)
     assert space.fp8_linears == (False,)
-    with pytest.raises(UsageError, match=r"pip install 'autotune\[fp8\]'"):
+    with pytest.raises(UsageError, match=r"pip install 'autotune-train\[fp8\]'"):
         SearchSpace.for_model(toy_spec(), HOPPER, restrict=parse_knob_args(["fp8_linears=true"]))
     with pytest.raises(ConfigError) as info:
         check_config(fp8(compile="default"), spec=toy_spec(), device=HOPPER, cores=2)
@@ -207,7 +207,7 @@ def test_a_model_with_no_layer_to_convert_is_a_config_error(torchao: Calls) -> N
 
 
 def test_the_build_without_torchao_says_how_to_install_it(no_torchao: None) -> None:
-    with pytest.raises(ConfigError, match=r"pip install 'autotune\[fp8\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'autotune-train\[fp8\]'"):
         place_model(Net(), fp8(), CPU)
 
 
@@ -245,7 +245,7 @@ def test_the_portability_check_refuses_it_where_it_cannot_run(torchao: Calls) ->
 
 def test_the_portability_check_without_torchao_says_how_to_install_it(no_torchao: None) -> None:
     h100 = make_profile(gpus=(make_gpu(name="NVIDIA H100 80GB HBM3", cc=(9, 0)),))
-    with pytest.raises(HardwareMismatchError, match=r"pip install 'autotune\[fp8\]'"):
+    with pytest.raises(HardwareMismatchError, match=r"pip install 'autotune-train\[fp8\]'"):
         check_portability(hopper_preset(fp8_linears=True), h100)
 
 

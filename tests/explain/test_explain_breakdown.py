@@ -43,7 +43,7 @@ def _tiny_models() -> dict[str, Any]:
 
 def _profile(spec: ModelSpec, config: TrainConfig, *, steps: int = 2) -> Breakdown:
     """The trial's own build and data path, then ``steps`` profiled steps."""
-    _, _, stepper = _build(spec, config, CPU)
+    stepper = _build(spec, config, CPU).stepper
     samples = (steps + 1) * config.grad_accum * config.micro_batch
     batches = forever(make_loader(spec, config, samples=samples, seed=0))
     try:
