@@ -150,8 +150,7 @@ WHEELS: tuple[tuple[str, str, str], ...] = (
     ("packaging", "packaging", "26.3"),
     ("markupsafe", "MarkupSafe", "3.0.4"),
     ("typing_extensions", "typing-extensions", "4.16.0"),
-    ("typer", "typer", "0.29.2"),
-    ("click", "click", "8.5.1"),
+    ("typer", "typer", "0.29.2"),  # needs no click (the README-only install has none)
     ("shellingham", "shellingham", "1.5.4"),
     ("annotated_doc", "annotated-doc", "0.0.7"),
     ("pydantic", "pydantic", "2.13.4"),
