@@ -400,7 +400,7 @@ class TrainConfig:
     )
     # Published figures: torchao's table (H100) 0.80x for a linear of M, K, N = 1024, 2048,
     # 1024 and 1.39x for 4096, 8192, 16384; nanochat's d12 (GPT-2 124M's size) ran slower
-    # with FP8. Not measured here yet (issue 55: on the GPU).
+    # with FP8. Not measured here yet: the GPU suite (benchmarks/gpu_suite.py) measures it.
     fp8_linears: bool = knob(
         default=False,
         runs=(_FP8_RUNS,),
