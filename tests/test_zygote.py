@@ -130,6 +130,16 @@ def test_a_zygote_ends_without_the_interpreters_teardown(tmp_path: Path) -> None
     assert not marker.exists()
 
 
+def _write_sleeping_request(request: Any) -> None:
+    """A request for a trial of the sleeping fake: a trial that runs until it is ended."""
+    spec = load_model(f"{FAKES}:sleep_spec")
+    write_request(
+        request, spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, warmup=1,
+        budget_bytes=None, device="cpu", seed=0, verify=False, threads=1,
+    )  # fmt: skip
+    request.flush()
+
+
 def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal() -> None:
     """``ForkedTrial`` keeps ``Popen``'s contract: ``wait(timeout)`` raises while the trial
     runs (here it waits for a request that never comes); a trial killed by a signal
@@ -139,12 +149,7 @@ def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal() -
     result_read, result_write = os.pipe()
     try:
         with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
-            spec = load_model(f"{FAKES}:sleep_spec")
-            write_request(
-                request, spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, warmup=1,
-                budget_bytes=None, device="cpu", seed=0, verify=False, threads=1,
-            )  # fmt: skip
-            request.flush()
+            _write_sleeping_request(request)
             pid = zygote.spawn(
                 request_fd=request.fileno(), write_fd=result_write, log_fd=log.fileno()
             )
@@ -269,12 +274,7 @@ def test_a_spawn_a_stopped_zygote_did_not_answer_ends_the_fork_it_may_have_made(
     result_read, result_write = os.pipe()
     try:
         with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
-            spec = load_model(f"{FAKES}:sleep_spec")
-            write_request(
-                request, spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, warmup=1,
-                budget_bytes=None, device="cpu", seed=0, verify=False, threads=1,
-            )  # fmt: skip
-            request.flush()
+            _write_sleeping_request(request)
             fds = {"request_fd": request.fileno(), "write_fd": result_write, "log_fd": log.fileno()}
             forked = zygote.spawn(**fds)
             zygote.trials.discard(forked)  # its answer, as if it never came
