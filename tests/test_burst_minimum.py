@@ -3,6 +3,7 @@ are short, as a GPU's are, the trial runs more of them than the counts asked for
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -172,7 +173,7 @@ def test_the_verification_evaluates_the_model_the_trainer_evaluates(tmp_path: An
     built = trial_module._build(spec, config, torch.device("cpu"))
     counter = CompileCounter()
     compiled = torch.compile(built.model, backend=counter)
-    built = built._replace(model=compiled)
+    built = dataclasses.replace(built, model=compiled)
     trial = trial_module.Trial({"seed": 0, "workdir": str(tmp_path)}, RecordingChannel())  # type: ignore[arg-type]
     failed, extra = trial._verify(spec, built, config)
     assert failed is None and math.isfinite(extra["eval_loss"])

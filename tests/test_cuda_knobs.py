@@ -233,8 +233,9 @@ def test_fused_optimizer_reaches_the_optimizer_the_burst_builds() -> None:
     spec = conv_spec()
     for fused in (True, False):
         config = TrainConfig(micro_batch=2, seq_len=8, fused_optimizer=fused)
-        _, _, optimizer, stepper = _build(spec, config, CPU)
-        assert bool(optimizer.defaults.get("fused")) is fused
+        built = _build(spec, config, CPU)
+        stepper = built.stepper
+        assert bool(built.optimizer.defaults.get("fused")) is fused
         batch = spec.make_batch(batch_size=2, seq_len=8)
         assert torch.isfinite(stepper.step([batch]).loss)  # the fused CPU kernel runs
 
@@ -244,7 +245,8 @@ def test_channels_last_reaches_the_model_and_the_input_of_the_step(tmp_path: Pat
         record = tmp_path / f"record-{on}.json"
         spec = conv_spec(record_file=str(record))
         config = TrainConfig(micro_batch=2, seq_len=8, channels_last=on)
-        _, model, _, stepper = _build(spec, config, CPU)
+        built = _build(spec, config, CPU)
+        model, stepper = built.model, built.stepper
         weight = model.conv.weight  # type: ignore[union-attr]
         assert weight.is_contiguous(memory_format=torch.channels_last) is on
         stepper.step([spec.make_batch(batch_size=2, seq_len=8)])  # an NCHW batch

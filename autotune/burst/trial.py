@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from autotune.burst.channel import Channel
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import Batch, ModelSpec
+    from autotune.engine.build import Built
     from autotune.engine.step import Stepper
     from autotune.train.distributed import DistInfo
 
@@ -405,37 +406,15 @@ def alloc_retries(device: torch.device | None) -> int | None:
         return None
 
 
-class Built(NamedTuple):
-    """What a trial trains: the model as built (``raw``: what a checkpoint holds and the
-    trainer evaluates), the module the step runs (wrapped and compiled per the config),
-    its optimizer and the step function."""
-
-    raw: nn.Module
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    stepper: Stepper
-
-
 def _build(
     spec: ModelSpec, config: TrainConfig, device: torch.device, *, world_size: int = 1
 ) -> Built:
-    """The model, its optimizer and the step function, as the trainer builds them (under
-    torchrun: wrapped in DDP or sharded by FSDP2 with the config's knobs)."""
-    from autotune.engine.parallel import wrap_model
-    from autotune.engine.step import (
-        Stepper,
-        apply_backend_flags,
-        compile_model,
-        make_optimizer,
-        prepare_model,
-    )
+    """The model, its optimizer and the step function, built as the trainer builds them
+    (``autotune.engine.build``; under torchrun: wrapped in DDP or sharded by FSDP2 with
+    the config's knobs)."""
+    from autotune.engine.build import build_training
 
-    raw = prepare_model(spec, config, device)
-    model = compile_model(wrap_model(raw, config, device, world_size=world_size), config)
-    optimizer = make_optimizer(raw, config)  # fused per config.fused_optimizer
-    apply_backend_flags(config, device)
-    stepper = Stepper(model, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
-    return Built(raw, model, optimizer, stepper)
+    return build_training(spec, config, device, world_size=world_size)
 
 
 def _save_checkpoint(

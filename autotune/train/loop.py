@@ -2,7 +2,7 @@
 
 ``PresetLoop`` hands out the pieces autotune's trainer uses, each from the one function
 that owns its rule: the DataLoader arguments (``autotune.data.loader.loader_kwargs``), the model
-on its device with the backend flags and ``torch.compile`` (``autotune.engine.step``), AdamW
+on its device with the backend flags and ``torch.compile`` (``autotune.engine.build``), AdamW
 (fused where the config says), the autocast context, and the step itself (``Stepper``:
 autocast, the fp16 GradScaler, accumulation with ``no_sync`` under DDP, clipping)::
 
@@ -151,10 +151,11 @@ class PresetLoop:
         benchmark) set, channels-last and ``torch.compile`` applied as the config says
         (``stepper`` lays inputs out channels-last to match). Activation checkpointing and
         model knobs (``self.config.knobs``) are the model's own: build it with them."""
-        from autotune.engine.step import apply_backend_flags, compile_model, place_model
+        from autotune.engine.build import build_step_model
 
-        apply_backend_flags(self.config, self.device)
-        return compile_model(place_model(model, self.config, self.device), self.config)
+        # the engine's build, in its order; wrapping for several processes is yours
+        _, prepared = build_step_model(model, self.config, self.device)
+        return prepared
 
     def optimizer(
         self, model: nn.Module, *, lr: float = 3e-4, weight_decay: float = 0.1

@@ -4,9 +4,10 @@
 the optimisation settings (``TrainingDefaults``: learning rate, schedule, intervals), the
 data and an output folder; a preset is only where the CLI gets those from. Each optimizer
 step is ``Stepper.step`` (autotune/engine/step.py) over ``grad_accum`` micro-batches: what the
-bursts measured is what runs. The class reads as the run does: set-up (``_setup_model``,
-``_setup_optimizer``, ``_setup_schedule``, ``_setup_stepper``, ``_setup_data``), then the loop
-(``run``, ``_train_step``, ``_after_step``), then the result. Its parts live beside it: the
+bursts measured is what runs, built as the bursts built it (``autotune.engine.build``).
+The class reads as the run does: set-up (``_setup_step``: the model, optimizer, schedule
+and step function; ``_setup_data``), then the loop (``run``, ``_train_step``,
+``_after_step``), then the result. Its parts live beside it: the
 batch stream (batches.py), the run folder and its checkpoints (run_folder.py), what a
 checkpoint holds (state.py), the learning-rate schedule (schedule.py), evaluation
 (evaluation.py), the console and metrics output (log.py) and what it says (progress.py),
@@ -51,16 +52,9 @@ from autotune.contract.spec import user_code
 from autotune.core.errors import TrainingOOMError, UsageError
 from autotune.data.loader import loader_kwargs
 from autotune.data.train_data import TrainData
-from autotune.engine.parallel import full_state, is_sharded, wrap_model
-from autotune.engine.step import (
-    Stepper,
-    apply_allocator_settings,
-    apply_backend_flags,
-    compile_model,
-    make_optimizer,
-    prepare_model,
-    to_device,
-)
+from autotune.engine.build import build_training
+from autotune.engine.parallel import full_state, is_sharded
+from autotune.engine.step import apply_allocator_settings, to_device
 from autotune.machine import omp
 from autotune.models.registry import HF_PREFIX, is_user_code
 from autotune.train.batches import BatchStream
@@ -90,6 +84,8 @@ from autotune.train.state import checkpoint_state, restore_state
 from autotune.train.stop import StopSignals
 
 if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+
     from autotune.contract.spec import Batch, ModelSpec
     from autotune.machine.caps import DeviceCaps
 
@@ -218,10 +214,7 @@ class Trainer:
         torch.manual_seed(seed)
         if resumed is not None and resumed.get("oom_adapted"):
             self._setup_adapted_batch(TrainConfig.from_mapping(resumed["config"]))
-        self._setup_model()
-        self._setup_optimizer()
-        self._setup_schedule()
-        self._setup_stepper()
+        self._setup_step()
         self._setup_hooks()
         # Per-rank randomness (dropout) after an identical initialisation everywhere.
         torch.manual_seed(seed + self.dist.rank)
@@ -242,52 +235,44 @@ class Trainer:
             f"{saved.grad_accum} after running out of memory; continuing with those"
         )
 
-    def _setup_model(self) -> None:
-        """``raw_model`` (its state is what a checkpoint holds) and ``model``, the module a
-        step runs: wrapped in DDP or sharded by FSDP2 under torchrun (the config's
-        ``parallel`` knobs), compiled per the config. A ``build_fn``
-        that fails is a ``ModelLoadError`` naming it (``user_code``)."""
+    def _setup_step(self) -> None:
+        """What a step runs on, built by the engine as the burst builds it
+        (``autotune.engine.build``: backend flags, then the model, its wrapping, compile,
+        the optimizer, the schedule and the step): ``raw_model`` (its state is what a
+        checkpoint holds), ``model`` (the module a step runs: in DDP or sharded by FSDP2
+        under torchrun, compiled per the config), ``optimizer``, ``scheduler`` and
+        ``stepper``. A ``build_fn`` that fails is a ``ModelLoadError`` naming it
+        (``user_code``)."""
         apply_allocator_settings(self.config)  # expandable segments, as the burst ran
-        apply_backend_flags(self.config, self.device)
         if (problem := omp.mismatch(self.config)) is not None:  # `autotune train` sets it
             self.display.message(f"warning: {problem}")
-        with user_code(self.spec, "build_fn"):
-            self.raw_model = prepare_model(self.spec, self.config, self.device)
-        # DDP with the config's knobs, or FSDP2 sharding raw_model in place (parallel.py)
-        model = wrap_model(
-            self.raw_model, self.config, self.device, world_size=self.dist.world_size
-        )
-        self.model = compile_model(model, self.config)
-
-    def _setup_optimizer(self) -> None:
-        self.optimizer = make_optimizer(
-            self.raw_model,
+        t = self.training
+        built = build_training(
+            self.spec,
             self.config,
-            lr=self.training.lr,
-            weight_decay=self.training.weight_decay,
+            self.device,
+            world_size=self.dist.world_size,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            grad_clip=t.grad_clip,
+            scheduler=self._setup_schedule,
+            model_code=user_code(self.spec, "build_fn"),
         )
+        self.raw_model, self.model = built.raw, built.model
+        self.optimizer, self.stepper = built.optimizer, built.stepper
 
-    def _setup_schedule(self) -> None:
+    def _setup_schedule(self, optimizer: torch.optim.Optimizer) -> LRScheduler:
+        """``scheduler``, the learning-rate schedule of the training settings over
+        ``optimizer`` (the engine's build calls it once the optimizer exists)."""
         t = self.training
         self.scheduler = make_scheduler(
-            self.optimizer,
+            optimizer,
             warmup=t.warmup_steps,
             total=self.total_steps(),
             schedule=t.schedule,
             min_ratio=t.min_lr_ratio,
         )
-
-    def _setup_stepper(self) -> None:
-        """The step the bursts measured: accumulation, autocast, scaler, clipping, schedule."""
-        self.stepper = Stepper(
-            self.model,
-            self.optimizer,
-            config=self.config,
-            device=self.device,
-            loss_fn=self.spec.loss_fn,
-            grad_clip=self.training.grad_clip,
-            scheduler=self.scheduler,
-        )
+        return self.scheduler
 
     def _setup_hooks(self) -> None:
         """Time ``optimizer.step`` (the log line's optimizer share)."""
