@@ -15,10 +15,11 @@ import torch
 from autotune.core.errors import AutotuneError
 
 if TYPE_CHECKING:
-    from autotune.config.train_config import TrainConfig
+    from pathlib import Path
+
+    from autotune.config.train_config import TrainConfig, TrainingDefaults
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
-    from autotune.train.trainer import Trainer
 
 __all__ = [
     "OptimizerTimer",
@@ -85,21 +86,32 @@ def mfu(
     return spec.flops_per_sample(config.seq_len) * per_device / peak
 
 
-def opening_lines(trainer: Trainer, total: int) -> list[str]:
-    """What the run is: the model, the config (global batch, precision, compile, ...) and
-    the optimisation settings."""
-    spec, cfg, dist = trainer.spec, trainer.config, trainer.dist
+def opening_lines(
+    spec: ModelSpec,
+    config: TrainConfig,
+    training: TrainingDefaults,
+    *,
+    total: int,
+    world_size: int,
+    device: torch.device,
+    eval_batch: int,
+    out_dir: Path,
+) -> list[str]:
+    """What the run is: the model (on ``device``, ``world_size`` processes), the config
+    (one process's share: global batch, precision, compile, ...) and the optimisation
+    settings (``total`` steps; ``eval_batch``; ``out_dir``, the run folder)."""
+    cfg, several = config, world_size > 1
     counts = spec.param_counts()
-    global_batch = cfg.micro_batch * cfg.grad_accum * dist.world_size
+    global_batch = cfg.micro_batch * cfg.grad_accum * world_size
     tokens = global_batch * spec.tokens_per_sample(cfg.seq_len)
-    t = trainer.training
+    t = training
     return [
         f"model {spec.name}: {counts.total / 1e6:.2f}M parameters "
-        f"({counts.non_embedding / 1e6:.2f}M non-embedding) on {trainer.device}"
-        + (f" x {dist.world_size} processes" if dist.enabled else "")
-        + (f" ({cfg.parallel.label()})" if dist.enabled and cfg.parallel else ""),
+        f"({counts.non_embedding / 1e6:.2f}M non-embedding) on {device}"
+        + (f" x {world_size} processes" if several else "")
+        + (f" ({cfg.parallel.label()})" if several and cfg.parallel else ""),
         f"config: micro_batch {cfg.micro_batch} x grad_accum {cfg.grad_accum}"
-        + (f" x world {dist.world_size}" if dist.enabled else "")
+        + (f" x world {world_size}" if several else "")
         + f" = global batch {global_batch} ({tokens:,} {spec.throughput_unit}/step), "
         f"{spec.size_label(cfg.seq_len)}, {cfg.precision}, compile {cfg.compile}"
         + (" (each block)" if cfg.compile_regions else "")
@@ -107,41 +119,43 @@ def opening_lines(trainer: Trainer, total: int) -> list[str]:
         f"activation checkpointing {'on' if cfg.activation_checkpointing else 'off'}, "
         f"{cfg.num_workers} workers"
         + (", OpenMP threads spin (omp_spin)" if cfg.omp_spin else "")
-        + f"; eval batch {trainer.eval_batch}",
+        + f"; eval batch {eval_batch}",
         f"training: {total} steps, AdamW lr {t.lr:g} ({t.schedule}, warm-up "
         f"{t.warmup_steps}, min ratio {t.min_lr_ratio:g}), weight decay {t.weight_decay:g}, "
-        f"grad clip {t.grad_clip}, seed {t.seed}; out {trainer.out_dir}",
+        f"grad clip {t.grad_clip}, seed {t.seed}; out {out_dir}",
     ]
 
 
 def train_record(
-    trainer: Trainer,
     values: list[float],
     interval: Mapping[str, float],
     *,
-    tokens_per_sample: int,
+    step: int,
+    epoch: int,
+    lr: float,
     grad_norm: torch.Tensor | None,
+    tokens_per_sample: int,
+    spec: ModelSpec,
+    config: TrainConfig,
+    caps: DeviceCaps | None,
+    world_size: int,
 ) -> dict[str, Any]:
-    """The log line of the steps since the last one, whose losses are ``values``."""
+    """The log line of the steps since the last one (up to ``step``, in ``epoch``), whose
+    losses are ``values`` and whose sums are ``interval``; ``spec``, ``config``, ``caps``
+    and ``world_size`` give its MFU (``mfu``)."""
     elapsed = max(interval["time"], 1e-9)
     samples_per_s = interval["samples"] / elapsed
     n = len(values)
     return {
         "type": "train",
-        "step": trainer.step,
-        "epoch": trainer.stream.epoch,
+        "step": step,
+        "epoch": epoch,
         "loss": sum(values) / n,
-        "lr": float(trainer.scheduler.get_last_lr()[0]),
+        "lr": lr,
         "grad_norm": None if grad_norm is None else float(grad_norm.item()),
         "tokens_per_s": samples_per_s * tokens_per_sample,
         "samples_per_s": samples_per_s,
-        "mfu": mfu(
-            trainer.spec,
-            trainer.config,
-            trainer.caps,
-            samples_per_s=samples_per_s,
-            world_size=trainer.dist.world_size,
-        ),
+        "mfu": mfu(spec, config, caps, samples_per_s=samples_per_s, world_size=world_size),
         "step_time_s": elapsed / n,
         "data_wait_s": interval["data"] / n,
         "optimizer_s": interval["opt"] / n,

@@ -553,7 +553,17 @@ class Trainer:
     def _announce(self, resumed_from: Path | None, total: int) -> None:
         if not self.dist.is_main:
             return
-        for line in [*self.data.summary, *opening_lines(self, total)]:
+        opening = opening_lines(
+            self.spec,
+            self.config,
+            self.training,
+            total=total,
+            world_size=self.dist.world_size,
+            device=self.device,
+            eval_batch=self.eval_batch,
+            out_dir=self.out_dir,
+        )
+        for line in [*self.data.summary, *opening]:
             self.display.message(line)
         if resumed_from is not None:
             self.display.message(f"resumed from {resumed_from} at step {self.step}")
@@ -567,7 +577,17 @@ class Trainer:
         total: int,
     ) -> None:
         record = train_record(
-            self, values, interval, tokens_per_sample=tokens_per_sample, grad_norm=grad_norm
+            values,
+            interval,
+            step=self.step,
+            epoch=self.stream.epoch,
+            lr=float(self.scheduler.get_last_lr()[0]),
+            grad_norm=grad_norm,
+            tokens_per_sample=tokens_per_sample,
+            spec=self.spec,
+            config=self.config,
+            caps=self.caps,
+            world_size=self.dist.world_size,
         )
         self.display.log_train(
             record,
