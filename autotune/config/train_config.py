@@ -459,6 +459,17 @@ class TrainConfig:
         """Samples per optimizer step on one process (times the world size under DDP)."""
         return self.micro_batch * self.grad_accum
 
+    def any_micro_batch(self, device_kind: str) -> bool:
+        """Whether this config's compiled code serves every micro-batch: compiled whole
+        (not ``compile_regions``) on a CPU, where the step marks its inputs' batch
+        dimension dynamic (``Stepper``) and a compile of one micro-batch then serves the
+        others from the cache (mu on the 2-core EPYC: the next micro-batch in 5 s instead
+        of a 42-second first compile; ``benchmarks/dynamic_batch.py``). On a GPU each
+        micro-batch is compiled for its own shapes: dynamic shapes there are not measured.
+        A compiled region sees the block's inputs, not the batch's, so its code stays
+        shape-bound."""
+        return self.compile != "off" and not self.compile_regions and device_kind == "cpu"
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["knobs"] = dict(self.knobs)

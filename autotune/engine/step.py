@@ -46,6 +46,7 @@ __all__ = [
     "convert_fp8_linears",
     "fp8_filter",
     "make_optimizer",
+    "mark_batch_dynamic",
     "place_model",
     "profiled_phase",
     "prepare_model",
@@ -180,6 +181,17 @@ def channels_last_batch(batch: Batch) -> Batch:
     }
 
 
+def mark_batch_dynamic(batch: Batch) -> None:
+    """Tell torch.compile that the batch's first dimension varies: the code it compiles
+    then serves any micro-batch (above 1: torch specializes a dimension of size 1), and
+    the compile cache serves the next micro-batch's process. A hint, not an order
+    (``maybe_mark_dynamic``): a model whose code depends on the batch size is still
+    compiled for its size."""
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            torch._dynamo.maybe_mark_dynamic(value, 0)
+
+
 def compile_model(model: nn.Module, config: TrainConfig) -> nn.Module:
     """``model`` compiled as the config says: off, the whole model, or with
     ``compile_regions`` each repeated block in place (the model itself is returned)."""
@@ -301,6 +313,9 @@ class Stepper:
         self.grad_clip = grad_clip
         self.scheduler = scheduler
         self.scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
+        # compiled code for any micro-batch (``TrainConfig.any_micro_batch``): the trials
+        # of a search, its race and the training run all run that code
+        self.any_micro_batch = config.any_micro_batch(device.type)
         # Set by a profiling burst (autotune.explain.breakdown): the step's phases become
         # profiler ranges, each drained of device work before it closes.
         self.profile = False
@@ -335,6 +350,9 @@ class Stepper:
         n = len(micro_batches)
         if self.config.channels_last:
             micro_batches = [channels_last_batch(batch) for batch in micro_batches]
+        if self.any_micro_batch:
+            for batch in micro_batches:
+                mark_batch_dynamic(batch)
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(micro_batches):
             with self._no_sync(last=i == n - 1):

@@ -222,6 +222,7 @@ class _Run:
             trials_s=self.phases.get("trials", 0.0),
             race_s=self.phases.get("race", 0.0),
             writing_s=time.monotonic() - writing,
+            device_kind=self.state.space.device_kind,
         )
         self.study.set_user_attr("ledger", ledger.to_dict())  # the report's (the last run's)
         return replace(result, ledger=ledger, wall_s=ledger.total_s)

@@ -92,6 +92,7 @@ def ledger_of(
     trials_s: float,
     race_s: float,
     writing_s: float,
+    device_kind: str,
 ) -> TimeLedger:
     """The ledger of a search that took ``total_s``, of which its trials' phase took
     ``trials_s``, its race ``race_s`` and writing the preset ``writing_s``, from the
@@ -107,7 +108,7 @@ def ledger_of(
             configs.add(json.dumps(record.config, sort_keys=True, default=str))
         compile_s = record.compile_s or 0.0
         if compile_s > 0:
-            code = compiled_code_key(record.config)
+            code = compiled_code_key(record.config, device_kind)
             if code in seen_code:
                 cached += compile_s
             else:

@@ -317,7 +317,9 @@ class Planner:
         space, config = self.state.space, best.train_config()
         workers = "num_workers" in self.first_knobs  # an input-bound naive: its workers too
         cands = space.neighbours(config, workers=workers, kernels=True)
-        ordered = _cheap_after_the_first(config, cands, self._verdict_rank)
+        ordered = _cheap_after_the_first(
+            config, cands, self._verdict_rank, self.state.space.device_kind
+        )
         for cand, role in self.screen_compiles(config, ordered, refines=best.number):
             self._queue(study, cand, role=role, refines=best.number)
         self.confirm_screened(study)  # twins measured before need no trial
@@ -336,13 +338,14 @@ class Planner:
         that differs from it only outside the model) is not measured again."""
         if config.compile == "off":
             return [(cand, "refine") for cand in cands]
-        space, code = self.state.space, compiled_code_key(config)
+        space = self.state.space
+        code = compiled_code_key(config, space.device_kind)
         now: list[tuple[TrainConfig, str]] = []
         screens: list[TrainConfig] = []
         for cand in cands:
             twin = cand.replace(compile="off")
             if (
-                compiled_code_key(cand) == code
+                compiled_code_key(cand, space.device_kind) == code
                 or cand.compile == "off"
                 or not space.contains(twin)
                 or _gains_only_compiled(config, cand)
@@ -388,10 +391,11 @@ class Planner:
         record = self.state.record_of(eager)
         if record is not None and record.finished:
             return record
-        code = compiled_code_key(eager)
+        kind = self.state.space.device_kind
+        code = compiled_code_key(eager, kind)
         for r in self.state.trials_in_order():
             eager_too = r.finished and r.ran and r.config.get("compile", "off") == "off"
-            if eager_too and compiled_code_key(r.config) == code:
+            if eager_too and compiled_code_key(r.config, kind) == code:
                 return r
         return None
 
@@ -415,9 +419,10 @@ class Planner:
             if record.number in behind or record.role == "naive" or self.outdated(record.number):
                 continue
             config = record.train_config()
-            code = compiled_code_key(config)
+            kind = self.state.space.device_kind
+            code = compiled_code_key(config, kind)
             for cand in self.state.space.neighbours(config, workers=workers, kernels=True):
-                if compiled_code_key(cand) == code:
+                if compiled_code_key(cand, kind) == code:
                     self._queue(study, cand, role="refine", refines=record.number)
 
     def _verdict_rank(self, config: TrainConfig, cand: TrainConfig) -> int:
@@ -592,7 +597,10 @@ def _quick_start_among(
 
 
 def _cheap_after_the_first(
-    config: TrainConfig, cands: list[TrainConfig], rank: Callable[[TrainConfig, TrainConfig], int]
+    config: TrainConfig,
+    cands: list[TrainConfig],
+    rank: Callable[[TrainConfig, TrainConfig], int],
+    device_kind: str,
 ) -> list[TrainConfig]:
     """``cands`` (``config``'s neighbours) in the order they are refined: by ``rank``, but
     those that run ``config``'s compiled code (a knob outside the model moved: a trial's
@@ -605,8 +613,8 @@ def _cheap_after_the_first(
     ordered = sorted(cands, key=lambda c: rank(config, c))
     if config.compile == "off":
         return ordered
-    code = compiled_code_key(config)
-    cheap = [c for c in ordered[1:] if compiled_code_key(c) == code]
+    code = compiled_code_key(config, device_kind)
+    cheap = [c for c in ordered[1:] if compiled_code_key(c, device_kind) == code]
     return [*ordered[:1], *cheap, *(c for c in ordered[1:] if c not in cheap)]
 
 

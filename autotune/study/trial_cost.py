@@ -6,8 +6,10 @@ torch.compile compiles the model, so the knobs that act outside it (the DataLoad
 environment's such as OpenMP's wait policy, the optimizer's, the number of micro-batches)
 leave its code as it was: a config that differs from a compiled trial's only in those
 compiles from the cache (2-core EPYC: mu 2.7 s instead of 48 s on an empty cache,
-gpt-small 2.5 s instead of 31 s). Every other knob (micro-batch: the shapes; precision;
-checkpointing; the model's own knobs) compiles new code.
+gpt-small 2.5 s instead of 31 s). So does the micro-batch on a CPU, where a model compiled
+whole is compiled for any micro-batch (``TrainConfig.any_micro_batch``). Every other knob
+(the micro-batch on a GPU: the shapes; precision; checkpointing; the model's own knobs)
+compiles new code.
 """
 
 from __future__ import annotations
@@ -52,13 +54,20 @@ def _outside_the_model(config: TrainConfig) -> frozenset[str]:
     return frozenset(names)
 
 
-def compiled_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """What decides ``config``'s compiled code: its settings less the knobs outside the
-    model. Two compiled configs with one key share their compile in the cache."""
+def compiled_code_key(
+    config: TrainConfig | Mapping[str, Any], device_kind: str
+) -> tuple[tuple[str, str], ...]:
+    """What decides ``config``'s compiled code on a ``device_kind`` device: its settings
+    less the knobs outside the model, and less the micro-batch where its code serves any
+    (``TrainConfig.any_micro_batch``: compiled whole on a CPU; a micro-batch of 1 is
+    compiled for its size). Two compiled configs with one key share their compile in the
+    cache."""
     from autotune.config.train_config import TrainConfig
 
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_mapping(config)
-    outside = _outside_the_model(cfg)
+    outside = set(_outside_the_model(cfg))
+    if cfg.any_micro_batch(device_kind) and cfg.micro_batch > 1:
+        outside.add("micro_batch")
     return tuple(sorted((k, repr(v)) for k, v in cfg.to_dict().items() if k not in outside))
 
 
@@ -71,7 +80,8 @@ def eval_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, s
     every micro-batch (mu on the 2-core CPU, an empty cache: the eval of mb 8 added 26 s
     to a burst, that of mb 16 after it none; in git history, BENCHMARKS.md's "the race's
     time as it is spent")."""
-    return tuple(item for item in compiled_code_key(config) if item[0] != "micro_batch")
+    key = compiled_code_key(config, "cuda")  # the micro-batch left out below, on any device
+    return tuple(item for item in key if item[0] != "micro_batch")
 
 
 def compile_times(records: list[TrialRecord]) -> list[float]:
@@ -134,8 +144,9 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         return None
     if eager:
         return min(r.wall_s or 0.0 for r in alike), "the quickest trial without compile so far"
-    key = compiled_code_key(config)
-    same = [r for r in alike if r.compile_s and compiled_code_key(r.config) == key]
+    kind = state.space.device_kind
+    key = compiled_code_key(config, kind)
+    same = [r for r in alike if r.compile_s and compiled_code_key(r.config, kind) == key]
     records = list(state.records.values())
     cached = cached_compile_s(records)
     if same:

@@ -38,7 +38,9 @@ def test_each_part_comes_from_the_trials_figures() -> None:
         _record(3, COMPILED.replace(micro_batch=16, grad_accum=2), warmup_s=40.0, compile_s=39.0),
         TrialRecord(number=4, state="PRUNED", status="skipped", config=EAGER.to_dict()),
     ]
-    ledger = ledger_of(records, total_s=300.0, trials_s=180.0, race_s=100.0, writing_s=0.5)
+    ledger = ledger_of(
+        records, total_s=300.0, trials_s=180.0, race_s=100.0, writing_s=0.5, device_kind="cuda"
+    )
     assert ledger.first_compiles == 2
     assert ledger.first_compiles_s == pytest.approx(50.0 + 39.0)
     assert ledger.cached_compiles_s == pytest.approx(3.0)
@@ -51,9 +53,23 @@ def test_each_part_comes_from_the_trials_figures() -> None:
     assert ledger.other_s == pytest.approx(300.0 - 89.0 - 3.0 - 6.0 - 6.0 - 14.0 - 100.5)
 
 
+def test_on_a_cpu_another_micro_batch_of_a_code_compiles_from_the_cache() -> None:
+    records = [
+        _record(0, COMPILED, warmup_s=52.0, timed_s=6.0, compile_s=50.0),
+        _record(1, COMPILED.replace(micro_batch=16, grad_accum=2), warmup_s=6.0, compile_s=5.0),
+    ]
+    figures = dict(total_s=100.0, trials_s=80.0, race_s=0.0, writing_s=0.0)
+    cpu = ledger_of(records, **figures, device_kind="cpu")
+    assert (cpu.first_compiles, cpu.cached_compiles_s) == (1, pytest.approx(5.0))
+    cuda = ledger_of(records, **figures, device_kind="cuda")  # compiled per micro-batch there
+    assert (cuda.first_compiles, cuda.cached_compiles_s) == (2, 0.0)
+
+
 def test_a_config_measured_twice_counts_once() -> None:
     again = [_record(0, EAGER, timed_s=4.0), _record(1, EAGER, timed_s=4.0)]
-    ledger = ledger_of(again, total_s=10.0, trials_s=10.0, race_s=0.0, writing_s=0.0)
+    ledger = ledger_of(
+        again, total_s=10.0, trials_s=10.0, race_s=0.0, writing_s=0.0, device_kind="cpu"
+    )
     assert ledger.configs == 1 and ledger.timed_steps_s == pytest.approx(8.0)
 
 
@@ -82,7 +98,9 @@ def test_a_search_returns_its_ledger_in_the_json(tmp_path: Path) -> None:
 
 def test_a_ledger_reads_back_from_its_dict_and_refuses_anything_else() -> None:
     records = [_record(0, EAGER, overhead_s=1.0, warmup_s=1.0, timed_s=8.0)]
-    ledger = ledger_of(records, total_s=20.0, trials_s=12.0, race_s=6.0, writing_s=0.1)
+    ledger = ledger_of(
+        records, total_s=20.0, trials_s=12.0, race_s=6.0, writing_s=0.1, device_kind="cpu"
+    )
     again = TimeLedger.from_dict(ledger.to_dict())
     assert again is not None and again.to_dict() == ledger.to_dict()
     assert TimeLedger.from_dict(None) is None

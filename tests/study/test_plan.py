@@ -35,16 +35,14 @@ def test_naive_config_is_trial_0_and_the_speedup_is_measured_against_it(
     # a CPU a quarter of the global batch per micro-batch, compiled
     assert result.trials[1].role == "playbook"
     assert (burst.calls[1].micro_batch, burst.calls[1].compile) == (8, "default")
-    # it became the best: its neighbours come next, first the one that runs its compiled
-    # code (OpenMP's spin: a trial's steps, no first compile), then those that need a first
-    # compile screened without compile: its own eager twin, then micro-batch x2 and /2
+    # it became the best: its neighbours come next, those that run its compiled code
+    # first (no first compile): on a CPU one compile serves every micro-batch
+    # (``TrainConfig.any_micro_batch``), so micro-batch x2 and /2, then OpenMP's spin
     playbook = burst.calls[1]
-    assert burst.calls[2] == playbook.replace(omp_spin=True)
-    assert result.trials[2].role == "refine"
-    eager = playbook.replace(compile="off")
-    assert [c.micro_batch for c in burst.calls[3:6]] == [8, 16, 4]
-    assert all(c.replace(micro_batch=8, grad_accum=4) == eager for c in burst.calls[3:6])
-    assert [t.role for t in result.trials[3:6]] == ["screen"] * 3
+    assert [c.micro_batch for c in burst.calls[2:4]] == [16, 4]
+    assert all(c.replace(micro_batch=8, grad_accum=4) == playbook for c in burst.calls[2:4])
+    assert burst.calls[4] == playbook.replace(omp_spin=True)
+    assert [t.role for t in result.trials[2:5]] == ["refine"] * 3
     # the speedup is the race's: paired rounds of the winner against naive
     assert result.best is not None and result.verified is not None
     expected = burst.speed(result.best.train_config()) / burst.speed(first)
@@ -72,10 +70,12 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
     result = run(tmp_path, burst, spec=toy_spec(knobs=knobs), trials=10, knobs=["omp_spin=false"])
     guess = burst.calls[1]
     assert result.trials[1].role == "playbook" and guess.compile == "default"
-    # the playbook's start is compiled, so its neighbours that need a first compile are
-    # screened without compile first: its own eager twin, then the categorical knob to its
-    # other value (a short search may have time for one refinement)
-    assert [t.role for t in result.trials[2:4]] == ["screen"] * 2
+    # the playbook's start is compiled: its neighbours that run its code come first (the
+    # micro-batch x2 and /2 on a CPU), then those that need a first compile, screened
+    # without compile: its own eager twin, then the categorical knob to its other value
+    # (a short search may have time for one refinement)
+    screens = [t for t in result.trials if t.role == "screen"]
+    assert all(t.role == "refine" for t in result.trials[2 : screens[0].number])
 
     def moved(config: TrainConfig) -> set[str]:
         return {
@@ -84,24 +84,21 @@ def test_refinement_moves_each_model_knob_one_at_a_time(tmp_path: Path) -> None:
             if getattr(config, name) != getattr(guess, name)
         } | {f"knobs.{k}" for k, v in config.knobs.items() if v != guess.knobs[k]}
 
-    assert moved(result.trials[2].train_config()) == {"compile"}
-    first = result.trials[3].train_config()
-    assert moved(first) == {"compile", "knobs.kernel"} and first.knobs["kernel"] == "plain"
-    assert result.trials[3].ran and burst.calls[3] == first
-    # the plain kernel doubled the eager speed, past the compiled start: the playbook's
-    # other screens (micro-batch x2 and /2, then the group one value down) are skipped
-    # without a burst (refinements of a trial the best clearly beats), and the new best's
-    # first neighbour, compile turned on, runs next
-    skipped = [t.train_config() for t in result.trials[4:7]]
-    assert all(t.status == "skipped" and t.role == "screen" for t in result.trials[4:7])
-    assert [moved(c) for c in skipped] == [
-        {"compile", "micro_batch"},
-        {"compile", "micro_batch"},
-        {"compile", "knobs.group"},
+    assert [moved(t.train_config()) for t in screens[:2]] == [
+        {"compile"},
+        {"compile", "knobs.kernel"},
     ]
-    assert {c.micro_batch for c in skipped[:2]} == {guess.micro_batch * 2, guess.micro_batch // 2}
-    assert skipped[2].knobs["group"] == 4
-    assert burst.calls[4] == first.replace(compile="default")
+    first = screens[1].train_config()
+    assert first.knobs["kernel"] == "plain" and screens[1].ran and first in burst.calls
+    # the plain kernel doubled the eager speed, past the compiled start: the playbook's
+    # other screen (the group one value down) is skipped without a burst (a refinement of
+    # a trial the best clearly beats), and the new best's first neighbour, compile turned
+    # on, is the next to run
+    after = result.trials[screens[1].number + 1 :]
+    assert after[0].status == "skipped" and after[0].role == "screen"
+    assert moved(after[0].train_config()) == {"compile", "knobs.group"}
+    assert after[0].train_config().knobs["group"] == 4
+    assert next(t for t in after if t.ran).train_config() == first.replace(compile="default")
     # the kernel and compile together win, within ten trials
     assert result.best is not None
     best = result.best.train_config()
@@ -217,9 +214,9 @@ def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(
 ) -> None:
     # 1 GB budget, 50 MB + 1 MB per token: the playbook's mb 8 fits, its refinement mb 16
     # runs out of memory; mb 16 with activation checkpointing (a fifth of the activations
-    # here) fits, and is queued as a refinement of the same trial. With compile, the
-    # refinement is a screen (its eager twin) first: the screen is fitted so, and its
-    # compiled refinement with checkpointing follows it
+    # here) fits, and is queued as a refinement of the same trial. With compile, on a CPU,
+    # the refinement runs the playbook's compiled code (one compile serves every
+    # micro-batch): it is compiled at once, not screened
     import optuna
 
     burst = FakeBurst(per_token=1 * MB, base=50 * MB)
@@ -227,8 +224,9 @@ def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(
     result = run(tmp_path, burst, trials=10, knobs=knobs)
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     trials = {t.number: t for t in study.trials}
-    role = "screen" if compile_ == "on" else "refine"
+    role = "refine"
     oom = next(t for t in result.trials if t.role == role and t.status == "oom")
+    assert (oom.train_config().compile != "off") == (compile_ == "on")
     fitted = oom.train_config().replace(activation_checkpointing=True)
     again = [t for t in result.trials if t.train_config() == fitted]
     assert again and again[0].role == role and again[0].number > oom.number
@@ -239,9 +237,6 @@ def test_a_refinement_out_of_memory_is_tried_again_with_checkpointing(
         t.role == role and t.config["activation_checkpointing"] and t.number < oom.number
         for t in result.trials
     )
-    if compile_ == "on":  # the fitted screen kept it: compiled with checkpointing
-        compiled = fitted.replace(compile="default")
-        assert any(t.train_config() == compiled and t.role == "refine" for t in result.trials)
 
 
 def test_refinements_of_a_trial_a_later_best_clearly_beats_are_skipped(tmp_path: Path) -> None:
@@ -377,12 +372,20 @@ def test_cached_neighbours_come_early_only_where_the_best_compiles() -> None:
             config.replace(precision="bf16"),  # new code
             config.replace(omp_spin=True),  # the same compiled code
         ]
-        return _cheap_after_the_first(config, cands, lambda _c, _cand: 0)
+        return _cheap_after_the_first(config, cands, lambda _c, _cand: 0, "cuda")
 
     compiled = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64, compile="default")
     assert [c.omp_spin for c in order(compiled)] == [False, True, False]
     eager = compiled.replace(compile="off")
     assert [c.omp_spin for c in order(eager)] == [False, False, True]
+    # on a CPU another micro-batch of compiled code is served by the cache as well
+    cands = [
+        compiled.replace(precision="bf16"),
+        compiled.replace(activation_checkpointing=True),
+        compiled.replace(micro_batch=16, grad_accum=2),
+    ]
+    on_cpu = _cheap_after_the_first(compiled, cands, lambda _c, _cand: 0, "cpu")
+    assert on_cpu == [cands[0], cands[2], cands[1]]
 
 
 @dataclass
@@ -418,26 +421,38 @@ def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_
 
 # -- screen cheap, confirm dear ---------------------------------------------------------------
 
+KERNELS = {"fused": 1.0, "plain": 0.95, "slow": 0.6}
+
+
+@dataclass
+class ThreeKernels(FakeBurst):
+    """The model's kernel "fused" fastest, "plain" at 0.95x, "slow" at 0.6x; compile 1.5x."""
+
+    def speed(self, c: TrainConfig) -> float:
+        return 10_000.0 * KERNELS[c.knobs["kernel"]] * (1.5 if c.compile != "off" else 1.0)
+
 
 def test_a_compiled_refinement_is_compiled_only_when_its_eager_screen_keeps_it(
     tmp_path: Path,
 ) -> None:
-    # The compiled playbook's start (mb 8) is the best; its neighbours that need a first
-    # compile are screened without compile first. mb 16 runs 0.95x mb 8 eager: within
-    # SCREEN_KEEP, so it is compiled; mb 4 runs 0.6x: never compiled.
+    # The compiled playbook's start (kernel "fused") is the best; its neighbours that need
+    # a first compile (the model's kernel) are screened without compile first. "plain"
+    # runs 0.95x "fused" eager: within SCREEN_KEEP, so it is compiled; "slow" runs 0.6x:
+    # never compiled.
     from autotune.study.plan import SCREEN_KEEP
 
     assert 0.6 < SCREEN_KEEP <= 0.95
-    burst = PeakAtEight()
-    result = run(tmp_path, burst, trials=8, budget="4GB", knobs=["omp_spin=false"])
+    burst = ThreeKernels()
+    spec = toy_spec(knobs=(Knob(name="kernel", values=tuple(KERNELS), default="fused"),))
+    result = run(tmp_path, burst, spec=spec, trials=8, budget="4GB", knobs=["omp_spin=false"])
     screens = [t.train_config() for t in result.trials if t.role == "screen"]
-    assert [c.micro_batch for c in screens[:3]] == [8, 16, 4]
+    assert [c.knobs["kernel"] for c in screens[:3]] == ["fused", "plain", "slow"]
     assert all(c.compile == "off" for c in screens)
-    compiled = [c.micro_batch for c in burst.calls if c.compile != "off"]
-    assert 16 in compiled and 4 not in compiled, compiled
+    compiled = [c.knobs["kernel"] for c in burst.calls if c.compile != "off"]
+    assert "plain" in compiled and "slow" not in compiled, compiled
     # the screen ran before its compile: a first compile is spent on what can still win
-    order = [(c.micro_batch, c.compile) for c in burst.calls]
-    assert order.index((16, "off")) < order.index((16, "default"))
+    order = [(c.knobs["kernel"], c.compile) for c in burst.calls]
+    assert order.index(("plain", "off")) < order.index(("plain", "default"))
 
 
 def test_a_screen_measured_before_is_not_run_again(tmp_path: Path) -> None:
@@ -445,7 +460,12 @@ def test_a_screen_measured_before_is_not_run_again(tmp_path: Path) -> None:
     # config that differs from it only outside the model) answers for it: no config of
     # the search is handed to a burst twice.
     burst = FakeBurst()
-    result = run(tmp_path, burst, trials=8, budget="4GB", knobs=["omp_spin=false"])
+    knobs = (
+        Knob(name="kernel", values=("fused", "plain"), default="fused"),
+        Knob(name="group", values=(1, 2, 4, 8), default=8),
+    )
+    spec = toy_spec(knobs=knobs)
+    result = run(tmp_path, burst, spec=spec, trials=8, budget="4GB", knobs=["omp_spin=false"])
     configs = [repr(c) for c in burst.calls]
     assert len(configs) == len(set(configs)), "a config ran twice"
     assert any(t.role == "screen" for t in result.trials)
@@ -460,7 +480,9 @@ def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_scre
     from autotune.study.plan import Planner
 
     best = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64, precision="bf16", compile="default")
-    space: Any = SimpleNamespace(contains=lambda c: True, key=lambda c: repr(c.to_dict()))
+    space: Any = SimpleNamespace(
+        contains=lambda c: True, key=lambda c: repr(c.to_dict()), device_kind="cuda"
+    )
     state: Any = SimpleNamespace(space=space, record_of=lambda c: None, trials_in_order=list)
     planner = Planner(state=state)
     fp8 = best.replace(fp8_linears=True)
@@ -469,6 +491,8 @@ def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_scre
     assert (fp8, "refine") in queued  # compiled at once
     assert (bigger.replace(compile="off"), "screen") in queued  # screened first, as before
     assert (bigger, "refine") not in queued
+    space.device_kind = "cpu"  # where one compile serves every micro-batch: compiled at once
+    assert (bigger, "refine") in planner.screen_compiles(best, [bigger], refines=5)
     # turning fp8 off again is screened like any other change
     queued = planner.screen_compiles(fp8, [best], refines=4)
     assert (best, "refine") not in queued

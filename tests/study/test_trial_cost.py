@@ -17,6 +17,8 @@ from autotune.study.trial_cost import (
     will_not_finish,
 )
 
+# micro-batch changes below are new code: each compiled for its shapes, as on a GPU
+GPU: Any = SimpleNamespace(device_kind="cuda")
 BEST = TrainConfig(
     micro_batch=8, grad_accum=4, seq_len=128, precision="bf16", compile="default",
     knobs={"attention": "eager"},
@@ -24,23 +26,39 @@ BEST = TrainConfig(
 
 
 def test_knobs_outside_the_model_keep_its_compiled_code() -> None:
-    key = compiled_code_key(BEST)
-    for same in (
-        BEST.replace(num_workers=2, pin_memory=True),
-        BEST.replace(omp_spin=True),
-        BEST.replace(fused_optimizer=True),
-        BEST.replace(grad_accum=8),
-    ):
-        assert compiled_code_key(same) == key, same
-    for other in (
-        BEST.replace(micro_batch=16, grad_accum=2),  # the shapes
-        BEST.replace(precision="fp32"),
-        BEST.replace(activation_checkpointing=True),
-        BEST.replace(knobs={"attention": "sdpa"}),
-        BEST.replace(compile="max-autotune-no-cudagraphs"),
-    ):
-        assert compiled_code_key(other) != key, other
-    assert compiled_code_key(BEST.to_dict()) == key  # a trial record's config
+    for kind in ("cpu", "cuda"):
+        key = compiled_code_key(BEST, kind)
+        for same in (
+            BEST.replace(num_workers=2, pin_memory=True),
+            BEST.replace(omp_spin=True),
+            BEST.replace(fused_optimizer=True),
+            BEST.replace(grad_accum=8),
+        ):
+            assert compiled_code_key(same, kind) == key, same
+        for other in (
+            BEST.replace(precision="fp32"),
+            BEST.replace(activation_checkpointing=True),
+            BEST.replace(knobs={"attention": "eager", "loss": "chunked"}),
+            BEST.replace(compile="max-autotune-no-cudagraphs"),
+        ):
+            assert compiled_code_key(other, kind) != key, other
+        assert compiled_code_key(BEST.to_dict(), kind) == key  # a trial record's config
+
+
+def test_on_a_cpu_one_compile_serves_every_micro_batch_above_one() -> None:
+    other_shape = BEST.replace(micro_batch=16, grad_accum=2)
+    assert compiled_code_key(other_shape, "cpu") == compiled_code_key(BEST, "cpu")
+    assert compiled_code_key(other_shape, "cuda") != compiled_code_key(BEST, "cuda")
+    one = BEST.replace(micro_batch=1, grad_accum=32)  # torch specializes a size of 1
+    assert compiled_code_key(one, "cpu") != compiled_code_key(BEST, "cpu")
+    regions = BEST.replace(compile_regions=True)  # a block's inputs are not the batch
+    assert compiled_code_key(regions.replace(micro_batch=16, grad_accum=2), "cpu") != (
+        compiled_code_key(regions, "cpu")
+    )
+    eager = BEST.replace(compile="off")  # its kernels run the shapes they are given
+    assert compiled_code_key(eager.replace(micro_batch=16, grad_accum=2), "cpu") != (
+        compiled_code_key(eager, "cpu")
+    )
 
 
 def test_one_eval_graph_serves_every_micro_batch_of_a_code() -> None:
@@ -72,13 +90,15 @@ def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not
         1: _record(1, BEST.replace(knobs={"attention": "sdpa"}), 47.0, 40.0),
         2: _record(2, BEST, 44.0, 36.0),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=GPU)
     assert cached_compile_s(list(records.values())) == CACHED_COMPILE_SHARE * 40.0
     first = BEST.replace(micro_batch=16, grad_accum=2)
     said = will_not_finish(state, first)
     assert "(48 s: the slowest first compile so far)" in said  # 40 s + a median 7.5 s
     cached = BEST.replace(omp_spin=True)  # 8 s of steps after #2's compile, and a cached one
     assert will_not_finish(state, cached) == ""
+    state.space = SimpleNamespace(device_kind="cpu")  # one compile serves any micro-batch
+    assert will_not_finish(state, first) == ""
     state.time_for_trials = lambda: 8.0 + CACHED_COMPILE_SHARE * 40.0 - 1.0
     assert "#2's code from the compile cache" in will_not_finish(state, cached)
 
@@ -88,7 +108,7 @@ def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
 
     naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
     records = {0: _record(0, naive, 12.0, None), 2: _record(2, BEST, 44.0, 36.0)}
-    space: Any = SimpleNamespace(params_of=lambda c: {"key": repr(c.to_dict())})
+    space: Any = SimpleNamespace(params_of=lambda c: {"key": repr(c.to_dict())}, device_kind="cuda")
     state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=space)
     planner = Planner(state=state)
     study = optuna.create_study(direction="maximize")
@@ -106,7 +126,7 @@ def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -
     naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
     records = {0: _record(0, naive, 30.0, None), 1: _record(1, naive.replace(micro_batch=8,
         grad_accum=4), 14.0, None)}  # fmt: skip
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 13.0)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 13.0, space=GPU)
     said = will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8))
     assert "less than this trial takes here (14 s: the quickest trial without compile" in said
     state.time_for_trials = lambda: 14.0
@@ -155,13 +175,13 @@ def test_a_first_compile_is_expected_to_take_as_long_as_the_slowest_seen() -> No
         3: _record(3, BEST, 38.0, 30.0),
         8: _record(8, BEST.replace(micro_batch=16, grad_accum=2), 47.0, 37.0),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 47.0)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 47.0, space=GPU)
     first = BEST.replace(micro_batch=4, grad_accum=8)
     assert "(49 s: the slowest first compile so far)" in will_not_finish(state, first)
     assert will_not_finish(state, BEST.replace(omp_spin=True)) == ""  # 8 s + the cache's
     # compiled trials that did not say how long they compiled: the quickest is all there is
     unsaid = {0: records[0], 3: _record(3, BEST, 38.0, None), 8: _record(8, BEST, 47.0, None)}
-    state = SimpleNamespace(records=unsaid, time_for_trials=lambda: 40.0)
+    state = SimpleNamespace(records=unsaid, time_for_trials=lambda: 40.0, space=GPU)
     assert will_not_finish(state, first) == ""
 
 
@@ -182,7 +202,7 @@ def test_the_compile_caches_set_up_in_the_first_compiled_trial_is_not_expected_a
         10: _record(10, BEST.replace(knobs={"attention": "eager", "block_group": 8}), 31.6, 27.2),
         11: _record(11, BEST.replace(omp_spin=True), 5.8, 1.6),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 33.0)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 33.0, space=GPU)
     first = sdpa.replace(micro_batch=16, grad_accum=2, omp_spin=True)
     assert will_not_finish(state, first) == ""  # 27.2 s + a median rest of 4.8 s: 32 s
     state.time_for_trials = lambda: 31.0
@@ -217,7 +237,7 @@ def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_var
     # its steps (2 x 1.98 s) and the compiled trials' median start-up (1.46 s)
     assert abs(rest_s(records[2], list(records.values())) - (3.96 + 1.46)) < 0.01
     assert rest_s(records[3], list(records.values())) == 35.4 - 31.7  # its own, lower
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 18.0)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 18.0, space=GPU)
     variant = sdpa.replace(omp_spin=True)
     assert will_not_finish(state, variant) == ""  # 5.4 s + 1.8 s from the cache
     state.time_for_trials = lambda: 6.0
