@@ -1,9 +1,11 @@
 """A micro-batch change served by the compile cache: compiled code with a dynamic batch
 dimension, against code compiled for each micro-batch (static shapes).
 
-A CPU search compiles each compiled micro-batch of a config anew: mu's first compile took
+A CPU search compiled each compiled micro-batch of a config anew (mu's first compile took
 52-57 s of a 340-second default search on the 2-core EPYC, and the compiled code of mb 8
-does not serve mb 16. Marked dynamic in its batch dimension
+did not serve mb 16); it now marks the batch dimension dynamic on a CPU
+(``TrainConfig.any_micro_batch``), and this script measures that choice against static
+code. Marked dynamic in its batch dimension
 (``torch._dynamo.maybe_mark_dynamic``), one compile serves every micro-batch, at the cost
 of code that does not know its batch size. Per mode, on a compile cache emptied first:
 a process compiles and times micro-batch A, then a fresh process micro-batch B (the
@@ -83,18 +85,16 @@ def child(model: str, micro_batch: int, dynamic: bool, precision: str, steps: in
     optimizer = make_optimizer(raw, config)
     apply_backend_flags(config, device)
     stepper = Stepper(model_c, optimizer, config=config, device=device, loss_fn=spec.loss_fn)
+    # the step marks the batch dimension dynamic on a CPU (TrainConfig.any_micro_batch);
+    # the static mode turns that off, as autotune did before
+    stepper.any_micro_batch = dynamic
     generator = torch.Generator().manual_seed(0)
 
     def micro_batches() -> list[Any]:
-        out = []
-        for _ in range(config.grad_accum):
-            batch = spec.make_batch(batch_size=micro_batch, seq_len=seq, generator=generator)
-            if dynamic:
-                for value in batch.values():
-                    if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        torch._dynamo.maybe_mark_dynamic(value, 0)
-            out.append(batch)
-        return out
+        return [
+            spec.make_batch(batch_size=micro_batch, seq_len=seq, generator=generator)
+            for _ in range(config.grad_accum)
+        ]
 
     times = []
     for _ in range(steps + 1):
