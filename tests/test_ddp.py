@@ -43,7 +43,6 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
 
 def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
     import autotune.train.run_folder as folder_module
-    import autotune.train.trainer as trainer_module
     from autotune.train.api import train
     from autotune.train.trainer import Trainer
 
@@ -57,13 +56,13 @@ def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
         return real_save(state, path)
 
     folder_module.save_checkpoint = recording_save
-    real_finish = trainer_module.finish
+    real_finish = Trainer._finish
 
-    def finish(trainer: Trainer, **kwargs: Any) -> Any:  # keep each rank's final weights
+    def finish(trainer: Trainer, *args: Any, **kwargs: Any) -> Any:  # each rank's last weights
         torch.save(trainer.raw_model.state_dict(), root / f"{trainer.out_dir.name}-rank{rank}.pt")
-        return real_finish(trainer, **kwargs)
+        return real_finish(trainer, *args, **kwargs)
 
-    trainer_module.finish = finish
+    Trainer._finish = finish  # type: ignore[method-assign]
     settings = TrainingDefaults(
         max_steps=4,
         warmup_steps=1,

@@ -1,6 +1,6 @@
 """What a training run returns (``TrainResult``), the figures of its steady state, and
-``summary.json``, the result as the run folder keeps it; ``finish`` makes both from the
-trainer at the end of its run."""
+``summary.json``, the result as the run folder keeps it; ``finish`` makes both from what
+the trainer holds at the end of its run."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from autotune.core.plain import to_plain
 from autotune.train.progress import mfu
 
 if TYPE_CHECKING:
+    from autotune.contract.spec import ModelSpec
+    from autotune.machine.caps import DeviceCaps
     from autotune.train.progress import Progress
-    from autotune.train.trainer import Trainer
 
 __all__ = ["SteadyFigures", "TrainResult", "finish", "steady_figures", "write_summary"]
 
@@ -105,51 +106,61 @@ def write_summary(
 
 
 def finish(
-    trainer: Trainer,
-    *,
-    start_step: int,
-    total: int,
     progress: Progress,
+    *,
+    spec: ModelSpec,
+    config: TrainConfig,
+    global_config: TrainConfig,
+    caps: DeviceCaps | None,
+    world_size: int,
+    out_dir: Path,
+    start_step: int,
+    steps: int,
+    total: int,
+    best_eval_loss: float | None,
+    checkpoint: Path | None,
+    oom_adaptations: int,
     interrupted: str | None,
     wall_s: float,
-    summary: bool = True,
+    message: Callable[[str], None] | None,
 ) -> TrainResult:
-    """The result of ``trainer``'s run, which started at ``start_step`` and ran the steps
-    ``progress`` holds; rank 0 writes it to ``summary.json`` (with ``summary``)."""
-    cfg, spec, world = trainer.config, trainer.spec, trainer.dist.world_size
+    """The result of a run of ``spec`` that started at ``start_step``, reached ``steps`` of
+    ``total`` and ran the steps ``progress`` holds, under ``config`` (one process's share
+    of ``global_config``, the config it returns) on ``world_size`` processes. With
+    ``message`` (rank 0, unless the run trained nothing) it is written to the run
+    folder's ``summary.json`` and said there."""
+    cfg = config
     figures = steady_figures(
         progress.step_times,
-        samples_per_step=cfg.micro_batch * cfg.grad_accum * world,
+        samples_per_step=cfg.micro_batch * cfg.grad_accum * world_size,
         per_sample=spec.tokens_per_sample(cfg.seq_len),
     )
     sps, tps = figures.samples_per_s, figures.tokens_per_s
     last_eval = progress.last_eval
     result = TrainResult(
-        out_dir=trainer.out_dir,
+        out_dir=out_dir,
         start_step=start_step,
-        steps=trainer.step,
+        steps=steps,
         total_steps=total,
         losses=tuple(progress.losses),
         eval=None if last_eval is None else dict(last_eval),
-        best_eval_loss=trainer.best_eval_loss,
+        best_eval_loss=best_eval_loss,
         steady_tokens_per_s=spec.pick_throughput(tps, None),  # None: a samples/s model
         steady_samples_per_s=sps,
-        mfu=None
-        if sps is None
-        else mfu(spec, cfg, trainer.caps, samples_per_s=sps, world_size=world),
+        mfu=None if sps is None else mfu(spec, cfg, caps, samples_per_s=sps, world_size=world_size),
         interrupted=interrupted,
-        checkpoint=trainer.folder.last_checkpoint,
-        config=trainer.global_config,
-        oom_adaptations=trainer.oom_adaptations,
+        checkpoint=checkpoint,
+        config=global_config,
+        oom_adaptations=oom_adaptations,
         wall_s=wall_s,
         median_step_s=figures.median_step_s,
         median_tokens_per_s=spec.pick_throughput(figures.median_tokens_per_s, None),
     )
-    if summary and trainer.dist.is_main:
+    if message is not None:
         write_summary(
             result,
             rate=None if sps is None else spec.pick_throughput(tps, sps),
             label=spec.throughput_label,
-            message=trainer.display.message,
+            message=message,
         )
     return result

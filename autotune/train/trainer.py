@@ -307,11 +307,10 @@ class Trainer:
                 self.stream.close()  # its workers end now, not at the interpreter's exit
                 self.display.advance(self.step)
                 self.display.close()
-            return finish(
-                self,
+            return self._finish(
+                progress,
                 start_step=start_step,
                 total=total,
-                progress=progress,
                 interrupted=self._stopped_early(total),
                 wall_s=time.perf_counter() - t_start,
             )
@@ -347,14 +346,43 @@ class Trainer:
         )
         self.stream.close()
         self.display.close()
-        return finish(
-            self,
+        return self._finish(
+            progress,
             start_step=self.step,
             total=total,
-            progress=progress,
             interrupted=None,
             wall_s=wall_s,
             summary=False,
+        )
+
+    def _finish(
+        self,
+        progress: Progress,
+        *,
+        start_step: int,
+        total: int,
+        interrupted: str | None,
+        wall_s: float,
+        summary: bool = True,
+    ) -> TrainResult:
+        """The run's result (``finish``); rank 0 writes ``summary.json`` (with ``summary``)."""
+        return finish(
+            progress,
+            spec=self.spec,
+            config=self.config,
+            global_config=self.global_config,
+            caps=self.caps,
+            world_size=self.dist.world_size,
+            out_dir=self.out_dir,
+            start_step=start_step,
+            steps=self.step,
+            total=total,
+            best_eval_loss=self.best_eval_loss,
+            checkpoint=self.folder.last_checkpoint,
+            oom_adaptations=self.oom_adaptations,
+            interrupted=interrupted,
+            wall_s=wall_s,
+            message=self.display.message if summary and self.dist.is_main else None,
         )
 
     def _model_code(self) -> contextlib.AbstractContextManager[None]:
