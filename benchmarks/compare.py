@@ -645,7 +645,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="benchmarks/compare.py",
         description="autotune against naive, hand-tuned and largest-batch configs, one run.",
     )
-    p.add_argument("--model", required=True, help="a built-in model name or pkg.mod:attr")
+    p.add_argument(
+        "--model", required=True, help="a built-in model name, hf:<architecture> or pkg.mod:attr"
+    )
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        help="KEY=VALUE for the model's build (hf:llama: num_hidden_layers=4), repeatable",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the best)")
     p.add_argument("--budget", required=True, help="memory budget: 8GB, 8GiB, 8000MB or 0.5")
     p.add_argument("--global-batch", type=int, default=None, help="default: the model's")
@@ -788,10 +796,10 @@ def _task(args: argparse.Namespace) -> Task:
     from autotune.core.errors import UsageError
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
-    from autotune.models.registry import load_model
+    from autotune.models.registry import load_model, parse_model_args
     from autotune.study.space import parse_seq_len
 
-    spec = load_model(args.model)
+    spec = load_model(args.model, parse_model_args(args.model_arg))
     profile = probe()
     caps = profile.device(args.device)
     budget = parse_budget(args.budget, device_memory_bytes=caps.total_memory_bytes)
