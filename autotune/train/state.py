@@ -13,7 +13,8 @@ out-of-memory adaptations.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,9 +24,24 @@ from autotune.train.checkpoint import CheckpointError, restore_rng_state
 from autotune.train.schedule import set_peak_lr
 
 if TYPE_CHECKING:
-    from autotune.train.trainer import Trainer
+    from torch import nn
+    from torch.optim.lr_scheduler import LambdaLR
 
-__all__ = ["CHECKPOINT_FORMAT", "checkpoint_state", "plain", "restore_state"]
+    from autotune.config.train_config import TrainConfig, TrainingDefaults
+    from autotune.contract.spec import ModelSpec
+    from autotune.data.tokenizer import ByteTokenizer, WordVocab
+    from autotune.engine.step import Stepper
+    from autotune.train.batches import BatchStream
+    from autotune.train.distributed import DistInfo
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "RunStanding",
+    "TrainedParts",
+    "checkpoint_state",
+    "plain",
+    "restore_state",
+]
 
 CHECKPOINT_FORMAT = 1
 
@@ -44,61 +60,92 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainedParts:
+    """What a checkpoint saves and a resume loads back into: the model as built, its
+    optimizer, the learning-rate schedule and the step function (its fp16 scaler)."""
+
+    raw_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: LambdaLR
+    stepper: Stepper
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStanding:
+    """Where a run stands: its step, its best validation loss, the evaluation batch (which
+    validation samples an evaluation covers) and its out-of-memory adaptations."""
+
+    step: int
+    best_eval_loss: float | None
+    eval_batch: int
+    oom_adaptations: int
+
+
 def checkpoint_state(
-    trainer: Trainer,
+    parts: TrainedParts,
+    standing: RunStanding,
     rngs: Sequence[Any],
     full: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    *,
+    stream: BatchStream,
+    spec: ModelSpec,
+    global_config: TrainConfig,
+    training: TrainingDefaults,
+    tokenizer: ByteTokenizer | WordVocab | None,
+    world_size: int,
 ) -> dict[str, Any]:
-    """The checkpoint of ``trainer`` at its current step; ``rngs``: every rank's RNG
-    states; ``full``: the model's and optimizer's gathered state (FSDP), else their own."""
-    tokenizer = trainer.data.tokenizer
+    """The checkpoint of a run of ``spec`` (``global_config``, ``training``, on
+    ``world_size`` processes, reading ``stream``) at ``standing``; ``rngs``: every rank's
+    RNG states; ``full``: the model's and optimizer's gathered state (FSDP), else
+    ``parts``' own."""
     return {
         "format": CHECKPOINT_FORMAT,
-        "step": trainer.step,
-        "model": full[0] if full else trainer.raw_model.state_dict(),
-        "optimizer": full[1] if full else trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict(),
-        "stepper": trainer.stepper.state_dict(),
+        "step": standing.step,
+        "model": full[0] if full else parts.raw_model.state_dict(),
+        "optimizer": full[1] if full else parts.optimizer.state_dict(),
+        "scheduler": parts.scheduler.state_dict(),
+        "stepper": parts.stepper.state_dict(),
         "rng": list(rngs),
         "data": {
-            "epoch": trainer.stream.epoch,
-            "offset": trainer.stream.offset,
-            "world_size": trainer.dist.world_size,
-            "seed": trainer.training.seed,
-            "samples": trainer.stream.samples,  # the training split's size
+            "epoch": stream.epoch,
+            "offset": stream.offset,
+            "world_size": world_size,
+            "seed": training.seed,
+            "samples": stream.samples,  # the training split's size
         },
-        "config": plain(trainer.global_config.to_dict()),
-        "training": plain(dataclasses.asdict(trainer.training)),
-        "model_name": trainer.spec.name,
-        "model_source": trainer.spec.source,
-        "model_args": plain(dict(trainer.spec.args)),
-        "best_eval_loss": trainer.best_eval_loss,
-        "eval_batch": trainer.eval_batch,
-        "oom_adapted": trainer.oom_adaptations > 0,
-        "oom_adaptations": trainer.oom_adaptations,
+        "config": plain(global_config.to_dict()),
+        "training": plain(dataclasses.asdict(training)),
+        "model_name": spec.name,
+        "model_source": spec.source,
+        "model_args": plain(dict(spec.args)),
+        "best_eval_loss": standing.best_eval_loss,
+        "eval_batch": standing.eval_batch,
+        "oom_adapted": standing.oom_adaptations > 0,
+        "oom_adaptations": standing.oom_adaptations,
         "tokenizer": None if tokenizer is None else plain(tokenizer.to_dict()),
         "torch_version": str(torch.__version__),
     }
 
 
-def _load_weights(trainer: Trainer, state: dict[str, Any]) -> None:
+def _load_weights(
+    parts: TrainedParts, state: dict[str, Any], *, sharded: bool, model_name: str
+) -> None:
     """The model's (and under FSDP the optimizer's) state, or a CheckpointError saying
     which model the checkpoint was written for."""
     try:
-        if trainer.sharded:  # every rank loads the whole state into its shards
-            load_full_state(
-                trainer.raw_model, trainer.optimizer, state["model"], state["optimizer"]
-            )
+        if sharded:  # every rank loads the whole state into its shards
+            load_full_state(parts.raw_model, parts.optimizer, state["model"], state["optimizer"])
         else:
-            trainer.raw_model.load_state_dict(state["model"])
+            parts.raw_model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
         raise CheckpointError(
-            f"the checkpoint does not fit model {trainer.spec.name!r} with these args "
+            f"the checkpoint does not fit model {model_name!r} with these args "
             f"(it was written for {state.get('model_name')!r} "
             f"{state.get('model_args')}): {_mismatch(exc)}"
         ) from None
-    if not trainer.sharded:
-        trainer.optimizer.load_state_dict(state["optimizer"])
+    if not sharded:
+        parts.optimizer.load_state_dict(state["optimizer"])
 
 
 def _mismatch(exc: Exception, limit: int = 240) -> str:
@@ -109,36 +156,48 @@ def _mismatch(exc: Exception, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def restore_state(trainer: Trainer, state: dict[str, Any]) -> None:
-    """``state`` (a checkpoint) into ``trainer``, built for it: weights, optimizer,
-    schedule (with this run's peak learning rate), step function, RNGs, data position,
-    step, best validation loss. The tokenizer must be the checkpoint's."""
-    _load_weights(trainer, state)
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    set_peak_lr(trainer.scheduler, trainer.training.lr)  # --lr, --max-steps may change them
-    trainer.stepper.load_state_dict(state["stepper"])
+def restore_state(
+    state: dict[str, Any],
+    parts: TrainedParts,
+    *,
+    stream: BatchStream,
+    sharded: bool,
+    model_name: str,
+    peak_lr: float,
+    tokenizer: ByteTokenizer | WordVocab | None,
+    dist: DistInfo,
+    message: Callable[[str], None],
+) -> RunStanding:
+    """``state`` (a checkpoint) into ``parts``, built for it: weights, optimizer,
+    schedule (with this run's ``peak_lr``), step function; then the RNGs and the data
+    position (``stream``). Returns where the run stands: step, best validation loss,
+    evaluation batch, out-of-memory adaptations. The tokenizer must be the checkpoint's."""
+    _load_weights(parts, state, sharded=sharded, model_name=model_name)
+    parts.scheduler.load_state_dict(state["scheduler"])
+    set_peak_lr(parts.scheduler, peak_lr)  # --lr, --max-steps may change them
+    parts.stepper.load_state_dict(state["stepper"])
     saved_tok = state.get("tokenizer")
-    tokenizer = trainer.data.tokenizer
     if saved_tok is not None and tokenizer is not None and saved_tok != plain(tokenizer.to_dict()):
         raise CheckpointError(
             "the checkpoint was trained with a different tokenizer or vocabulary than "
             "this data gives (see tokenizer.json in the run folder); resume with the "
             "same --data"
         )
-    dist = trainer.dist
     rngs = state["rng"]
     if len(rngs) != dist.world_size:
-        trainer.display.message(
+        message(
             f"note: the checkpoint was written by {len(rngs)} process(es), this run has "
             f"{dist.world_size}: random streams and data order per process differ "
             "from the original run"
         )
     restore_rng_state(rngs[dist.rank % len(rngs)])
     data = state["data"]
-    trainer.stream.seek(int(data["epoch"]), int(data["offset"]))
-    trainer.step = int(state["step"])
+    stream.seek(int(data["epoch"]), int(data["offset"]))
     best = state.get("best_eval_loss")
-    trainer.best_eval_loss = None if best is None else float(best)
-    # the samples its evaluations covered (before this field: twice its micro-batch)
-    trainer.eval_batch = int(state.get("eval_batch") or 2 * int(state["config"]["micro_batch"]))
-    trainer.oom_adaptations = int(state.get("oom_adaptations", 0))
+    return RunStanding(
+        step=int(state["step"]),
+        best_eval_loss=None if best is None else float(best),
+        # the samples its evaluations covered (before this field: twice its micro-batch)
+        eval_batch=int(state.get("eval_batch") or 2 * int(state["config"]["micro_batch"])),
+        oom_adaptations=int(state.get("oom_adaptations", 0)),
+    )

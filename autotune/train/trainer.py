@@ -39,7 +39,7 @@ import functools
 import random
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -80,7 +80,7 @@ from autotune.train.result import TrainResult, finish
 from autotune.train.resumable import foreign_checkpoints, refuse_other_batches
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
-from autotune.train.state import checkpoint_state, restore_state
+from autotune.train.state import RunStanding, TrainedParts, checkpoint_state, restore_state
 from autotune.train.stop import StopSignals
 
 if TYPE_CHECKING:
@@ -219,8 +219,41 @@ class Trainer:
         # Per-rank randomness (dropout) after an identical initialisation everywhere.
         torch.manual_seed(seed + self.dist.rank)
         if resumed is not None:
-            restore_state(self, resumed)
+            self._restore(resumed)
         self._setup_data()
+
+    def _parts(self) -> TrainedParts:
+        """What a checkpoint saves and a resume loads back into."""
+        return TrainedParts(
+            raw_model=self.raw_model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            stepper=self.stepper,
+        )
+
+    def _standing(self) -> RunStanding:
+        return RunStanding(
+            step=self.step,
+            best_eval_loss=self.best_eval_loss,
+            eval_batch=self.eval_batch,
+            oom_adaptations=self.oom_adaptations,
+        )
+
+    def _restore(self, resumed: dict[str, Any]) -> None:
+        """The checkpoint ``resumed`` into the built run (state.py), and where it stood."""
+        standing = restore_state(
+            resumed,
+            self._parts(),
+            stream=self.stream,
+            sharded=self.sharded,
+            model_name=self.spec.name,
+            peak_lr=self.training.lr,
+            tokenizer=self.data.tokenizer,
+            dist=self.dist,
+            message=self.display.message,
+        )
+        self.step, self.best_eval_loss = standing.step, standing.best_eval_loss
+        self.eval_batch, self.oom_adaptations = standing.eval_batch, standing.oom_adaptations
 
     def _setup_adapted_batch(self, saved: TrainConfig) -> None:
         """Continue with the micro-batch a checkpoint adapted to after running out of memory."""
@@ -510,9 +543,23 @@ class Trainer:
         """Checkpoint the current step (collective under DDP: every rank must call it).
         Under FSDP every rank first gathers the whole state (a collective too)."""
         full = full_state(self.raw_model, self.optimizer) if self.sharded else None
-        return self.folder.save(
-            self.step, lambda rngs: checkpoint_state(self, rngs, full), best=best
-        )
+        parts, standing = self._parts(), self._standing()
+
+        def state(rngs: Sequence[Any]) -> dict[str, Any]:
+            return checkpoint_state(
+                parts,
+                standing,
+                rngs,
+                full,
+                stream=self.stream,
+                spec=self.spec,
+                global_config=self.global_config,
+                training=self.training,
+                tokenizer=self.data.tokenizer,
+                world_size=self.dist.world_size,
+            )
+
+        return self.folder.save(self.step, state, best=best)
 
     def evaluate(self) -> dict[str, Any]:
         """Validation loss (and the model's metric) over ``eval_batches`` batches of
