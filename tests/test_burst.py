@@ -24,7 +24,7 @@ import torch
 
 from autotune.burst import trial as _trial
 from autotune.burst.outcome import describe_exit
-from autotune.burst.request import spec_payload
+from autotune.burst.request import SpecRef
 from autotune.burst.result import BurstResult, percentile, step_figures
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
@@ -337,14 +337,14 @@ def test_step_figures_compile_and_mfu_peak_choice() -> None:
     assert "tokens_per_s" not in by_samples and by_samples["samples_per_s"] == pytest.approx(40)
 
 
-def test_spec_payload_prefers_the_source() -> None:
+def test_the_spec_travels_by_its_source_where_it_has_one() -> None:
     spec = fake("oom_spec", width=4)
-    payload = spec_payload(spec)
-    assert payload["spec"] is None
-    assert payload["spec_source"] == f"{FAKES}:oom_spec"
-    assert payload["spec_args"]["width"] == 4
-    pickled = spec_payload(dataclasses.replace(spec, source=""))
-    assert pickled["spec"] is not None and pickled["spec_source"] is None
+    ref = SpecRef.of(spec)
+    assert ref.pickled is None
+    assert ref.source == f"{FAKES}:oom_spec"
+    assert ref.args is not None and ref.args["width"] == 4
+    pickled = SpecRef.of(dataclasses.replace(spec, source=""))
+    assert pickled.pickled is not None and pickled.source is None
 
 
 def test_unpicklable_spec_without_source_is_an_error_without_a_process() -> None:

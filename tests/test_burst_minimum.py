@@ -14,6 +14,7 @@ from fake_channel import RecordingChannel, StepOut
 from fake_models import FAKES
 
 import autotune.burst.trial as trial_module
+from autotune.burst.request import BurstRequest, SpecRef
 from autotune.burst.result import (
     CUDA_MIN_TIMED_S,
     CUDA_MIN_WARMUP_S,
@@ -174,7 +175,11 @@ def test_the_verification_evaluates_the_model_the_trainer_evaluates(tmp_path: An
     counter = CompileCounter()
     compiled = torch.compile(built.model, backend=counter)
     built = dataclasses.replace(built, model=compiled)
-    trial = trial_module.Trial({"seed": 0, "workdir": str(tmp_path)}, RecordingChannel())  # type: ignore[arg-type]
+    request = BurstRequest(
+        spec=SpecRef.of(spec), config=config, steps=1, warmup=0, device="cpu", seed=0,
+        workdir=str(tmp_path),
+    )  # fmt: skip
+    trial = trial_module.Trial(request, RecordingChannel())  # type: ignore[arg-type]
     failed, extra = trial._verify(spec, built, config)
     assert failed is None and math.isfinite(extra["eval_loss"])
     assert counter.frame_count == 0  # nothing compiled for the eval step

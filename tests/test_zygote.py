@@ -25,7 +25,7 @@ from fake_detach import DETACH
 from fake_models import FAKES
 
 from autotune.burst import zygote as zygote_module
-from autotune.burst.request import write_request
+from autotune.burst.request import BurstRequest, SpecRef, write_request
 from autotune.burst.supervisor import run_burst
 from autotune.burst.zygote import SWITCH_ENV, Zygote, ZygoteError, zygotes
 from autotune.config.train_config import TrainConfig
@@ -134,8 +134,11 @@ def _write_sleeping_request(request: Any) -> None:
     """A request for a trial of the sleeping fake: a trial that runs until it is ended."""
     spec = load_model(f"{FAKES}:sleep_spec")
     write_request(
-        request, spec, TrainConfig(micro_batch=2, seq_len=16), steps=2, warmup=1,
-        budget_bytes=None, device="cpu", seed=0, verify=False, threads=1,
+        request,
+        BurstRequest(
+            spec=SpecRef.of(spec), config=TrainConfig(micro_batch=2, seq_len=16), steps=2,
+            warmup=1, device="cpu", seed=0, threads=1,
+        ),
     )  # fmt: skip
     request.flush()
 

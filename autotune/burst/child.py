@@ -1,10 +1,10 @@
 """The inside of a burst: the code that runs in the trial's own process.
 
 Started by ``autotune.burst.supervisor.run_burst`` as
-``python -m autotune.burst.child REQUEST FD``: ``REQUEST`` is a pickle written by the
-parent (``autotune.burst.request``: the spec's source or the pickled spec, the config, the
-step counts, the budget), inherited as ``fd:N`` (this process then makes its own folder)
-or, under torchrun, a path in the folder the parent made; ``FD`` a pipe
+``python -m autotune.burst.child REQUEST FD``: ``REQUEST`` is a ``BurstRequest`` written
+by the parent (``autotune.burst.request``: the spec's source or the pickled spec, the
+config, the step counts, the budget), inherited as ``fd:N`` (this process then makes its
+own folder) or, under torchrun, a path in the folder the parent made; ``FD`` a pipe
 (``autotune.burst.channel``) on which this process writes one JSON object per line:
 
     {"type": "stage", "name": "building the model"}
@@ -22,6 +22,7 @@ prints to stdout or stderr on purpose; both go to a log the parent keeps for con
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -78,7 +79,8 @@ def _run(args: list[str], workdir: _Workdir) -> None:
     try:
         try:
             request = read_request(args[0])
-            request["workdir"] = request.get("workdir") or str(workdir.path)
+            if request.workdir is None:  # a one-process trial: the folder it made
+                request = dataclasses.replace(request, workdir=str(workdir.path))
             trial = Trial(request, channel)
             outcome = trial.run()
         except ParentGone:

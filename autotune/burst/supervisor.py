@@ -63,7 +63,7 @@ from autotune.burst.process import (
     tree_budget,
     wait_exit,
 )
-from autotune.burst.request import write_request
+from autotune.burst.request import BurstRequest, SpecRef, write_request
 from autotune.burst.result import (
     CUDA_MIN_TIMED_S,
     CUDA_MIN_WARMUP_S,
@@ -125,23 +125,23 @@ def run_burst(
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
 
-    ``budget_bytes`` is enforced inside the trial on CUDA (the allocator is capped) and by
-    the parent's watchdog on CPU. ``on_step(index, seconds)`` is called here, in the
-    caller's process, after each timed step (``index`` from 0); returning False stops the
-    trial at once with status ``pruned``, as does a reason returned by ``should_stop()``
-    (polled while the trial runs, from its first step on where the config compiles: that
-    step is the compile); an exception either raises ends the trial and is
-    re-raised. ``verify`` adds an eval step on a batch twice the micro-batch and a
-    checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's answer.
-    ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
-    profiled steps after the timed ones (the result's ``breakdown``; their trace to
-    ``trace_path``). ``stable_within``: a one-process trial ends its timed steps once two
-    agree within that fraction (``steps_stable``). ``min_warmup_s`` / ``min_timed_s``: a
-    one-process trial runs more steps where its warm-up (after the first step) or its
-    timed steps take less time (None: ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on
-    CUDA, none on a CPU). Nothing the trial started outlives it.
+    ``budget_bytes`` is enforced inside the trial on CUDA (the allocator is capped) and by the
+    parent's watchdog on CPU. ``on_step(index, seconds)`` is called here, in the caller's process,
+    after each timed step (``index`` from 0); returning False stops the trial at once with status
+    ``pruned``, as does a reason returned by ``should_stop()`` (polled while the trial runs, from
+    its first step on where the config compiles: that step is the compile); an exception either
+    raises ends the trial and is re-raised. ``verify`` adds an eval step on a batch twice the
+    micro-batch and a checkpoint save. ``device_caps`` (for MFU) defaults to the hardware probe's
+    answer. ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
+    profiled steps after the timed ones (the result's ``breakdown``; their trace to ``trace_path``).
+    ``stable_within``: a one-process trial ends its timed steps once two agree within that fraction
+    (``steps_stable``). ``min_warmup_s`` / ``min_timed_s``: a one-process trial runs more steps
+    where its warm-up (after the first step) or its timed steps take less time (None:
+    ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on CUDA, none on a CPU). Nothing the trial started
+    outlives it.
     """
-    _check_arguments(steps, warmup, timeout_s, budget_bytes, threads, stable_within)
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s=}")
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
@@ -152,19 +152,20 @@ def run_burst(
     # made here. A one-process trial makes its own (``spawn_child``).
     workdir = make_workdir() if burst.nproc > 1 else None
     try:
-        with tempfile.TemporaryFile() as log, _request_file(workdir) as request:
+        request = BurstRequest(  # a bad value is a ValueError, raised before any process starts
+            spec=SpecRef.of(spec), config=config, steps=steps, warmup=warmup, device=device,
+            seed=seed, budget_bytes=budget_bytes, verify=verify, threads=threads,
+            workdir=None if workdir is None else str(workdir), profile=profile,
+            trace_path=trace_path, stable_within=stable_within, min_warmup_s=minimum.warmup_s,
+            min_timed_s=minimum.timed_s,
+        )  # fmt: skip
+        with tempfile.TemporaryFile() as log, _request_file(workdir) as request_file:
             try:
-                write_request(
-                    request, spec, config, steps=steps, warmup=warmup,
-                    budget_bytes=budget_bytes, device=device, seed=seed, verify=verify,
-                    threads=threads, workdir=None if workdir is None else str(workdir),
-                    profile=profile, trace_path=trace_path, stable_within=stable_within,
-                    min_warmup_s=minimum.warmup_s, min_timed_s=minimum.timed_s,
-                )  # fmt: skip
+                write_request(request_file, request)
             except Exception as exc:
                 return burst.result("error", _cannot_send(spec, exc), Progress())
             return _supervise(
-                request=request if workdir is None else workdir / REQUEST_FILE,
+                request=request_file if workdir is None else workdir / REQUEST_FILE,
                 log=log,
                 workdir=workdir,
                 burst=burst,
@@ -205,28 +206,6 @@ def _minimum(device: str, warmup_s: float | None, timed_s: float | None) -> Mini
     if warmup_s < 0 or timed_s < 0:
         raise ValueError(f"minimum seconds must be >= 0, got {warmup_s=}, {timed_s=}")
     return Minimum(warmup_s=warmup_s, timed_s=timed_s)
-
-
-def _check_arguments(
-    steps: int,
-    warmup: int,
-    timeout_s: float,
-    budget_bytes: int | None,
-    threads: int | None,
-    stable_within: float | None,
-) -> None:
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps=}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup=}")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s=}")
-    if budget_bytes is not None and budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes=}")
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads=}")
-    if stable_within is not None and not 0 < stable_within < 1:
-        raise ValueError(f"stable_within must be between 0 and 1, got {stable_within=}")
 
 
 @dataclass(frozen=True, kw_only=True)

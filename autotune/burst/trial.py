@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
-from autotune.burst.request import load_spec
 from autotune.burst.result import FIRST_WARMUP_MICRO_BATCHES, Minimum, steps_stable
 from autotune.core.errors import describe_exception
 
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from autotune.burst.channel import Channel
+    from autotune.burst.request import BurstRequest
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import Batch, ModelSpec
     from autotune.engine.build import Built
@@ -113,7 +113,7 @@ def _finite(value: float) -> bool:
 class Trial:
     """One burst, inside the trial process."""
 
-    def __init__(self, request: Mapping[str, Any], channel: Channel) -> None:
+    def __init__(self, request: BurstRequest, channel: Channel) -> None:
         self.request = request
         self.channel = channel
         self.stage = "starting"
@@ -141,9 +141,9 @@ class Trial:
         from autotune.engine import memory
 
         req = self.request
-        self.dist, device_name, config = join_ranks(req["config"], req["device"])
-        seed: int = req["seed"]  # the same initial weights on every rank (FSDP2 does not broadcast)
-        budget: int | None = req["budget_bytes"]
+        self.dist, device_name, config = join_ranks(req.config, req.device)
+        seed = req.seed  # the same initial weights on every rank (FSDP2 does not broadcast)
+        budget = req.budget_bytes
         device = torch.device(device_name)
         self.device = device
         self.cuda = device.type == "cuda"
@@ -154,10 +154,10 @@ class Trial:
             index = device.index if device.index is not None else 0
             used_before = memory.nvml_device_used_bytes(index)
 
-        if req.get("threads"):  # fewer than the cores: the machine is shared right now
-            torch.set_num_threads(int(req["threads"]))
+        if req.threads:  # fewer than the cores: the machine is shared right now
+            torch.set_num_threads(req.threads)
         self.set_stage("loading the model spec")
-        spec = load_spec(req)
+        spec = req.spec.load()
         torch.manual_seed(seed)
         if self.cuda:
             self._start_cuda(device, budget, used_before)
@@ -167,13 +167,13 @@ class Trial:
         stepper = built.stepper
 
         self.set_stage("starting the data loader")
-        warmup, steps = req["warmup"], req["steps"]
+        warmup, steps = req.warmup, req.steps
         # one process decides alone: torchrun's ranks must run the same steps
         alone = self.dist.world_size == 1
-        stable = req.get("stable_within") if alone else None
+        stable = req.stable_within if alone else None
         minimum = Minimum(
-            warmup_s=float(req.get("min_warmup_s") or 0.0) if alone else 0.0,
-            timed_s=float(req.get("min_timed_s") or 0.0) if alone else 0.0,
+            warmup_s=req.min_warmup_s if alone else 0.0,
+            timed_s=req.min_timed_s if alone else 0.0,
         )
         most = minimum.most_steps(warmup, steps)
         samples = most * config.grad_accum * config.micro_batch  # one epoch: no restart
@@ -187,9 +187,9 @@ class Trial:
             return failed
 
         extra: dict[str, Any] = {}
-        if req.get("profile"):  # after the timed steps: their figures carry no profiler
+        if req.profile:  # after the timed steps: their figures carry no profiler
             extra["breakdown"] = self._profile(stepper, batches, config)
-        if req["verify"]:
+        if req.verify:
             failed, extra = self._verify(spec, built, config)
             if failed is not None:
                 return failed
@@ -294,8 +294,8 @@ class Trial:
         from autotune.explain.breakdown import profile_steps, profiled_step_count
 
         self.set_stage("profiling")
-        steps = profiled_step_count(int(self.request.get("profile_steps") or 3), config.grad_accum)
-        trace = self.request.get("trace_path")
+        steps = profiled_step_count(self.request.profile_steps, config.grad_accum)
+        trace = self.request.trace_path
         return profile_steps(stepper, batches, config, steps=steps, trace_path=trace).to_dict()
 
     def _verify(
@@ -312,7 +312,7 @@ class Trial:
 
         model, stepper = built.raw, built.stepper
         device = stepper.device
-        seed: int = self.request["seed"]
+        seed = self.request.seed
         extra: dict[str, Any] = {}
         started = time.perf_counter()
         self.set_stage("verifying: eval step")
@@ -330,8 +330,11 @@ class Trial:
                 return failed, extra
             self.set_stage("verifying: checkpoint save")
             extra["eval_loss"] = eval_loss
+            folder = self.request.workdir
+            if folder is None:  # the child fills it in: a Trial built without one
+                raise RuntimeError("the trial has no folder to save its checkpoint in")
             extra["checkpoint_bytes"] = _save_checkpoint(
-                Path(self.request["workdir"]) / "checkpoint.pt",
+                Path(folder) / "checkpoint.pt",
                 built.model,
                 built.optimizer,
                 stepper,
