@@ -30,9 +30,35 @@ from autotune.engine.step import prepare_model
 from autotune.train.state import plain
 
 if TYPE_CHECKING:
-    from autotune.train.trainer import Trainer
+    from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import ModelSpec
+    from autotune.data.tokenizer import ByteTokenizer, WordVocab
 
-__all__ = ["Change", "batch_changes", "foreign_checkpoints", "refuse_other_batches"]
+__all__ = [
+    "Change",
+    "RunIdentity",
+    "batch_changes",
+    "foreign_checkpoints",
+    "refuse_other_batches",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity:
+    """What a checkpoint is compared with: this run's model (``spec``, built with
+    ``config``, one process's), what decides its batches (``seed``, ``seq_len``, the
+    training split's size in ``samples``), its ``tokenizer``, and how the refusals name
+    things (the run ``folder``, its option ``out_name``, the options' names: ``names``)."""
+
+    spec: ModelSpec
+    config: TrainConfig
+    seed: int
+    seq_len: int
+    samples: int
+    tokenizer: ByteTokenizer | WordVocab | None
+    folder: Path
+    out_name: str
+    names: Mapping[str, str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,80 +70,80 @@ class Change:
     keep: str | None
 
 
-def batch_changes(state: Mapping[str, Any], trainer: Trainer) -> list[Change]:
-    """What would make ``trainer`` read other batches than the run of ``state`` (a
+def batch_changes(state: Mapping[str, Any], run: RunIdentity) -> list[Change]:
+    """What would make ``run`` read other batches than the run of ``state`` (a
     checkpoint) from its data position on; empty when nothing would."""
     data = state.get("data") or {}
     changes = []
     seed = data.get("seed", (state.get("training") or {}).get("seed"))
-    if seed is not None and int(seed) != trainer.training.seed:
-        text = f"training.seed is {seed} in the checkpoint and {trainer.training.seed} in this run"
+    if seed is not None and int(seed) != run.seed:
+        text = f"training.seed is {seed} in the checkpoint and {run.seed} in this run"
         changes.append(Change(text=text, keep=f"training.seed={seed}"))
-    seq_len, now = (state.get("config") or {}).get("seq_len"), trainer.global_config.seq_len
+    seq_len, now = (state.get("config") or {}).get("seq_len"), run.seq_len
     other_cut = seq_len is not None and int(seq_len) != now
     if other_cut:
         text = f"config.seq_len is {seq_len} in the checkpoint and {now} in this run"
         changes.append(Change(text=text, keep=f"config.seq_len={seq_len}"))
     samples = data.get("samples")  # text cut at another seq_len gives other samples: said
-    if samples is not None and int(samples) != trainer.stream.samples and not other_cut:
+    if samples is not None and int(samples) != run.samples and not other_cut:
         text = (
             f"the training data has {int(samples):,} samples in the checkpoint and "
-            f"{trainer.stream.samples:,} in this run"
+            f"{run.samples:,} in this run"
         )
         changes.append(Change(text=text, keep=None))
     return changes
 
 
-def _keep_advice(changes: list[Change], trainer: Trainer) -> str:
+def _keep_advice(changes: list[Change], run: RunIdentity) -> str:
     """How to keep the checkpoint's values: its overrides (the CLI: ``--set ...``), the
     same data."""
-    flag = trainer.names.get("overrides")
+    flag = run.names.get("overrides")
     keeps = [f"{flag} {c.keep}" if flag else c.keep for c in changes if c.keep]
     ways = []
     if keeps:
         ways.append(f"the preset it was trained with, or {' '.join(keeps)}")
     if any(c.keep is None for c in changes):
-        ways.append(f"the same {trainer.names.get('data', 'data')} as its run")
+        ways.append(f"the same {run.names.get('data', 'data')} as its run")
     return "; ".join(ways)
 
 
-def refuse_other_batches(path: Path, state: Mapping[str, Any], trainer: Trainer) -> None:
-    """Refuse (``UsageError``) to resume ``trainer`` from ``state``, the checkpoint ``path``,
+def refuse_other_batches(path: Path, state: Mapping[str, Any], run: RunIdentity) -> None:
+    """Refuse (``UsageError``) to resume ``run`` from ``state``, the checkpoint ``path``,
     where it would read other batches than the checkpoint's run from its position on."""
-    changes = batch_changes(state, trainer)
+    changes = batch_changes(state, run)
     if not changes:
         return
     data = state.get("data") or {}
     where = f"epoch {data.get('epoch')}, {data.get('offset')} samples into it"
-    out = trainer.folder.out_name
+    out = run.out_name
     raise UsageError(
         f"cannot resume from {path}: this run would cut or order its training data otherwise "
         f"than the checkpoint's run ({'; '.join(c.text for c in changes)}), so continuing "
         f"at its data position ({where}) would mix two data streams in one loss curve. "
-        f"Resume with the checkpoint's values ({_keep_advice(changes, trainer)}), or start "
+        f"Resume with the checkpoint's values ({_keep_advice(changes, run)}), or start "
         f"a new run from step 0 in a new folder ({out} NEW_FOLDER, without --resume)"
     )
 
 
-def foreign_checkpoints(trainer: Trainer, path: Path, state: Mapping[str, Any]) -> str | None:
-    """Why a fresh run of ``trainer`` must not be told to continue the checkpoints of its
+def foreign_checkpoints(run: RunIdentity, path: Path, state: Mapping[str, Any]) -> str | None:
+    """Why a fresh ``run`` must not be told to continue the checkpoints of its
     folder (``path``, the latest that loads, holding ``state``): the refusal to give
     instead, or None where ``--resume auto`` would continue them."""
-    folder, out = trainer.folder.path, trainer.folder.out_name
+    folder, out = run.folder, run.out_name
     latest = f"latest {path.name}, step {state.get('step')}"
     name = state.get("model_name")
-    if name is not None and name != trainer.spec.name:
+    if name is not None and name != run.spec.name:
         return (
             f"{folder} already holds checkpoints of model {name!r} ({latest}), and this run "
-            f"trains model {trainer.spec.name!r}: train into a new folder with {out}"
+            f"trains model {run.spec.name!r}: train into a new folder with {out}"
         )
-    if not _weights_fit(state.get("model") or {}, trainer):
+    if not _weights_fit(state.get("model") or {}, run):
         return (
-            f"{folder} already holds checkpoints of model {name or trainer.spec.name!r} with "
-            f"other weights than this run's ({_args_diff(state, trainer)}; {latest}), which "
+            f"{folder} already holds checkpoints of model {name or run.spec.name!r} with "
+            f"other weights than this run's ({_args_diff(state, run)}; {latest}), which "
             f"this run cannot continue: train into a new folder with {out}"
         )
-    tokenizer = trainer.data.tokenizer
+    tokenizer = run.tokenizer
     saved_tokenizer = state.get("tokenizer")
     ours = None if tokenizer is None else plain(tokenizer.to_dict())
     if None not in (ours, saved_tokenizer) and saved_tokenizer != ours:
@@ -126,24 +152,24 @@ def foreign_checkpoints(trainer: Trainer, path: Path, state: Mapping[str, Any]) 
             f"or vocabulary than this data gives, which this run cannot continue: train "
             f"into a new folder with {out}"
         )
-    changes = batch_changes(state, trainer)
+    changes = batch_changes(state, run)
     if changes:
         return (
             f"{folder} already holds checkpoints of a run ({latest}) that read its data "
             f"otherwise: {'; '.join(c.text for c in changes)}. Continue it with --resume "
-            f"auto and its values ({_keep_advice(changes, trainer)}), or train into a new "
+            f"auto and its values ({_keep_advice(changes, run)}), or train into a new "
             f"folder with {out}"
         )
     return None
 
 
-def _weights_fit(saved: Mapping[str, Any], trainer: Trainer) -> bool:
+def _weights_fit(saved: Mapping[str, Any], run: RunIdentity) -> bool:
     """Whether the checkpoint's weights ``saved`` have this run's model's names and shapes
     (the model built on the meta device: no memory, no data). A model that cannot be
     built there is taken to fit: the resume itself then says whether it does."""
     try:
         with torch.device("meta"):
-            model = prepare_model(trainer.spec, trainer.config, torch.device("meta"))
+            model = prepare_model(run.spec, run.config, torch.device("meta"))
         ours = model.state_dict()
     except Exception:  # user code that needs real tensors to build
         return True
@@ -152,10 +178,10 @@ def _weights_fit(saved: Mapping[str, Any], trainer: Trainer) -> bool:
     }
 
 
-def _args_diff(state: Mapping[str, Any], trainer: Trainer) -> str:
+def _args_diff(state: Mapping[str, Any], run: RunIdentity) -> str:
     """The model arguments that differ, as ``name X there, Y here``."""
     saved = state.get("model_args") or {}
-    ours = plain(dict(trainer.spec.args))
+    ours = plain(dict(run.spec.args))
     diff = [
         f"{key} {saved.get(key)} there, {ours.get(key)} here"
         for key in sorted(set(saved) | set(ours))

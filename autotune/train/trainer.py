@@ -77,7 +77,7 @@ from autotune.train.progress import (
     train_record,
 )
 from autotune.train.result import TrainResult, finish
-from autotune.train.resumable import foreign_checkpoints, refuse_other_batches
+from autotune.train.resumable import RunIdentity, foreign_checkpoints, refuse_other_batches
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
 from autotune.train.state import RunStanding, TrainedParts, checkpoint_state, restore_state
@@ -353,9 +353,9 @@ class Trainer:
         what it is; returns the step it starts from and the total steps."""
         resumed = self.folder.find_resume(self.resume)
         if resumed:  # the batches from its data position on must be its run's
-            refuse_other_batches(*resumed, self)
-        if self.dist.is_main:
-            judge = functools.partial(foreign_checkpoints, self)  # whose its checkpoints are
+            refuse_other_batches(*resumed, self._identity())
+        if self.dist.is_main:  # whose its checkpoints are
+            judge = functools.partial(foreign_checkpoints, self._identity())
             self.folder.prepare(resumed[0] if resumed else None, judge=judge)
         barrier(self.dist)
         self._build(resumed[1] if resumed else None)
@@ -367,6 +367,20 @@ class Trainer:
         self.display.open_metrics(truncate_after=self.step)
         self._announce(resumed[0] if resumed else None, total)
         return self.step, total
+
+    def _identity(self) -> RunIdentity:
+        """What a checkpoint is compared with (resumable.py)."""
+        return RunIdentity(
+            spec=self.spec,
+            config=self.config,
+            seed=self.training.seed,
+            seq_len=self.global_config.seq_len,
+            samples=self.stream.samples,
+            tokenizer=self.data.tokenizer,
+            folder=self.folder.path,
+            out_name=self.folder.out_name,
+            names=self.names,
+        )
 
     def _nothing_to_train(self, progress: Progress, total: int, wall_s: float) -> TrainResult:
         """The result of a resume whose checkpoint is at or past the run's last step: the
