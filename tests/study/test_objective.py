@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+from virtual_clock import VirtualClock
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
@@ -181,24 +181,24 @@ def test_an_exempt_burst_cut_at_the_deadline_says_the_deadline_cut_it(tmp_path: 
     assert "time left for trials" not in quick.reason
 
 
-def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
+def test_the_time_limit_stops_a_running_burst(tmp_path: Path, clock: VirtualClock) -> None:
     class SlowSteps(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             on_step = kw.pop("on_step", None)
 
             def slow(i: int, dt: float) -> bool:
-                time.sleep(0.1 * config.micro_batch)  # the naive mb 1 is quick, mb 8 is not
+                clock.sleep(0.1 * config.micro_batch)  # the naive mb 1 is quick, mb 8 is not
                 return on_step is None or bool(on_step(i, dt))
 
             return super().__call__(spec, config, on_step=slow, **kw)
 
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     # one race round: the race's reserve (3 naive bursts) would leave no time for a trial
     # (5 s: opening the study alone takes 2 s on a loaded 2-core machine)
     result = run(
         tmp_path, SlowSteps(), trials=None, timeout="5s", steps=8, output=None, race_rounds=1
     )
-    assert time.monotonic() - t0 < 9  # the playbook's burst alone would take 6.4 s
+    assert clock.monotonic() - t0 < 9  # the playbook's burst alone would take 6.4 s
     cut = [t for t in result.trials if t.status == "stopped"]
     assert len(cut) == 1 and cut[0].state == "PRUNED"
     assert cut[0].reason.startswith("stopped: the time left for trials")
@@ -206,7 +206,7 @@ def test_the_time_limit_stops_a_running_burst(tmp_path: Path) -> None:
 
 
 def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
-    tmp_path: Path,
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     timeouts: list[float] = []
 
@@ -218,13 +218,13 @@ def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
                 self.calls.append(config)
                 timeouts.append(kw["timeout_s"])
                 if kw["timeout_s"] < 10:
-                    time.sleep(kw["timeout_s"])  # as a real burst would, until its timeout
+                    clock.sleep(kw["timeout_s"])  # as a real burst would, until its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
             return super().__call__(spec, config, **kw)
 
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     limited = run(tmp_path / "a", LongCompile(), trials=None, timeout="3s", output=None)
-    assert time.monotonic() - t0 < 8
+    assert clock.monotonic() - t0 < 8
     compiled = [t for t in limited.trials if t.ran and t.config["compile"] != "off"]
     assert len(compiled) == 1 and compiled[0].status == "stopped"
     assert len(timeouts) == 1 and timeouts[0] <= 3.0  # the time left, not the 300 s default
@@ -235,7 +235,9 @@ def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
     assert all(t == 300.0 for t in timeouts)
 
 
-def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: Path) -> None:
+def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
     # pointer-gen on the 2-core CPU: the playbook's compiled trial compiled until the
     # search's limit, and the race got one round past it. A trial's timeout is the time
     # left less the race's reserve (here 10 rounds of a naive burst of 0.3 s: 3 s or more).
@@ -245,10 +247,10 @@ def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(tmp_path: 
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
                 timeouts.append(kw["timeout_s"])
-                time.sleep(min(kw["timeout_s"], 10.0))  # still compiling at its timeout
+                clock.sleep(min(kw["timeout_s"], 10.0))  # still compiling at its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
-                time.sleep(0.3)
+                clock.sleep(0.3)
             return super().__call__(spec, config, **kw)
 
     result = run(tmp_path, SlowNaive(), trials=None, timeout="8s", output=None, race_rounds=10)
@@ -271,7 +273,7 @@ def _nine_second_search(tmp_path: Path, burst: FakeBurst) -> tuple[SearchResult,
 
 
 def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
-    tmp_path: Path,
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     # mu beside a busy core: the playbook's compile took 62 s of its 80 s cap, its steps
     # 3.4 s each; the search called it "most likely still compiling" and ruled compile out.
@@ -281,7 +283,7 @@ def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None and not calls:
                 calls.append(kw["timeout_s"])
-                time.sleep(kw["timeout_s"])  # compiled, then its steps ran out the cap
+                clock.sleep(kw["timeout_s"])  # compiled, then its steps ran out the cap
                 return BurstResult(
                     status="timeout", reason="fake: slow steps", warmup_s=2.0, compile_s=1.8,
                     step_times_s=(0.5,),
@@ -298,7 +300,7 @@ def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
 
 
 def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_again(
-    tmp_path: Path,
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     # pointer-gen on the 2-core CPU: its compile outlasted a default search's whole limit.
     timeouts: list[float] = []
@@ -307,7 +309,7 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
                 timeouts.append(kw["timeout_s"])
-                time.sleep(kw["timeout_s"])  # still compiling at its timeout
+                clock.sleep(kw["timeout_s"])  # still compiling at its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
             return super().__call__(spec, config, **kw)
 
@@ -326,7 +328,9 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
     assert timeouts and all(t == 2.0 for t in timeouts)
 
 
-def test_a_first_compile_may_take_half_the_time_left_for_trials(tmp_path: Path) -> None:
+def test_a_first_compile_may_take_half_the_time_left_for_trials(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
     # pointer-gen on the 2-core CPU: a third of the limit on a compile that never ended
     # left time for one more config, and the playbook's config without compile was not
     # reached. Until a compiled trial has finished, one may take half the time left for
@@ -339,10 +343,10 @@ def test_a_first_compile_may_take_half_the_time_left_for_trials(tmp_path: Path) 
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
                 timeouts.append(kw["timeout_s"])
-                time.sleep(kw["timeout_s"])
+                clock.sleep(kw["timeout_s"])
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
-                time.sleep(0.4)
+                clock.sleep(0.4)
             return super().__call__(spec, config, **kw)
 
     limit = 24.0
@@ -370,7 +374,7 @@ def test_a_first_compile_may_take_half_the_time_left_for_trials(tmp_path: Path) 
 
 
 def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_limit(
-    tmp_path: Path,
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     timeouts: list[float] = []
 
@@ -381,10 +385,10 @@ def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_li
             hangs = config.compile != "off" and config.micro_batch != 8
             if hangs and kw.get("on_step") is not None:
                 timeouts.append(kw["timeout_s"])
-                time.sleep(kw["timeout_s"])
+                clock.sleep(kw["timeout_s"])
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
-                time.sleep(0.4)
+                clock.sleep(0.4)
             return super().__call__(spec, config, **kw)
 
     # the race's reserve (25 rounds of a 0.4 s naive burst) leaves the trials about 12 s,
@@ -420,7 +424,8 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
         )
 
     records = {0: record(0, "off", 18.0), 1: record(1, "default", 52.0)}
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0)
+    gpu = SimpleNamespace(device_kind="cuda")  # where mb 16 is new code (a first compile)
+    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=gpu)
     compiled = TrainConfig(micro_batch=16, seq_len=64, compile="default")
     eager = compiled.replace(compile="off")
     assert "less than this compiled trial takes here (52 s: the quickest" in will_not_finish(
