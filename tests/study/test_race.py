@@ -226,10 +226,17 @@ def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
 ) -> None:
     from autotune.study.race import DEFAULT_ROUNDS, EXTRA_ROUNDS
 
-    limited = run(tmp_path / "limited", FakeBurst(), trials=6, timeout="10m")
+    @dataclass
+    class Tied(FakeBurst):
+        """Every compiled config at one speed: a race its rounds do not decide."""
+
+        def speed(self, c: TrainConfig) -> float:
+            return 6000.0 if c.compile != "off" else 3000.0
+
+    limited = run(tmp_path / "limited", Tied(), trials=6, timeout="10m")
     assert limited.race is not None and limited.race.rounds == DEFAULT_ROUNDS + EXTRA_ROUNDS
     assert len(limited.race.winner.throughputs) == DEFAULT_ROUNDS + EXTRA_ROUNDS
-    unlimited = run(tmp_path / "unlimited", FakeBurst(), trials=6)
+    unlimited = run(tmp_path / "unlimited", Tied(), trials=6)
     assert unlimited.race is not None and unlimited.race.rounds == DEFAULT_ROUNDS
 
 
