@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
 
-__all__ = ["PortabilityReport", "check_portability", "default_device_for"]
+__all__ = ["PortabilityReport", "check_portability", "default_device_for", "same_device"]
 
 
 @dataclass(kw_only=True)
@@ -61,7 +61,7 @@ def _differences(there: Fingerprint, here: Fingerprint) -> list[str]:
     return out
 
 
-def _same_device(there: Fingerprint, here: Fingerprint, *, on_gpu: bool) -> bool:
+def same_device(there: Fingerprint, here: Fingerprint, *, on_gpu: bool) -> bool:
     """The same GPU model, or (on a CPU) the same CPU model and core count."""
     if on_gpu:
         return there.device_kind == "cuda" and _same_name(there.device_name, here.device_name)
@@ -89,7 +89,7 @@ def check_portability(
     there = preset.fingerprint
 
     differences = _differences(there, here)
-    same = _same_device(there, here, on_gpu=gpu is not None)
+    same = same_device(there, here, on_gpu=gpu is not None)
     warnings = []
     if not same:
         warnings.append(

@@ -189,6 +189,7 @@ _STARTS = (
     ("hand-tuned", "hand-tuned"),
     ("guess", "guess"),
     ("warm-start", "warm start"),
+    ("shipped-preset", "shipped preset"),
 )
 
 

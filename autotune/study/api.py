@@ -27,6 +27,7 @@ from autotune.core.schema import MAX_INT
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
+from autotune.preset.schema import Fingerprint
 from autotune.study.ledger import ledger_of
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
 from autotune.study.opening import (
@@ -166,7 +167,8 @@ def search(
             storage_failures(storage),  # locked or full mid-search: one paragraph
         ):
             explain = _naive_explainer(state, bursts) if output.profile else None
-            planner = Planner(state=state, caps=caps, explain=explain)
+            here = Fingerprint.from_profile(hardware, caps.device)
+            planner = Planner(state=state, caps=caps, here=here, explain=explain)
             result, found = run.trials_and_race(planner, study, notes)
             out = None if output.output is None else Path(output.output)
             return run.written(result, found, out, spec=spec, hardware=hardware)

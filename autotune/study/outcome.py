@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from autotune.study.race import Entrant, RaceResult
     from autotune.study.records import SearchResult
 
-__all__ = ["write_preset"]
+__all__ = ["model_ref", "write_preset"]
 
 
 def write_preset(
@@ -45,7 +45,7 @@ def write_preset(
     config = winner.record.train_config()
     typical = winner.typical_burst()
     assert typical is not None  # an eligible entrant has a figure
-    name, args = _model_ref(spec)
+    name, args = model_ref(spec)
     counts = result.counts()
     memory = result.memory_model()
     preset = Preset(
@@ -130,7 +130,7 @@ def _preset_notes(winner: Entrant, race: RaceResult, objective: str) -> str:
     )
 
 
-def _model_ref(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
+def model_ref(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
     """The preset's model reference: the loader's name and the args that differ from it."""
     name = spec.source or spec.name
     args = dict(spec.args)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.explain.verdict import Verdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
+    from autotune.preset.schema import Fingerprint
     from autotune.study.memory_model import Verdict
     from autotune.study.state import SearchState
 
@@ -75,6 +76,7 @@ class Planner:
 
     state: SearchState
     caps: DeviceCaps | None = None  # the device (for the guides' configs); None: the guess
+    here: Fingerprint | None = None  # this device's, for a shipped preset measured on one alike
     use_experts: bool = False  # no warm start: queue the expert starts after naive
     experts_enqueued: bool = False
     smallest_enqueued: bool = False
@@ -136,15 +138,10 @@ class Planner:
 
     def _enqueue_warm_start(self, study: optuna.Study, warm_start: str | Path) -> None:
         from autotune.preset import load_preset
+        from autotune.study.playbook import warm_start_config
 
         space = self.state.space
-        config = load_preset(warm_start).config
-        gb = space.global_batch
-        if config.micro_batch in space.micro_batch and gb % config.micro_batch == 0:
-            config = config.replace(grad_accum=gb // config.micro_batch)
-        if config.seq_len not in space.seq_len:
-            nearest = min(space.seq_len, key=lambda s: abs(s - config.seq_len))
-            config = config.replace(seq_len=nearest)
+        config = warm_start_config(space, load_preset(warm_start).config)
         if not space.contains(config):
             shown = summarize_config(config.to_dict(), self.state.spec.size_name)
             self.state.note(
@@ -209,6 +206,8 @@ class Planner:
             starts = expert_starts(state.space, state.spec, self.caps, memory=state.memory)
         if self.caps is not None:  # the quick start's values, eager, before any compile
             starts = _quick_start_among(starts, state)
+        if self.caps is not None and self.here is not None:
+            starts = _shipped_among(starts, state, self.caps, self.here)
         for role, config, notes in starts:
             for message in notes:
                 state.note(message)
@@ -594,6 +593,29 @@ def _quick_start_among(
         return starts
     at = next((i for i, (_, c, _) in enumerate(starts) if c.compile != "off"), len(starts))
     return [*starts[:at], ("quick-start", config, []), *starts[at:]]
+
+
+def _shipped_among(
+    starts: list[tuple[str, TrainConfig, list[str]]],
+    state: SearchState,
+    caps: DeviceCaps,
+    here: Fingerprint,
+) -> list[tuple[str, TrainConfig, list[str]]]:
+    """The expert ``starts`` with the config of a preset shipped for this model and this
+    kind of device (``playbook.shipped_start``) before the first compiled start, as a
+    warm start would run it; unchanged where there is none or it is a start already."""
+    from autotune.study.playbook import shipped_start
+
+    found = shipped_start(state.space, state.spec, caps, here)
+    if found is None:
+        return starts
+    config, path = found
+    space = state.space
+    if any(space.key(c) == space.key(config) for _, c, _ in starts):
+        return starts
+    note = f"a preset shipped for this model and device is among the starts ({path.name})"
+    at = next((i for i, (_, c, _) in enumerate(starts) if c.compile != "off"), len(starts))
+    return [*starts[:at], ("shipped-preset", config, [note]), *starts[at:]]
 
 
 def _cheap_after_the_first(

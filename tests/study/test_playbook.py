@@ -3,9 +3,14 @@ playbook's rules per device class."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from autotune.models.registry import builtin_names, get_model
+from autotune.preset.schema import Fingerprint
 from autotune.study.memory_model import MemoryModel
 from autotune.study.playbook import (
     HAND_TUNED,
@@ -15,9 +20,12 @@ from autotune.study.playbook import (
     playbook_config,
     project,
     quick_start,
+    shipped_start,
 )
 from autotune.study.space import SearchSpace
 from autotune.testing.caps import cpu_caps, cuda_caps
+
+SHIPPED = Path(__file__).resolve().parents[2] / "presets"
 
 GB = 10**9
 
@@ -149,3 +157,66 @@ def test_a_knobs_quick_cpu_value_must_be_one_of_its_values() -> None:
 
     with pytest.raises(ValueError, match="quick_cpu 'x' not in values"):
         Knob(name="attention", values=("sdpa", "eager"), default="sdpa", quick_cpu="x")
+
+
+# -- a shipped preset as a start (measured on this kind of device) ------------------------
+
+
+def _fingerprint_of(path: str) -> Fingerprint:
+    from autotune.preset import load_preset
+
+    return load_preset(SHIPPED / path).fingerprint
+
+
+def test_a_preset_shipped_for_this_model_and_cpu_is_a_start() -> None:
+    spec = get_model("mu")
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2)
+    here = _fingerprint_of("cpu/mu-epyc.yaml")  # the same CPU model and core count
+    found = shipped_start(space, spec, caps, here, presets=sorted(SHIPPED.rglob("*.yaml")))
+    assert found is not None
+    config, path = found
+    assert path.name == "mu-epyc.yaml" and space.contains(config)
+    assert (config.precision, config.knobs["attention"]) == ("bf16", "eager")
+    # another model, another CPU (its core count), or a CPU emulating the preset's bf16
+    wider = spec.with_args(n_layers=12)  # a preset of mu at its own size is not for this one
+    assert shipped_start(space, wider, caps, here, presets=[path]) is None
+    elsewhere = dataclasses.replace(here, cpu_cores=here.cpu_cores * 2)
+    assert shipped_start(space, spec, caps, elsewhere, presets=[path]) is None
+    emulating = cpu_caps(bf16_native=False)
+    assert shipped_start(space, spec, emulating, here, presets=[path]) is None
+
+
+def test_a_shipped_preset_the_file_of_which_is_broken_is_passed_over(tmp_path: Path) -> None:
+    spec = get_model("mu")
+    caps = cpu_caps(bf16_native=True)
+    space = SearchSpace.for_model(spec, caps, cpu_count=2)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("schema_version: 2\nconfig: [\n")
+    here = _fingerprint_of("cpu/mu-epyc.yaml")
+    good = SHIPPED / "cpu/mu-epyc.yaml"
+    assert shipped_start(space, spec, caps, here, presets=[broken]) is None
+    found = shipped_start(space, spec, caps, here, presets=[broken, good])
+    assert found is not None and found[1] == good
+
+
+def test_the_shipped_start_runs_before_the_first_compiled_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from autotune.config.train_config import TrainConfig
+    from autotune.study import playbook
+    from autotune.study.plan import _shipped_among
+
+    eager = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64)
+    compiled = eager.replace(compile="default")
+    shipped = eager.replace(micro_batch=4, grad_accum=8, compile="default")
+    space = SimpleNamespace(key=lambda c: repr(c.to_dict()))
+    state: Any = SimpleNamespace(space=space, spec=None)
+    starts = [("hand-tuned", eager, []), ("playbook", compiled, [])]
+    found: Any = (shipped, Path("cpu/mu-epyc.yaml"))
+    monkeypatch.setattr(playbook, "shipped_start", lambda *a, **k: found)
+    out = _shipped_among(starts, state, cpu_caps(), _fingerprint_of("cpu/mu-epyc.yaml"))
+    assert [role for role, _, _ in out] == ["hand-tuned", "shipped-preset", "playbook"]
+    assert "mu-epyc.yaml" in out[1][2][0]
+    found = (compiled, Path("cpu/mu-epyc.yaml"))  # a start already: not run twice
+    assert _shipped_among(starts, state, cpu_caps(), _fingerprint_of("cpu/mu-epyc.yaml")) == starts
