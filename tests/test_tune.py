@@ -4,6 +4,7 @@ in real trial processes, its example batch or its own data pipeline feeding the 
 from __future__ import annotations
 
 import pickle
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -142,6 +143,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a real search in a fresh interpreter: its zygote, 3 trials and the race
 def test_tune_from_a_script(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -152,6 +154,54 @@ def test_tune_from_a_script(tmp_path: Path) -> None:
     assert "tuned tuned-model 3" in done.stdout
     assert "preset file None" in done.stdout
     assert not (tmp_path / "best.yaml").exists()
+
+
+BY_VALUE = textwrap.dedent(
+    """
+    import pickle
+    import sys
+
+    import torch
+    from torch import nn
+
+    from autotune.study.tuning import model_spec
+
+
+    class Net(nn.Module):  # defined in __main__: another interpreter has no such class
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    if __name__ == "__main__":
+        spec = model_spec(
+            build=Net,
+            loss=lambda model, batch: nn.functional.mse_loss(model(batch["x"]), batch["y"]),
+            batch={"x": torch.randn(16, 8), "y": torch.randn(16, 1)},
+        )
+        sys.stdout.buffer.write(pickle.dumps(spec))
+    """
+)
+
+
+def test_a_scripts_main_classes_reach_another_interpreter_by_value(tmp_path: Path) -> None:
+    """What test_tune_from_a_script (slow tier) does through a real search, here alone: a
+    spec whose model class lives in a script's ``__main__`` unpickles in an interpreter
+    where ``__main__`` is another module (this one: pytest's), as a trial's does."""
+    script = tmp_path / "train.py"
+    script.write_text(BY_VALUE)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    spec = pickle.loads(done.stdout)
+    model = spec.build()
+    assert type(model).__name__ == "Net" and type(model).__module__ == "__main__"
+    batch = spec.make_batch(batch_size=4)
+    assert spec.loss(model, batch).ndim == 0
 
 
 def test_tune_refuses_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,16 +254,19 @@ FINGERPRINT = textwrap.dedent(
 )
 
 
-def test_the_fingerprint_is_the_same_in_every_run_of_a_script(tmp_path: Path) -> None:
+def test_the_fingerprint_is_the_same_in_every_run_of_a_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One run in a fresh interpreter (its own hash seed, its own object ids), the other
+    here, as ``__main__`` too."""
     script = tmp_path / "fp.py"
     script.write_text(FINGERPRINT)
-    runs = [
-        subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
-        ).stdout
-        for _ in range(2)
-    ]
-    assert runs[0] == runs[1] and len(runs[0].strip()) == 8
+    fresh = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    runpy.run_path(str(script), run_name="__main__")
+    here = capsys.readouterr().out
+    assert fresh == here and len(fresh.strip()) == 8
 
 
 def test_a_changed_model_gets_a_study_of_its_own(tmp_path: Path) -> None:
