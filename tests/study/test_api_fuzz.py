@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,8 +38,7 @@ KNOBS = st.lists(
 COUNTS = st.one_of(st.none(), st.integers(min_value=-3, max_value=4))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+ARGUMENTS = dict(
     budget=st.one_of(TEXTS, st.integers(min_value=-(2**40), max_value=2**40)),
     seq_len=st.one_of(st.none(), TEXTS, st.integers(min_value=-5, max_value=1024)),
     timeout=st.one_of(st.none(), TEXTS),
@@ -47,7 +47,23 @@ COUNTS = st.one_of(st.none(), st.integers(min_value=-3, max_value=4))
     trials=COUNTS,
     global_batch=COUNTS,
 )
-def test_any_search_arguments_give_a_result_or_a_clear_error(
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings(max_examples=40, **SETTINGS)  # type: ignore[arg-type]
+@given(**ARGUMENTS)
+def test_any_search_arguments_give_a_result_or_a_clear_error(**arguments: Any) -> None:
+    a_result_or_a_clear_error(**arguments)
+
+
+@pytest.mark.slow  # the same over 120 examples: 9-25 s on the 2-core CPU (no trial limit: 30)
+@settings(max_examples=120, **SETTINGS)  # type: ignore[arg-type]
+@given(**ARGUMENTS)
+def test_any_search_arguments_over_more_examples(**arguments: Any) -> None:
+    a_result_or_a_clear_error(**arguments)
+
+
+def a_result_or_a_clear_error(
     budget: Any, seq_len: Any, timeout: Any, study: Any, knobs: list[str], **counts: Any
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
