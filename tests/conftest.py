@@ -19,6 +19,21 @@ from autotune.machine.profile import HardwareProfile
 from autotune.testing.nvml import FakeGPU, gpu_stack, no_gpu_stack
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest writes each test's name into ``PYTEST_CURRENT_TEST``, and a trial's zygote
+    serves only the environment it started with (``autotune.burst.zygote``): every test
+    paid a zygote's start (torch imported, 3-4 s here) for its first burst. The variable
+    is left unset, so the tests of one process share their zygotes as a search's trials
+    do; the tests that need a zygote of their own give it another environment."""
+    import _pytest.runner
+
+    def leave_unset(item: pytest.Item, when: str | None) -> None:
+        os.environ.pop("PYTEST_CURRENT_TEST", None)
+
+    if hasattr(_pytest.runner, "_update_current_test_var"):
+        _pytest.runner._update_current_test_var = leave_unset  # type: ignore[assignment]
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many processes run the tests (``-n auto``, in pyproject.toml's addopts): the
     default tier in as many as the machine has cores (most of its time is spent waiting
