@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,6 +28,7 @@ from autotune.burst.outcome import describe_exit
 from autotune.burst.request import SpecRef
 from autotune.burst.result import BurstResult, percentile, step_figures
 from autotune.burst.supervisor import run_burst
+from autotune.burst.zygote import SWITCH_ENV
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
 
@@ -59,15 +61,19 @@ def assert_no_children() -> None:
 
 # -- a healthy run, with DataLoader workers and verification ----------------------------
 @pytest.fixture(scope="module")
-def ok_run() -> BurstResult:
+def ok_run() -> Iterator[BurstResult]:
     # The oom fake fails only above 4 samples; micro-batch 2 (eval batch 4) is fine.
     spec = fake("oom_spec", step_sleep_s=0.05)
     config = TrainConfig(
         micro_batch=2, seq_len=16, num_workers=2, prefetch_factor=2, persistent_workers=True
     )
-    result = run_burst(spec, config, steps=5, warmup=2, verify=True, device_caps=CPU_CAPS)
+    # A fresh interpreter, as a cold start is: its overhead has a torch import in it (the
+    # tests of a process share their zygotes, and one already started forks in 0.1 s).
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(SWITCH_ENV, "0")
+        result = run_burst(spec, config, steps=5, warmup=2, verify=True, device_caps=CPU_CAPS)
     assert_no_children()
-    return result
+    yield result
 
 
 def test_ok_run_status_and_steps(ok_run: BurstResult) -> None:
