@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from test_contention import FakeWatch, slowed
+from virtual_clock import VirtualClock
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
@@ -152,28 +153,34 @@ def test_one_round_gives_no_interval(tmp_path: Path) -> None:
 class LoadArrives(FakeBurst):
     """Bursts take ``quick_s`` until ``after`` bursts have run, then ``slow_s`` (load
     arrived: the race's bursts take far longer than the trials said), or their timeout
-    when that is less (a real burst is killed at its timeout)."""
+    when that is less (a real burst is killed at its timeout). They take it on ``clock``
+    (the search's virtual clock: tests/virtual_clock.py)."""
 
     quick_s: float = 0.3
     slow_s: float = 4.0
     after: int = 4
     count: int = 0
+    clock: Any = time
 
     def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
         self.count += 1
         wall = self.quick_s if self.count <= self.after else self.slow_s
         if kw["timeout_s"] < wall:
-            time.sleep(kw["timeout_s"])
+            self.clock.sleep(kw["timeout_s"])
             return BurstResult(status="timeout", reason="fake: killed at its timeout")
-        time.sleep(wall)
+        self.clock.sleep(wall)
         return super().__call__(spec, config, **kw)
 
 
-def test_a_search_on_a_machine_that_slows_down_keeps_its_time_limit(tmp_path: Path) -> None:
+def test_a_search_on_a_machine_that_slows_down_keeps_its_time_limit(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
     limit = 8.0
-    t0 = time.monotonic()
-    result = run(tmp_path, LoadArrives(), trials=None, timeout="8s")
-    wall = time.monotonic() - t0
+    burst = LoadArrives()
+    burst.clock = clock
+    t0 = clock.monotonic()
+    result = run(tmp_path, burst, trials=None, timeout="8s")
+    wall = clock.monotonic() - t0
     # the limit plus 10%, and a second for opening the study (the process's start)
     assert wall <= limit * 1.1 + 1.0, wall
     assert result.race is not None
@@ -199,7 +206,7 @@ def test_a_search_limited_to_one_trial_says_so(tmp_path: Path) -> None:
 
 
 def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
-    tmp_path: Path,
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     class SlowButNaive(FakeBurst):
         """Every config that fits but naive runs until its timeout, which the time limit
@@ -211,7 +218,7 @@ def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
             if config.micro_batch == 1 or kw.get("verify") or not fits:
                 return super().__call__(spec, config, **kw)
             self.calls.append(config)
-            time.sleep(min(kw["timeout_s"], 10.0))
+            clock.sleep(min(kw["timeout_s"], 10.0))
             return BurstResult(status="timeout", reason="fake: still running")
 
     result = run(tmp_path, SlowButNaive(), trials=None, timeout="3s")
