@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         SearchStudy,
         search_options,
     )
-    from autotune.study.tuning import tune
+    from autotune.study.tune import tune
     from autotune.train.loop import PresetLoop
 
 __all__ = [
@@ -126,7 +126,7 @@ _LAZY = {
         ),
         "autotune.study.options",
     ),
-    "tune": "autotune.study.tuning",
+    "tune": "autotune.study.tune",
 }
 
 
