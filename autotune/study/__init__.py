@@ -6,7 +6,7 @@ The planner and the sampler pick configs from the space, each measured by one bu
 then the best few race the naive config and the expert start in interleaved rounds of
 fresh bursts, and the race's winner is written as a preset.
 
-The modules follow that flow: ``options`` (what a search is asked), ``opening`` (the
+The modules follow that flow: ``options`` (what a search is asked), ``search_study`` (the
 study it opens), ``api`` (``search()``), ``plan`` and ``playbook`` (which config runs
 next), ``objective`` (one trial), ``state`` and ``records`` (what is known),
 ``race`` and ``race_records`` (the finalists, side by side), ``outcome`` (the preset),

@@ -30,14 +30,6 @@ from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.schema import Fingerprint
 from autotune.study.ledger import ledger_of
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
-from autotune.study.opening import (
-    default_storage,
-    default_study_name,
-    model_name,
-    open_search_study,
-    require_study,
-    study_name_for,
-)
 from autotune.study.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,
@@ -60,6 +52,14 @@ from autotune.study.ownership import describe_owner, exclusive_search, owner_ali
 from autotune.study.plan import Planner
 from autotune.study.race import RaceResult, race_reserve_s, run_race
 from autotune.study.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
+from autotune.study.search_study import (
+    default_storage,
+    default_study_name,
+    model_name,
+    open_search_study,
+    require_study,
+    study_name_for,
+)
 from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.study.state import Limits, SearchState
 from autotune.study.workers import Workers, workers_root

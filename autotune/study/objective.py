@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import optuna
 
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.cores_left import run_on_cores_left, threads_for_burst
+from autotune.study.burst_threads import run_on_cores_left, threads_for_burst
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord

@@ -63,7 +63,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.cores_left import threads_after_settle, threads_for_burst
+from autotune.study.burst_threads import threads_after_settle, threads_for_burst
 from autotune.study.race_decision import (
     CUT,
     CUT_ROUND,

@@ -404,7 +404,7 @@ def test_under_a_load_that_stays_only_the_first_burst_waits_to_see_it_stay(
 ) -> None:
     waits: list[float] = []
     clock = type("Clock", (), {"sleep": staticmethod(waits.append), "monotonic": time.monotonic})
-    monkeypatch.setattr("autotune.study.cores_left.time", clock)
+    monkeypatch.setattr("autotune.study.burst_threads.time", clock)
     burst = FakeBurst()
     run(tmp_path, burst, trials=4, watch=FakeWatch(loaded=True))
     assert set(burst.threads) == {1} and len(waits) == 1
@@ -442,10 +442,10 @@ def test_a_stop_while_a_burst_waits_to_see_load_stay_leaves_the_trial_interrupte
         raise KeyboardInterrupt
 
     clock = type("Clock", (), {"sleep": staticmethod(ctrl_c), "monotonic": time.monotonic})
-    monkeypatch.setattr("autotune.study.cores_left.time", clock)
+    monkeypatch.setattr("autotune.study.burst_threads.time", clock)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))
-    monkeypatch.setattr("autotune.study.cores_left.time", time)
+    monkeypatch.setattr("autotune.study.burst_threads.time", time)
     result = run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))  # resumed
     first = result.trials[0]
     assert first.status == "interrupted" and not first.ran

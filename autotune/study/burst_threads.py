@@ -1,4 +1,4 @@
-"""A trial's burst that outside load catches on every core is run again on the cores left.
+"""The threads a trial's burst gets: the cores outside load leaves, and a rerun on them.
 
 A search gives a CPU burst the cores that outside processes leave (``burst_threads``), but
 only as the burst starts. Load that arrives while a burst runs on every core makes one of
