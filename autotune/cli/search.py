@@ -4,6 +4,17 @@ A thin layer over ``autotune.study.search``: it reads the options, shows live pr
 on stderr (one row per trial, the best so far, what is left), then the summary on stdout
 (or the ``SearchResult`` as JSON with ``--json``). optuna, torch and rich are imported
 inside the command, so ``autotune --help`` stays instant.
+
+Its flags give the fields of ``search()``'s option records (``autotune.study.options``):
+``FLAGS`` names the flag of each field by the field's path (``limits.timeout``:
+``--timeout``), the one table that fills the records from the flags' values and that
+``flag_of`` reads to show a problem of a field as its flag. The typer signature is
+written out, not generated from the records as ``bench``'s knob flags are: the command's
+own options (``--budget``, ``--json``, ``--report``, ``--devices``, ``--cpu-workers``,
+``--model-arg``) sit between the records' in ``--help``, some flags are shared with other
+commands (``--device``, ``--profile``), and several take another form than their field
+(``--knob`` texts, ``--finish STUDY``, ``--warm-start`` a preset's name); the signature
+lists them in one place, and a test holds it and ``FLAGS`` to every field.
 """
 
 from __future__ import annotations
@@ -11,7 +22,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -38,7 +49,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.study import SearchResult
 
-__all__ = ["search"]
+__all__ = ["FLAGS", "flag_of", "search"]
 
 
 # The options of `autotune search`, spelled once.
@@ -192,21 +203,62 @@ CpuWorkersOption = Annotated[
 ]
 
 
-# The flag of each option field, for the library's messages (which name the field): the
-# field's name with dashes (``knobs``: ``--knob``).
-_FLAGS = {
-    name: "--knob" if name == "knobs" else "--" + name.replace("_", "-")
-    for name in (
-        "global_batch", "seq_len", "knobs", "objective", "train_steps", "device",
-        "nproc_per_node", "trials", "timeout", "steps", "warmup", "burst_timeout",
-        "finalists", "race_rounds", "storage", "study", "seed", "warm_start", "output",
-    )
-}  # fmt: skip
-# Where a problem of the option records names a field: first, or after these words; or
-# where a resumed study's set-up differs ("(steps: the study has 4, now 8; seed: ...").
+# The flag of each option record's field that a flag gives, by the field's path; the
+# flag's parameter is its name with underscores (``--knob``: ``knob``).
+FLAGS: dict[str, str] = {
+    "scope.global_batch": "--global-batch",
+    "scope.seq_len": "--seq-len",
+    "scope.knobs": "--knob",
+    "scope.objective": "--objective",
+    "scope.train_steps": "--train-steps",
+    "machine.device": "--device",
+    "machine.nproc_per_node": "--nproc-per-node",
+    "limits.trials": "--trials",
+    "limits.timeout": "--timeout",
+    "limits.steps": "--steps",
+    "limits.warmup": "--warmup",
+    "limits.burst_timeout": "--burst-timeout",
+    "race.finalists": "--finalists",
+    "race.race_rounds": "--race-rounds",
+    "study.storage": "--storage",
+    "study.study": "--study",
+    "study.seed": "--seed",
+    "study.warm_start": "--warm-start",
+    "study.worker": "--worker",
+    "study.finish": "--finish",
+    "output.output": "--output",
+    "output.profile": "--profile",
+}
+# The fields the command fills without a flag of their own, and those only Python gives.
+FILLED = ("limits.since", "output.progress")  # the process's start; the live view
+PYTHON_ONLY = (
+    "machine.hardware",
+    "machine.burst_fn",
+    "machine.watch",
+    "race.race_steps",
+    "study.runs_dir",
+    "study.n_startup_trials",
+)
+_LIBRARY_DEFAULT = ("race.finalists", "race.race_rounds")  # left out: the library's default
+_DERIVED = {  # the records' figures read from a field: their flag is the field's
+    "limits.time_limit_s": "limits.timeout",
+    "limits.trial_limit": "limits.trials",
+    "limits.burst_timeout_s": "limits.burst_timeout",
+}
+
+
+def flag_of(path: str) -> str | None:
+    """The flag that gives the option field at ``path`` (``limits.time_limit_s``:
+    ``--timeout``), or None for a field no flag gives."""
+    return FLAGS.get(_DERIVED.get(path, path))
+
+
+# A message from beyond the records (a resumed study's set-up, the model's limits) names a
+# field by its bare name only: first, or after these words; or where a resumed study's
+# set-up differs ("(steps: the study has 4, now 8; seed: ...").
 _FIELD = re.compile(
     r"(?:^|(?<=cannot read )|(?<=needs )|(?:(?<=\()|(?<=; ))(?=\w+: the study has ))("
-    + "|".join(_FLAGS)
+    + "|".join(path.split(".")[1] for path in FLAGS)
     + r")\b"
 )
 _NEW_STUDY = re.compile(r"\b((?:a new|another) study name)\b")  # the flag that gives one
@@ -249,6 +301,7 @@ def search(
     Each trial runs one short, isolated burst of real optimizer steps. Rerunning the same
     command resumes the study; Ctrl-C, SIGTERM or SIGHUP leaves it consistent.
     """
+    flags = dict(locals())  # the flags' values, by parameter name
     from rich.console import Console
 
     if devices is not None or cpu_workers is not None:
@@ -263,17 +316,11 @@ def search(
 
         require_matplotlib()
     spec = model_with_args(model, model_arg)
-    options = _options(
-        scope={"global_batch": global_batch, "seq_len": seq_len, "knobs": list(knob or []),
-               "objective": objective, "train_steps": train_steps},
-        machine={"device": device, "nproc_per_node": nproc_per_node},
-        limits={"trials": trials, "timeout": timeout, "steps": steps, "warmup": warmup,
-                "burst_timeout": burst_timeout, "since": state.started},
-        race=_given(finalists=finalists, race_rounds=race_rounds),  # else the library's
-        study={"storage": storage, "study": study, "seed": seed, "worker": worker,
-               "finish": finish is not None, "warm_start": _warm_start(warm_start)},
-        output={"output": output, "progress": (view := LiveView(err)), "profile": profile},
+    flags.update(  # the flags whose fields take another form
+        study=study, knob=list(knob or []), finish=finish is not None,
+        warm_start=_warm_start(warm_start),
     )  # fmt: skip
+    options = _options(flags, since=state.started, progress=(view := LiveView(err)))
     result = _searched(lambda: run_search(spec, budget=budget, **options), err, view)
     explained = _after_search(result, spec, err, report=report, profile=profile)
     if json_output:
@@ -405,23 +452,34 @@ def _warm_start(reference: str | None) -> Path | None:
     return path
 
 
-def _options(**fields: dict[str, Any]) -> dict[str, Any]:
-    """``search()``'s option records from the flags' values (``fields``: record -> field ->
-    value); a bad value's message names its flag."""
+def _options(flags: Mapping[str, Any], **filled: Any) -> dict[str, Any]:
+    """``search()``'s option records from the flags' values (``flags``, by parameter name)
+    and the fields the command fills (``filled``); a bad value's message names its flag."""
     from autotune.study import search_options
     from autotune.study.options import SearchOptionsError
 
+    values = dict(filled)
+    for path, flag in FLAGS.items():
+        value = flags[flag.removeprefix("--").replace("-", "_")]
+        if value is not None or path not in _LIBRARY_DEFAULT:
+            values[path.split(".")[1]] = value
     try:
-        return search_options(**{k: v for values in fields.values() for k, v in values.items()})
+        return search_options(**values)
     except SearchOptionsError as exc:
-        raise SearchOptionsError([_with_flags(p) for p in exc.problems]) from None
+        raise SearchOptionsError([_with_flags(p.text, p.fields) for p in exc.found]) from None
 
 
-def _with_flags(message: str) -> str:
-    """A library message with the option field it names shown as its flag."""
-    return _NEW_STUDY.sub(r"\1 (--study NAME)", _FIELD.sub(lambda m: _FLAGS[m[1]], message))
+def _with_flags(message: str, fields: tuple[str, ...] | None = None) -> str:
+    """``message`` with the option fields it names shown as their flags: ``fields``, the
+    paths of those it names by their names (each replaced where the message first names
+    it); None: a message that carries no paths, whose fields ``_FIELD`` finds."""
+    if fields is None:
+        from autotune.study.options import field_paths
 
-
-def _given(**options: Any) -> dict[str, Any]:
-    """The options the user gave (the rest keep the library's defaults)."""
-    return {name: value for name, value in options.items() if value is not None}
+        paths = field_paths()
+        message = _FIELD.sub(lambda m: flag_of(paths[m[1]]) or m[1], message)
+    for path in fields or ():
+        name, flag = path.split(".")[1], flag_of(path)
+        if flag is not None:
+            message = re.sub(rf"\b{name}\b", flag, message, count=1)
+    return _NEW_STUDY.sub(rf"\1 ({flag_of('study.study')} NAME)", message)

@@ -57,6 +57,7 @@ __all__ = [
     "describe",
     "did_you_mean",
     "duration_problem",
+    "field_bound_problems",
     "field_hints",
     "fraction",
     "join",
@@ -541,13 +542,18 @@ def bounded(default: Any, bound: Bound) -> Any:
 def bound_problems(record: Any) -> list[str]:
     """``name must be <what it must be>, got <value>`` for each field of the dataclass
     ``record`` declared with ``bounded`` whose value is out of its bound."""
+    return [text for _, text in field_bound_problems(record)]
+
+
+def field_bound_problems(record: Any) -> list[tuple[str, str]]:
+    """``bound_problems``, each with the name of its field: ``(name, text)``."""
     problems = []
     for f in dataclasses.fields(record):
         bound, value = f.metadata.get("bound"), getattr(record, f.name)
         if bound is None or (value is None and f.default is None):
             continue
         if wanted := bound.wanted(value):
-            problems.append(f"{f.name} must be {wanted}, got {show(value)}")
+            problems.append((f.name, f"{f.name} must be {wanted}, got {show(value)}"))
     return problems
 
 

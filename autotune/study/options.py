@@ -4,19 +4,21 @@
 ``SearchLimits`` (how much is measured), ``SearchRace`` (the finalist race),
 ``SearchStudy`` (the Optuna study) and ``SearchOutput`` (the preset and the progress).
 A record that is made wrong raises ``SearchOptionsError`` with every problem at once,
-each starting with the field's name (``trials must be a positive integer, got 0``): the
-CLI, which makes these records from its flags, shows the flag instead.
+each naming its field (``trials must be a positive integer, got 0``) and carrying that
+field's path (``limits.trials``): the CLI, which makes these records from its flags,
+shows the flag instead (``autotune.cli.search.flag_of``).
 ``search_options`` sorts flat keyword arguments (``tune``'s) into the records.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
 from autotune.core.files import check_output_path
@@ -25,9 +27,9 @@ from autotune.core.schema import (
     PROCESSES,
     SEED,
     SIZE,
-    bound_problems,
     bounded,
     did_you_mean,
+    field_bound_problems,
 )
 from autotune.core.units import parse_duration
 from autotune.study.knob_args import parse_seq_len
@@ -49,6 +51,7 @@ __all__ = [
     "DEFAULT_WARMUP",
     "OBJECTIVES",
     "Objective",
+    "Problem",
     "SearchLimits",
     "SearchMachine",
     "SearchOptionsError",
@@ -56,6 +59,7 @@ __all__ = [
     "SearchRace",
     "SearchScope",
     "SearchStudy",
+    "field_paths",
     "search_options",
 ]
 
@@ -73,37 +77,70 @@ Objective = Literal["throughput", "time-to-train"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "time-to-train")
 
 
-class SearchOptionsError(ConfigError):
-    """Search options that cannot be used: every problem, each starting with (or, for a
-    value that cannot be read, naming) its field. One problem is the whole message."""
+class Problem(NamedTuple):
+    """One problem of the search options: its text, and the fields the text names by their
+    names (``("train_steps",)`` in a record; ``("scope.train_steps",)`` once raised)."""
 
-    def __init__(self, problems: Iterable[str], *, context: str = "invalid search options"):
-        super().__init__(problems, context=context)
+    text: str
+    fields: tuple[str, ...] = ()
+
+
+class SearchOptionsError(ConfigError):
+    """Search options that cannot be used: every problem, each naming its field. One problem
+    is the whole message. ``fields`` holds, for each of ``problems``, the paths of the
+    fields its text names (``limits.timeout``), for a caller that calls them otherwise."""
+
+    def __init__(
+        self, problems: Iterable[str | Problem], *, context: str = "invalid search options"
+    ):
+        found = [p if isinstance(p, Problem) else Problem(p) for p in problems]
+        super().__init__([p.text for p in found], context=context)
+        self.fields = [p.fields for p in found]
         if len(self.problems) == 1:
             self.args = (self.problems[0],)
 
+    @property
+    def found(self) -> list[Problem]:
+        """The problems with the paths of the fields they name."""
+        return [
+            Problem(text, fields) for text, fields in zip(self.problems, self.fields, strict=True)
+        ]
+
 
 class _Options:
-    """Checks a record's fields when it is made, raising every problem: each number against
-    the bound declared with it (``bounded``: ``autotune.core.schema``'s seeds, counts,
-    sizes and processes), then the record's own ``_problems``."""
+    """Checks a record's fields when it is made, raising every problem with the paths of the
+    fields it names: each number against the bound declared with it (``bounded``:
+    ``autotune.core.schema``'s seeds, counts, sizes and processes), then the record's own
+    ``_problems``."""
 
     def __post_init__(self) -> None:
-        problems = bound_problems(self) + self._problems()
+        bounds = [Problem(text, (name,)) for name, text in field_bound_problems(self)]
+        problems = bounds + self._problems()
         if problems:
-            raise SearchOptionsError(problems, context=f"invalid {type(self).__name__}")
+            key = _KEYS[type(self)]
+            raise SearchOptionsError(
+                [Problem(p.text, tuple(f"{key}.{f}" for f in p.fields)) for p in problems],
+                context=f"invalid {type(self).__name__}",
+            )
 
-    def _problems(self) -> list[str]:
+    def _problems(self) -> list[Problem]:
         return []
 
 
-def _duration(name: str, value: Any) -> list[str]:
-    """The problem with a duration (``600``, ``"10m"``), if any."""
+def _refused(check: Callable[[], Any], name: str) -> list[Problem]:
+    """The problem of the field ``name`` that ``check()`` raises as a ``UsageError``, if
+    any, naming the field where its text does."""
     try:
-        parse_duration(value, what=name)
+        check()
     except UsageError as exc:
-        return [str(exc)]
+        text = str(exc)
+        return [Problem(text, (name,) if re.search(rf"\b{name}\b", text) else ())]
     return []
+
+
+def _duration(name: str, value: Any) -> list[Problem]:
+    """The problem with a duration (``600``, ``"10m"``), if any."""
+    return _refused(lambda: parse_duration(value, what=name), name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,22 +160,29 @@ class SearchScope(_Options):
     train_steps: int | None = bounded(None, COUNT)
     """The run's length, for ``time-to-train``."""
 
-    def _problems(self) -> list[str]:
-        problems: list[str] = []
-        if self.seq_len is not None:
-            try:
-                parse_seq_len(self.seq_len)  # the model's own limit is checked with it later
-            except UsageError as exc:
-                problems.append(str(exc))
+    def _problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+        if self.seq_len is not None:  # the model's own limit is checked with it later
+            problems += _refused(lambda: parse_seq_len(self.seq_len), "seq_len")  # type: ignore[arg-type]
         if isinstance(self.knobs, str):
             problems.append(
-                f"knobs must be a mapping or a list of NAME=VALUE texts, got {self.knobs!r}"
+                Problem(
+                    f"knobs must be a mapping or a list of NAME=VALUE texts, got {self.knobs!r}",
+                    ("knobs",),
+                )
             )
         if self.objective not in OBJECTIVES:
             shown = ", ".join(OBJECTIVES)
-            problems.append(f"objective must be one of {shown}, got {self.objective!r}")
+            problems.append(
+                Problem(f"objective must be one of {shown}, got {self.objective!r}", ("objective",))
+            )
         elif self.objective == "time-to-train" and self.train_steps is None:
-            problems.append("objective time-to-train needs train_steps N (the run's length)")
+            problems.append(
+                Problem(
+                    "objective time-to-train needs train_steps N (the run's length)",
+                    ("objective", "train_steps"),
+                )
+            )
         return problems
 
 
@@ -160,12 +204,18 @@ class SearchMachine(_Options):
     ``MachineWatch``, True, False; None: on with the real burst runner, off with a
     ``burst_fn``, whose figures do not come from this machine."""
 
-    def _problems(self) -> list[str]:
-        problems: list[str] = []
+    def _problems(self) -> list[Problem]:
+        problems: list[Problem] = []
         if self.device is not None and not isinstance(self.device, str):
-            problems.append(f"device must be a device name such as cuda:0, got {self.device!r}")
+            problems.append(
+                Problem(
+                    f"device must be a device name such as cuda:0, got {self.device!r}", ("device",)
+                )
+            )
         if self.burst_fn is not None and not callable(self.burst_fn):
-            problems.append(f"burst_fn must be callable, got {self.burst_fn!r}")
+            problems.append(
+                Problem(f"burst_fn must be callable, got {self.burst_fn!r}", ("burst_fn",))
+            )
         return problems
 
 
@@ -190,8 +240,8 @@ class SearchLimits(_Options):
     """When the time limit started (``time.monotonic()``); None: the ``search`` call. The
     command line passes its process's start, so that ``--timeout`` covers its imports."""
 
-    def _problems(self) -> list[str]:
-        problems: list[str] = []
+    def _problems(self) -> list[Problem]:
+        problems: list[Problem] = []
         if self.timeout is not None:
             problems += _duration("timeout", self.timeout)
         return problems + _duration("burst_timeout", self.burst_timeout)
@@ -253,23 +303,24 @@ class SearchStudy(_Options):
     """Run no trials: wait for the workers' last bursts, then race the study's trials and
     write the preset (taking over from a finisher that died)."""
 
-    def _problems(self) -> list[str]:
-        problems: list[str] = []
+    def _problems(self) -> list[Problem]:
+        problems: list[Problem] = []
         name = self.study
         if name is not None and (
             name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")
         ):
             problems.append(
-                f"study {name!r}: expected a plain name such as my-search (no path "
-                "separators, not '.' or '..'): the study's files go in a folder of that "
-                "name under the runs folder"
+                Problem(
+                    f"study {name!r}: expected a plain name such as my-search (no path "
+                    "separators, not '.' or '..'): the study's files go in a folder of that "
+                    "name under the runs folder",
+                    ("study",),
+                )
             )
         if self.storage is not None:
-            try:
-                check_storage_url(self.storage)
-            except UsageError as exc:
-                problems.append(str(exc))
-        return problems + _runs_dir_problems(self.runs_dir)
+            storage = self.storage
+            problems += _refused(lambda: check_storage_url(storage), "storage")
+        return problems + [Problem(p) for p in _runs_dir_problems(self.runs_dir)]
 
     @property
     def shared(self) -> bool:
@@ -290,12 +341,17 @@ class SearchOutput(_Options):
     """Profile the naive config once it has run (a separate burst: the trials' figures
     carry no profiler) and refine first the knobs its verdict names (autotune.explain)."""
 
-    def _problems(self) -> list[str]:
-        problems = [] if self.output is None else _output_problems(self.output)
+    def _problems(self) -> list[Problem]:
+        output = [] if self.output is None else _output_problems(self.output)
+        problems = [Problem(text, ("output",)) for text in output]
         if not isinstance(self.profile, bool):
-            problems.append(f"profile must be true or false, got {self.profile!r}")
+            problems.append(
+                Problem(f"profile must be true or false, got {self.profile!r}", ("profile",))
+            )
         if self.progress is not None and not callable(self.progress):
-            problems.append(f"progress must be callable, got {self.progress!r}")
+            problems.append(
+                Problem(f"progress must be callable, got {self.progress!r}", ("progress",))
+            )
         return problems
 
 
@@ -354,6 +410,16 @@ _RECORDS: dict[str, Any] = {  # the argument of search() -> its record type
     "study": SearchStudy,
     "output": SearchOutput,
 }
+_KEYS = {cls: key for key, cls in _RECORDS.items()}  # a record type -> its argument
+
+
+def field_paths() -> dict[str, str]:
+    """The path of every field of the option records, by its name (the names are unique):
+    ``{"trials": "limits.trials", ...}``, a path being ``search()``'s argument, then the
+    field."""
+    return {
+        f.name: f"{key}.{f.name}" for key, cls in _RECORDS.items() for f in dataclasses.fields(cls)
+    }
 
 
 def search_options(**options: Any) -> dict[str, Any]:
@@ -361,7 +427,7 @@ def search_options(**options: Any) -> dict[str, Any]:
         output=None``): each goes to the record with a field of its name; the records get
         their defaults otherwise. ``UsageError`` for a name no record has; every problem of
     every record at once."""
-    owner = {f.name: key for key, cls in _RECORDS.items() for f in dataclasses.fields(cls)}
+    owner = {name: path.split(".")[0] for name, path in field_paths().items()}
     unknown = [name for name in options if name not in owner]
     if unknown:
         raise UsageError(
@@ -371,14 +437,15 @@ def search_options(**options: Any) -> dict[str, Any]:
     for name, value in options.items():
         fields[owner[name]][name] = value
     records: dict[str, Any] = {}
-    problems: list[str] = []
+    problems: list[Problem] = []
     for key, cls in _RECORDS.items():
         try:
             records[key] = cls(**fields[key])
         except SearchOptionsError as exc:
-            problems += exc.problems
+            problems += exc.found
     if not problems:
-        problems += _output_is_storage(records["output"].output, records["study"].storage)
+        clash = _output_is_storage(records["output"].output, records["study"].storage)
+        problems += [Problem(text, ("output.output",)) for text in clash]
     if problems:
         raise SearchOptionsError(problems)
     return records
