@@ -17,7 +17,7 @@ from benchmark_modules import load_benchmark
 
 from autotune.config.train_config import TrainConfig
 from autotune.preset import save_preset
-from autotune.preset.schema import Measured, ModelRef, Task
+from autotune.preset.sections import Measured, ModelRef, Task
 from tests.fake_presets import gpu_fingerprint, make_preset
 
 suite = load_benchmark("gpu_suite")

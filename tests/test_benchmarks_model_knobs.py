@@ -206,7 +206,7 @@ def test_a_preset_and_two_variants_measured_for_real(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from autotune.preset import save_preset
-    from autotune.preset.schema import ModelRef, Task
+    from autotune.preset.sections import ModelRef, Task
     from tests.fake_presets import make_config, make_preset
 
     tiny = make_preset(
@@ -230,7 +230,7 @@ def test_the_bursts_run_the_presets_model_with_its_arguments(
     """A preset's model arguments (a smaller mu) reach every burst, the winner's and the
     variants': found when a tiny preset's bursts ran the full-size model."""
     from autotune.preset import save_preset
-    from autotune.preset.schema import ModelRef, Task
+    from autotune.preset.sections import ModelRef, Task
     from tests.fake_presets import make_config, make_preset
 
     tiny = make_preset(

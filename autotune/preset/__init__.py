@@ -35,7 +35,7 @@ from autotune.preset.portability import (
     check_portability,
     default_device_for,
 )
-from autotune.preset.schema import (
+from autotune.preset.sections import (
     PRESET_SCHEMA_VERSION,
     Baseline,
     Fingerprint,

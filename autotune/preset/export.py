@@ -35,7 +35,7 @@ from autotune.core.text import control_problem, one_line
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.preset.schema import Preset
+    from autotune.preset.sections import Preset
 
 __all__ = [
     "EXPORT_FORMATS",

@@ -25,7 +25,7 @@ from autotune.core.text import one_line
 from autotune.core.units import format_bytes
 from autotune.preset.json_schema import REQUIRED_IN_A_FILE, schema_comment
 from autotune.preset.migrate import migrate_v1, v1_path
-from autotune.preset.schema import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
+from autotune.preset.sections import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
 
 __all__ = [
     "dump_preset",

@@ -40,7 +40,7 @@ REQUIRED_IN_A_FILE = ("schema_version", "created")
 def preset_json_schema() -> dict[str, Any]:
     """The JSON Schema of a preset file, from the records that validate one."""
     from autotune.core.jsonschema import json_schema
-    from autotune.preset.schema import Preset
+    from autotune.preset.sections import Preset
 
     return json_schema(Preset, title="autotune preset", required=REQUIRED_IN_A_FILE)
 

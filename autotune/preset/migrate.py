@@ -14,7 +14,7 @@ from typing import Any
 from autotune.core.errors import BudgetError
 from autotune.core.schema import did_you_mean, key_text
 from autotune.core.units import parse_budget
-from autotune.preset.schema import PRESET_SCHEMA_VERSION
+from autotune.preset.sections import PRESET_SCHEMA_VERSION
 
 __all__ = ["migrate_v1", "v1_path"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.errors import HardwareMismatchError
 from autotune.core.plain import to_plain
 from autotune.core.units import format_bytes
-from autotune.preset.schema import Fingerprint, Preset, find_device
+from autotune.preset.sections import Fingerprint, Preset, find_device
 
 if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps

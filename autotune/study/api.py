@@ -27,7 +27,7 @@ from autotune.core.schema import MAX_INT
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
-from autotune.preset.schema import Fingerprint
+from autotune.preset.sections import Fingerprint
 from autotune.study.ledger import ledger_of
 from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
 from autotune.study.options import (

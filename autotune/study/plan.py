@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.explain.verdict import Verdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
-    from autotune.preset.schema import Fingerprint
+    from autotune.preset.sections import Fingerprint
     from autotune.study.memory_model import Verdict
     from autotune.study.state import SearchState
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
-    from autotune.preset.schema import Fingerprint
+    from autotune.preset.sections import Fingerprint
     from autotune.study.memory_model import MemoryModel
     from autotune.study.space import SearchSpace
 

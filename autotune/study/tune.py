@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import Batch, ModelSpec
-    from autotune.preset.schema import Preset
+    from autotune.preset.sections import Preset
     from autotune.study import SearchResult
 
 __all__ = ["TuneResult", "model_fingerprint", "model_spec", "tune"]

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch
     from autotune.engine.step import Stepper
     from autotune.machine.caps import DeviceCaps
-    from autotune.preset.schema import Preset
+    from autotune.preset.sections import Preset
 
 __all__ = ["PresetLoop"]
 
@@ -99,7 +99,7 @@ class PresetLoop:
         """From a ``Preset`` or a preset file or name (``autotune.preset.resolve_preset``);
         the preset's ``training.grad_clip`` becomes the step's clipping."""
         from autotune.preset import load_preset, resolve_preset
-        from autotune.preset.schema import Preset
+        from autotune.preset.sections import Preset
 
         if not isinstance(preset, Preset):
             preset = load_preset(resolve_preset(str(preset)))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autotune.models.registry import builtin_names, get_model
-from autotune.preset.schema import Fingerprint
+from autotune.preset.sections import Fingerprint
 from autotune.study.memory_model import MemoryModel
 from autotune.study.playbook import (
     HAND_TUNED,
