@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 # the modules that keep the search's time; workers.py is left out: its polls would spin
-SEARCH_CLOCK_MODULES = ("api", "objective", "race", "state")
+SEARCH_CLOCK_MODULES = ("api", "deadline", "objective", "race")
 
 
 class VirtualClock:
@@ -35,9 +35,8 @@ class VirtualClock:
 
 
 def install(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
-    """A ``VirtualClock`` as the search's clock for the test. (``SearchState.started``
-    defaults to the real clock, read when the search starts, before any sleep: the same
-    instant on both.)"""
+    """A ``VirtualClock`` as the search's clock for the test. (``Deadline.started`` is
+    read when the search starts, before any sleep: the same instant on both clocks.)"""
     clock = VirtualClock()
     for module in SEARCH_CLOCK_MODULES:
         monkeypatch.setattr(f"autotune.study.{module}.time", clock)

@@ -235,7 +235,10 @@ class _Run:
         """Run the trials (none with ``finish``), then the race, unless another worker of a
         shared study runs it (then no race: None)."""
         state, study = self.state, self.study
-        state.reserve = lambda: self.race.reserve_s(state, planner.expert())
+        state.deadline.keep_for_race(
+            lambda: self.race.reserve_s(state, planner.expert()),
+            whole=lambda: state.configs_measured() >= 2,  # a config besides naive measured
+        )
         workers = (
             Workers(state=state, study=study, name=study.study_name) if options.shared else None
         )
@@ -503,7 +506,7 @@ def _naive_explainer(
     def explain(config: TrainConfig) -> ExplainVerdict | None:
         from autotune.explain.render import explain_result
 
-        timeout = state.burst_timeout(bursts.timeout_s)
+        timeout = state.deadline.burst_timeout(bursts.timeout_s)
         if timeout is None:
             return None
         burst = bursts.run(config, steps=1, timeout_s=timeout, profile=True)

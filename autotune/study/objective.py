@@ -56,10 +56,10 @@ import optuna
 
 from autotune.core.units import format_bytes, format_figure
 from autotune.study.burst_threads import run_on_cores_left, threads_for_burst
+from autotune.study.deadline import DEADLINE
 from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.ownership import trial_owner
 from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.study.state import DEADLINE
 from autotune.study.trial_cost import held_to_time, will_not_finish
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ class TrialObjective:
         def on_step(index: int, step_time_s: float) -> bool:
             if exempt:
                 return True
-            if self.state.time_for_trials() == 0.0:  # the trials' time ran out during it
+            if self.state.deadline.for_trials() == 0.0:  # the trials' time ran out during it
                 self.cut_by_time = TRIALS_TIME_RAN_OUT
                 return False
             if index >= asked and (index - asked) % REPORT_EVERY_PAST_ASKED:
@@ -347,11 +347,11 @@ class TrialObjective:
         burst can outlast the limit on a loaded machine, and the quick start runs with nothing
         measured (capped, mu's stopped after 2 s of a 4 s limit)."""
         timeout_s = self.bursts.timeout_s
-        time_left = self.state.time_for_trials()
+        time_left = self.state.deadline.for_trials()
         capped = ""
         if not exempt and time_left is not None and time_left < timeout_s:
             timeout_s, capped = max(time_left, MIN_CAPPED_BURST_S), TRIALS_TIME_RAN_OUT
-        hard = self.state.burst_timeout(timeout_s)
+        hard = self.state.deadline.burst_timeout(timeout_s)
         if hard is None or hard < timeout_s:
             timeout_s, capped = max(hard or 0.0, MIN_CAPPED_BURST_S), DEADLINE_CAME
         return timeout_s, capped
@@ -387,7 +387,7 @@ class TrialObjective:
             return None, ""
         cap = max(COMPILE_SHARE * limit, MIN_CAPPED_BURST_S)
         share = f"{COMPILE_SHARE:.0%} of the time limit"
-        left = self.state.time_for_trials()
+        left = self.state.deadline.for_trials()
         proven = self.state.compiled_ok(config.compile)
         if not proven and left is not None and UNPROVEN_COMPILE_SHARE * left < cap:
             cap = max(UNPROVEN_COMPILE_SHARE * left, MIN_CAPPED_BURST_S)

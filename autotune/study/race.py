@@ -41,7 +41,7 @@ The race's time is counted inside the search's time limit: ``race_reserve_s`` te
 search how long the race will take, from the entrants' measured step times (a burst of
 slow steps times fewer of them: ``race_steps``) and never from a disturbed trial, with
 every entrant in the first round and the likely contenders after it. Every
-burst is held to the search's deadline (``SearchState.burst_timeout``: the limit plus
+burst is held to the search's deadline (``Deadline.burst_timeout``: the limit plus
 half of ``OVERRUN_SHARE`` of it): a burst with no time left is not started, one whose
 timeout the deadline capped and that ran out is cut, and a round the deadline cut is left
 out; a round that would end past the deadline is not started (the first round always
@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes, format_figure
 from autotune.study.burst_threads import threads_after_settle, threads_for_burst
+from autotune.study.deadline import DEADLINE, MIN_BURST_S
 from autotune.study.race_decision import (
     CUT,
     CUT_ROUND,
@@ -77,7 +78,6 @@ from autotune.study.race_decision import (
 )
 from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
 from autotune.study.records import SearchEvent, TrialRecord, distinct_best
-from autotune.study.state import DEADLINE, MIN_BURST_S
 from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
 
 if TYPE_CHECKING:
@@ -395,7 +395,7 @@ def _run_round(
     watch: MachineWatch | None,
 ) -> list[str]:
     """Run round ``round_``: one burst of every entrant still in, in the round's order,
-    each held to the search's deadline (``SearchState.burst_timeout``). How each burst
+    each held to the search's deadline (``Deadline.burst_timeout``). How each burst
     ran (``_condition``); ``CUT_ROUND`` last when the deadline cut the round short."""
     conditions: list[str] = []
     for entrant in _order(entrants, round_):
@@ -404,7 +404,7 @@ def _run_round(
         for again in (False, True):  # once more where load came and went during it
             threads = threads_for_burst(state)  # may wait a moment to see a load stay
             wanted = 2 * bursts.timeout_s
-            timeout_s = state.burst_timeout(wanted, expected_s=entrant.record.wall_s)
+            timeout_s = state.deadline.burst_timeout(wanted, expected_s=entrant.record.wall_s)
             if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
                 timeout_s = MIN_BURST_S  # one burst, however short, or no preset at all
             if timeout_s is None and again:
@@ -470,7 +470,7 @@ def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
     """Whether a round beyond the planned ones fits: only under a time limit, only when
     an entrant besides naive is still in, and only if it ends within the limit (no grace),
     judged from the entrants' last bursts."""
-    left = state.time_left()
+    left = state.deadline.left()
     running = [e for e in entrants if not e.dropped]
     if left is None or not any("naive" not in e.roles for e in running):
         return False
@@ -550,7 +550,7 @@ def _run_one(
             trial=entrant.record,
             verify=result,
             message=problem,
-            elapsed_s=state.elapsed(),
+            elapsed_s=state.deadline.elapsed(),
             unit=state.unit,
         )
     )
@@ -583,12 +583,12 @@ def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> 
 
 
 def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
-    """Whether another round would end past the search's deadline (``fits_deadline``:
+    """Whether another round would end past the search's deadline (``Deadline.fits``:
     the time limit plus half of ``OVERRUN_SHARE``), judged from the entrants' last bursts
     (``_next_burst_s``). Load or no load: a round without a fair figure earns no extra
     time."""
     round_s = sum(_next_burst_s(e) for e in entrants if not e.dropped)
-    return not state.fits_deadline(round_s)
+    return not state.deadline.fits(round_s)
 
 
 def _next_burst_s(entrant: Entrant) -> float:

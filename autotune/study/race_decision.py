@@ -337,7 +337,7 @@ def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> 
     if limit is None:
         return f"{what} ({state.stopped or 'stopped'})"
     burst = max(naive.record.wall_s or 0.0, max(naive.walls, default=0.0))
-    needed = state.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
+    needed = state.deadline.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
     return (
         f"the time limit ({_minutes(limit)}) left time to measure only the naive config"
         + (f" (the others: {why})" if why else "")

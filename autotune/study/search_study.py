@@ -224,7 +224,7 @@ def open_search_study(
             best=state.best(),
             unit=state.unit,
             trials_left=state.trials_left(),
-            time_left_s=state.time_left(),
+            time_left_s=state.deadline.left(),
         )
     )
     return study

@@ -4,11 +4,11 @@ configs have a result, the memory model fitted to them, and when to stop."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.study.deadline import Deadline
 from autotune.study.memory_model import MemoryModel
 from autotune.study.records import SearchEvent, TrialRecord
 
@@ -18,22 +18,9 @@ if TYPE_CHECKING:
     from autotune.study.space import SearchSpace
     from autotune.study.watch import MachineWatch
 
-__all__ = [
-    "DEADLINE",
-    "MAX_CONSECUTIVE_SKIPS",
-    "MIN_BURST_S",
-    "OVERRUN_SHARE",
-    "Limits",
-    "SearchState",
-]
+__all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]
 
 MAX_CONSECUTIVE_SKIPS = 100  # the sampler keeps proposing known configs: it has converged
-# The time limit is the user's: a search ends within it plus this share of it, the race and
-# the preset included. Bursts and race rounds are held to half of that share; the other
-# half is for killing a cut burst's processes and writing the preset.
-OVERRUN_SHARE = 0.1
-DEADLINE = f"the search's deadline (the time limit plus {OVERRUN_SHARE / 2:.0%})"
-MIN_BURST_S = 1.0  # a burst with less time than this before the deadline is not started
 
 
 @dataclass(frozen=True)
@@ -59,17 +46,18 @@ class SearchState:
     budget_bytes: int
     limits: Limits
     progress: Callable[[SearchEvent], None] | None = None
-    # When the time limit started: the search's call (loading the model counts).
-    started: float = field(default_factory=time.monotonic)
+    # When the time limit started (``time.monotonic``): the search's call (loading the model
+    # counts); None: now.
+    started: InitVar[float | None] = None
+    # the time limit's arithmetic; the race's reserve is given to it (``keep_for_race``)
+    deadline: Deadline = field(init=False)
     records: dict[int, TrialRecord] = field(default_factory=dict)
     by_key: dict[tuple[Any, ...], int] = field(default_factory=dict)
     memory: MemoryModel = field(init=False)
     consecutive_skips: int = 0
-    stopped: str = ""  # why the search stopped ("" while it runs)
+    stopped: str = ""  # why the search stopped ("" while it runs; set by the search loop)
     # compile modes whose compilation outlasted COMPILE_SHARE of the limit: not run again
     slow_compiles: dict[str, str] = field(default_factory=dict)
-    # The time the finalist race will need, kept out of the trials' share of the limit.
-    reserve: Callable[[], float] = field(default=lambda: 0.0, repr=False)
     watch: MachineWatch | None = None  # what else the machine runs (None: not watched)
     disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
     trial_steps: int | None = None  # timed steps per trial burst (the objective sets it)
@@ -80,7 +68,8 @@ class SearchState:
     _busy_warned: bool = False
     budget_problem: str = ""  # set when even the smallest config does not fit
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, started: float | None) -> None:
+        self.deadline = Deadline(limit_s=self.limits.time_limit_s, started=started)
         self.memory = MemoryModel(
             budget_bytes=self.budget_bytes, device_kind=self.space.device_kind
         )
@@ -138,51 +127,7 @@ class SearchState:
             (r for r in self.records.values() if r.state != "WAITING"), key=lambda r: r.number
         )
 
-    # -- time and budget -----------------------------------------------------------------
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def time_left(self) -> float | None:
-        limit = self.limits.time_limit_s
-        return None if limit is None else max(0.0, limit - self.elapsed())
-
-    def deadline_left(self) -> float | None:
-        """The seconds left before the search's deadline: the time limit plus half of
-        ``OVERRUN_SHARE`` of it (None: no limit). Every burst, the trials' and the race's,
-        is held to it (``burst_timeout``)."""
-        limit = self.limits.time_limit_s
-        if limit is None:
-            return None
-        return max(0.0, limit * (1.0 + OVERRUN_SHARE / 2) - self.elapsed())
-
-    def burst_timeout(self, timeout_s: float, *, expected_s: float | None = None) -> float | None:
-        """The one deadline rule: a burst's ``timeout_s`` capped by the time left before the
-        deadline, or None when the burst is not started: less than ``MIN_BURST_S`` is
-        left (or than ``expected_s``, the burst's expected wall time, when that is less)."""
-        left = self.deadline_left()
-        if left is None:
-            return timeout_s
-        least = MIN_BURST_S if not expected_s else min(MIN_BURST_S, expected_s)
-        return None if left < least else min(timeout_s, left)
-
-    def fits_deadline(self, seconds: float) -> bool:
-        """Whether work of ``seconds`` started now ends before the deadline (a race round)."""
-        left = self.deadline_left()
-        return left is None or seconds <= left
-
-    def time_for_trials(self) -> float | None:
-        """The time left for trials: the time left less what the race will need. Until a
-        config besides naive has a result, the race's reserve takes at most half the time
-        left, so that a loaded machine (slow bursts, a large reserve) still measures the
-        expert start rather than naive alone."""
-        left = self.time_left()
-        if left is None:
-            return None
-        reserve = self.reserve()
-        if self.configs_measured() < 2:
-            reserve = min(reserve, left / 2)
-        return max(0.0, left - reserve)
-
+    # -- trials and budget ---------------------------------------------------------------
     def configs_measured(self) -> int:
         """Distinct configs with a successful result (replays and re-measures count once)."""
         return len({number for number in self.by_key.values() if self._ok(number)})
@@ -201,7 +146,7 @@ class SearchState:
             self.progress(event)
 
     def note(self, message: str) -> None:
-        self.emit(SearchEvent(kind="note", message=message, elapsed_s=self.elapsed()))
+        self.emit(SearchEvent(kind="note", message=message, elapsed_s=self.deadline.elapsed()))
 
     # -- contention -----------------------------------------------------------------------
     def busy_now(self) -> bool:
@@ -288,8 +233,8 @@ class SearchState:
                 kind="trial",
                 trial=record,
                 best=self.best(),
-                elapsed_s=self.elapsed(),
-                time_left_s=self.time_left(),
+                elapsed_s=self.deadline.elapsed(),
+                time_left_s=self.deadline.left(),
                 trials_left=self.trials_left(),
                 unit=self.unit,
             )
@@ -307,12 +252,12 @@ class SearchState:
         if left is not None and left <= 0:
             return f"reached {self.limits.trials} measured trials"
         # The time limit ends a search only once it measured something (the naive config).
-        time_left = self.time_for_trials() if self.measured() else None
+        time_left = self.deadline.for_trials() if self.measured() else None
         if time_left is not None and time_left <= 0:
-            if self.time_left():
+            if self.deadline.left():
                 return (
                     f"the time limit ({self.limits.time_limit_s:g} s) leaves what the "
-                    f"finalist race needs ({self.reserve():.0f} s)"
+                    f"finalist race needs ({self.deadline.reserve_s():.0f} s)"
                 )
             return f"reached the time limit ({self.limits.time_limit_s:g} s)"
         if time_left is not None:

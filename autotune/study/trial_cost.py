@@ -175,7 +175,7 @@ def will_not_finish(state: SearchState, config: TrainConfig) -> str:
     may): ``expected_wall_s``. mu on the 2-core CPU with an empty cache: a refinement
     started with 36 s left, where compiled trials had taken 44-52 s, and was stopped at
     the limit with nothing measured."""
-    left = state.time_for_trials()
+    left = state.deadline.for_trials()
     expected = expected_wall_s(state, config) if left is not None else None
     if left is None or expected is None or left >= expected[0]:
         return ""

@@ -117,7 +117,7 @@ class Workers:
                 return "skipped", f"trial #{same[0].number} of another worker is measuring it"
             limit = state.limits.trials
             if limit is None or state.measured() + len(rivals) < limit:
-                if state.time_for_trials() == 0.0:
+                if state.deadline.for_trials() == 0.0:
                     return "stopped", "the search's time limit passed"
                 return "", ""
             trial.set_user_attr("claim", {"key": key, "measure": False})  # step back

@@ -165,7 +165,7 @@ def test_the_quick_start_like_naive_is_held_only_to_the_deadline(tmp_path: Path)
 def test_an_exempt_burst_cut_at_the_deadline_says_the_deadline_cut_it(tmp_path: Path) -> None:
     # the quick start is held only to the deadline: its reason named "the time left for
     # trials", a cap it was never held to
-    from autotune.study.state import DEADLINE
+    from autotune.study.deadline import DEADLINE
 
     class CutQuickStart(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
@@ -425,7 +425,9 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
 
     records = {0: record(0, "off", 18.0), 1: record(1, "default", 52.0)}
     gpu = SimpleNamespace(device_kind="cuda")  # where mb 16 is new code (a first compile)
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=gpu)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 36.0), space=gpu
+    )
     compiled = TrainConfig(micro_batch=16, seq_len=64, compile="default")
     eager = compiled.replace(compile="off")
     assert "less than this compiled trial takes here (52 s: the quickest" in will_not_finish(
@@ -436,10 +438,10 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
     assert will_not_finish(state, compiled) == ""
     records[2] = record(2, "default", 30.0, status="oom")  # only results count
     assert will_not_finish(state, compiled) != ""
-    state.time_for_trials = lambda: None  # no time limit
+    state.deadline.for_trials = lambda: None  # no time limit
     assert will_not_finish(state, compiled) == ""
     state.records = {0: records[0]}  # no compiled trial finished yet: nothing to go by
-    state.time_for_trials = lambda: 1.0
+    state.deadline.for_trials = lambda: 1.0
     assert will_not_finish(state, compiled) == ""
 
 

@@ -243,8 +243,8 @@ def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
 def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -> None:
     # The time limit is the user's: no grace for a race without a fair round (a loaded
     # machine once ran a 3-minute search for 4 min 22 s).
+    from autotune.study.deadline import OVERRUN_SHARE
     from autotune.study.race import _out_of_time
-    from autotune.study.state import OVERRUN_SHARE
 
     state = _limited_state(100.0, elapsed=90.0)  # 15 s to the deadline (100 s + 5%)
     a, naive = _entrant(1, [100.0]), _entrant(2, [50.0], "naive")
@@ -253,12 +253,13 @@ def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -
     assert not _out_of_time(state, [a, naive])
     a.walls[-1] = 9.0  # a 16 s round does not, whatever the rounds so far were
     assert _out_of_time(state, [a, naive])
-    assert state.deadline_left() == pytest.approx(100.0 * (1 + OVERRUN_SHARE / 2) - 90.0, abs=0.5)
-    assert state.burst_timeout(600.0) == pytest.approx(15.0, abs=0.5)  # capped by the deadline
+    deadline = state.deadline
+    assert deadline.hard_left() == pytest.approx(100.0 * (1 + OVERRUN_SHARE / 2) - 90.0, abs=0.5)
+    assert deadline.burst_timeout(600.0) == pytest.approx(15.0, abs=0.5)  # capped by it
     late = _limited_state(100.0, elapsed=104.5)
-    assert late.burst_timeout(600.0) is None  # under a second left: not started
+    assert late.deadline.burst_timeout(600.0) is None  # under a second left: not started
     free = _limited_state(None, elapsed=1000.0)
-    assert free.burst_timeout(600.0) == 600.0 and not _out_of_time(free, [a, naive])
+    assert free.deadline.burst_timeout(600.0) == 600.0 and not _out_of_time(free, [a, naive])
 
 
 def _limited_state(limit: float | None, *, elapsed: float) -> Any:

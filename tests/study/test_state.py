@@ -209,8 +209,8 @@ def test_the_time_limit_counts_from_the_call(
     resolve = api._resolve_model
 
     class Recorded(SearchState):
-        def __post_init__(self) -> None:
-            super().__post_init__()
+        def __post_init__(self, started: float | None) -> None:
+            super().__post_init__(started)
             states.append(self)
 
     def timed_resolve(model: Any) -> ModelSpec:
@@ -221,7 +221,7 @@ def test_the_time_limit_counts_from_the_call(
     monkeypatch.setattr(api, "_resolve_model", timed_resolve)
     run(tmp_path, FakeBurst(), trials=3, timeout="30s", output=None)
     assert states and loaded_at
-    assert states[0].started <= loaded_at[0]
+    assert states[0].deadline.started <= loaded_at[0]
 
 
 def test_time_limit_stops_the_search(tmp_path: Path) -> None:

@@ -90,7 +90,9 @@ def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not
         1: _record(1, BEST.replace(knobs={"attention": "sdpa"}), 47.0, 40.0),
         2: _record(2, BEST, 44.0, 36.0),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=GPU)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 36.0), space=GPU
+    )
     assert cached_compile_s(list(records.values())) == CACHED_COMPILE_SHARE * 40.0
     first = BEST.replace(micro_batch=16, grad_accum=2)
     said = will_not_finish(state, first)
@@ -99,7 +101,7 @@ def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not
     assert will_not_finish(state, cached) == ""
     state.space = SimpleNamespace(device_kind="cpu")  # one compile serves any micro-batch
     assert will_not_finish(state, first) == ""
-    state.time_for_trials = lambda: 8.0 + CACHED_COMPILE_SHARE * 40.0 - 1.0
+    state.deadline.for_trials = lambda: 8.0 + CACHED_COMPILE_SHARE * 40.0 - 1.0
     assert "#2's code from the compile cache" in will_not_finish(state, cached)
 
 
@@ -109,7 +111,9 @@ def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
     naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
     records = {0: _record(0, naive, 12.0, None), 2: _record(2, BEST, 44.0, 36.0)}
     space: Any = SimpleNamespace(params_of=lambda c: {"key": repr(c.to_dict())}, device_kind="cuda")
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 36.0, space=space)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 36.0), space=space
+    )
     planner = Planner(state=state)
     study = optuna.create_study(direction="maximize")
     first = BEST.replace(micro_batch=16, grad_accum=2)
@@ -126,10 +130,12 @@ def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -
     naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
     records = {0: _record(0, naive, 30.0, None), 1: _record(1, naive.replace(micro_batch=8,
         grad_accum=4), 14.0, None)}  # fmt: skip
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 13.0, space=GPU)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 13.0), space=GPU
+    )
     said = will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8))
     assert "less than this trial takes here (14 s: the quickest trial without compile" in said
-    state.time_for_trials = lambda: 14.0
+    state.deadline.for_trials = lambda: 14.0
     assert will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8)) == ""
 
 
@@ -156,7 +162,6 @@ def test_less_time_than_a_typical_burst_stops_the_trials_unless_a_queued_one_fit
         spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 100.0),
         started=time.monotonic() - 70.0,
     )  # fmt: skip
-    state.reserve = lambda: 0.0
     state.absorb(_record(0, space.naive(), 40.0, None))
     assert "less than a typical burst (40 s)" in state.stop_reason()  # 30 s left
     assert state.stop_reason(next_fits=lambda: True) == ""
@@ -175,13 +180,17 @@ def test_a_first_compile_is_expected_to_take_as_long_as_the_slowest_seen() -> No
         3: _record(3, BEST, 38.0, 30.0),
         8: _record(8, BEST.replace(micro_batch=16, grad_accum=2), 47.0, 37.0),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 47.0, space=GPU)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 47.0), space=GPU
+    )
     first = BEST.replace(micro_batch=4, grad_accum=8)
     assert "(49 s: the slowest first compile so far)" in will_not_finish(state, first)
     assert will_not_finish(state, BEST.replace(omp_spin=True)) == ""  # 8 s + the cache's
     # compiled trials that did not say how long they compiled: the quickest is all there is
     unsaid = {0: records[0], 3: _record(3, BEST, 38.0, None), 8: _record(8, BEST, 47.0, None)}
-    state = SimpleNamespace(records=unsaid, time_for_trials=lambda: 40.0, space=GPU)
+    state = SimpleNamespace(
+        records=unsaid, deadline=SimpleNamespace(for_trials=lambda: 40.0), space=GPU
+    )
     assert will_not_finish(state, first) == ""
 
 
@@ -202,10 +211,12 @@ def test_the_compile_caches_set_up_in_the_first_compiled_trial_is_not_expected_a
         10: _record(10, BEST.replace(knobs={"attention": "eager", "block_group": 8}), 31.6, 27.2),
         11: _record(11, BEST.replace(omp_spin=True), 5.8, 1.6),
     }
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 33.0, space=GPU)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 33.0), space=GPU
+    )
     first = sdpa.replace(micro_batch=16, grad_accum=2, omp_spin=True)
     assert will_not_finish(state, first) == ""  # 27.2 s + a median rest of 4.8 s: 32 s
-    state.time_for_trials = lambda: 31.0
+    state.deadline.for_trials = lambda: 31.0
     assert "(32 s: the slowest first compile so far)" in will_not_finish(state, first)
 
 
@@ -237,10 +248,12 @@ def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_var
     # its steps (2 x 1.98 s) and the compiled trials' median start-up (1.46 s)
     assert abs(rest_s(records[2], list(records.values())) - (3.96 + 1.46)) < 0.01
     assert rest_s(records[3], list(records.values())) == 35.4 - 31.7  # its own, lower
-    state: Any = SimpleNamespace(records=records, time_for_trials=lambda: 18.0, space=GPU)
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 18.0), space=GPU
+    )
     variant = sdpa.replace(omp_spin=True)
     assert will_not_finish(state, variant) == ""  # 5.4 s + 1.8 s from the cache
-    state.time_for_trials = lambda: 6.0
+    state.deadline.for_trials = lambda: 6.0
     assert "(7 s: #2's code from the compile cache)" in will_not_finish(state, variant)
     # without step figures a trial's own rest is all there is
     plain = {n: _record(n, r.train_config(), r.wall_s or 0.0, r.compile_s)
