@@ -23,7 +23,7 @@ from autotune.core.redact import redact
 from autotune.core.schema import Section, build, plain_copy, show, type_name
 from autotune.core.text import one_line
 from autotune.core.units import format_bytes
-from autotune.preset.json_schema import REQUIRED_IN_A_FILE, schema_comment
+from autotune.preset.json_schema_file import REQUIRED_IN_A_FILE, schema_comment
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.sections import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset
 

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from autotune.core.jsonschema import json_schema
-from autotune.preset.json_schema import (
+from autotune.core.json_schema_from_records import json_schema
+from autotune.preset.json_schema_file import (
     SCHEMA_FILE,
     preset_json_schema,
     schema_comment,
@@ -32,7 +32,7 @@ def _validator() -> jsonschema.Draft202012Validator:
 def test_the_shipped_schema_is_the_generated_one() -> None:
     assert SCHEMA_FILE.read_text() == schema_text(), (
         "autotune/preset/preset.schema.json is stale: run "
-        'python -c "import autotune.preset.json_schema as s; s.write_schema_file()"'
+        'python -c "import autotune.preset.json_schema_file as s; s.write_schema_file()"'
     )
 
 
@@ -105,7 +105,7 @@ def test_the_comment_keeps_the_home_folder_out_of_a_shared_preset(
     """A preset is shared: the absolute path of the package named its author's home
     folder (``file:///home/alice/.venv/...``). Inside the home folder the path from the
     preset's folder names neither; from outside it would, and the line is left out."""
-    import autotune.preset.json_schema as module
+    import autotune.preset.json_schema_file as module
 
     home = tmp_path / "home" / "alice"
     schema = home / ".venv" / "site-packages" / "autotune" / "preset" / "preset.schema.json"

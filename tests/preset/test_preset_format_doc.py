@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.preset.json_schema import preset_json_schema
+from autotune.preset.json_schema_file import preset_json_schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "preset-format.md"
 

@@ -7,7 +7,7 @@ the YAML language server resolves from the file: a preset is shared, and the abs
 path would carry its author's home folder and user name. Where the relative path would
 name them too (a preset outside the home folder, the package inside it), the line is left
 out. After a change to the records, regenerate the file with
-``python -c "import autotune.preset.json_schema as s; s.write_schema_file()"``; a test
+``python -c "import autotune.preset.json_schema_file as s; s.write_schema_file()"``; a test
 fails while it is stale.
 """
 
@@ -39,7 +39,7 @@ REQUIRED_IN_A_FILE = ("schema_version", "created")
 
 def preset_json_schema() -> dict[str, Any]:
     """The JSON Schema of a preset file, from the records that validate one."""
-    from autotune.core.jsonschema import json_schema
+    from autotune.core.json_schema_from_records import json_schema
     from autotune.preset.sections import Preset
 
     return json_schema(Preset, title="autotune preset", required=REQUIRED_IN_A_FILE)
