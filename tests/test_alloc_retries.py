@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autotune.burst import trial as _trial
-from autotune.burst.outcome import Progress, memory_figures
+from autotune.burst.outcome import BurstProgress, memory_figures
 from autotune.burst.result import BurstResult
 
 
@@ -30,7 +30,7 @@ def test_a_broken_cuda_state_gives_no_figure(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_parent_carries_the_retries_to_the_result() -> None:
-    progress = Progress(result={"peak_bytes": 5 * 10**9, "alloc_retries": 2})
+    progress = BurstProgress(result={"peak_bytes": 5 * 10**9, "alloc_retries": 2})
     sampler: Any = SimpleNamespace(peak_bytes=10**9, peak_processes=1, exact=True)
     figures = memory_figures(progress, sampler, on_cuda=True)
     assert figures["alloc_retries"] == 2 and figures["peak_memory_bytes"] == 5 * 10**9

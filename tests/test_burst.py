@@ -377,9 +377,9 @@ def test_the_reported_context_is_the_one_the_peak_counts() -> None:
     peak. Found on the GPU: the start's context was reported, 82 MiB short."""
     import json as _json
 
-    from autotune.burst.outcome import Progress
+    from autotune.burst.outcome import BurstProgress
 
-    progress = Progress()
+    progress = BurstProgress()
     messages = [
         {"type": "context", "bytes": 708_837_376, "method": "nvml-process"},
         {"type": "result", "status": "ok", "peak_bytes": 905_969_664,

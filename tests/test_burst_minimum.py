@@ -148,9 +148,9 @@ def test_no_warm_up_asked_adds_none(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_parent_names_a_warm_up_step_past_the_count_as_warm_up() -> None:
-    from autotune.burst.outcome import Progress
+    from autotune.burst.outcome import BurstProgress
 
-    progress = Progress(warmup=3, steps=4, minimum=Minimum(warmup_s=1.0, timed_s=2.0))
+    progress = BurstProgress(warmup=3, steps=4, minimum=Minimum(warmup_s=1.0, timed_s=2.0))
     assert progress.next_stage() == "warm-up step 1 of 3"
     progress.warmup_times += [30.0, 0.017, 0.017]  # a compile, then short steps
     assert progress.next_stage() == "warm-up step 4 (past 3: steps are short)"
@@ -158,7 +158,7 @@ def test_the_parent_names_a_warm_up_step_past_the_count_as_warm_up() -> None:
     assert progress.next_stage() == "timed step 1 of 4"
     progress.step_times += [0.5] * 4
     assert progress.next_stage() == "timed step 5 (past 4: steps are short)"
-    plain = Progress(warmup=3, steps=4)
+    plain = BurstProgress(warmup=3, steps=4)
     plain.warmup_times += [30.0, 0.017, 0.017]
     assert plain.next_stage() == "timed step 1 of 4"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from autotune.burst.outcome import Progress
+from autotune.burst.outcome import BurstProgress
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
@@ -67,7 +67,7 @@ def test_a_cache_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_recompiles_count_graphs_built_during_the_timed_steps() -> None:
-    progress = Progress()
+    progress = BurstProgress()
     assert progress.recompiles() is None  # no compile
     progress.graphs_after_warmup, progress.graphs = 2, 2
     assert progress.recompiles() == 0

@@ -1,4 +1,4 @@
-"""How a burst went, from the parent's side: what the trial reported (``Progress``), and
+"""How a burst went, from the parent's side: what the trial reported (``BurstProgress``), and
 the status, reason and memory figures the parent decides from it.
 
 The outcome comes from the trial's messages alone, never from its log: ``ok``, ``oom``,
@@ -25,14 +25,14 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstStatus
     from autotune.engine.memory import ProcessTreeSampler
 
-__all__ = ["Progress", "WatchOutcome", "describe_exit", "memory_figures", "verdict"]
+__all__ = ["BurstProgress", "WatchOutcome", "describe_exit", "memory_figures", "verdict"]
 
 # How the parent's watch of a trial ended.
 WatchOutcome = Literal["result", "exited", "timeout", "budget", "pruned"]
 
 
 @dataclass
-class Progress:
+class BurstProgress:
     """What the trial has reported so far."""
 
     stage: str = "starting the process"
@@ -135,7 +135,7 @@ class Progress:
 
 
 def memory_figures(
-    progress: Progress, sampler: ProcessTreeSampler, *, on_cuda: bool, nproc: int = 1
+    progress: BurstProgress, sampler: ProcessTreeSampler, *, on_cuda: bool, nproc: int = 1
 ) -> dict[str, Any]:
     """The burst's memory fields: the peak that counts against the budget (the card's on
     CUDA, the process tree's on CPU; under torchrun the busiest rank's, a budget being
@@ -174,7 +174,7 @@ def memory_figures(
 
 def verdict(
     outcome: WatchOutcome,
-    progress: Progress,
+    progress: BurstProgress,
     *,
     peak: int | None,
     budget_bytes: int | None,

@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any
 import psutil
 
 from autotune.burst.channel import LineReader, open_channel
-from autotune.burst.outcome import Progress, WatchOutcome, memory_figures, verdict
+from autotune.burst.outcome import BurstProgress, WatchOutcome, memory_figures, verdict
 from autotune.burst.process import (
     REQUEST_FILE,
     TrialProcess,
@@ -163,13 +163,13 @@ def run_burst(
             try:
                 write_request(request_file, request)
             except Exception as exc:
-                return burst.result("error", _cannot_send(spec, exc), Progress())
+                return burst.result("error", _cannot_send(spec, exc), BurstProgress())
             return _supervise(
                 request=request_file if workdir is None else workdir / REQUEST_FILE,
                 log=log,
                 workdir=workdir,
                 burst=burst,
-                progress=Progress(warmup=warmup, steps=steps, minimum=minimum),
+                progress=BurstProgress(warmup=warmup, steps=steps, minimum=minimum),
                 timeout_s=timeout_s,
                 budget_bytes=budget_bytes,
                 on_step=on_step,
@@ -229,7 +229,7 @@ class _Burst:
         return parallel.nproc_per_node if parallel is not None else 1
 
     def result(
-        self, status: BurstStatus, reason: str, progress: Progress, **extra: Any
+        self, status: BurstStatus, reason: str, progress: BurstProgress, **extra: Any
     ) -> BurstResult:
         """The result: the trial's figures from ``progress``, with ``extra`` fields."""
         figures = step_figures(
@@ -263,7 +263,7 @@ def _supervise(
     log: IO[bytes],
     workdir: Path | None,
     burst: _Burst,
-    progress: Progress,
+    progress: BurstProgress,
     timeout_s: float,
     budget_bytes: int | None,
     on_step: Callable[[int, float], bool] | None,
@@ -348,7 +348,7 @@ def _start(
 
 
 def _after_compile(
-    should_stop: Callable[[], str | None] | None, progress: Progress
+    should_stop: Callable[[], str | None] | None, progress: BurstProgress
 ) -> Callable[[], str | None] | None:
     """``should_stop`` for a compiled config: asked once the first step is done. That step
     is the compile: no figure comes from it, and a stop throws its work away (a
@@ -419,7 +419,7 @@ def _watch(
     reader: LineReader,
     leader: psutil.Process | None,
     sampler: ProcessTreeSampler,
-    progress: Progress,
+    progress: BurstProgress,
     started: float,
     deadline: float,
     on_step: Callable[[int, float], bool] | None,
