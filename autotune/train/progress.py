@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OptimizerTimer",
-    "Progress",
+    "TrainingProgress",
     "check_finite",
     "mfu",
     "new_interval",
@@ -38,7 +38,7 @@ def new_interval() -> dict[str, float]:
 
 
 @dataclass(kw_only=True)
-class Progress:
+class TrainingProgress:
     """What the training loop carries from one step to the next."""
 
     tokens_per_sample: int

@@ -20,7 +20,7 @@ from autotune.train.progress import mfu
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
-    from autotune.train.progress import Progress
+    from autotune.train.progress import TrainingProgress
 
 __all__ = ["SteadyFigures", "TrainResult", "finish", "steady_figures", "write_summary"]
 
@@ -106,7 +106,7 @@ def write_summary(
 
 
 def finish(
-    progress: Progress,
+    progress: TrainingProgress,
     *,
     spec: ModelSpec,
     config: TrainConfig,

@@ -70,7 +70,7 @@ from autotune.train.log import Display
 from autotune.train.oom import OOM_ERRORS, free_after_oom, halved_batch, oom_message
 from autotune.train.progress import (
     OptimizerTimer,
-    Progress,
+    TrainingProgress,
     check_finite,
     new_interval,
     opening_lines,
@@ -321,7 +321,9 @@ class Trainer:
         t_start = time.perf_counter()
         with self.folder.locked():  # one writer per run folder, up to its summary
             start_step, total = self._start()
-            progress = Progress(tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len))
+            progress = TrainingProgress(
+                tokens_per_sample=self.spec.tokens_per_sample(self.config.seq_len)
+            )
             if start_step >= total:  # a resume at (or past) the run's last step
                 return self._nothing_to_train(progress, total, time.perf_counter() - t_start)
             self.signals.install()
@@ -382,7 +384,9 @@ class Trainer:
             names=self.names,
         )
 
-    def _nothing_to_train(self, progress: Progress, total: int, wall_s: float) -> TrainResult:
+    def _nothing_to_train(
+        self, progress: TrainingProgress, total: int, wall_s: float
+    ) -> TrainResult:
         """The result of a resume whose checkpoint is at or past the run's last step: the
         run is done, and its summary.json keeps the figures of the steps it ran."""
         steps = self.names.get("max_steps", "max_steps")
@@ -404,7 +408,7 @@ class Trainer:
 
     def _finish(
         self,
-        progress: Progress,
+        progress: TrainingProgress,
         *,
         start_step: int,
         total: int,
@@ -441,7 +445,7 @@ class Trainer:
             return user_code(self.spec, "loss_fn")
         return contextlib.nullcontext()
 
-    def _train_step(self, progress: Progress, total: int) -> bool:
+    def _train_step(self, progress: TrainingProgress, total: int) -> bool:
         """One optimizer step, then its logging, evaluation and checkpoint; False when a
         stop signal ended it: what the data or the step raise after one is the stop's
         doing, never the model's (the step did not run)."""
@@ -489,7 +493,9 @@ class Trainer:
             micro.append(to_device(batch, self.device, non_blocking=True))
         return micro, data_wait
 
-    def _after_step(self, progress: Progress, total: int, *, t0: float, data_wait: float) -> None:
+    def _after_step(
+        self, progress: TrainingProgress, total: int, *, t0: float, data_wait: float
+    ) -> None:
         """Account the step's time; log, evaluate and checkpoint where this step asks for it."""
         evaluate = self.step % self.training.eval_interval == 0 or self.step == total
         checkpoint = self.step % self.training.checkpoint_interval == 0
@@ -524,13 +530,13 @@ class Trainer:
             self.save(best=improved)
 
     @staticmethod
-    def _read_pending(progress: Progress) -> list[float]:
+    def _read_pending(progress: TrainingProgress) -> list[float]:
         """The losses of the steps since the last read (this syncs the device)."""
         values: list[float] = torch.stack(progress.pending).float().cpu().tolist()
         progress.pending.clear()
         return values
 
-    def _log_values(self, progress: Progress, values: list[float], total: int) -> None:
+    def _log_values(self, progress: TrainingProgress, values: list[float], total: int) -> None:
         """Log the interval since the last log line, whose losses are ``values``."""
         progress.losses.extend(values)
         self._log_train(
