@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
-    from autotune.explain.verdict import Verdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
 
 # One model of each built-in family, the smallest.
@@ -97,7 +97,7 @@ def _one_model(model: str, args: argparse.Namespace, caps: DeviceCaps, *, cpu_co
 
     spec = load_model(model)
     print(f"\n## {spec.name}\n")
-    columns: list[tuple[str, Breakdown, Verdict]] = []
+    columns: list[tuple[str, Breakdown, StepVerdict]] = []
     failed = 0
     for label, config in _configs(spec, caps, args, cpu_count=cpu_count):
         trace = None

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
-    from autotune.explain.verdict import Verdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
 
 __all__ = [
@@ -287,7 +287,7 @@ def _report(
         raise AutotuneError(f"burst {result.status}{where}: {result.reason}")
 
 
-def _render_explained(breakdown: Breakdown, verdict: Verdict, *, console: Console) -> None:
+def _render_explained(breakdown: Breakdown, verdict: StepVerdict, *, console: Console) -> None:
     """Where the step's time goes, and the verdict with its evidence and knobs."""
     from rich.table import Table
 

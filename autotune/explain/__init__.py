@@ -4,14 +4,14 @@ rendering (``render``) and the search's profiling of its naive config and winner
 (``found``)."""
 
 from autotune.explain.breakdown import PARTS, Breakdown, parse_events, profile_steps
-from autotune.explain.verdict import KNOBS, Finding, Verdict, classify, refine_order
+from autotune.explain.verdict import KNOBS, Finding, StepVerdict, classify, refine_order
 
 __all__ = [
     "KNOBS",
     "PARTS",
     "Breakdown",
     "Finding",
-    "Verdict",
+    "StepVerdict",
     "classify",
     "parse_events",
     "profile_steps",

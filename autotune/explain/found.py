@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
-    from autotune.explain.verdict import Verdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.study.records import SearchResult, TrialRecord
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
     "run_folder",
 ]
 
-Profiled = tuple[str, "Breakdown", "Verdict"]
+Profiled = tuple[str, "Breakdown", "StepVerdict"]
 PROFILE_ATTR = "profile"  # the study's user attribute: a list of explain_to_dict + "config"
 
 

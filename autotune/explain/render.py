@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.explain.breakdown import PARTS, Breakdown
-from autotune.explain.verdict import Verdict, classify
+from autotune.explain.verdict import StepVerdict, classify
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -28,7 +28,7 @@ _LABELS = {
 
 def explain_result(
     result: BurstResult, *, budget_bytes: int | None = None
-) -> tuple[Breakdown, Verdict] | None:
+) -> tuple[Breakdown, StepVerdict] | None:
     """The breakdown of a profiled burst (its compile seconds from the burst) and its
     verdict; None for a burst that brought no breakdown back."""
     if not result.breakdown:
@@ -40,7 +40,7 @@ def explain_result(
     return breakdown, verdict
 
 
-def explain_to_dict(breakdown: Breakdown, verdict: Verdict) -> dict[str, Any]:
+def explain_to_dict(breakdown: Breakdown, verdict: StepVerdict) -> dict[str, Any]:
     """Both, as JSON: ``{"breakdown": ..., "verdict": ...}``."""
     return {"breakdown": breakdown.to_dict(), "verdict": verdict.to_dict()}
 
@@ -49,7 +49,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def table_rows(breakdown: Breakdown, verdict: Verdict) -> list[tuple[str, str]]:
+def table_rows(breakdown: Breakdown, verdict: StepVerdict) -> list[tuple[str, str]]:
     """(label, value) rows: each part with its share, each module's forward and
     backward, compile apart, then the verdict, its evidence and its knobs."""
     b = breakdown
@@ -76,7 +76,7 @@ def table_rows(breakdown: Breakdown, verdict: Verdict) -> list[tuple[str, str]]:
     return rows
 
 
-def compact(label: str, breakdown: Breakdown, verdict: Verdict) -> str:
+def compact(label: str, breakdown: Breakdown, verdict: StepVerdict) -> str:
     """One line for a preset's notes: the step's parts as shares, and the verdict."""
     parts = ", ".join(
         f"{_LABELS[p].split(' (')[0]} {breakdown.share(p):.0%}" for p in (*PARTS, "rest")
@@ -84,7 +84,7 @@ def compact(label: str, breakdown: Breakdown, verdict: Verdict) -> str:
     return f"profile of {label}: step {_ms(breakdown.step_s)} = {parts}; {verdict.summary()}"
 
 
-def markdown(columns: Sequence[tuple[str, Breakdown, Verdict]]) -> str:
+def markdown(columns: Sequence[tuple[str, Breakdown, StepVerdict]]) -> str:
     """A Markdown table: one column per (label, breakdown, verdict), one row per part."""
     head = "| part | " + " | ".join(label for label, _, _ in columns) + " |"
     lines = [head, "|---" * (len(columns) + 1) + "|"]

@@ -24,7 +24,7 @@ from typing import Any
 from autotune.core.plain import to_plain
 from autotune.explain.breakdown import Breakdown
 
-__all__ = ["KNOBS", "Finding", "Verdict", "classify", "refine_order"]
+__all__ = ["KNOBS", "Finding", "StepVerdict", "classify", "refine_order"]
 
 MEMORY_SHARE = 0.9
 INPUT_SHARE = 0.2
@@ -55,7 +55,7 @@ class Finding:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class StepVerdict:
     """The limit a step hits first (``kind``), every finding, and what was not known."""
 
     kind: str
@@ -92,7 +92,7 @@ def classify(
     mfu: float | None = None,
     peak_bytes: int | None = None,
     budget_bytes: int | None = None,
-) -> Verdict:
+) -> StepVerdict:
     """The step's limits, from its breakdown, its MFU and its peak memory."""
     findings: list[Finding] = []
     unknown: list[str] = []
@@ -112,7 +112,7 @@ def classify(
     if compute:
         findings.append(_finding("compute-bound", compute))
     kind = findings[0].kind if findings else "balanced"
-    return Verdict(kind=kind, findings=tuple(findings), unknown=tuple(unknown))
+    return StepVerdict(kind=kind, findings=tuple(findings), unknown=tuple(unknown))
 
 
 def _finding(kind: str, evidence: str) -> Finding:
@@ -155,7 +155,7 @@ def _compute_evidence(b: Breakdown, mfu: float | None) -> tuple[str, str]:
     return "", unknown
 
 
-def refine_order(verdict: Verdict) -> list[str]:
+def refine_order(verdict: StepVerdict) -> list[str]:
     """The registry's searched knobs in the order to turn them next: the verdict's knobs
     first (its first finding's, then the others'), then the rest in registry order."""
     from autotune.config.knobs import searched_knobs

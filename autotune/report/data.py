@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.explain.breakdown import Breakdown
-    from autotune.explain.verdict import Verdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.preset import Preset
 
 __all__ = [
@@ -49,7 +49,7 @@ class ProfiledConfig:
 
     label: str
     breakdown: Breakdown
-    verdict: Verdict
+    verdict: StepVerdict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +343,7 @@ def _profile(raw: Any, notes: list[str]) -> tuple[ProfiledConfig, ...]:
     entry that does not read is left out, with a note."""
     from autotune.core.plain import from_plain
     from autotune.explain.breakdown import Breakdown
-    from autotune.explain.verdict import Verdict
+    from autotune.explain.verdict import StepVerdict
 
     if raw is None:
         return ()
@@ -356,7 +356,7 @@ def _profile(raw: Any, notes: list[str]) -> tuple[ProfiledConfig, ...]:
                 ProfiledConfig(
                     label=str(entry.get("config") or "?"),
                     breakdown=Breakdown.from_dict(entry.get("breakdown") or {}),
-                    verdict=from_plain(Verdict, entry.get("verdict"), path="verdict"),
+                    verdict=from_plain(StepVerdict, entry.get("verdict"), path="verdict"),
                 )
             )
         except (AutotuneError, ValueError) as exc:

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.explain.verdict import Verdict as ExplainVerdict
+    from autotune.explain.verdict import StepVerdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study.watch import MachineWatch

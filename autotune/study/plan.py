@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config.train_config import TrainConfig
-    from autotune.explain.verdict import Verdict as ExplainVerdict
+    from autotune.explain.verdict import StepVerdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
     from autotune.study.memory_model import Verdict

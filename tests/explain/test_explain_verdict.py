@@ -8,7 +8,7 @@ import pytest
 
 from autotune.config.knobs import registry, searched_knobs
 from autotune.config.train_config import TrainConfig
-from autotune.explain import KNOBS, Breakdown, Verdict, classify, refine_order
+from autotune.explain import KNOBS, Breakdown, StepVerdict, classify, refine_order
 from autotune.explain.render import compact, markdown, table_rows
 
 
@@ -73,7 +73,7 @@ def test_memory_bound_at_the_budget_comes_first() -> None:
 def test_refine_order_puts_the_verdicts_knobs_first(kind: str, first: str) -> None:
     from autotune.explain.verdict import Finding
 
-    v = Verdict(kind=kind, findings=(Finding(kind=kind, evidence="", knobs=KNOBS[kind]),))
+    v = StepVerdict(kind=kind, findings=(Finding(kind=kind, evidence="", knobs=KNOBS[kind]),))
     order = refine_order(v)
     searched = [k.name for k in searched_knobs(TrainConfig)]
     assert order[0] == first
@@ -81,7 +81,7 @@ def test_refine_order_puts_the_verdicts_knobs_first(kind: str, first: str) -> No
 
 
 def test_balanced_keeps_the_registry_order() -> None:
-    v = Verdict(kind="balanced", findings=())
+    v = StepVerdict(kind="balanced", findings=())
     assert refine_order(v) == [k.name for k in searched_knobs(TrainConfig)]
 
 

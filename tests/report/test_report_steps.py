@@ -12,7 +12,7 @@ import pytest
 
 from autotune.explain.breakdown import Breakdown
 from autotune.explain.render import explain_to_dict
-from autotune.explain.verdict import Finding, Verdict
+from autotune.explain.verdict import Finding, StepVerdict
 from autotune.report import load_report_data
 from autotune.report.page import SECTIONS, render_html
 from autotune.report.plots import STEP_PARTS, profile_figure
@@ -27,7 +27,7 @@ def _entry(label: str, data_wait: float, evidence: str) -> dict[str, Any]:
              "optimizer": 0.0005, "rest": 0.0005}  # fmt: skip
     breakdown = Breakdown(device="cpu", steps=3, step_s=sum(parts.values()), parts=parts)
     finding = Finding(kind="input-bound", evidence=evidence, knobs=("num_workers",))
-    verdict = Verdict(kind="input-bound", findings=(finding,), unknown=("MFU unknown",))
+    verdict = StepVerdict(kind="input-bound", findings=(finding,), unknown=("MFU unknown",))
     return {"config": label, **explain_to_dict(breakdown, verdict)}
 
 
