@@ -52,7 +52,7 @@ __all__ = [
     "EDGE_FRACTION",
     "MemoryModel",
     "MemoryPoint",
-    "Verdict",
+    "MemoryVerdict",
     "edge_reason",
     "mean_abs_error_pct",
     "prediction_error_pct",
@@ -75,7 +75,7 @@ class MemoryPoint:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class MemoryVerdict:
     """Why a config is skipped without a burst."""
 
     kind: Literal["dominated", "predicted"]
@@ -299,11 +299,11 @@ class MemoryModel:
             estimates.append(fixed + casts + per_token * _tokens(config))
         return max(estimates, default=None)
 
-    def verdict(self, config: TrainConfig) -> Verdict | None:
+    def verdict(self, config: TrainConfig) -> MemoryVerdict | None:
         """Why ``config`` should not be run, or None when it should."""
         oom = self.dominating_oom(config)
         if oom is not None:
-            return Verdict(
+            return MemoryVerdict(
                 kind="dominated",
                 reason=f"dominated by OOM trial #{oom.trial}",
                 trial=oom.trial,
@@ -312,7 +312,7 @@ class MemoryModel:
         bound = self.bound(config) if oom is not None else None
         if oom is not None and bound is not None and bound > self.budget_bytes:
             edge = self.edge_micro_batch(config)
-            return Verdict(
+            return MemoryVerdict(
                 kind="predicted",
                 reason=(
                     f"predicted over budget past the edge of its class: {format_bytes(bound)} "
@@ -324,7 +324,7 @@ class MemoryModel:
             )
         predicted = self.predict(config)
         if predicted is not None and predicted > self.margin * self.budget_bytes:
-            return Verdict(
+            return MemoryVerdict(
                 kind="predicted",
                 reason=(
                     f"predicted over budget: {format_bytes(predicted)} predicted, budget "

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.study.memory_model import Verdict
+    from autotune.study.memory_model import MemoryVerdict as Verdict
     from autotune.study.plan import Planner
     from autotune.study.state import SearchState
     from autotune.study.workers import Workers

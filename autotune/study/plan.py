@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import StepVerdict as ExplainVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
-    from autotune.study.memory_model import Verdict
+    from autotune.study.memory_model import MemoryVerdict as Verdict
     from autotune.study.state import SearchState
 
 __all__ = ["OUTDATED_MARGIN", "Planner"]
