@@ -29,7 +29,7 @@ from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.ledger import ledger_of
-from autotune.study.objective import BurstFn, BurstRunner, Goal, TrialObjective
+from autotune.study.objective import BurstFn, BurstRunner, Goal, StopSearch, TrialObjective
 from autotune.study.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,
@@ -246,16 +246,18 @@ class _Run:
             state=state, planner=planner, bursts=self.bursts, goal=self.goal, workers=workers
         )
         trials_started = time.monotonic()
+        stopped = ""  # why the trials stopped ("": none ran, --finish)
         if not options.finish:
-            _optimize(study, planner, measure, options.warm_start, self.storage)
+            stopped = _optimize(study, planner, measure, options.warm_start, self.storage)
         self.phases["trials"] = time.monotonic() - trials_started
-        if workers is not None:
-            holder = _finisher(workers, planner, finish=options.finish)
-            if holder != workers.owner:
-                state.note(f"the race and the preset are {describe_owner(holder)}'s")
-                return _worker_result(
-                    state, self.goal, study=study, storage=self.storage, started=self.started
-                ), None
+        holder = None if workers is None else _finisher(workers, planner, finish=options.finish)
+        finishes = workers is not None and holder == workers.owner
+        state.stopped = stopped or ("finished by this worker" if finishes else "")  # the one write
+        if workers is not None and not finishes:
+            state.note(f"the race and the preset are {describe_owner(holder)}'s")
+            return _worker_result(
+                state, self.goal, study=study, storage=self.storage, started=self.started
+            ), None
         race_started = time.monotonic()
         found = self.race.run(state, self.bursts, planner.expert(), score=measure.score)
         self.phases["race"] = time.monotonic() - race_started
@@ -295,15 +297,12 @@ def _claim(study: optuna.Study, name: str, storage: str, *, shared: bool) -> Ite
 def _finisher(workers: Workers, planner: Planner, *, finish: bool) -> Any:
     """After this worker's trials: wait for the others' last bursts, then claim the race
     and the preset (``finish``: take them over); who holds them."""
-    state = workers.state
     workers.wait_for_others()
     holder = workers.claim_finish(force=finish)
     if holder == workers.owner:
         workers.sync()
         planner.use_experts = planner.use_experts or finish  # --finish ran no starts
         planner.enqueue_experts(workers.study)  # (names the expert start of the race)
-        if not state.stopped:
-            state.stopped = "finished by this worker"
     return holder
 
 
@@ -549,19 +548,20 @@ def _optimize(
     measure: TrialObjective,
     warm_start: str | Path | None,
     storage: str,
-) -> None:
-    """The starts, then trials until the search has a reason to stop (``state.stopped``).
+) -> str:
+    """The starts, then trials until the search has a reason to stop; that reason.
     ``BudgetError`` when even the smallest config does not fit."""
     state = planner.state
     planner.enqueue_starts(study, warm_start)
     planner.check_budget(study)
-    state.stopped = state.stop_reason()
-    if not state.stopped:
+    stops = _Stops(planner)
+    reason = state.stop_reason()
+    if not reason:
         try:
             with HeldStops() as held:  # a stop lands in a trial or once its outcome is stored
                 study.optimize(
-                    held.let_through(measure),
-                    callbacks=[planner.after_trial, held.replay],
+                    held.let_through(stops.objective(measure)),
+                    callbacks=[planner.after_trial, stops.after_trial, held.replay],
                     gc_after_trial=False,
                 )
         except KeyboardInterrupt:
@@ -570,10 +570,42 @@ def _optimize(
                 f"{study.study_name!r} ({redact(storage)}); rerun the same command to resume"
             )
             raise
-    if not state.stopped:
-        state.stopped = "stopped"
+        reason = stops.reason
     if state.budget_problem:
         raise BudgetError(state.budget_problem)
+    return reason or "stopped"
+
+
+@dataclass
+class _Stops:
+    """Where the trials' deciders stop the study: the objective raises ``StopSearch`` in
+    a trial, the planner gives a reason after it (``Planner.stop_reason``). ``reason``:
+    the last one given ("" while the trials go on)."""
+
+    planner: Planner
+    reason: str = ""
+
+    def objective(self, measure: TrialObjective) -> Callable[[optuna.Trial], float]:
+        """``measure``, with the study stopped when it raises ``StopSearch``."""
+
+        def run(trial: optuna.Trial) -> float:
+            try:
+                return measure(trial)
+            except StopSearch as stop:
+                self._stop(trial.study, stop.reason)
+                raise
+
+        return run
+
+    def after_trial(self, study: optuna.Study, _: optuna.trial.FrozenTrial) -> None:
+        """Optuna's callback, after the planner's: stop the study when the search is done."""
+        reason = self.planner.stop_reason(study)
+        if reason:
+            self._stop(study, reason)
+
+    def _stop(self, study: optuna.Study, reason: str) -> None:
+        self.reason = reason
+        study.stop()
 
 
 # -- the result ---------------------------------------------------------------------------------

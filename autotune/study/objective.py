@@ -77,6 +77,7 @@ __all__ = [
     "BurstFn",
     "BurstRunner",
     "Goal",
+    "StopSearch",
     "TrialObjective",
     "will_not_finish",
 ]
@@ -193,6 +194,16 @@ def _stop_recorded(trial: optuna.Trial, when: str, started: float | None = None)
         raise
 
 
+class StopSearch(optuna.TrialPruned):
+    """A trial passed over (pruned, its outcome stored) whose objective decided that the
+    search stops, for ``reason``. The search loop (``api._optimize``) records the reason
+    and stops the study; to Optuna it is a pruned trial."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass(kw_only=True)
 class TrialObjective:
     """Optuna's objective function: one trial, measured and classified."""
@@ -235,17 +246,13 @@ class TrialObjective:
         if short:
             # a config queued after it that fits (its code in the compile cache) runs
             # next; with none, the race gets the time: it runs more rounds in time saved
-            if self.planner.waiting_that_fits(trial.study) is None:
-                self.state.stopped = short
-                trial.study.stop()
-            _pass_over(trial, short)
+            _pass_over(trial, short, stop=self.planner.waiting_that_fits(trial.study) is None)
         if self.workers is not None:
             status, reason = self.workers.gate(trial, config, again=remeasure)
             if status:  # another worker measures it, or the study's budget is spent
                 set_outcome(trial, status=status, reason=reason, ran=False, constraint=0.0)
                 if status == "stopped":
-                    self.state.stopped = reason
-                    trial.study.stop()
+                    raise StopSearch(reason)
                 raise optuna.TrialPruned(reason)
         return self._measure(trial, config)
 
@@ -526,10 +533,11 @@ class TrialObjective:
         return float(previous.value if previous.value is not None else INFEASIBLE_VALUE)
 
 
-def _pass_over(trial: optuna.Trial, reason: str) -> NoReturn:
-    """Record a config not worth its burst now (``skipped``: not infeasible, no burst)."""
+def _pass_over(trial: optuna.Trial, reason: str, *, stop: bool = False) -> NoReturn:
+    """Record a config not worth its burst now (``skipped``: not infeasible, no burst);
+    ``stop``: the search stops with ``reason`` too (``StopSearch``)."""
     set_outcome(trial, status="skipped", reason=reason, ran=False, constraint=0.0)
-    raise optuna.TrialPruned(reason)
+    raise StopSearch(reason) if stop else optuna.TrialPruned(reason)
 
 
 def _skip(trial: optuna.Trial, verdict: Verdict) -> float:

@@ -225,8 +225,8 @@ class Planner:
 
     # -- after each trial ----------------------------------------------------------------
     def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
-        """Optuna's callback: learn from the trial, queue what follows from it, and stop
-        the study when the search is done."""
+        """Optuna's callback: learn from the trial and queue what follows from it (whether
+        the search stops after it: ``stop_reason``)."""
         record = TrialRecord.from_trial(frozen)
         self.state.record_trial(record)
         self.explain_naive(record)
@@ -238,10 +238,12 @@ class Planner:
         self.refine(study, record)
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.vary_the_finalists(study)
-        reason = self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
-        if reason:
-            self.state.stopped = reason
-            study.stop()
+
+    def stop_reason(self, study: optuna.Study) -> str:
+        """Why the search stops after the trial just learnt from, or "" to go on
+        (``SearchState.stop_reason``, where a queued config that is expected to finish in
+        the time left for trials is reason to go on)."""
+        return self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
 
     def explain_naive(self, record: TrialRecord) -> None:
         """Once the naive trial ran, ask where its step's time goes (``explain``: a

@@ -461,3 +461,41 @@ def test_a_bursts_steps_past_the_asked_are_reported_one_in_ten(tmp_path: Path) -
     reported = [sorted(t.intermediate_values) for t in study_of(result).trials]
     measured = [r for r in reported if r]
     assert measured and all(r == [0, 1, 2, 3, 4, 14, 24] for r in measured)
+
+
+# -- why the search stopped: the decider's reason, recorded by the search loop -------------
+
+
+def test_a_time_limited_search_stops_for_the_reason_its_objective_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trial that would not finish in the time left, none queued that would: the trial is
+    # passed over and the search stops, with the objective's reason as the result's.
+    import autotune.study.objective as objective
+    from autotune.study.plan import Planner
+
+    def will_not_finish(state: Any, config: TrainConfig) -> str:
+        return "the objective's reason" if state.measured() >= 2 else ""
+
+    monkeypatch.setattr(objective, "will_not_finish", will_not_finish)
+    monkeypatch.setattr(Planner, "waiting_that_fits", lambda self, study: None)
+    result = run(tmp_path, FakeBurst(), trials=None, timeout="1h", output=None)
+    assert result.stopped == "the objective's reason"
+    last = result.trials[-1]
+    assert last.status == "skipped" and last.reason == "the objective's reason"
+
+
+def test_a_time_limited_search_stops_for_the_reason_its_planner_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.study.plan import Planner
+
+    told = Planner.stop_reason
+
+    def stop_reason(self: Planner, study: optuna.Study) -> str:
+        return told(self, study) or ("the planner's reason" if self.state.measured() >= 3 else "")
+
+    monkeypatch.setattr(Planner, "stop_reason", stop_reason)
+    result = run(tmp_path, FakeBurst(), trials=None, timeout="1h", output=None)
+    assert result.stopped == "the planner's reason"
+    assert sum(t.ran and t.status != "interrupted" for t in result.trials) == 3
