@@ -41,6 +41,19 @@ the end of file and ends; ``close`` (at the search's exit too) kills a stopped o
 The zygote's side is ``main`` (``python -m autotune.burst.zygote FD``): one request at a
 time on a Unix datagram socket, with the trial's request, result pipe and log passed as
 descriptors.
+
+Why not ``multiprocessing``'s fork server (``set_forkserver_preload``): a process has one,
+started with the environment the process had then and one list of modules, where a trial
+needs the environment it would have been started with (OpenMP, Inductor and torch read
+it as they load) and a compiled one more modules. Its children stay in the server's
+session and process group (a ``setsid`` in the target would come after the parent holds
+the pid; ``_spawn`` answers once it is done), and the server reaps each one as soon as
+it exits, so its pid, and with it the process group id, could be taken again before the
+supervisor has ended the trial's tree. The server or the child imports the caller's
+``__main__`` script again (a script that calls ``autotune.tune()`` without a
+``__main__`` guard would run again), where a trial here is ``autotune.burst.child`` on
+its descriptors. And a server that is stopped or hangs blocks the request with no time
+limit, and no fallback to a fresh process.
 """
 
 from __future__ import annotations
