@@ -47,7 +47,7 @@ from torch import nn
 
 from autotune.contract.spec import Batch, Knob, ModelSpec, count_parameters
 from autotune.core.errors import ModelLoadError, describe_exception
-from autotune.core.schema import did_you_mean
+from autotune.core.validator import did_you_mean
 
 from ._common import IGNORE_INDEX, checkpoint_every_knob, lm_batch, lm_loss, transformer_flops
 

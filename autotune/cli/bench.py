@@ -174,10 +174,10 @@ def bench(
 
 
 def check_burst_numbers(*, steps: int, warmup: int, timeout: float, seed: int | None) -> None:
-    """Refuse a burst's numbers out of their bounds (``autotune.core.schema``), each named
+    """Refuse a burst's numbers out of their bounds (``autotune.core.validator``), each named
     by its flag, before any process starts: a seed numpy takes, counts of 64 bits, a
     timeout within a year (NaN and infinity are none)."""
-    from autotune.core.schema import COUNT, SEED, duration_problem, show
+    from autotune.core.validator import COUNT, SEED, duration_problem, show
 
     numbers = (("--steps", steps, COUNT), ("--warmup", warmup, COUNT.at_least(0)))
     problems = [

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from autotune.core.schema import did_you_mean, show
+from autotune.core.validator import did_you_mean, show
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.core.errors import ConfigError, UsageError
 from autotune.core.plain import from_plain, to_plain
-from autotune.core.schema import MAX_PROCESSES, Rule, Section, positive
+from autotune.core.validator import MAX_PROCESSES, Rule, Section, positive
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -57,7 +57,7 @@ __all__ = [
 STRATEGIES = ("ddp", "fsdp")
 MIXED_PRECISIONS: tuple[Literal["none", "bf16"], ...] = ("none", "bf16")
 BUCKET_CAP_CHOICES = (25, 100)  # MB; 25 is DistributedDataParallel's default
-MAX_NPROC = MAX_PROCESSES  # autotune.core.schema's bound of one config's processes
+MAX_NPROC = MAX_PROCESSES  # autotune.core.validator's bound of one config's processes
 _DDP_DEFAULTS = {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
 _FSDP_DEFAULTS = {"reshard_after_forward": True, "mixed_precision": "none"}
 

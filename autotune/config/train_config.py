@@ -42,7 +42,7 @@ from autotune.config.machine_limits import (
 from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
 from autotune.core.errors import ConfigError, PresetError
-from autotune.core.schema import (
+from autotune.core.validator import (
     MAX_PROCESSES,
     MAX_SIZE,
     SEED,
@@ -85,7 +85,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autot
 # help (they wait on I/O), more only contend (a typo such as 100000 forks until the machine
 # stalls). ``machine_problems`` (machine_limits.py) applies a machine's limit;
 # MAX_NUM_WORKERS caps any config. The bounds of the sizes (micro_batch, grad_accum,
-# seq_len, prefetch_factor: MAX_SIZE) and of processes come from autotune.core.schema.
+# seq_len, prefetch_factor: MAX_SIZE) and of processes come from autotune.core.validator.
 MAX_NUM_WORKERS = MAX_PROCESSES
 SEARCHED_WORKERS = 4  # a search tries 0 to min(this, the cores) DataLoader workers
 PREFETCH_CHOICES = (2, 4)  # batches per worker a search tries (CUDA)

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from autotune.core.errors import AutotuneError, ModelLoadError, describe_exception
-from autotune.core.schema import SIZE
 from autotune.core.units import throughput_label
+from autotune.core.validator import SIZE
 
 if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps

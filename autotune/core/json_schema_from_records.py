@@ -1,6 +1,6 @@
 """JSON Schema from the validator's records, so an editor can check a file as it is typed.
 
-A record of :mod:`autotune.core.schema` (a keyword-only dataclass, its annotations and its
+A record of :mod:`autotune.core.validator` (a keyword-only dataclass, its annotations and its
 range rules) already says everything a JSON Schema (draft 2020-12) needs: the types, the
 allowed values, which keys are required, which are unknown. :func:`json_schema` reads it
 from there, so the schema cannot say something the validator does not.
@@ -21,7 +21,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from autotune.core.schema import (
+from autotune.core.validator import (
     Bound,
     below_one,
     field_hints,

@@ -3,7 +3,7 @@
 :func:`to_plain` turns a dataclass record into JSON/YAML-safe data (nested records
 recursively, tuples and lists to lists, mappings to dicts, paths to text, enums to their
 value, numbers as they are); :func:`from_plain` reads such data back into the record through
-the one validator (:func:`autotune.core.schema.build`), ignoring keys the record does not
+the one validator (:func:`autotune.core.validator.build`), ignoring keys the record does not
 have (a record written by a newer autotune still loads), turning lists back into tuples,
 and raising one error that lists every problem with its path.
 
@@ -20,7 +20,7 @@ from pathlib import PurePath
 from typing import Any, TypeVar
 
 from autotune.core.errors import ConfigError
-from autotune.core.schema import BAD, Converter, build, show
+from autotune.core.validator import BAD, Converter, build, show
 
 __all__ = ["MEASURED", "from_plain", "plain_value", "to_plain"]
 

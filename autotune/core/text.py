@@ -44,7 +44,7 @@ def _is_control(char: str) -> bool:
 
 def control_problem(value: str) -> str | None:
     """Why ``value`` is not a name (the first control character in it, and where), or
-    None where it is one line of printable text. A validation rule (``core.schema.Rule``)."""
+    None where it is one line of printable text. A validation rule (``core.validator.Rule``)."""
     for index, char in enumerate(value):
         if _is_control(char):
             return (

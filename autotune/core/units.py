@@ -7,7 +7,7 @@ import math
 import re
 
 from autotune.core.errors import BudgetError, UsageError
-from autotune.core.schema import duration_problem, show
+from autotune.core.validator import duration_problem, show
 
 __all__ = ["format_bytes", "format_figure", "parse_budget", "parse_duration", "throughput_label"]
 
@@ -98,7 +98,7 @@ def format_figure(value: float) -> str:
 
 def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
     """Seconds from ``"600"``, ``"600s"``, ``"10m"``, ``"1.5h"`` (or a number), within
-    ``autotune.core.schema.MAX_SECONDS`` (a year).
+    ``autotune.core.validator.MAX_SECONDS`` (a year).
 
     ``what`` names the value in the error: the parameter (``timeout``) from the Python
     API, the flag (``--timeout``) from the CLI.

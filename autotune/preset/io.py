@@ -20,9 +20,9 @@ from autotune.config.train_config import TrainConfig
 from autotune.core.errors import PresetError, UsageError
 from autotune.core.files import atomic_write_text, check_output_path, read_capped
 from autotune.core.redact import redact
-from autotune.core.schema import Section, build, plain_copy, show, type_name
 from autotune.core.text import one_line
 from autotune.core.units import format_bytes
+from autotune.core.validator import Section, build, plain_copy, show, type_name
 from autotune.preset.json_schema_file import REQUIRED_IN_A_FILE, schema_comment
 from autotune.preset.migrate import migrate_v1, v1_path
 from autotune.preset.sections import OLDEST_SCHEMA_VERSION, PRESET_SCHEMA_VERSION, Preset

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import PresetError
-from autotune.core.schema import did_you_mean
+from autotune.core.validator import did_you_mean
 from autotune.preset.io import load_preset, preset_error, read_yaml
 
 __all__ = [

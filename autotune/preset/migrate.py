@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.core.errors import BudgetError
-from autotune.core.schema import did_you_mean, key_text
 from autotune.core.units import parse_budget
+from autotune.core.validator import did_you_mean, key_text
 from autotune.preset.sections import PRESET_SCHEMA_VERSION
 
 __all__ = ["migrate_v1", "v1_path"]

@@ -4,7 +4,7 @@ A preset says what it is (``model``, ``task``, ``config``, budget), where it was
 (the hardware ``fingerprint``), what was measured there (``measured``, with the naive
 ``baseline`` beside it), how it was found (``search``) and how to train with it
 (``training``, the ``TrainingDefaults`` of autotune/config/train_config.py). The field reference is
-docs/preset-format.md; the validation itself is autotune/core/schema.py.
+docs/preset-format.md; the validation itself is autotune/core/validator.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from autotune.core.errors import (
     UntrustedModelError,
     UsageError,
 )
-from autotune.core.schema import (
+from autotune.core.text import control_problem
+from autotune.core.units import format_bytes, throughput_label
+from autotune.core.validator import (
     BAD,
     SIZE,
     Converter,
@@ -36,8 +38,6 @@ from autotune.core.schema import (
     positive,
     show,
 )
-from autotune.core.text import control_problem
-from autotune.core.units import format_bytes, throughput_label
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.core.errors import BudgetError, UsageError
-from autotune.core.schema import MAX_INT
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
+from autotune.core.validator import MAX_INT
 from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.ledger import ledger_of

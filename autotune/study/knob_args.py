@@ -17,7 +17,7 @@ from typing import Any
 from autotune.config.knobs import KnobDef, Where, describe_value, searched_knobs
 from autotune.config.train_config import TrainConfig, did_you_mean
 from autotune.core.errors import UsageError
-from autotune.core.schema import SIZE, show
+from autotune.core.validator import SIZE, show
 
 __all__ = ["parse_knob_args", "narrow", "parse_seq_len"]
 
@@ -43,7 +43,7 @@ def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = 
     """``"128"`` -> [128]; ``"64-256"`` -> the powers of two in [64, 256]: [64, 128, 256].
 
     A list of ints is taken as given. Lengths above ``max_seq_len`` are a usage error, as
-    is a length beyond ``autotune.core.schema.SIZE``.
+    is a length beyond ``autotune.core.validator.SIZE``.
     """
     if isinstance(text, int) and not isinstance(text, bool):
         values = [text]

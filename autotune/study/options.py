@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
 from autotune.core.files import check_output_path
-from autotune.core.schema import (
+from autotune.core.units import parse_duration
+from autotune.core.validator import (
     COUNT,
     PROCESSES,
     SEED,
@@ -31,7 +32,6 @@ from autotune.core.schema import (
     did_you_mean,
     field_bound_problems,
 )
-from autotune.core.units import parse_duration
 from autotune.study.knob_args import parse_seq_len
 from autotune.study.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
 from autotune.study.race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
@@ -110,7 +110,7 @@ class SearchOptionsError(ConfigError):
 class _Options:
     """Checks a record's fields when it is made, raising every problem with the paths of the
     fields it names: each number against the bound declared with it (``bounded``:
-    ``autotune.core.schema``'s seeds, counts, sizes and processes), then the record's own
+    ``autotune.core.validator``'s seeds, counts, sizes and processes), then the record's own
     ``_problems``."""
 
     def __post_init__(self) -> None:

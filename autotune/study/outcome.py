@@ -95,7 +95,7 @@ def _baseline(race: RaceResult, baseline_type: Any) -> Any:
 def _race_section(race: RaceResult, race_type: Any) -> Any:
     """The preset's ``race`` section, validated like every other section."""
     from autotune.core.errors import PresetError
-    from autotune.core.schema import BAD, build
+    from autotune.core.validator import BAD, build
 
     problems: list[str] = []
     section = build(race_type, race.to_dict(), "race", problems)

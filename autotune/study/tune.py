@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import UsageError
-from autotune.core.schema import SIZE, show
+from autotune.core.validator import SIZE, show
 
 if TYPE_CHECKING:
     import torch

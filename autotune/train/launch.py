@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from autotune.config.overrides import apply_overrides
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import UsageError
-from autotune.core.schema import COUNT, show
+from autotune.core.validator import COUNT, show
 from autotune.preset import (
     ModelRef,
     PortabilityReport,

@@ -72,7 +72,7 @@ def test_the_schema_rejects_what_the_validator_rejects(where: tuple[str, str], v
 def test_optional_numbers_keep_their_bounds() -> None:
     import dataclasses
 
-    from autotune.core.schema import Section, positive
+    from autotune.core.validator import Section, positive
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Rec(Section):

@@ -1,4 +1,4 @@
-"""The shared validator (autotune/core/schema.py) on records that are not presets: plain
+"""The shared validator (autotune/core/validator.py) on records that are not presets: plain
 dataclasses with nested records, lists and tuples (as a hardware profile has), unknown keys
 ignored on request, converters for other types, and a self-validating Section."""
 
@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 import pytest
 
 from autotune.core.errors import ConfigError, PresetError
-from autotune.core.schema import BAD, Rule, Section, build, did_you_mean, positive
+from autotune.core.validator import BAD, Rule, Section, build, did_you_mean, positive
 from autotune.machine.profile import HardwareProfile
 
 
