@@ -77,7 +77,7 @@ from _common import (
 
 from autotune.burst.process import kill_group, reap_tree
 from autotune.engine.memory import ProcessTreeSampler
-from autotune.study.state import OVERRUN_SHARE
+from autotune.study.deadline import OVERRUN_SHARE
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
