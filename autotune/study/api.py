@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.explain.verdict import StepVerdict as ExplainVerdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study.watch import MachineWatch
@@ -497,12 +497,12 @@ def _device_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
 
 def _naive_explainer(
     state: SearchState, bursts: BurstRunner
-) -> Callable[[TrainConfig], ExplainVerdict | None]:
+) -> Callable[[TrainConfig], StepVerdict | None]:
     """``Planner.explain`` for a profiled search: one burst of a config with the profiler
     on (3 profiled steps after 1 timed one, held to the search's deadline like any other)
     and the verdict of its breakdown; None where the burst brought none back."""
 
-    def explain(config: TrainConfig) -> ExplainVerdict | None:
+    def explain(config: TrainConfig) -> StepVerdict | None:
         from autotune.explain.render import explain_result
 
         timeout = state.deadline.burst_timeout(bursts.timeout_s)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.study.memory_model import MemoryVerdict as Verdict
+    from autotune.study.memory_model import MemoryVerdict
     from autotune.study.plan import Planner
     from autotune.study.state import SearchState
     from autotune.study.workers import Workers
@@ -540,7 +540,7 @@ def _pass_over(trial: optuna.Trial, reason: str, *, stop: bool = False) -> NoRet
     raise StopSearch(reason) if stop else optuna.TrialPruned(reason)
 
 
-def _skip(trial: optuna.Trial, verdict: Verdict) -> float:
+def _skip(trial: optuna.Trial, verdict: MemoryVerdict) -> float:
     """Record a config ruled out without a burst as infeasible."""
     set_outcome(
         trial,

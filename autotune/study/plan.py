@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config.train_config import TrainConfig
-    from autotune.explain.verdict import StepVerdict as ExplainVerdict
+    from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
-    from autotune.study.memory_model import MemoryVerdict as Verdict
+    from autotune.study.memory_model import MemoryVerdict
     from autotune.study.state import SearchState
 
 __all__ = ["OUTDATED_MARGIN", "Planner"]
@@ -85,14 +85,14 @@ class Planner:
     remeasure: list[TrainConfig] = field(default_factory=list)  # disturbed, not yet queued
     # With a profiled search: the naive config's verdict (autotune.explain), asked once the
     # naive trial ran; the knobs it names are refined first around every new best.
-    explain: Callable[[TrainConfig], ExplainVerdict | None] | None = None
+    explain: Callable[[TrainConfig], StepVerdict | None] | None = None
     first_knobs: tuple[str, ...] = ()
     queued: list[TrainConfig] = field(default_factory=list)  # every config it queued
     # compiled refinements waiting on their screen (``screen_compiles``): the eager
     # twin's key -> (the compiled config, the trial it refines)
     screened: dict[tuple[Any, ...], tuple[TrainConfig, int]] = field(default_factory=dict)
 
-    def ruled_out(self, config: TrainConfig) -> Verdict | None:
+    def ruled_out(self, config: TrainConfig) -> MemoryVerdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
         the budget), or None to run it."""
         return self.state.memory.verdict(config)
