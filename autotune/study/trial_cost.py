@@ -62,13 +62,9 @@ def compiled_code_key(
     (``TrainConfig.any_micro_batch``: compiled whole on a CPU; a micro-batch of 1 is
     compiled for its size). Two compiled configs with one key share their compile in the
     cache."""
-    from autotune.config.train_config import TrainConfig
-
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_mapping(config)
-    outside = set(_outside_the_model(cfg))
-    if cfg.any_micro_batch(device_kind) and cfg.micro_batch > 1:
-        outside.add("micro_batch")
-    return tuple(sorted((k, repr(v)) for k, v in cfg.to_dict().items() if k not in outside))
+    cfg = _train_config(config)
+    any_batch = cfg.any_micro_batch(device_kind) and cfg.micro_batch > 1
+    return _key(cfg, _outside_the_model(cfg) | ({"micro_batch"} if any_batch else set()))
 
 
 def eval_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -80,8 +76,19 @@ def eval_code_key(config: TrainConfig | Mapping[str, Any]) -> tuple[tuple[str, s
     every micro-batch (mu on the 2-core CPU, an empty cache: the eval of mb 8 added 26 s
     to a burst, that of mb 16 after it none; in git history, BENCHMARKS.md's "the race's
     time as it is spent")."""
-    key = compiled_code_key(config, "cuda")  # the micro-batch left out below, on any device
-    return tuple(item for item in key if item[0] != "micro_batch")
+    cfg = _train_config(config)
+    return _key(cfg, _outside_the_model(cfg) | {"micro_batch"})
+
+
+def _train_config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+    from autotune.config.train_config import TrainConfig
+
+    return config if isinstance(config, TrainConfig) else TrainConfig.from_mapping(config)
+
+
+def _key(config: TrainConfig, left_out: frozenset[str] | set[str]) -> tuple[tuple[str, str], ...]:
+    """``config``'s settings but those ``left_out``, in a stable order."""
+    return tuple(sorted((k, repr(v)) for k, v in config.to_dict().items() if k not in left_out))
 
 
 def compile_times(records: list[TrialRecord]) -> list[float]:
