@@ -102,6 +102,15 @@ def load_model(ref: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
             f"model {ref!r} has no argument {', '.join(map(repr, unknown))}"
             f"{did_you_mean(unknown[0], list(spec.args))} (its arguments: {have})"
         )
+    # a word where the model takes a number (n_layers=abc) would fail in every trial's
+    # build; said once here instead
+    wrong = [
+        f"{name}={value!r} (a number, like its default {spec.args[name]!r})"
+        for name, value in args.items()
+        if isinstance(value, str) and isinstance(spec.args[name], int | float)
+    ]
+    if wrong:
+        raise ModelLoadError(f"model {ref!r}: argument {'; '.join(wrong)}")
     return spec.with_args(**args)
 
 

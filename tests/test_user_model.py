@@ -257,3 +257,11 @@ def test_a_model_file_written_against_the_removed_module_path_loads_with_a_warni
     assert "from autotune import ModelSpec" in str(caught[0].message)
     assert isinstance(spec, ModelSpec) and spec.name == "old-path"  # the same class
     assert sys.modules["autotune.models.spec"] is autotune.contract.spec
+
+
+def test_a_word_for_a_numeric_model_argument_is_refused_at_load() -> None:
+    # otherwise every trial's build fails on it ("'str' object cannot be interpreted as an
+    # integer") and the search ends with nothing measured
+    with pytest.raises(ModelLoadError, match=r"n_layers='abc' \(a number, like its default 6\)"):
+        load_model("mu", {"n_layers": "abc"})
+    assert load_model("mu", {"n_layers": 2, "label_smoothing": 0}).args["n_layers"] == 2
