@@ -43,7 +43,7 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
 
 def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
     import autotune.train.run_folder as folder_module
-    from autotune.train.api import train
+    from autotune.train.run import train
     from autotune.train.trainer import Trainer
 
     torch.set_num_threads(1)

@@ -22,8 +22,8 @@ from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import AutotuneError, ConfigError, UsageError
 from autotune.data import TrainData, prepare_lm_data
-from autotune.train.api import train
 from autotune.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from autotune.train.run import train
 from autotune.train.schedule import lr_factor
 from autotune.train.trainer import (
     Trainer,

@@ -204,8 +204,8 @@ def train(
     """Train with a preset's tuned config: real data, eval, checkpoints, resume, DDP."""
     from autotune.machine.compile_cache import shared_compile_cache
     from autotune.models.registry import parse_model_args
-    from autotune.train.api import train as run_training
     from autotune.train.launch import prepare_training
+    from autotune.train.run import train as run_training
 
     if on_oom not in ("fail", "adapt"):
         raise UsageError(f"--on-oom: expected 'fail' or 'adapt', got {on_oom!r}")

@@ -4,7 +4,7 @@ train`` that a Python caller can use too.
 ``prepare_training`` loads the preset (or takes a bare model: fp32, the micro-batch its
 global batch), checks that this machine can run it, applies the changes asked for
 (``max_steps``, ``lr``, ``eval_interval``, ``section.field=value`` overrides), picks the
-device and checks the config on it. What it returns is what ``autotune.train.api.train``
+device and checks the config on it. What it returns is what ``autotune.train.run.train``
 takes::
 
     run = prepare_training(preset="best.yaml", max_steps=2000)
@@ -49,7 +49,7 @@ __all__ = ["PreparedRun", "prepare_training"]
 
 @dataclass(frozen=True, kw_only=True)
 class PreparedRun:
-    """A run ready for ``autotune.train.api.train``."""
+    """A run ready for ``autotune.train.run.train``."""
 
     spec: ModelSpec
     config: TrainConfig

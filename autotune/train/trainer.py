@@ -12,7 +12,7 @@ batch stream (batches.py), the run folder and its checkpoints (run_folder.py), w
 checkpoint holds (state.py), the learning-rate schedule (schedule.py), evaluation
 (evaluation.py), the console and metrics output (log.py) and what it says (progress.py),
 the stop signals (stop.py), out of memory (oom.py), the result (result.py);
-``autotune.train.api.train`` is the run in one call.
+``autotune.train.run.train`` is the run in one call.
 
 The run folder (one run writes it at a time: run_folder.py) holds ``ckpt-step*.pt`` (the
 last ``keep_last``), ``best.pt`` (lowest validation loss), ``tokenizer.json``, ``data.json``,
