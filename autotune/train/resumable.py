@@ -8,8 +8,9 @@ sequence length (how text is cut into samples, and what every pipeline is asked 
 the training split (its size in samples). A resume that changes one of them would mix two
 data streams in one loss curve, so it is refused (``refuse_other_batches``), naming each
 value, before the run folder is touched. The micro-batch may change (the position counts
-samples, and running out of memory halves it), and so may the number of processes (state.py
-says so). A field that a checkpoint of an earlier version lacks is not compared.
+samples, and running out of memory halves it), and so may the number of processes
+(checkpoint_state.py says so). A field that a checkpoint of an earlier version lacks is not
+compared.
 
 A fresh run into a folder that holds checkpoints is refused by the run folder (run_folder.py);
 ``foreign_checkpoints`` says why when this run could not simply continue them: another
@@ -27,7 +28,7 @@ import torch
 
 from autotune.core.errors import UsageError
 from autotune.engine.step import prepare_model
-from autotune.train.state import plain
+from autotune.train.checkpoint_state import plain
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig

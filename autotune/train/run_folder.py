@@ -5,7 +5,7 @@ run never writes over another run's checkpoints (nor a resume from an earlier ch
 over the later ones of its folder; the refusal advises ``--resume auto`` only where this
 run could continue them: resumable.py), and each step's checkpoint: written by
 rank 0 alone (with every rank's RNG state), the last ``keep_last`` kept, ``best.pt`` beside
-them. The checkpoint's contents are state.py's (``checkpoint_state``).
+them. The checkpoint's contents are checkpoint_state.py's (``checkpoint_state``).
 
 One writer per folder: a run holds the folder's lock (``.autotune.lock``, an OS file lock
 the OS drops when its process dies) from before it reads a checkpoint to resume from

@@ -9,9 +9,9 @@ The class reads as the run does: set-up (``_setup_step``: the model, optimizer, 
 and step function; ``_setup_data``), then the loop (``run``, ``_train_step``,
 ``_after_step``), then the result. Its parts live beside it: the
 batch stream (batches.py), the run folder and its checkpoints (run_folder.py), what a
-checkpoint holds (state.py), the learning-rate schedule (schedule.py), evaluation
-(evaluation.py), the console and metrics output (log.py) and what it says (progress.py),
-the stop signals (stop.py), out of memory (oom.py), the result (result.py);
+checkpoint holds (checkpoint_state.py), the learning-rate schedule (schedule.py),
+evaluation (evaluation.py), the console and metrics output (log.py) and what it says
+(progress.py), the stop signals (stop.py), out of memory (oom.py), the result (result.py);
 ``autotune.train.run.train`` is the run in one call.
 
 The run folder (one run writes it at a time: run_folder.py) holds ``ckpt-step*.pt`` (the
@@ -58,6 +58,12 @@ from autotune.engine.step import apply_allocator_settings, to_device
 from autotune.machine import omp
 from autotune.models.registry import HF_PREFIX, is_user_code
 from autotune.train.batches import BatchStream
+from autotune.train.checkpoint_state import (
+    RunStanding,
+    TrainedParts,
+    checkpoint_state,
+    restore_state,
+)
 from autotune.train.distributed import (
     DistInfo,
     any_flag,
@@ -80,7 +86,6 @@ from autotune.train.result import TrainResult, finish
 from autotune.train.resumable import RunIdentity, foreign_checkpoints, refuse_other_batches
 from autotune.train.run_folder import RunFolder
 from autotune.train.schedule import make_scheduler
-from autotune.train.state import RunStanding, TrainedParts, checkpoint_state, restore_state
 from autotune.train.stop import StopSignals
 
 if TYPE_CHECKING:
@@ -240,7 +245,8 @@ class Trainer:
         )
 
     def _restore(self, resumed: dict[str, Any]) -> None:
-        """The checkpoint ``resumed`` into the built run (state.py), and where it stood."""
+        """The checkpoint ``resumed`` into the built run (checkpoint_state.py), and where it
+        stood."""
         standing = restore_state(
             resumed,
             self._parts(),
