@@ -121,7 +121,7 @@ KNOB_ROWS = {
 
 def train_summary(out: Path, *, steady: float, steps: int = 200) -> None:
     """A training run's ``summary.json``, from a real ``TrainResult``."""
-    from autotune.train.result import TrainResult
+    from autotune.train.run_result import TrainResult
 
     result = TrainResult(out_dir=out, start_step=0, steps=steps, total_steps=200,
                          losses=(4.0, 3.5), eval=None, best_eval_loss=None,

@@ -11,7 +11,7 @@ and step function; ``_setup_data``), then the loop (``run``, ``_train_step``,
 batch stream (batches.py), the run folder and its checkpoints (run_folder.py), what a
 checkpoint holds (checkpoint_state.py), the learning-rate schedule (schedule.py),
 evaluation (evaluation.py), the console and metrics output (log.py) and what it says
-(progress.py), the stop signals (stop.py), out of memory (oom.py), the result (result.py);
+(progress.py), the stop signals (stop.py), out of memory (oom.py), the result (run_result.py);
 ``autotune.train.run.train`` is the run in one call.
 
 The run folder (one run writes it at a time: run_folder.py) holds ``ckpt-step*.pt`` (the
@@ -82,9 +82,9 @@ from autotune.train.progress import (
     opening_lines,
     train_record,
 )
-from autotune.train.result import TrainResult, finish
 from autotune.train.resumable import RunIdentity, foreign_checkpoints, refuse_other_batches
 from autotune.train.run_folder import RunFolder
+from autotune.train.run_result import TrainResult, finish
 from autotune.train.schedule import make_scheduler
 from autotune.train.stop import StopSignals
 
