@@ -19,7 +19,7 @@ from autotune.core.errors import UsageError
 from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.playbook import fit_global_batch
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 
 compare = load_benchmark("compare")
 common = load_benchmark("_common")

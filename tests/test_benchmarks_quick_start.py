@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from autotune.config.train_config import TrainConfig
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 from tests.benchmark_modules import load_benchmark
 
 bench = load_benchmark("quick_start")

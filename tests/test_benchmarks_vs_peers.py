@@ -234,7 +234,7 @@ def test_a_real_peer_library_answers_under_the_budget(tmp_path: Path) -> None:
 def test_quick_runs_the_search_as_the_cli_accepts_it(tmp_path: Path) -> None:
     from autotune.models.registry import get_model
     from autotune.study.optuna_glue import PRUNE_MIN_STEPS
-    from autotune.testing.caps import cpu_caps
+    from autotune.testing.fake_caps import cpu_caps
 
     args = vs._parser().parse_args(["--model", "gpt-small", "--budget", "8GB", "--quick"])
     vs.apply_quick(args)
@@ -280,7 +280,7 @@ def test_the_short_search_gets_twice_the_fastest_answering_peers_time(tmp_path: 
 
 def test_the_short_search_runs_with_its_own_timeout(tmp_path: Path) -> None:
     from autotune.models.registry import get_model
-    from autotune.testing.caps import cpu_caps
+    from autotune.testing.fake_caps import cpu_caps
 
     task = vs.Task(
         spec=get_model("gpt-small"), profile=None, caps=cpu_caps(), budget=8 * 10**9,

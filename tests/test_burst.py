@@ -37,7 +37,7 @@ import fake_models
 from fake_models import FAKES
 from processes import left_behind
 
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 
 CPU_CAPS = cpu_caps(peak_flops_bf16=2e11, peak_flops_fp32=1e11)
 

@@ -19,7 +19,7 @@ from autotune.core.errors import ConfigError
 from autotune.machine.hardware import probe
 from autotune.preset import Fingerprint, Measured, ModelRef, Preset, Task, save_preset
 from autotune.study.space import SearchSpace
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 from autotune.testing.toy import toy_spec
 
 runner = CliRunner()

@@ -39,7 +39,7 @@ from autotune.preset.export import export_preset
 from autotune.preset.io import preset_from_dict, preset_to_dict
 from autotune.study.playbook import playbook_config
 from autotune.study.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
 CPU = torch.device("cpu")

@@ -35,7 +35,7 @@ from autotune.preset.export import export_preset
 from autotune.preset.io import dump_preset, preset_from_dict, preset_to_dict
 from autotune.study.records import summarize_config
 from autotune.study.space import SearchSpace, parse_knob_args
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 from autotune.train.loop import PresetLoop
 

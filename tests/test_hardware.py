@@ -18,7 +18,7 @@ from autotune.machine import hardware
 from autotune.machine.caps import parse_device, peak_flops
 from autotune.machine.hardware import parse_cpuinfo, probe
 from autotune.machine.profile import ISA_FLAGS, SCHEMA_VERSION, HardwareProfile
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.nvml import FakeCuda, FakeGPU, FakeNVML, GiB, gpu_stack, no_gpu_stack
 
 H100 = FakeGPU(processes=((4242, 3 * GiB), (4243, None)))

@@ -27,7 +27,7 @@ from autotune.config.knobs import (
 from autotune.config.train_config import KNOBS, TrainConfig, check_config
 from autotune.core.errors import ConfigError, UsageError
 from autotune.study.space import BUILTIN_KNOBS, CPU_KNOBS, CUDA_KNOBS, SWITCHES, SearchSpace
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "preset-format.md"

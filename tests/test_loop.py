@@ -16,7 +16,7 @@ from autotune.config.train_config import MAX_NUM_WORKERS
 from autotune.core.errors import ConfigError
 from autotune.data import loader_kwargs
 from autotune.preset import ModelRef, save_preset
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 from autotune.train.loop import PresetLoop
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -21,7 +21,7 @@ from autotune.machine import omp
 from autotune.models.registry import load_model
 from autotune.study.playbook import playbook_config
 from autotune.study.space import SearchSpace
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
 SPIN = TrainConfig(micro_batch=2, seq_len=8, omp_spin=True)

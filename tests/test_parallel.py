@@ -38,7 +38,7 @@ from autotune.preset import (
 )
 from autotune.preset.export import export_preset
 from autotune.study.space import SearchSpace
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.train.checkpoint import list_checkpoints
 
 gloo = pytest.mark.skipif(

@@ -10,7 +10,7 @@ from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import ConfigError, UsageError
 from autotune.machine.caps import DeviceCaps
 from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
 

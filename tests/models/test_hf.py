@@ -29,7 +29,7 @@ from autotune.engine.step import Stepper, make_optimizer, prepare_model
 from autotune.models.registry import is_user_code, load_model, parse_model_args
 from autotune.preset import ModelRef, load_preset, save_preset
 from autotune.preset.export import export_preset, torchrun_command
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 
 LLAMA = {
     "vocab_size": 128,

@@ -13,7 +13,7 @@ from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import ConfigError
 from autotune.models import _common, get_model
 from autotune.models._common import checkpoint_every_knob, run_layers
-from autotune.testing.caps import cpu_caps
+from autotune.testing.fake_caps import cpu_caps
 
 
 def _checkpointed(every: int, n_layers: int, *, checkpointing: bool = True) -> list[int]:

@@ -23,7 +23,7 @@ from autotune.study.playbook import (
     shipped_start,
 )
 from autotune.study.space import SearchSpace
-from autotune.testing.caps import cpu_caps, cuda_caps
+from autotune.testing.fake_caps import cpu_caps, cuda_caps
 
 SHIPPED = Path(__file__).resolve().parents[2] / "presets"
 
