@@ -246,7 +246,7 @@ class TrialObjective:
         if short:
             # a config queued after it that fits (its code in the compile cache) runs
             # next; with none, the race gets the time: it runs more rounds in time saved
-            _pass_over(trial, short, stop=self.planner.waiting_that_fits(trial.study) is None)
+            _pass_over(trial, short, stop=self.planner.next_that_fits(trial.study) is None)
         if self.workers is not None:
             status, reason = self.workers.gate(trial, config, again=remeasure)
             if status:  # another worker measures it, or the study's budget is spent

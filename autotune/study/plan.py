@@ -242,8 +242,8 @@ class Planner:
     def stop_reason(self, study: optuna.Study) -> str:
         """Why the search stops after the trial just learnt from, or "" to go on
         (``SearchState.stop_reason``, where a queued config that is expected to finish in
-        the time left for trials is reason to go on)."""
-        return self.state.stop_reason(next_fits=lambda: self.waiting_that_fits(study) is not None)
+        the time left for trials is reason to go on: ``next_that_fits``)."""
+        return self.state.stop_reason(next_fits=lambda: self.next_that_fits(study) is not None)
 
     def explain_naive(self, record: TrialRecord) -> None:
         """Once the naive trial ran, ask where its step's time goes (``explain``: a
@@ -400,18 +400,21 @@ class Planner:
                 return r
         return None
 
-    def vary_the_finalists(self, study: optuna.Study) -> None:
-        """Once nothing is queued (the best's neighbours have all run), queue the
-        neighbours of the race's likely finalists that run the code those finalists
-        compiled: one knob moved outside the model (OpenMP's wait policy; DataLoader
-        workers where the naive config was input-bound, as ``refine`` does), a compile the
+    def vary_the_finalists(self, study: optuna.Study, *, queued_or_not: bool = False) -> None:
+        """Once nothing is queued (the best's neighbours have all run; ``queued_or_not``:
+        even so), queue the neighbours of the race's likely finalists that run the code
+        those finalists compiled: one knob moved outside the model (OpenMP's wait policy;
+        DataLoader workers where the naive config was input-bound, as ``refine`` does),
+        another micro-batch where one compile serves every one (a CPU), a compile the
         cache serves. Before the sampler's own proposals, nearly all of them new code: mu
         on the 2-core Xeon, once the best's four neighbours had run, got a micro-batch of
         32 and fp32 with compile from TPE, 30 s each, 0.85x and 0.50x the best; a
         finalist's variant costs a trial's steps (5-8 s), and OpenMP's spin moved mu's
         configs 0.92-1.09x. A finalist whose trial came far behind the best
-        (``behind_the_best``) or that a later best outdated is not varied."""
-        if _waiting_params(study):
+        (``behind_the_best``), that a later best outdated, or that runs without compile
+        where its compiled config ran faster (its variants run the slower code) is not
+        varied."""
+        if _waiting_params(study) and not queued_or_not:
             return
         top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
         behind = behind_the_best(top)
@@ -419,12 +422,32 @@ class Planner:
         for record in top:
             if record.number in behind or record.role == "naive" or self.outdated(record.number):
                 continue
+            if self._compiled_beats(record):
+                continue
             config = record.train_config()
             kind = self.state.space.device_kind
             code = compiled_code_key(config, kind)
             for cand in self.state.space.neighbours(config, workers=workers, kernels=True):
                 if compiled_code_key(cand, kind) == code:
                     self._queue(study, cand, role="refine", refines=record.number)
+
+    def _compiled_beats(self, record: TrialRecord) -> bool:
+        """Whether ``record`` ran without compile and a compiled config of the same choices
+        otherwise (its compiled twin, or one that differs from that only outside the
+        model) ran faster."""
+        config = record.train_config()
+        if config.compile != "off":
+            return False
+        kind = self.state.space.device_kind
+        return any(
+            r.ran
+            and r.feasible
+            and r.config.get("compile", "off") != "off"
+            and compiled_code_key(r.train_config().replace(compile="off"), kind)
+            == compiled_code_key(config, kind)
+            and (r.value or 0.0) > (record.value or 0.0)
+            for r in self.state.records.values()
+        )
 
     def _verdict_rank(self, config: TrainConfig, cand: TrainConfig) -> int:
         """Where ``cand`` (one knob moved from ``config``) stands in the naive verdict's
@@ -540,6 +563,20 @@ class Planner:
         study.enqueue_trial(params, user_attrs=attrs)
         self.queued.append(config)
         return True
+
+    def next_that_fits(self, study: optuna.Study) -> TrainConfig | None:
+        """A queued config whose trial would finish in the time left for trials
+        (``waiting_that_fits``), or None. Where none does (a refinement's first compile no
+        longer fits), the finalists' variants that the compile cache serves are queued
+        (``vary_the_finalists``, which otherwise waits for the queue to empty) and asked
+        again: mu on the 2-core EPYC stopped its trials with 27 s left for them (147 s of
+        its limit, the race's reserve 120 s) and its best's refinement waiting on a 75 s
+        first compile, where a finalist's neighbour on its cached code took 12-19 s."""
+        fits = self.waiting_that_fits(study)
+        if fits is None:
+            self.vary_the_finalists(study, queued_or_not=True)
+            fits = self.waiting_that_fits(study)
+        return fits
 
     def waiting_that_fits(self, study: optuna.Study) -> TrainConfig | None:
         """A config still queued whose trial would finish in the time left for trials

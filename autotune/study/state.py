@@ -244,7 +244,7 @@ class SearchState:
     def stop_reason(self, *, next_fits: Callable[[], bool] | None = None) -> str:
         """Why the search should stop now, or "" to go on. ``next_fits``: whether a queued
         config is expected to finish in the time left for trials
-        (``Planner.waiting_that_fits``), asked only when less time than a typical burst is
+        (``Planner.next_that_fits``), asked only when less time than a typical burst is
         left, which is then no reason to stop."""
         if self.budget_problem:
             return "budget too small"

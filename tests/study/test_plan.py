@@ -3,14 +3,18 @@ the best, a warm start, configs ruled out by dominance or the memory model, a to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from virtual_clock import VirtualClock
 
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
-from autotune.contract.spec import Knob
+from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import BudgetError
+from autotune.study.trial_cost import compiled_code_key
 from autotune.testing.burst import GB, MB, FakeBurst, run, toy_spec
 
 # -- the naive baseline -----------------------------------------------------------------
@@ -419,6 +423,95 @@ def test_a_finalist_the_refinements_left_out_gets_its_cached_variant_before_the_
     assert varied.role == "refine"
 
 
+@dataclass
+class FirstCompiles(PeakAtEight):
+    """PeakAtEight's speeds, the model's kernel "plain" at 0.97x "fused", and time on the
+    search's clock: 3 s a burst, and a compile 30 s where its code is new to the search
+    (``compiled_code_key``: on a CPU one compile serves every micro-batch) or 1 s from
+    the cache."""
+
+    clock: VirtualClock | None = None
+    compiled: set[Any] = field(default_factory=set)
+
+    def speed(self, c: TrainConfig) -> float:
+        return super().speed(c) * (0.97 if c.knobs.get("kernel") == "plain" else 1.0)
+
+    def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+        assert self.clock is not None
+        compile_s = None
+        if config.compile != "off":
+            key = compiled_code_key(config, "cpu")
+            compile_s = 1.0 if key in self.compiled else 30.0
+            self.compiled.add(key)
+            self.clock.sleep(compile_s)
+        self.clock.sleep(3.0)
+        result = super().__call__(spec, config, **kw)
+        return replace(result, compile_s=compile_s) if result.ok else result
+
+
+def test_where_a_first_compile_no_longer_fits_the_finalists_cached_variants_run(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    # mu on the 2-core EPYC: its best's compiled refinement (a model knob, a first compile
+    # of 75 s) did not fit the 27 s left for trials, and the search stopped there, where a
+    # finalist's variant on its cached code took 12-19 s. Here the refinement with kernel
+    # "plain" (a 30 s first compile) does not fit: it is passed over, and the finalists'
+    # variants that the cache serves run in the time left.
+    spec = toy_spec(knobs=(Knob(name="kernel", values=("fused", "plain"), default="fused"),))
+    burst = FirstCompiles(clock=clock)
+    result = run(tmp_path, burst, spec=spec, trials=None, timeout="105s", budget="4GB")
+    passed = next(t for t in result.trials if t.status == "skipped")
+    assert passed.config["knobs"] == {"kernel": "plain"} and passed.config["compile"] != "off"
+    assert passed.reason.startswith("the time left for trials")
+    after = [t for t in result.trials if t.number > passed.number and t.ran]
+    assert after and result.stopped != passed.reason
+    before = {compiled_code_key(t.config, "cpu") for t in result.trials[: passed.number] if t.ran}
+    for trial in after:  # each runs compiled code the search compiled before
+        assert trial.role == "refine" and trial.config["compile"] != "off"
+        assert compiled_code_key(trial.config, "cpu") in before
+
+
+def test_an_uncompiled_finalist_that_its_compiled_twin_beats_is_not_varied() -> None:
+    import optuna
+
+    from autotune.study.plan import Planner
+    from autotune.study.records import TrialRecord
+    from autotune.study.space import SearchSpace
+    from autotune.study.state import Limits, SearchState
+    from autotune.testing.burst import cpu_profile
+
+    spec = toy_spec()
+    space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
+    state = SearchState(spec=spec, space=space, budget_bytes=4 * GB, limits=Limits(None, None))
+    eager = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64)
+    compiled = eager.replace(compile="default")
+    for number, (config, value) in enumerate(
+        [(eager, 120.0), (compiled, 150.0), (compiled.replace(micro_batch=16, grad_accum=2), 140.0)]
+    ):
+        state.absorb(TrialRecord(
+            number=number, state="COMPLETE", status="ok", config=config.to_dict(), ran=True,
+            value=value, wall_s=5.0, role="refine",
+        ))  # fmt: skip
+    planner = Planner(state=state)
+    study = optuna.create_study(direction="maximize")
+    planner.vary_the_finalists(study)
+    assert planner.queued and all(c.compile != "off" for c in planner.queued), planner.queued
+    state.absorb(
+        TrialRecord(
+            number=1,
+            state="COMPLETE",
+            status="ok",
+            config=compiled.to_dict(),
+            ran=True,
+            value=110.0,
+            wall_s=5.0,
+            role="refine",
+        )
+    )  # fmt: skip  (the compiled twin now runs slower: the eager finalist is varied)
+    planner.vary_the_finalists(study, queued_or_not=True)
+    assert any(c.compile == "off" for c in planner.queued)
+
+
 # -- screen cheap, confirm dear ---------------------------------------------------------------
 
 KERNELS = {"fused": 1.0, "plain": 0.95, "slow": 0.6}
@@ -475,7 +568,6 @@ def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_scre
     # float8 linears run slower than bf16 eager: screened eager, the fp8 refinement of a
     # compiled best would fall below SCREEN_KEEP and never be compiled.
     from types import SimpleNamespace
-    from typing import Any
 
     from autotune.study.plan import Planner
 
