@@ -16,7 +16,7 @@ from fake_lm import make_spec
 
 import autotune.core.files
 import autotune.data.corpus
-from autotune.burst import data as _burst_data
+from autotune.burst import trial_batches
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import DataError
 from autotune.data import (
@@ -304,7 +304,7 @@ def test_the_burst_and_the_trainer_build_the_same_loader(tmp_path: Path, workers
     """One rule for the DataLoader's arguments: what a burst measured is what is trained."""
     extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 3} if workers else {}
     cfg = TrainConfig(micro_batch=4, seq_len=8, num_workers=workers, pin_memory=True, **extra)
-    measured = _burst_data.make_loader(make_spec(), cfg, samples=32, seed=0)
+    measured = trial_batches.make_loader(make_spec(), cfg, samples=32, seed=0)
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(3):  # several documents: however they split, the training split has some

@@ -5,7 +5,7 @@ tree), ``process`` (the trial's process and folder), ``outcome`` (what the trial
 and the status decided from it), ``result`` (``BurstResult`` and its figures). Between
 them: ``request`` (what the parent sends) and ``channel`` (the JSON-lines pipe back). The
 trial's side: ``child`` (the entry point, ``python -m autotune.burst.child``), ``trial``
-(the set-up, the timed steps, the budget check), ``data`` (its batches) and ``ranks``
+(the set-up, the timed steps, the budget check), ``trial_batches`` (its batches) and ``ranks``
 (torchrun). Importing this package loads no torch; the trial does.
 """
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune.burst.data import forever, make_loader
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
 from autotune.burst.result import FIRST_WARMUP_MICRO_BATCHES, Minimum, steps_stable
+from autotune.burst.trial_batches import forever, make_loader
 from autotune.core.errors import describe_exception
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ import torch
 from sleepy_spec import spec as sleepy_spec
 from torch import nn
 
-from autotune.burst.data import forever, make_loader
 from autotune.burst.trial import _build
+from autotune.burst.trial_batches import forever, make_loader
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Batch, ModelSpec
 from autotune.engine.step import Stepper, make_optimizer
