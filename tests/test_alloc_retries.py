@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from autotune.burst import trial as _trial
-from autotune.burst.outcome import BurstProgress, memory_figures
 from autotune.burst.result import BurstResult
+from autotune.burst.trial_report import BurstProgress, memory_figures
 
 
 def test_the_child_reads_num_alloc_retries(monkeypatch: pytest.MonkeyPatch) -> None:

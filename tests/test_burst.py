@@ -24,10 +24,10 @@ import pytest
 import torch
 
 from autotune.burst import trial as _trial
-from autotune.burst.outcome import describe_exit
 from autotune.burst.request import SpecRef
 from autotune.burst.result import BurstResult, percentile, step_figures
 from autotune.burst.supervisor import run_burst
+from autotune.burst.trial_report import describe_exit
 from autotune.burst.zygote import SWITCH_ENV
 from autotune.config.train_config import TrainConfig
 from autotune.models.registry import load_model
@@ -377,7 +377,7 @@ def test_the_reported_context_is_the_one_the_peak_counts() -> None:
     peak. Found on the GPU: the start's context was reported, 82 MiB short."""
     import json as _json
 
-    from autotune.burst.outcome import BurstProgress
+    from autotune.burst.trial_report import BurstProgress
 
     progress = BurstProgress()
     messages = [

@@ -148,7 +148,7 @@ def test_no_warm_up_asked_adds_none(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_parent_names_a_warm_up_step_past_the_count_as_warm_up() -> None:
-    from autotune.burst.outcome import BurstProgress
+    from autotune.burst.trial_report import BurstProgress
 
     progress = BurstProgress(warmup=3, steps=4, minimum=Minimum(warmup_s=1.0, timed_s=2.0))
     assert progress.next_stage() == "warm-up step 1 of 3"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from autotune.burst.outcome import BurstProgress
 from autotune.burst.result import BurstResult
+from autotune.burst.trial_report import BurstProgress
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.machine.compile_cache import CACHE_ENV, compile_cache_dir, shared_compile_cache

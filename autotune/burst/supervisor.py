@@ -15,7 +15,7 @@ rather than ``multiprocessing``'s spawn context:
   broken, and its feeder thread and semaphores outlive a killed process badly. The
   child's stdout and stderr go to a log that never feeds the classification.
 
-The outcome comes from the messages alone (``autotune.burst.outcome``): ``ok``, ``oom``,
+The outcome comes from the messages alone (``autotune.burst.trial_report``): ``ok``, ``oom``,
 ``nan`` and ``error`` are sent by the trial; ``timeout`` (the parent killed it at the
 deadline), ``crash`` (it died without a result) and ``pruned`` (``on_step`` said stop)
 are decided here. On CPU, a watchdog thread samples the memory of the trial's process tree
@@ -48,7 +48,6 @@ from typing import IO, TYPE_CHECKING, Any
 import psutil
 
 from autotune.burst.channel import LineReader, open_channel
-from autotune.burst.outcome import BurstProgress, WatchOutcome, memory_figures, verdict
 from autotune.burst.process import (
     REQUEST_FILE,
     TrialProcess,
@@ -72,6 +71,7 @@ from autotune.burst.result import (
     Minimum,
     step_figures,
 )
+from autotune.burst.trial_report import BurstProgress, WatchOutcome, memory_figures, verdict
 from autotune.burst.zygote import warm_start_allowed, zygotes
 from autotune.engine.memory import ProcessTreeSampler
 
