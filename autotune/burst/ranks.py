@@ -58,7 +58,7 @@ def across_ranks(
 def rank_state(
     module: nn.Module, optimizer: Any, config: TrainConfig, dist: DistInfo | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from autotune.engine.parallel import full_state, is_sharded
+    from autotune.engine.wrapping import full_state, is_sharded
 
     if dist is not None and is_sharded(config, dist.world_size):
         return full_state(module, optimizer)

@@ -19,7 +19,7 @@ The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run'
 ``grad_accum / nproc_per_node`` micro-batches (``autotune.train.distributed.per_rank_config``).
 
 This module is the record and its checks (torch only to count a CUDA machine's GPUs).
-The knobs are applied by ``autotune.engine.parallel.wrap_model`` (the burst child and the
+The knobs are applied by ``autotune.engine.wrapping.wrap_model`` (the burst child and the
 trainer both call it, so what was measured is what trains), and processes are started by
 ``autotune.train.distributed.torchrun_command``. ``space_choices`` names the values a
 search tries (``SearchSpace`` holds them as one categorical dimension, ``parallel``, whose

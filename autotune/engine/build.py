@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from autotune.engine.parallel import wrap_model
 from autotune.engine.step import (
     Stepper,
     apply_backend_flags,
@@ -38,6 +37,7 @@ from autotune.engine.step import (
     place_model,
     prepare_model,
 )
+from autotune.engine.wrapping import wrap_model
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig

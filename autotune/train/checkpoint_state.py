@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.engine.parallel import load_full_state
+from autotune.engine.wrapping import load_full_state
 from autotune.train.checkpoint import CheckpointError, restore_rng_state
 from autotune.train.schedule import set_peak_lr
 

@@ -3,7 +3,7 @@ per-rank config and the few collectives the trainer and the burst use.
 
 ``torchrun_command`` is how autotune starts several processes itself (a burst of a
 multi-process config, ``autotune train`` of a preset with ``parallel``). How a model is
-wrapped or sharded across them (DDP, FSDP2) is ``autotune/engine/parallel.py``.
+wrapped or sharded across them (DDP, FSDP2) is ``autotune/engine/wrapping.py``.
 
 ``torchrun --nproc-per-node N -m autotune train --preset P`` (add ``--nnodes`` and a
 rendezvous for several machines) sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and

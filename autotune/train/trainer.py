@@ -53,8 +53,8 @@ from autotune.core.errors import TrainingOOMError, UsageError
 from autotune.data.loader import loader_kwargs
 from autotune.data.train_data import TrainData
 from autotune.engine.build import build_training
-from autotune.engine.parallel import full_state, is_sharded
 from autotune.engine.step import apply_allocator_settings, to_device
+from autotune.engine.wrapping import full_state, is_sharded
 from autotune.machine import omp
 from autotune.models.registry import HF_PREFIX, is_user_code
 from autotune.train.batches import BatchStream

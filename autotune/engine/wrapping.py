@@ -1,5 +1,5 @@
-"""Several processes per step: the config's DDP/FSDP2 knobs applied to a model, and the
-whole (unsharded) state of a sharded one.
+"""Model wrapping for several processes per step: the config's DDP/FSDP2 knobs applied to a
+model, and the whole (unsharded) state of a sharded one.
 
 ``wrap_model`` is the one function that applies ``TrainConfig.parallel``
 (``autotune/config/parallel.py`` holds the record and its checks): the burst child and the
