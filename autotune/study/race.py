@@ -112,8 +112,10 @@ EXTRA_ROUNDS = 2  # rounds beyond the planned ones, in time the race saved, with
 # Where steps are slow a race burst times fewer of them: about RACE_TIMED_S of timed steps,
 # never fewer than MIN_RACE_STEPS (a median of 3 steps still leaves out one odd step). The
 # rounds, not the steps within a burst, carry the race's evidence: a fourth step of mu's
-# 3-second steps added 9 s a round to a race that took 60% of a default search.
-RACE_TIMED_S = 10.0
+# 3-second steps added 9 s a round to a race that took 60% of a default search. At 10 s,
+# mu's compiled and hand-tuned entrants on the 2-core EPYC (steps of 2.4-2.8 s) still
+# timed 4 steps: 7-8 s a round more than 3, in a race of 117 s.
+RACE_TIMED_S = 7.0
 MIN_RACE_STEPS = 3
 # The trials' figures that forecast the race's contenders after its first round: CUT
 # (0.8 of a paired round's fastest) less the spread of trials measured minutes apart

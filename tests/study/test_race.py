@@ -532,15 +532,15 @@ def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> No
                 value=100.0,
                 ran=True,
                 wall_s=wall,
-                step_time_median_s=2.0,
+                step_time_median_s=1.5,
                 timed_steps=timed_steps,
             )
         )
         return race_reserve_s(state, finalists=3, rounds=2)
 
-    # 6 s of start-up, then 2 of its 4 steps at 2 s each: as the 4-step trial's 14 s (two
+    # 6 s of start-up, then 2 of its 4 steps at 1.5 s each: as the 4-step trial's 12 s (two
     # rounds of naive, and room for a finalist's first round)
-    assert reserve(10.0, 2) == pytest.approx(reserve(14.0, 4)) == pytest.approx(14 + 14 + 14)
+    assert reserve(9.0, 2) == pytest.approx(reserve(12.0, 4)) == pytest.approx(12 + 12 + 12)
     assert reserve(14.0, None) == pytest.approx(reserve(14.0, 4))
 
 
@@ -613,6 +613,15 @@ def test_a_decided_race_runs_no_extra_round_though_time_is_left(tmp_path: Path) 
     assert result.race is not None and result.race.rounds == DEFAULT_ROUNDS
     said = [e.message for e in events if e.kind == "note"]
     assert any(f"decided after {DEFAULT_ROUNDS} rounds" in m for m in said), said
+
+
+def test_a_race_burst_times_fewer_steps_where_they_are_slow() -> None:
+    from autotune.study.race import MIN_RACE_STEPS, race_steps
+
+    assert race_steps(0.5, 4) == 4  # quick steps: the race's own count
+    assert race_steps(2.4, 4) == MIN_RACE_STEPS == 3  # mu's compiled steps on 2 cores
+    assert race_steps(25.0, 8) == MIN_RACE_STEPS  # a loaded machine's naive
+    assert race_steps(None, 4) == 4  # no step time measured: the race's count
 
 
 def test_the_reserve_counts_the_parts_a_trial_recorded() -> None:
