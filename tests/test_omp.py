@@ -110,7 +110,16 @@ def test_presetloop_warns_where_the_process_started_without_the_policy(
     assert not [w for w in caught if "omp_spin" in str(w.message)]
 
 
-@pytest.mark.parametrize("spin", [True, False])
+@pytest.mark.parametrize(
+    "spin",
+    [
+        True,
+        # a trainer in a process of its own (10-22 s on the 2-core CPU); that a config that
+        # does not spin needs no restart is guarded by
+        # test_a_process_started_without_the_policy_is_told_to_set_it
+        pytest.param(False, marks=pytest.mark.slow),
+    ],
+)
 def test_autotune_train_starts_again_with_the_policy_its_config_spins_with(
     tmp_path: Path, spin: bool
 ) -> None:
