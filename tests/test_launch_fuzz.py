@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
 from fake_lm import FAKE_LM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -51,7 +52,7 @@ def _profile() -> HardwareProfile:
     return probe()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(overrides=st.lists(OVERRIDE, max_size=4))
 @example(overrides=["config.knobs=0", "config.knobs.width=0"])  # was a TypeError traceback
 @example(overrides=["config.micro_batch=2147483648"])  # was taken: no bound on sizes
@@ -59,6 +60,17 @@ def _profile() -> HardwareProfile:
 @example(overrides=["config.num_workers=1", "config.prefetch_factor=4294967296"])  # was taken
 @example(overrides=["training.seed=4294967296"])
 def test_any_set_override_is_a_valid_run_or_a_usage_error(overrides: list[str]) -> None:
+    a_valid_run_or_a_usage_error(overrides)
+
+
+@pytest.mark.slow  # the same over 400 examples: 5-12 s on the 2-core CPU
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(overrides=st.lists(OVERRIDE, max_size=4))
+def test_any_set_override_over_more_examples(overrides: list[str]) -> None:
+    a_valid_run_or_a_usage_error(overrides)
+
+
+def a_valid_run_or_a_usage_error(overrides: list[str]) -> None:
     try:
         run = prepare_training(
             model=MODEL, device="cpu", overrides=overrides, profile=_profile(), max_steps=1
