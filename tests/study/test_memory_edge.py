@@ -15,9 +15,9 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.testing.burst import MB, FakeBurst, run, toy_spec
 
-# Seeds 3-5 in the slow tier: the same search under three more of TPE's seeds (about 4 s
-# each on the 2-core CPU); three seeds guard it in the default tier.
-SEEDS = [0, 1, 2, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (3, 4, 5))]
+# Seeds 1-5 in the slow tier: the same search under five more of TPE's seeds (4-10 s
+# each on the 2-core CPU); seed 0 guards it in the default tier.
+SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2, 3, 4, 5))]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
