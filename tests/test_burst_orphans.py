@@ -119,14 +119,18 @@ def test_a_process_stops_being_a_subreaper_once_its_bursts_end() -> None:
         _end([orphan])
 
 
-@pytest.mark.parametrize("warm_start", ["1", "0"], ids=["zygote", "fresh"])
+@pytest.mark.parametrize("warm_start", [None, "0"], ids=["zygote", "fresh"])
 def test_a_build_that_detaches_daemons_leaves_none_after_its_burst(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm_start: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm_start: str | None
 ) -> None:
     """A user's build that double-forks with setsid (one daemon in Python, one running
     ``sleep``): the burst still ends ok, and neither daemon outlives it, whether the
-    trial was forked by a zygote or started fresh."""
-    monkeypatch.setenv(SWITCH_ENV, warm_start)
+    trial was forked by a zygote or started fresh. Warm start unset is on: the zygote the
+    other tests of this process started for their environment serves here too."""
+    if warm_start is None:
+        monkeypatch.delenv(SWITCH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SWITCH_ENV, warm_start)
     record = tmp_path / "record.json"
     spec = load_model(f"{DETACH}:detach_spec").with_args(record_file=str(record))
     result = run_burst(spec, TrainConfig(micro_batch=2, seq_len=4), steps=1, warmup=0)
