@@ -373,8 +373,16 @@ class KnobDef:
 
 
 def searched_knobs(cls: type) -> tuple[KnobDef, ...]:
-    """The knobs of ``cls`` a search turns, in the order they are suggested."""
-    return tuple(sorted((k for k in registry(cls) if k.search), key=lambda k: _order(k)))
+    """The knobs of ``cls`` a search turns, in the order they are suggested (read once
+    per class, as its registry is: a space asks for them for every config it makes)."""
+    if cls not in _SEARCHED:
+        _SEARCHED[cls] = tuple(
+            sorted((k for k in registry(cls) if k.search), key=lambda k: _order(k))
+        )
+    return _SEARCHED[cls]
+
+
+_SEARCHED: dict[type, tuple[KnobDef, ...]] = {}
 
 
 def _order(k: KnobDef) -> int:
