@@ -291,8 +291,11 @@ def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
             return super().__call__(spec, config, **kw)
 
     result, notes = _nine_second_search(tmp_path, SlowSteps())
-    assert calls == [pytest.approx(3.0)]
-    at_cap = [t for t in result.trials if t.status == "stopped" and "within 3 s" in t.reason]
+    # a third of the 9 s limit, less where the search's own work (real time, under the
+    # virtual clock) left less than that for trials: 2.9 s on a loaded 2-core machine
+    assert len(calls) == 1 and 2.0 < calls[0] <= 3.0
+    said = f"within {calls[0]:.0f} s"
+    at_cap = [t for t in result.trials if t.status == "stopped" and said in t.reason]
     assert len(at_cap) == 1 and "compiled in 2 s" in at_cap[0].reason
     assert not any("still compiling" in (t.reason or "") for t in result.trials)
     assert not any("is not run again in this search" in n for n in notes)
