@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         save_preset,
     )
     from autotune.study import SearchResult, search
-    from autotune.study.options import (
+    from autotune.study.session.options import (
         SearchLimits,
         SearchMachine,
         SearchOutput,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         SearchStudy,
         search_options,
     )
-    from autotune.study.tune import tune
+    from autotune.study.session.tune import tune
     from autotune.train.loop import PresetLoop
 
 __all__ = [
@@ -124,9 +124,9 @@ _LAZY = {
             "SearchOutput",
             "search_options",
         ),
-        "autotune.study.options",
+        "autotune.study.session.options",
     ),
-    "tune": "autotune.study.tune",
+    "tune": "autotune.study.session.tune",
 }
 
 

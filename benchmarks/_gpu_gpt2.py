@@ -104,7 +104,7 @@ def _ledger_table(ledger: Mapping[str, Any] | None) -> str:
     """The search's time, part by part, with each part's share of the whole."""
     if not ledger:
         return "The search's JSON has no ledger of its time."
-    from autotune.study.ledger import LEDGER_PARTS
+    from autotune.study.trials.ledger import LEDGER_PARTS
 
     total = ledger.get("total_s") or 0.0
     rows = []

@@ -21,7 +21,7 @@ from _common import fmt_float, fmt_ratio, fmt_seconds, render_table
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_BYTES = 8 * 10**9  # the budget check's 8 GB (autotune's GB are 10^9 bytes)
 TRAIN_STEPS = 300
-# autotune.study.options.DEFAULT_TIME_LIMIT_S, the default search's limit (a test checks
+# autotune.study.session.options.DEFAULT_TIME_LIMIT_S, the default search's limit (a test checks
 # the two agree; the suite imports nothing that needs optuna before its wheel check)
 SEARCH_DEFAULT_LIMIT_S = 340.0
 SEARCH_OVERRUN = 1.05  # a search ends by its limit plus 5% (its deadline)

@@ -73,8 +73,8 @@ def _configs(
 ) -> list[tuple[str, TrainConfig]]:
     """(label, config): the search's naive (micro-batch 1), the playbook's, and the
     ``--preset``'s. One naive everywhere: the study's, not a guide's starting config."""
-    from autotune.study.playbook import playbook_config
-    from autotune.study.space import SearchSpace
+    from autotune.study.plan.playbook import playbook_config
+    from autotune.study.plan.space import SearchSpace
 
     seq_len = args.seq_len or spec.seq_len
     space = SearchSpace.for_model(

@@ -87,7 +87,9 @@ from _common import (
 )
 
 from autotune.core.files import atomic_write_text
-from autotune.study.playbook import (  # the guides' configs: one owner, the search uses them too
+
+# the guides' configs: one owner, the search uses them too
+from autotune.study.plan.playbook import (
     hand_tuned_config,
     model_family,
     naive_config,
@@ -100,7 +102,7 @@ if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study import SearchResult
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.watch import MachineWatch
 
 POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "autotune-held", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
@@ -776,7 +778,7 @@ def run(args: argparse.Namespace, rows: list[Row], *, argv: Sequence[str] | None
     # their own bursts here). Phase 2 measures them all, interleaved.
     _choose_configs(task, policies, rows)
     _log(f"[measure] {settings.repeats} rounds over the rows' configs")
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.watch import MachineWatch
 
     with MachineWatch(device=task.caps.device) as watch:
         measure_rows(
@@ -797,7 +799,7 @@ def _task(args: argparse.Namespace) -> Task:
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model, parse_model_args
-    from autotune.study.space import parse_seq_len
+    from autotune.study.plan.space import parse_seq_len
 
     spec = load_model(args.model, parse_model_args(args.model_arg))
     profile = probe()
@@ -1053,7 +1055,7 @@ def _held_text(held: Mapping[str, Any] | None) -> str:
 def _grid_row(task: Task) -> Row:
     from autotune.burst.supervisor import run_burst
     from autotune.study import DEFAULT_STEPS
-    from autotune.study.space import SearchSpace, parse_knob_args
+    from autotune.study.plan.space import SearchSpace, parse_knob_args
 
     args, spec, caps, budget = task.args, task.spec, task.caps, task.budget
     space = SearchSpace.for_model(

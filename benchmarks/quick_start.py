@@ -1,7 +1,7 @@
 """The quick start, and each of its choices undone, beside a batch finder's pick.
 
 Under a time limit of two minutes or less a search measures its quick start first
-(``autotune.study.playbook.quick_start``: no compile, the whole global batch at once, the
+(``autotune.study.plan.playbook.quick_start``: no compile, the whole global batch at once, the
 playbook's precision, and on a CPU in bf16 the model knobs' ``quick_cpu`` values). This
 script measures that config, the same config with one choice undone at a time, and the
 pick of Lightning's, Accelerate's and the HF Trainer's batch finders at the model's global
@@ -34,9 +34,9 @@ from autotune.core.units import parse_budget
 from autotune.machine.caps import DeviceCaps
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
-from autotune.study.playbook import CPU_MICRO_BATCH_SHARE, naive_config, quick_start
-from autotune.study.records import summarize_config
-from autotune.study.space import SearchSpace
+from autotune.study.plan.playbook import CPU_MICRO_BATCH_SHARE, naive_config, quick_start
+from autotune.study.plan.space import SearchSpace
+from autotune.study.trials.records import summarize_config
 
 MODELS = ("mu", "gpt-small")
 

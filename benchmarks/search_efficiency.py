@@ -47,8 +47,8 @@ from autotune.core.errors import AutotuneError
 from autotune.core.units import parse_budget
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
-from autotune.study.ledger import LEDGER_PARTS
-from autotune.study.records import summarize_config
+from autotune.study.trials.ledger import LEDGER_PARTS
+from autotune.study.trials.records import summarize_config
 
 MODELS = ("mu", "gpt-small")
 

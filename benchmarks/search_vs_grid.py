@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study import SearchEvent, SearchResult, TrialRecord
-    from autotune.study.space import SearchSpace
+    from autotune.study.plan.space import SearchSpace
 
 QUALITY_TARGET = 0.95
 TIME_TARGET = 0.30
@@ -123,7 +123,7 @@ def _set_up(args: argparse.Namespace) -> _Bench:
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
-    from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
+    from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
 
     knobs = args.knob or DEFAULT_KNOBS
     spec = load_model(args.model)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study.optuna_glue import open_storage
+from autotune.study.storage.optuna_glue import open_storage
 
 TINY = str(Path(__file__).resolve().parents[1] / "examples" / "my_model.py") + ":spec"
 

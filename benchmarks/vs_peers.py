@@ -77,7 +77,7 @@ from _common import (
 
 from autotune.burst.process import kill_group, reap_tree
 from autotune.engine.memory import ProcessTreeSampler
-from autotune.study.deadline import OVERRUN_SHARE
+from autotune.study.session.deadline import OVERRUN_SHARE
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -435,7 +435,7 @@ def pick_config(task: Task, run: PeerRun) -> TrainConfig | None:
     workers: every peer's default) at the picked micro-batch and accumulation."""
     if run.config is not None or run.micro_batch is None or run.grad_accum is None:
         return run.config
-    from autotune.study.playbook import naive_config
+    from autotune.study.plan.playbook import naive_config
 
     base = naive_config(task.spec, global_batch=task.global_batch, seq_len=task.seq_len).config
     assert base is not None  # naive_config always gives one
@@ -573,7 +573,7 @@ def _parser() -> argparse.ArgumentParser:
 def apply_quick(args: argparse.Namespace) -> None:
     """``--quick``: the smoke run's settings (the search's bursts at their least steps)."""
     if args.quick:
-        from autotune.study.optuna_glue import PRUNE_MIN_STEPS
+        from autotune.study.storage.optuna_glue import PRUNE_MIN_STEPS
 
         args.peer_steps, args.search_timeout, args.peer_timeout = 1, "2m", "5m"
         args.search_steps = PRUNE_MIN_STEPS

@@ -7,8 +7,8 @@ from typing import Any
 
 import optuna
 
-from autotune.study.optuna_glue import open_storage
-from autotune.study.ownership import claim_study_attr
+from autotune.study.storage.optuna_glue import open_storage
+from autotune.study.storage.ownership import claim_study_attr
 
 
 def claim_at_once(url: str, *, threads: int = 8) -> list[Any]:

@@ -86,9 +86,9 @@ def unwatched_searches(monkeypatch: pytest.MonkeyPatch) -> None:
     tests share the machine with whatever else runs, and a fake burst's figures do not
     come from the machine anyway (tests/study/test_contention.py drives the watch with a
     fake process table). Searches run as subprocesses watch as users' do."""
-    import autotune.study.api
+    import autotune.study.session.api
 
-    monkeypatch.setattr(autotune.study.api, "WATCH_REAL_BURSTS", False)
+    monkeypatch.setattr(autotune.study.session.api, "WATCH_REAL_BURSTS", False)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import UsageError
 from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
-from autotune.study.playbook import fit_global_batch
+from autotune.study.plan.playbook import fit_global_batch
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 
 compare = load_benchmark("compare")
@@ -336,7 +336,7 @@ def test_measure_rows_interleaves_shares_and_uncaps() -> None:
 def test_measure_rows_marks_each_burst_as_ours_on_the_watch() -> None:
     """Found on an H200: unmarked, compare.py's own bursts read as "the GPU was 25% busy
     between our bursts" (NVML listed no process there, so utilization was all it had)."""
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.watch import MachineWatch
 
     watch = MachineWatch(device="cpu", processes=lambda: [], steal=lambda: None)
     inside: list[int] = []

@@ -86,7 +86,7 @@ def test_the_hand_tuned_ratio_needs_both_in_the_race() -> None:
 
 
 def test_the_default_search_limit_is_autotunes() -> None:
-    from autotune.study.options import DEFAULT_TIME_LIMIT_S
+    from autotune.study.session.options import DEFAULT_TIME_LIMIT_S
 
     assert steps.SEARCH_DEFAULT_LIMIT_S == DEFAULT_TIME_LIMIT_S
     assert steps.search_limit(None) == (DEFAULT_TIME_LIMIT_S, False)

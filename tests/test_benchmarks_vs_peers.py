@@ -233,7 +233,7 @@ def test_a_real_peer_library_answers_under_the_budget(tmp_path: Path) -> None:
 
 def test_quick_runs_the_search_as_the_cli_accepts_it(tmp_path: Path) -> None:
     from autotune.models.registry import get_model
-    from autotune.study.optuna_glue import PRUNE_MIN_STEPS
+    from autotune.study.storage.optuna_glue import PRUNE_MIN_STEPS
     from autotune.testing.fake_caps import cpu_caps
 
     args = vs._parser().parse_args(["--model", "gpt-small", "--budget", "8GB", "--quick"])

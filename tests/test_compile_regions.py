@@ -91,7 +91,7 @@ def test_a_burst_compiles_the_blocks_of_a_real_model() -> None:
 
 
 def test_a_config_compiled_per_block_says_so_in_its_summary() -> None:
-    from autotune.study.records import summarize_config
+    from autotune.study.trials.records import summarize_config
 
     config = TrainConfig(micro_batch=8, grad_accum=4, seq_len=128, compile="default")
     assert summarize_config(config.to_dict()).endswith("compile=default")

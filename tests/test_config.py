@@ -18,7 +18,7 @@ from autotune.config.train_config import MAX_NUM_WORKERS, TrainConfig, check_con
 from autotune.core.errors import ConfigError
 from autotune.machine.hardware import probe
 from autotune.preset import Fingerprint, Measured, ModelRef, Preset, Task, save_preset
-from autotune.study.space import SearchSpace
+from autotune.study.plan.space import SearchSpace
 from autotune.testing.fake_caps import cpu_caps
 from autotune.testing.toy import toy_spec
 

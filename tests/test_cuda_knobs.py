@@ -37,8 +37,8 @@ from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import get_model, load_model
 from autotune.preset.export import export_preset
 from autotune.preset.io import preset_from_dict, preset_to_dict
-from autotune.study.playbook import playbook_config
-from autotune.study.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
+from autotune.study.plan.playbook import playbook_config
+from autotune.study.plan.space import BUILTIN_KNOBS, CUDA_KNOBS, SearchSpace, parse_knob_args
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
@@ -418,7 +418,7 @@ def test_prepare_model_is_what_the_trainer_builds() -> None:
 
 
 def test_trial_tables_name_the_cuda_knobs_a_config_turns_on() -> None:
-    from autotune.study.records import summarize_config
+    from autotune.study.trials.records import summarize_config
 
     config = TrainConfig(micro_batch=2, seq_len=8, fused_optimizer=True, channels_last=True)
     line = summarize_config(config.to_dict())
@@ -430,7 +430,7 @@ def test_the_playbook_scales_its_micro_batch_from_the_naive_on_cuda() -> None:
     """On an H200 gpt2-124m's playbook config took mb 64 at 24 GB (its class unmeasured)
     and ran out; scaled from the naive's 4.16 GiB at mb 1 it takes a size that fits."""
     from autotune.models.registry import get_model
-    from autotune.study.memory_model import MemoryModel
+    from autotune.study.plan.memory_model import MemoryModel
 
     spec = get_model("gpt2-124m")
     space = SearchSpace.for_model(spec, cuda_caps(), cpu_count=16, seq_len=[1024])

@@ -33,8 +33,8 @@ from autotune.engine.step import place_model, prepare_model
 from autotune.preset import check_portability
 from autotune.preset.export import export_preset
 from autotune.preset.io import dump_preset, preset_from_dict, preset_to_dict
-from autotune.study.records import summarize_config
-from autotune.study.space import SearchSpace, parse_knob_args
+from autotune.study.plan.space import SearchSpace, parse_knob_args
+from autotune.study.trials.records import summarize_config
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 from autotune.train.loop import PresetLoop

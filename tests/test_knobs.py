@@ -27,7 +27,7 @@ from autotune.config.knobs import (
 )
 from autotune.config.train_config import KNOBS, TrainConfig, check_config
 from autotune.core.errors import ConfigError, UsageError
-from autotune.study.space import BUILTIN_KNOBS, CPU_KNOBS, CUDA_KNOBS, SWITCHES, SearchSpace
+from autotune.study.plan.space import BUILTIN_KNOBS, CPU_KNOBS, CUDA_KNOBS, SWITCHES, SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 
@@ -238,7 +238,7 @@ def test_an_added_knob_sets_its_environment_and_its_torch_flags() -> None:
 
 
 def test_an_added_switch_is_shown_by_its_label() -> None:
-    from autotune.study.records import summarize_config
+    from autotune.study.trials.records import summarize_config
 
     on = TurboConfig(micro_batch=1, seq_len=8, turbo=True).to_dict()
     assert summarize_config(on, config_type=TurboConfig).split()[-1] == "turbo!"

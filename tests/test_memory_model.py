@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autotune.config.train_config import TrainConfig
-from autotune.study.memory_model import (
+from autotune.study.plan.memory_model import (
     MemoryModel,
     edge_reason,
     mean_abs_error_pct,

@@ -217,7 +217,7 @@ def test_a_model_spec_with_a_global_batch_beyond_the_bound_is_refused(value: int
 
 @pytest.mark.parametrize("value", [1, 2**31 - 1])
 def test_tune_takes_sizes_up_to_the_bound(value: int) -> None:
-    from autotune.study.tune import model_spec
+    from autotune.study.session.tune import model_spec
 
     spec = model_spec(build=_build, loss=_loss, batch=BATCH, global_batch=value, size=value)
     assert spec.global_batch == value == spec.seq_len

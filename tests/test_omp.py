@@ -19,8 +19,8 @@ from autotune.config.train_config import TrainConfig, check_config
 from autotune.core.errors import ConfigError
 from autotune.machine import omp
 from autotune.models.registry import load_model
-from autotune.study.playbook import playbook_config
-from autotune.study.space import SearchSpace
+from autotune.study.plan.playbook import playbook_config
+from autotune.study.plan.space import SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec
 

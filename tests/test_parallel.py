@@ -37,7 +37,7 @@ from autotune.preset import (
     save_preset,
 )
 from autotune.preset.export import export_preset
-from autotune.study.space import SearchSpace
+from autotune.study.plan.space import SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.train.checkpoint import list_checkpoints
 

@@ -9,7 +9,7 @@ from urllib.parse import unquote_plus
 import pytest
 
 from autotune.core.redact import is_secret_key, redact
-from autotune.study import optuna_glue
+from autotune.study.storage import optuna_glue
 
 SECRET = "S3cr3tPw"
 
@@ -108,7 +108,7 @@ def test_a_saved_preset_holds_no_password(url: str, expected: str, tmp_path: Pat
 )
 def test_a_storage_that_does_not_open_names_no_password(url: str) -> None:
     from autotune.core.errors import UsageError
-    from autotune.study.optuna_glue import open_storage
+    from autotune.study.storage.optuna_glue import open_storage
 
     with pytest.raises(UsageError) as caught:
         open_storage(url, create=True)

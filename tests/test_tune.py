@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import UsageError
-from autotune.study.tune import model_spec
+from autotune.study.session.tune import model_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -164,7 +164,7 @@ BY_VALUE = textwrap.dedent(
     import torch
     from torch import nn
 
-    from autotune.study.tune import model_spec
+    from autotune.study.session.tune import model_spec
 
 
     class Net(nn.Module):  # defined in __main__: another interpreter has no such class
@@ -217,7 +217,7 @@ def half_mse(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def test_the_fingerprint_follows_the_code_not_the_data() -> None:
-    from autotune.study.tune import model_fingerprint
+    from autotune.study.session.tune import model_fingerprint
 
     def batch() -> dict[str, torch.Tensor]:
         return {"x": torch.randn(8, 4), "y": torch.randn(8, 1)}
@@ -236,7 +236,7 @@ FINGERPRINT = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from autotune.study.tune import model_fingerprint
+    from autotune.study.session.tune import model_fingerprint
 
     class Net(nn.Module):
         def __init__(self):

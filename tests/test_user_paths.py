@@ -34,7 +34,7 @@ from autotune.data.tokenizer import load_tokenizer
 from autotune.models.registry import load_model
 from autotune.preset import load_preset, resolve_preset, save_preset
 from autotune.report.data import load_report_data
-from autotune.study.optuna_glue import check_storage_url, open_storage
+from autotune.study.storage.optuna_glue import check_storage_url, open_storage
 from autotune.train.checkpoint import load_checkpoint
 from autotune.train.distributed import DistInfo
 from autotune.train.log import Display

@@ -5,7 +5,7 @@ on stderr (one row per trial, the best so far, what is left), then the summary o
 (or the ``SearchResult`` as JSON with ``--json``). optuna, torch and rich are imported
 inside the command, so ``autotune --help`` stays instant.
 
-Its flags give the fields of ``search()``'s option records (``autotune.study.options``):
+Its flags give the fields of ``search()``'s option records (``autotune.study.session.options``):
 ``FLAGS`` names the flag of each field by the field's path (``limits.timeout``:
 ``--timeout``), the one table that fills the records from the flags' values and that
 ``flag_of`` reads to show a problem of a field as its flag. The typer signature is
@@ -379,7 +379,7 @@ def _launch_workers(devices: str, cpu_workers: int | None, *, study: str | None)
     from pathlib import Path
 
     from autotune.machine.hardware import probe
-    from autotune.study.workers import plan_workers, run_workers
+    from autotune.study.storage.workers import plan_workers, run_workers
 
     slots = plan_workers(devices, probe(), cpu_workers=cpu_workers)
     args = _without(sys.argv[sys.argv.index("search") + 1 :], "--devices", "--cpu-workers")
@@ -456,7 +456,7 @@ def _options(flags: Mapping[str, Any], **filled: Any) -> dict[str, Any]:
     """``search()``'s option records from the flags' values (``flags``, by parameter name)
     and the fields the command fills (``filled``); a bad value's message names its flag."""
     from autotune.study import search_options
-    from autotune.study.options import SearchOptionsError
+    from autotune.study.session.options import SearchOptionsError
 
     values = dict(filled)
     for path, flag in FLAGS.items():
@@ -474,7 +474,7 @@ def _with_flags(message: str, fields: tuple[str, ...] | None = None) -> str:
     paths of those it names by their names (each replaced where the message first names
     it); None: a message that carries no paths, whose fields ``_FIELD`` finds."""
     if fields is None:
-        from autotune.study.options import field_paths
+        from autotune.study.session.options import field_paths
 
         paths = field_paths()
         message = _FIELD.sub(lambda m: flag_of(paths[m[1]]) or m[1], message)

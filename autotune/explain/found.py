@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
     from autotune.explain.verdict import StepVerdict
-    from autotune.study.records import SearchResult, TrialRecord
+    from autotune.study.trials.records import SearchResult, TrialRecord
 
 __all__ = [
     "PROFILE_ATTR",
@@ -121,7 +121,7 @@ def record_profile(result: SearchResult, explained: list[dict[str, Any]]) -> str
 
     from autotune.core.errors import AutotuneError
     from autotune.core.redact import redact
-    from autotune.study.optuna_glue import open_storage, quiet_optuna
+    from autotune.study.storage.optuna_glue import open_storage, quiet_optuna
 
     if not explained:
         return None

@@ -513,7 +513,8 @@ class RaceEntry(_PresetSection):
 
 @dataclass(frozen=True, kw_only=True)
 class Race(_PresetSection):
-    """The finalist race that chose the config (study/race.py): its rounds and figures."""
+    """The finalist race that chose the config (study/race/finalist_race.py): its rounds and
+    figures."""
 
     rounds: int
     unit: str  # tokens/s or samples/s
@@ -583,7 +584,7 @@ class Preset(_PresetSection):
     def _cross_problems(self) -> list[str]:
         # The config is the whole run's: under DDP each process takes grad_accum / world
         # size of it (autotune/train/distributed.py), so micro_batch x grad_accum is the global
-        # batch whatever the process count (autotune/study/outcome.py writes it so).
+        # batch whatever the process count (autotune/study/session/outcome.py writes it so).
         config, task = self.config, self.task
         if config.global_batch != task.global_batch:
             return [

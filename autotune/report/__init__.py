@@ -58,7 +58,7 @@ def write_report(
 def _refuse_inputs(data: ReportData, *, out: str | Path | None, png: str | Path | None) -> None:
     """``--out``/``--png`` must not replace what the report is read from: the preset, the
     study's SQLite or journal file (``report best.yaml -o best.yaml`` lost the preset)."""
-    from autotune.study.ownership import storage_files
+    from autotune.study.storage.ownership import storage_files
 
     inputs: dict[Path, str] = {}
     if data.preset_path:

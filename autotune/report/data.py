@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError, PresetError, UsageError
-from autotune.study.ledger import TimeLedger
-from autotune.study.records import TrialRecord, distinct_best
+from autotune.study.trials.ledger import TimeLedger
+from autotune.study.trials.records import TrialRecord, distinct_best
 
 if TYPE_CHECKING:
     import optuna
@@ -39,7 +39,7 @@ __all__ = [
 
 # Optuna's importances need a handful of measured configs that differ; fewer says nothing.
 MIN_TRIALS_FOR_IMPORTANCE = 5
-DEFAULT_RUNS_DIR = "autotune_runs"  # the search's default (autotune/study/api.py)
+DEFAULT_RUNS_DIR = "autotune_runs"  # the search's default (autotune/study/session/api.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,7 +304,7 @@ def study_data(name: str, url: str) -> ReportData:
     """A study's report: its trials (as the search records them), the verification attempts
     and, with enough measured trials, Optuna's parameter importances."""
     from autotune.core.redact import redact
-    from autotune.study.optuna_glue import quiet_optuna
+    from autotune.study.storage.optuna_glue import quiet_optuna
 
     with quiet_optuna():
         study = _load_study(name, url)
@@ -373,7 +373,7 @@ def _load_study(name: str, url: str) -> optuna.Study:
     import optuna
 
     from autotune.core.redact import redact
-    from autotune.study.optuna_glue import open_storage
+    from autotune.study.storage.optuna_glue import open_storage
 
     storage = open_storage(url, create=False)  # a reader never makes a study file
     try:

@@ -31,7 +31,7 @@ from autotune.report.blocks import make_figure as _figure
 from autotune.report.blocks import note as _note
 from autotune.report.blocks import table as _table
 from autotune.report.steps import STEPS_SECTION, section_steps
-from autotune.study.records import (
+from autotune.study.trials.records import (
     TrialRecord,
     distinct_best,
     memory_model_note,
@@ -321,7 +321,7 @@ def _race_blocks(race: Mapping[str, Any], unit: str) -> list[Block]:
 def _race_load(race: Mapping[str, Any]) -> str:
     """What the machine watch saw during the race, and which rounds were left out for it;
     "" when the race recorded no load or a quiet one."""
-    from autotune.study.watch import Load
+    from autotune.study.session.watch import Load
 
     busy = [i + 1 for i, b in enumerate(race.get("busy_rounds") or ()) if b is True]
     said = []

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.study.records import TrialRecord
-from autotune.study.space import BUILTIN_KNOBS
+from autotune.study.plan.space import BUILTIN_KNOBS
+from autotune.study.trials.records import TrialRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

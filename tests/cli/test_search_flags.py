@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from autotune.cli.main import app
 from autotune.cli.search import FILLED, FLAGS, PYTHON_ONLY, _with_flags, flag_of
-from autotune.study.options import (
+from autotune.study.session.options import (
     SearchLimits,
     SearchOptionsError,
     field_paths,

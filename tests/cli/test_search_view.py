@@ -9,8 +9,8 @@ from rich.console import Console
 
 from autotune.burst.result import BurstResult
 from autotune.cli.search_view import _print_best_and_speedup
-from autotune.study.race_records import Entrant, RaceResult
-from autotune.study.records import TrialRecord
+from autotune.study.race.race_records import Entrant, RaceResult
+from autotune.study.trials.records import TrialRecord
 
 
 def _best_line(winner: Entrant) -> str:

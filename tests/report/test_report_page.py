@@ -13,7 +13,7 @@ from conftest import Searched
 from autotune.report import load_report_data, write_report
 from autotune.report.page import SECTIONS, race_html, render_html
 from autotune.report.plots import knob_values
-from autotune.study.records import TrialRecord
+from autotune.study.trials.records import TrialRecord
 
 pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
 
@@ -186,7 +186,7 @@ def test_a_race_renders_as_a_table_with_its_intervals() -> None:
 
 
 def test_a_race_shows_its_problems_and_the_load_it_ran_under() -> None:
-    from autotune.study.watch import Load
+    from autotune.study.session.watch import Load
 
     busy = Load(outside_cores_mean=1.2, outside_cores_max=2.0, samples=9, busy=True)
     entries = [dict(RACE["entries"][0]), {**RACE["entries"][1], "problem": "timeout (round 2)"}]

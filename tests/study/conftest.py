@@ -10,7 +10,7 @@ from virtual_clock import VirtualClock, install
 
 @pytest.fixture(autouse=True)
 def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("autotune.study.burst_threads.LOAD_SETTLE_S", 0.0)
+    monkeypatch.setattr("autotune.study.trials.burst_threads.LOAD_SETTLE_S", 0.0)
 
 
 @pytest.fixture

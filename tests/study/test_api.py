@@ -54,7 +54,7 @@ def test_autotune_search_is_a_function_not_a_module() -> None:
     import autotune
 
     assert not isinstance(autotune.search, types.ModuleType)
-    assert autotune.search.__module__ == "autotune.study.api"
+    assert autotune.search.__module__ == "autotune.study.session.api"
 
 
 # -- arguments ---------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study import SearchResult
-from autotune.study.records import SearchEvent
-from autotune.study.watch import Load
+from autotune.study.session.watch import Load
+from autotune.study.trials.records import SearchEvent
 from autotune.testing.burst import FakeBurst, run
 
 
@@ -404,7 +404,7 @@ def test_under_a_load_that_stays_only_the_first_burst_waits_to_see_it_stay(
 ) -> None:
     waits: list[float] = []
     clock = type("Clock", (), {"sleep": staticmethod(waits.append), "monotonic": time.monotonic})
-    monkeypatch.setattr("autotune.study.burst_threads.time", clock)
+    monkeypatch.setattr("autotune.study.trials.burst_threads.time", clock)
     burst = FakeBurst()
     run(tmp_path, burst, trials=4, watch=FakeWatch(loaded=True))
     assert set(burst.threads) == {1} and len(waits) == 1
@@ -442,10 +442,10 @@ def test_a_stop_while_a_burst_waits_to_see_load_stay_leaves_the_trial_interrupte
         raise KeyboardInterrupt
 
     clock = type("Clock", (), {"sleep": staticmethod(ctrl_c), "monotonic": time.monotonic})
-    monkeypatch.setattr("autotune.study.burst_threads.time", clock)
+    monkeypatch.setattr("autotune.study.trials.burst_threads.time", clock)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))
-    monkeypatch.setattr("autotune.study.burst_threads.time", time)
+    monkeypatch.setattr("autotune.study.trials.burst_threads.time", time)
     result = run(tmp_path, FakeBurst(), trials=3, watch=FakeWatch(loaded=True))  # resumed
     first = result.trials[0]
     assert first.status == "interrupted" and not first.ran

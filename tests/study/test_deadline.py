@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.study.deadline import MIN_BURST_S, Deadline
+from autotune.study.session.deadline import MIN_BURST_S, Deadline
 
 
 class FakeClock:

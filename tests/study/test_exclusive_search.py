@@ -17,7 +17,7 @@ from claim_race import claim_at_once
 from fake_lm import FAKE_LM
 
 from autotune.core.errors import UsageError
-from autotune.study import optuna_glue, ownership
+from autotune.study.storage import optuna_glue, ownership
 from autotune.testing.burst import FakeBurst, run
 
 RACER = textwrap.dedent(
@@ -26,7 +26,7 @@ RACER = textwrap.dedent(
     from pathlib import Path
     from autotune.testing.burst import FakeBurst, cpu_profile
     import autotune.burst.supervisor, autotune.machine.hardware
-    import autotune.study.api as api
+    import autotune.study.session.api as api
     from autotune.cli.main import main
 
     folder, me, storage, model = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

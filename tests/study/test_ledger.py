@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from autotune.config.train_config import TrainConfig
-from autotune.study.ledger import LEDGER_PARTS, TimeLedger, ledger_of
-from autotune.study.records import TrialRecord
+from autotune.study.trials.ledger import LEDGER_PARTS, TimeLedger, ledger_of
+from autotune.study.trials.records import TrialRecord
 from autotune.testing.burst import FakeBurst, run
 
 EAGER = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64)

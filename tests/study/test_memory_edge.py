@@ -115,7 +115,7 @@ def test_when_every_finalist_is_at_the_edge_the_preset_warns(tmp_path: Path) -> 
 
 def test_an_oom_without_float8_linears_does_not_rule_out_the_config_with_them() -> None:
     from autotune.config.train_config import TrainConfig
-    from autotune.study.memory_model import MemoryModel
+    from autotune.study.plan.memory_model import MemoryModel
 
     model = MemoryModel(budget_bytes=10**9, device_kind="cuda")
     oom = TrainConfig(micro_batch=16, grad_accum=2, seq_len=64, precision="bf16", compile="default")

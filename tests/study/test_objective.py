@@ -13,7 +13,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
-from autotune.study.records import SearchResult, TrialRecord
+from autotune.study.trials.records import SearchResult, TrialRecord
 from autotune.testing.burst import GB, MB, FakeBurst, run, study_of
 
 
@@ -57,7 +57,7 @@ def test_the_naive_baseline_is_never_pruned(tmp_path: Path) -> None:
 def test_trials_end_their_steps_once_stable_and_the_race_runs_every_step(
     tmp_path: Path,
 ) -> None:
-    from autotune.study.objective import TRIAL_STABLE_WITHIN
+    from autotune.study.trials.objective import TRIAL_STABLE_WITHIN
 
     burst = FakeBurst(stop_when_stable=True)
     result = run(tmp_path, burst, trials=4, steps=6)
@@ -165,7 +165,7 @@ def test_the_quick_start_like_naive_is_held_only_to_the_deadline(tmp_path: Path)
 def test_an_exempt_burst_cut_at_the_deadline_says_the_deadline_cut_it(tmp_path: Path) -> None:
     # the quick start is held only to the deadline: its reason named "the time left for
     # trials", a cap it was never held to
-    from autotune.study.deadline import DEADLINE
+    from autotune.study.session.deadline import DEADLINE
 
     class CutQuickStart(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
@@ -417,8 +417,8 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
     # started with 36 s left for trials was stopped at the limit with nothing measured
     from types import SimpleNamespace
 
-    from autotune.study.objective import will_not_finish
-    from autotune.study.records import TrialRecord
+    from autotune.study.trials.objective import will_not_finish
+    from autotune.study.trials.records import TrialRecord
 
     def record(number: int, compile: str, wall_s: float, status: str = "ok") -> TrialRecord:
         config = TrainConfig(micro_batch=8, seq_len=64, compile=compile).to_dict()
@@ -474,8 +474,8 @@ def test_a_time_limited_search_stops_for_the_reason_its_objective_gives(
 ) -> None:
     # A trial that would not finish in the time left, none queued that would: the trial is
     # passed over and the search stops, with the objective's reason as the result's.
-    import autotune.study.objective as objective
-    from autotune.study.plan import Planner
+    import autotune.study.trials.objective as objective
+    from autotune.study.plan.planner import Planner
 
     def will_not_finish(state: Any, config: TrainConfig) -> str:
         return "the objective's reason" if state.measured() >= 2 else ""
@@ -491,7 +491,7 @@ def test_a_time_limited_search_stops_for_the_reason_its_objective_gives(
 def test_a_time_limited_search_stops_for_the_reason_its_planner_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autotune.study.plan import Planner
+    from autotune.study.plan.planner import Planner
 
     told = Planner.stop_reason
 

@@ -12,8 +12,8 @@ import pytest
 
 from autotune.core.errors import UsageError
 from autotune.study import SlowConfigPruner
-from autotune.study.optuna_glue import open_study
-from autotune.study.records import SearchEvent
+from autotune.study.storage.optuna_glue import open_study
+from autotune.study.trials.records import SearchEvent
 from autotune.testing.burst import FakeBurst, run
 
 # -- pruning -----------------------------------------------------------------------------
@@ -156,8 +156,8 @@ def _study_with_a_running_trial(tmp_path: Path, owner: dict[str, object] | None)
 def test_a_trial_whose_search_process_died_is_failed_and_its_config_queued(
     tmp_path: Path,
 ) -> None:
-    from autotune.study.optuna_glue import claim_running_trials
-    from autotune.study.ownership import trial_owner
+    from autotune.study.storage.optuna_glue import claim_running_trials
+    from autotune.study.storage.ownership import trial_owner
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process that ran this search and is dead now (kill -9, a crash)
@@ -176,8 +176,8 @@ def test_a_trial_whose_search_process_died_is_failed_and_its_config_queued(
 
 
 def test_a_study_another_live_search_is_running_is_refused(tmp_path: Path) -> None:
-    from autotune.study.optuna_glue import claim_running_trials
-    from autotune.study.ownership import trial_owner
+    from autotune.study.storage.optuna_glue import claim_running_trials
+    from autotune.study.storage.ownership import trial_owner
 
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -198,7 +198,7 @@ def test_a_study_another_live_search_is_running_is_refused(tmp_path: Path) -> No
 
 
 def test_a_trial_owned_on_another_machine_is_left_running(tmp_path: Path) -> None:
-    from autotune.study.optuna_glue import claim_running_trials
+    from autotune.study.storage.optuna_glue import claim_running_trials
 
     owner = {"host": "another-machine", "pid": 1, "started": 0.0}
     study = _study_with_a_running_trial(tmp_path, owner)
@@ -207,7 +207,7 @@ def test_a_trial_owned_on_another_machine_is_left_running(tmp_path: Path) -> Non
 
 
 def test_a_resumed_search_fails_the_trial_a_killed_search_left_running(tmp_path: Path) -> None:
-    from autotune.study.ownership import trial_owner
+    from autotune.study.storage.ownership import trial_owner
 
     first = run(tmp_path, FakeBurst(), trials=3)
     study = optuna.load_study(study_name=first.study_name, storage=first.storage)
@@ -222,7 +222,7 @@ def test_a_resumed_search_fails_the_trial_a_killed_search_left_running(tmp_path:
 
 
 def test_a_second_search_on_a_study_a_live_search_holds_is_refused(tmp_path: Path) -> None:
-    from autotune.study.ownership import trial_owner
+    from autotune.study.storage.ownership import trial_owner
 
     first = run(tmp_path, FakeBurst(), trials=3)
     study = optuna.load_study(study_name=first.study_name, storage=first.storage)

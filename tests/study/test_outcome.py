@@ -93,9 +93,9 @@ def test_when_every_verification_fails_no_preset_is_written(tmp_path: Path) -> N
 
 def test_the_preset_notes_say_when_the_race_left_its_winner_no_figure() -> None:
     from autotune.burst.result import BurstResult
-    from autotune.study.outcome import _preset_notes
-    from autotune.study.race_records import Entrant, RaceResult
-    from autotune.study.records import TrialRecord
+    from autotune.study.race.race_records import Entrant, RaceResult
+    from autotune.study.session.outcome import _preset_notes
+    from autotune.study.trials.records import TrialRecord
 
     record = TrialRecord(number=0, state="COMPLETE", status="ok")
     winner = Entrant(record=record, roles=["naive"], throughputs=[None])

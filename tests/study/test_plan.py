@@ -14,7 +14,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import BudgetError
-from autotune.study.trial_cost import compiled_code_key
+from autotune.study.trials.trial_cost import compiled_code_key
 from autotune.testing.burst import GB, MB, FakeBurst, run, toy_spec
 
 # -- the naive baseline -----------------------------------------------------------------
@@ -368,7 +368,7 @@ def test_the_guides_compiled_start_without_compile_runs_next_when_its_compile_fa
 
 
 def test_cached_neighbours_come_early_only_where_the_best_compiles() -> None:
-    from autotune.study.plan import _cheap_after_the_first
+    from autotune.study.plan.planner import _cheap_after_the_first
 
     def order(config: TrainConfig) -> list[TrainConfig]:
         cands = [
@@ -474,10 +474,10 @@ def test_where_a_first_compile_no_longer_fits_the_finalists_cached_variants_run(
 def test_an_uncompiled_finalist_that_its_compiled_twin_beats_is_not_varied() -> None:
     import optuna
 
-    from autotune.study.plan import Planner
-    from autotune.study.records import TrialRecord
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.planner import Planner
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.trials.records import TrialRecord
     from autotune.testing.burst import cpu_profile
 
     spec = toy_spec()
@@ -532,7 +532,7 @@ def test_a_compiled_refinement_is_compiled_only_when_its_eager_screen_keeps_it(
     # a first compile (the model's kernel) are screened without compile first. "plain"
     # runs 0.95x "fused" eager: within SCREEN_KEEP, so it is compiled; "slow" runs 0.6x:
     # never compiled.
-    from autotune.study.plan import SCREEN_KEEP
+    from autotune.study.plan.planner import SCREEN_KEEP
 
     assert 0.6 < SCREEN_KEEP <= 0.95
     burst = ThreeKernels()
@@ -569,7 +569,7 @@ def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_scre
     # compiled best would fall below SCREEN_KEEP and never be compiled.
     from types import SimpleNamespace
 
-    from autotune.study.plan import Planner
+    from autotune.study.plan.planner import Planner
 
     best = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64, precision="bf16", compile="default")
     space: Any = SimpleNamespace(

@@ -11,8 +11,8 @@ import pytest
 
 from autotune.models.registry import builtin_names, get_model
 from autotune.preset.sections import Fingerprint
-from autotune.study.memory_model import MemoryModel
-from autotune.study.playbook import (
+from autotune.study.plan.memory_model import MemoryModel
+from autotune.study.plan.playbook import (
     HAND_TUNED,
     expert_starts,
     hand_tuned_config,
@@ -22,7 +22,7 @@ from autotune.study.playbook import (
     quick_start,
     shipped_start,
 )
-from autotune.study.space import SearchSpace
+from autotune.study.plan.space import SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 
 SHIPPED = Path(__file__).resolve().parents[2] / "presets"
@@ -204,8 +204,8 @@ def test_the_shipped_start_runs_before_the_first_compiled_start(monkeypatch) -> 
     from types import SimpleNamespace
 
     from autotune.config.train_config import TrainConfig
-    from autotune.study import playbook
-    from autotune.study.plan import _shipped_among
+    from autotune.study.plan import playbook
+    from autotune.study.plan.planner import _shipped_among
 
     eager = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64)
     compiled = eager.replace(compile="default")

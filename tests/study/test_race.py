@@ -13,8 +13,8 @@ import pytest
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
-from autotune.study.race import Entrant, _order, paired_ratio
-from autotune.study.records import TrialRecord
+from autotune.study.race.finalist_race import Entrant, _order, paired_ratio
+from autotune.study.trials.records import TrialRecord
 from autotune.testing.burst import FakeBurst, run
 
 # -- paired ratios ---------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def _state(budget: int = 10**9) -> Any:
 
 
 def test_an_entrant_clearly_behind_in_a_quiet_round_leaves_the_race() -> None:
-    from autotune.study.race import CUT, _eliminate
+    from autotune.study.race.finalist_race import CUT, _eliminate
 
     fast, behind, close = _entrant(1, [100.0]), _entrant(2, [79.0]), _entrant(3, [81.0])
     naive = _entrant(4, [10.0], "naive")
@@ -180,7 +180,7 @@ def test_an_entrant_clearly_behind_in_a_quiet_round_leaves_the_race() -> None:
 
 
 def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> None:
-    from autotune.study.race_decision import decide as _decide
+    from autotune.study.race.decision import decide as _decide
 
     # round 2 ran on a machine three times slower; #2 left after round 1 at 0.75x #1, so
     # its one figure (75) is above #1's median (65): by medians alone it would win
@@ -224,7 +224,7 @@ def test_a_round_where_load_came_or_went_removes_no_one(tmp_path: Path) -> None:
 def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
     tmp_path: Path,
 ) -> None:
-    from autotune.study.race import DEFAULT_ROUNDS, EXTRA_ROUNDS
+    from autotune.study.race.finalist_race import DEFAULT_ROUNDS, EXTRA_ROUNDS
 
     @dataclass
     class Tied(FakeBurst):
@@ -243,8 +243,8 @@ def test_time_saved_buys_more_rounds_within_the_limit_and_none_without_one(
 def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -> None:
     # The time limit is the user's: no grace for a race without a fair round (a loaded
     # machine once ran a 3-minute search for 4 min 22 s).
-    from autotune.study.deadline import OVERRUN_SHARE
-    from autotune.study.race import _out_of_time
+    from autotune.study.race.finalist_race import _out_of_time
+    from autotune.study.session.deadline import OVERRUN_SHARE
 
     state = _limited_state(100.0, elapsed=90.0)  # 15 s to the deadline (100 s + 5%)
     a, naive = _entrant(1, [100.0]), _entrant(2, [50.0], "naive")
@@ -265,8 +265,8 @@ def test_a_round_that_would_end_past_the_deadline_is_not_started_fair_or_not() -
 def _limited_state(limit: float | None, *, elapsed: float) -> Any:
     import time
 
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.state import Limits, SearchState
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -289,9 +289,9 @@ def test_the_reserve_counts_the_likely_contenders_after_the_first_round() -> Non
     # stopped at 2 minutes of 5 2/3, and the race spent the rest on extra rounds.
     # pointer-gen: the fourth trial made the final three after the trials' time was spent,
     # the reserve grew past the time left, and the race ran one round: room for it stays.
-    from autotune.study.race import SURVIVE, race_reserve_s
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.race.finalist_race import SURVIVE, race_reserve_s
+    from autotune.study.session.state import Limits, SearchState
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -329,7 +329,7 @@ def test_the_reserve_counts_the_likely_contenders_after_the_first_round() -> Non
 
 
 def test_likely_contenders_are_naive_the_close_and_the_disturbed() -> None:
-    from autotune.study.race import likely_contenders
+    from autotune.study.race.finalist_race import likely_contenders
 
     def entrant(number: int, value: float, *roles: str, disturbed: bool = False) -> Entrant:
         record = TrialRecord(
@@ -348,9 +348,9 @@ def test_likely_contenders_are_naive_the_close_and_the_disturbed() -> None:
 def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> None:
     # mu's default search: #2's trial at 0.65x the best's raced round 1 (30 s) to leave at
     # 0.65x; the expert start and naive race whatever their figures.
-    from autotune.study.race import behind_the_best, entrants_for
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.race.finalist_race import behind_the_best, entrants_for
+    from autotune.study.session.state import Limits, SearchState
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -377,7 +377,7 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
 def test_trials_run_on_the_cores_load_left_compare_among_themselves() -> None:
     # mu under a busy core: every trial ran on the core left; #2 at 0.67x and the expert
     # at 0.54x of #3 raced round 1 to be cut, and the reserve held them for round 2 too.
-    from autotune.study.race import behind_the_best, likely_contenders, measured_alike
+    from autotune.study.race.finalist_race import behind_the_best, likely_contenders, measured_alike
 
     def record(number: int, value: float, cores_left: int | None) -> TrialRecord:
         disturbed = "another process used 1.0 cores" if cores_left != 0 else ""
@@ -405,7 +405,7 @@ def test_trials_run_on_the_cores_load_left_compare_among_themselves() -> None:
 def test_a_later_round_is_judged_without_the_first_rounds_eval_and_checkpoint() -> None:
     # gpt-small: a first round of 98 s (each compiled entrant's eval graph compiled) had
     # the race cut the second round to the leader and naive; the next took 73 s.
-    from autotune.study.race import _out_of_time
+    from autotune.study.race.finalist_race import _out_of_time
 
     state = _limited_state(100.0, elapsed=60.0)  # 45 s to the deadline (the limit + 5%)
     entrants = [_entrant(1, [100.0]), _entrant(2, [95.0]), _entrant(0, [40.0], "naive")]
@@ -420,7 +420,7 @@ def test_a_later_round_is_judged_without_the_first_rounds_eval_and_checkpoint() 
 
 
 def test_a_later_round_without_time_for_all_runs_the_leader_and_naive() -> None:
-    from autotune.study.race import _trim_for_time
+    from autotune.study.race.finalist_race import _trim_for_time
 
     state = _limited_state(100.0, elapsed=90.0)  # 15 s to the deadline
     leader, second, naive = _entrant(1, [100.0]), _entrant(2, [90.0]), _entrant(0, [40.0], "naive")
@@ -452,10 +452,10 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it(regions: bool) 
     # the quickest the search saw was no cached one; the race's come from the cache. The
     # eval step of round 1 compiles only blocks compiled in place (the trainer evaluates
     # the uncompiled model).
-    from autotune.study.race import EVAL_COMPILE_SHARE, race_reserve_s
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
-    from autotune.study.trial_cost import CACHED_COMPILE_SHARE
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.race.finalist_race import EVAL_COMPILE_SHARE, race_reserve_s
+    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.trials.trial_cost import CACHED_COMPILE_SHARE
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -503,7 +503,7 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it(regions: bool) 
 
 
 def test_a_round_line_writes_throughputs_as_people_read_them() -> None:
-    from autotune.study.race import _round_line
+    from autotune.study.race.finalist_race import _round_line
 
     fast, slow, naive = _entrant(7, [10_630.4]), _entrant(4, [24.61]), _entrant(0, [None], "naive")
     line = _round_line(0, [fast, slow, naive], "tokens/s")  # gpt-small printed 1.06e+04
@@ -512,9 +512,9 @@ def test_a_round_line_writes_throughputs_as_people_read_them() -> None:
 
 def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> None:
     # A trial ends its timed steps once they agree; its race bursts run them all.
-    from autotune.study.race import race_reserve_s
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.race.finalist_race import race_reserve_s
+    from autotune.study.session.state import Limits, SearchState
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -545,7 +545,7 @@ def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> No
 
 
 def test_a_round_cut_at_the_deadline_is_not_called_busy_nor_load() -> None:
-    from autotune.study.race_decision import CUT_ROUND, MIXED, QUIET, count_rounds
+    from autotune.study.race.decision import CUT_ROUND, MIXED, QUIET, count_rounds
 
     def entrants() -> list[Entrant]:
         record = TrialRecord(number=0, state="COMPLETE", status="ok")
@@ -569,7 +569,7 @@ def test_a_round_cut_at_the_deadline_is_not_called_busy_nor_load() -> None:
 
 
 def test_the_rounds_decide_once_the_leaders_intervals_clear_everyone_still_in() -> None:
-    from autotune.study.race_decision import CUT_ROUND, MIXED, QUIET, decided
+    from autotune.study.race.decision import CUT_ROUND, MIXED, QUIET, decided
 
     leader = _entrant(3, [120.0, 118.0])
     close = _entrant(1, [110.0, 112.0])
@@ -590,7 +590,7 @@ def test_the_rounds_decide_once_the_leaders_intervals_clear_everyone_still_in() 
 
 
 def test_the_leader_at_the_edge_of_the_budget_does_not_decide_over_one_with_headroom() -> None:
-    from autotune.study.race_decision import QUIET, decided
+    from autotune.study.race.decision import QUIET, decided
 
     edge = _entrant(3, [130.0, 131.0], edge="peak 95% of the budget")
     roomy = _entrant(1, [110.0, 112.0])
@@ -602,7 +602,7 @@ def test_the_leader_at_the_edge_of_the_budget_does_not_decide_over_one_with_head
 
 
 def test_a_decided_race_runs_no_extra_round_though_time_is_left(tmp_path: Path) -> None:
-    from autotune.study.race import DEFAULT_ROUNDS
+    from autotune.study.race.finalist_race import DEFAULT_ROUNDS
 
     # without OpenMP's spin, no two finalists of the fake run alike: the rounds decide
     events: list[Any] = []
@@ -616,7 +616,7 @@ def test_a_decided_race_runs_no_extra_round_though_time_is_left(tmp_path: Path) 
 
 
 def test_a_race_burst_times_fewer_steps_where_they_are_slow() -> None:
-    from autotune.study.race import MIN_RACE_STEPS, race_steps
+    from autotune.study.race.finalist_race import MIN_RACE_STEPS, race_steps
 
     assert race_steps(0.5, 4) == 4  # quick steps: the race's own count
     assert race_steps(2.4, 4) == MIN_RACE_STEPS == 3  # mu's compiled steps on 2 cores
@@ -628,8 +628,8 @@ def test_the_reserve_counts_the_parts_a_trial_recorded() -> None:
     # A trial that recorded its parts: the race burst is the search's median start-up, the
     # trial's warm-up less its compile (plus a cached compile), and the race's steps. The
     # search's first burst started the zygote (5 s), the others 0.3 s.
-    from autotune.study.race import _burst_estimate, race_steps
-    from autotune.study.trial_cost import cached_compile_s
+    from autotune.study.race.finalist_race import _burst_estimate, race_steps
+    from autotune.study.trials.trial_cost import cached_compile_s
 
     def record(number: int, overhead: float, warmup: float, compile_s: float | None) -> TrialRecord:
         return TrialRecord(

@@ -237,7 +237,7 @@ def test_a_search_whose_time_limit_measured_only_naive_says_what_limit_would_do(
 def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() -> None:
     from types import SimpleNamespace
 
-    from autotune.study.race_decision import nothing_ran
+    from autotune.study.race.decision import nothing_ran
 
     def state(limit: float | None, *statuses: str) -> Any:
         records = {
@@ -256,7 +256,7 @@ def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() 
 def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
     from types import SimpleNamespace
 
-    from autotune.study.race_decision import _naive_not_run
+    from autotune.study.race.decision import _naive_not_run
 
     def state(limit: float | None, naive: object = None) -> Any:
         space = SimpleNamespace(naive=lambda: "naive")
@@ -275,7 +275,7 @@ def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
 
 def test_a_time_limit_is_shown_as_given() -> None:
     # `--timeout 11.7s` was shown as "the time limit (12 s)"
-    from autotune.study.race_decision import _minutes
+    from autotune.study.race.decision import _minutes
 
     assert [_minutes(s) for s in (11.7, 16.0, 13.25, 600.0)] == [
         "11.7 s",

@@ -49,7 +49,7 @@ def test_a_trial_stopped_before_its_figure_ran_but_is_not_counted_as_measured(
     nothing: the summary's "measured" counts configs with a figure."""
     from dataclasses import replace
 
-    from autotune.study.records import TrialRecord
+    from autotune.study.trials.records import TrialRecord
 
     result = run(tmp_path, FakeBurst(), trials=3)
     before = result.counts()

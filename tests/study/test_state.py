@@ -19,9 +19,9 @@ import pytest
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
-from autotune.study.records import SearchEvent, SearchResult, TrialRecord, summarize_config
-from autotune.study.space import SearchSpace
-from autotune.study.state import Limits, SearchState
+from autotune.study.plan.space import SearchSpace
+from autotune.study.session.state import Limits, SearchState
+from autotune.study.trials.records import SearchEvent, SearchResult, TrialRecord, summarize_config
 from autotune.testing.burst import FakeBurst, cpu_profile, run, toy_spec
 
 # -- resume ------------------------------------------------------------------------------
@@ -201,8 +201,8 @@ def test_the_time_limit_counts_from_the_call(
 ) -> None:
     # Loading the model and probing the machine (torch's import: 2 s of a 20 s limit on
     # the 2-core Xeon) came before the search's clock, so `--timeout 20s` ran 23.5 s.
-    import autotune.study.api as api
-    from autotune.study.state import SearchState
+    import autotune.study.session.api as api
+    from autotune.study.session.state import SearchState
 
     states: list[SearchState] = []
     loaded_at: list[float] = []

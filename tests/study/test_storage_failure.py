@@ -16,7 +16,7 @@ import sqlalchemy.exc
 
 from autotune.burst.result import BurstResult
 from autotune.core.errors import AutotuneError
-from autotune.study.optuna_glue import (
+from autotune.study.storage.optuna_glue import (
     SQLITE_BUSY_TIMEOUT_S,
     open_storage,
     storage_failures,
@@ -114,7 +114,7 @@ def test_a_search_waits_out_a_lock_longer_than_sqlite_s_default_wait(tmp_path: P
 def test_a_lock_that_outlasts_the_wait_ends_the_search_in_one_paragraph(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("autotune.study.optuna_glue.SQLITE_BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("autotune.study.storage.optuna_glue.SQLITE_BUSY_TIMEOUT_S", 0.2)
     burst = LockingBurst(db=tmp_path / "s.db", hold_s=1.0)
     storage = f"sqlite:///{burst.db}"
     with pytest.raises(AutotuneError) as info:

@@ -8,8 +8,8 @@ from typing import Any
 import optuna
 
 from autotune.config.train_config import TrainConfig
-from autotune.study.records import TrialRecord
-from autotune.study.trial_cost import (
+from autotune.study.trials.records import TrialRecord
+from autotune.study.trials.trial_cost import (
     CACHED_COMPILE_SHARE,
     cached_compile_s,
     compiled_code_key,
@@ -106,7 +106,7 @@ def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not
 
 
 def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
-    from autotune.study.plan import Planner
+    from autotune.study.plan.planner import Planner
 
     naive = TrainConfig(micro_batch=1, grad_accum=32, seq_len=128)
     records = {0: _record(0, naive, 12.0, None), 2: _record(2, BEST, 44.0, 36.0)}
@@ -140,7 +140,7 @@ def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -
 
 
 def test_naive_re_measures_and_the_expert_starts_without_compile_always_run() -> None:
-    from autotune.study.trial_cost import held_to_time
+    from autotune.study.trials.trial_cost import held_to_time
 
     eager, compiled = BEST.replace(compile="off"), BEST
     assert not held_to_time("naive", eager) and not held_to_time("re-measure", compiled)
@@ -152,8 +152,8 @@ def test_naive_re_measures_and_the_expert_starts_without_compile_always_run() ->
 def test_less_time_than_a_typical_burst_stops_the_trials_unless_a_queued_one_fits() -> None:
     import time
 
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import Limits, SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.state import Limits, SearchState
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
@@ -228,7 +228,7 @@ def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_var
     codes took 5-6 s."""
     from dataclasses import replace
 
-    from autotune.study.trial_cost import rest_s
+    from autotune.study.trials.trial_cost import rest_s
 
     def compiled(number: int, config: TrainConfig, wall: float, compile_s: float,
                  timed: int, step: float) -> TrialRecord:  # fmt: skip

@@ -14,7 +14,7 @@ import psutil
 import pynvml
 import pytest
 
-from autotune.study.watch import Load, MachineWatch, ProcessRow, disturbed_steps
+from autotune.study.session.watch import Load, MachineWatch, ProcessRow, disturbed_steps
 from autotune.testing.nvml import FakeGPU, FakeNVML
 
 ROOT = 100  # the search process in the fake table

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.core.errors import AutotuneError, UsageError
 from autotune.machine.profile import GPUInfo, HardwareProfile
-from autotune.study.workers import WorkerSlot, plan_workers
+from autotune.study.storage.workers import WorkerSlot, plan_workers
 from autotune.testing.burst import cpu_profile
 
 

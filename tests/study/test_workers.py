@@ -116,7 +116,7 @@ def _bursts(folder: Path) -> list[dict[str, Any]]:
 
 
 def _study(storage: str) -> optuna.Study:
-    from autotune.study.optuna_glue import open_storage
+    from autotune.study.storage.optuna_glue import open_storage
 
     return optuna.load_study(study_name="shared", storage=open_storage(storage))
 
@@ -256,7 +256,7 @@ def test_devices_run_one_worker_per_device_and_never_share_one(
     """``--devices``' launcher: one worker process per device, all on one study; two
     bursts never overlap on one device (the devices are labels here: the bursts are
     fakes)."""
-    from autotune.study.workers import WorkerSlot, run_workers
+    from autotune.study.storage.workers import WorkerSlot, run_workers
 
     for name, value in _env().items():
         monkeypatch.setenv(name, value)
@@ -280,7 +280,7 @@ def test_devices_run_one_worker_per_device_and_never_share_one(
 def test_cpu_workers_are_pinned_to_cores_of_their_own(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from autotune.study.workers import plan_workers, run_workers
+    from autotune.study.storage.workers import plan_workers, run_workers
     from autotune.testing.burst import cpu_profile
 
     cores = len(os.sched_getaffinity(0))

@@ -8,9 +8,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study import workers
-from autotune.study.space import SearchSpace
-from autotune.study.state import Limits, SearchState
+from autotune.study.plan.space import SearchSpace
+from autotune.study.session.state import Limits, SearchState
+from autotune.study.storage import workers
 from autotune.testing.burst import cpu_profile, toy_spec
 
 

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
 from autotune.core.files import regular_file_size
-from autotune.study.ownership import is_me, journal_path, owner_alive
+from autotune.study.storage.ownership import is_me, journal_path, owner_alive
 
 __all__ = [
     "PRUNE_MIN_STEPS",

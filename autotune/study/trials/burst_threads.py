@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
-    from autotune.study.objective import BurstRunner
-    from autotune.study.state import SearchState
+    from autotune.study.session.state import SearchState
+    from autotune.study.trials.objective import BurstRunner
 
 __all__ = [
     "LOAD_SETTLE_S",

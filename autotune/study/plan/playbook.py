@@ -3,8 +3,8 @@
 A search that begins from scratch can lose to a careful engineer's first guess, because a
 short search has few trials to spare. So the first trials after the naive config are the
 configs people would try first, and the best of them races the search's finalists
-(``autotune/study/race.py``): the search can lose to them only by measurement noise, and
-the race says by how much.
+(``autotune/study/race/finalist_race.py``): the search can lose to them only by measurement
+noise, and the race says by how much.
 
 * **The guides** (``NAIVE``, ``HAND_TUNED``): for each built-in model family, where its
   training guide started and where it ended. ``benchmarks/compare.py`` measures the same
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
-    from autotune.study.memory_model import MemoryModel
-    from autotune.study.space import SearchSpace
+    from autotune.study.plan.memory_model import MemoryModel
+    from autotune.study.plan.space import SearchSpace
 
 __all__ = [
     "HAND_TUNED",
@@ -233,7 +233,7 @@ def project(space: SearchSpace, config: TrainConfig) -> tuple[TrainConfig, list[
     """``config`` moved into ``space``: each knob the space does not allow takes the
     space's guess instead (the micro-batch: the largest allowed one not above it), with a
     note for each change. The global batch is the space's."""
-    from autotune.study.space import SWITCHES
+    from autotune.study.plan.space import SWITCHES
 
     values = space.values_of(config)
     fallback = space.values_of(space.guess())
@@ -402,7 +402,7 @@ def shipped_start(
     from autotune.preset import load_preset
     from autotune.preset.library import find_presets
     from autotune.preset.portability import same_device
-    from autotune.study.outcome import model_ref
+    from autotune.study.session.outcome import model_ref
 
     if presets is None:
         presets = [path for origin, path in find_presets() if origin == "builtin"]

@@ -11,7 +11,7 @@ segments, and for a convolutional model cuDNN autotuning and channels-last; and 
 knob marked ``cuda_only`` (the SDPA backend). Elsewhere these stay off and are no
 dimension. On a CPU with more than one core, the ``CPU_KNOBS``: ``omp_spin``, torch's
 OpenMP threads spinning between operations instead of sleeping (on CUDA it stays off).
-the ``knobs`` restrictions (``NAME=V1,V2``) narrow it (autotune/study/knob_args.py reads them).
+the ``knobs`` restrictions (``NAME=V1,V2``) narrow it (autotune/study/plan/knob_args.py reads them).
 Each built-in knob's values and pruning come from its registry entry
 (autotune/config/knobs.py): the space names no knob of TrainConfig itself.
 
@@ -36,7 +36,7 @@ from autotune.config import parallel as par
 from autotune.config.knobs import NO_PREFERENCE, KnobDef, Where, searched_knobs, searched_only_on
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import UsageError
-from autotune.study.knob_args import narrow, parse_knob_args, parse_seq_len
+from autotune.study.plan.knob_args import narrow, parse_knob_args, parse_seq_len
 
 if TYPE_CHECKING:
     import optuna

@@ -55,21 +55,21 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import optuna
 
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.burst_threads import run_on_cores_left, threads_for_burst
-from autotune.study.deadline import DEADLINE
-from autotune.study.optuna_glue import PRUNE_RATIO, set_outcome
-from autotune.study.ownership import trial_owner
-from autotune.study.records import FAILED_STATUSES, TrialRecord
-from autotune.study.trial_cost import held_to_time, will_not_finish
+from autotune.study.session.deadline import DEADLINE
+from autotune.study.storage.optuna_glue import PRUNE_RATIO, set_outcome
+from autotune.study.storage.ownership import trial_owner
+from autotune.study.trials.burst_threads import run_on_cores_left, threads_for_burst
+from autotune.study.trials.records import FAILED_STATUSES, TrialRecord
+from autotune.study.trials.trial_cost import held_to_time, will_not_finish
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.study.memory_model import MemoryVerdict
-    from autotune.study.plan import Planner
-    from autotune.study.state import SearchState
-    from autotune.study.workers import Workers
+    from autotune.study.plan.memory_model import MemoryVerdict
+    from autotune.study.plan.planner import Planner
+    from autotune.study.session.state import SearchState
+    from autotune.study.storage.workers import Workers
 
 __all__ = [
     "INFEASIBLE_VALUE",
@@ -582,7 +582,7 @@ def _memory_figures(
     """The memory model against the burst: its prediction and the error in % (``ok``
     bursts only: an OOM's peak is where it was stopped, not what it needed), the predicted
     edge, the allocator's retries, and why the config is at the edge of the budget."""
-    from autotune.study.memory_model import edge_reason, prediction_error_pct
+    from autotune.study.plan.memory_model import edge_reason, prediction_error_pct
 
     peak = result.peak_memory_bytes
     figures: dict[str, Any] = {

@@ -361,7 +361,7 @@ def tune(
     worker settings are replaced by each trial's). ``output``: the preset file to write
     (None: none). Other keyword arguments are ``autotune.search``'s option fields
     (``trials``, ``timeout``, ``knobs``, ``study``, ``storage``, ``runs_dir``, ...: see
-    ``autotune/study/options.py``).
+    ``autotune/study/session/options.py``).
 
     The preset names the model ``name``, which ``autotune train`` cannot load: train with
     ``autotune.train.loop.PresetLoop`` or export the preset for your trainer.

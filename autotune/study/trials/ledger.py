@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from autotune.study.trial_cost import compiled_code_key
+from autotune.study.trials.trial_cost import compiled_code_key
 
 if TYPE_CHECKING:
-    from autotune.study.records import TrialRecord
+    from autotune.study.trials.records import TrialRecord
 
 __all__ = ["LEDGER_PARTS", "TimeLedger", "ledger_of"]
 

@@ -5,7 +5,7 @@ The order of the first trials: under a short time limit (``QUICK_LIMIT_S``) the 
 (``playbook.quick_start``: no compile, the whole batch at once), then the naive config
 (fp32, the smallest micro-batch, no compile, no workers; never pruned), so the speedup over
 naive is measured in the same study; if it does not fit, the smallest config (to tell a
-too-small budget, exit code 2); else the expert starts (``autotune/study/playbook.py``: the
+too-small budget, exit code 2); else the expert starts (``autotune/study/plan/playbook.py``: the
 model guide's hand-tuned config and the playbook's; the playbook's without compile when its
 compile gives no result), or a warm start's preset config and its neighbours. Each time a
 trial becomes the best, its neighbours (one knob moved, the discrete kernel choices first)
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes
-from autotune.study.race import DEFAULT_FINALISTS, behind_the_best
-from autotune.study.records import TrialRecord, distinct_best, summarize_config
-from autotune.study.trial_cost import compiled_code_key, will_not_finish
+from autotune.study.race.finalist_race import DEFAULT_FINALISTS, behind_the_best
+from autotune.study.trials.records import TrialRecord, distinct_best, summarize_config
+from autotune.study.trials.trial_cost import compiled_code_key, will_not_finish
 
 if TYPE_CHECKING:
     import optuna
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
-    from autotune.study.memory_model import MemoryVerdict
-    from autotune.study.state import SearchState
+    from autotune.study.plan.memory_model import MemoryVerdict
+    from autotune.study.session.state import SearchState
 
 __all__ = ["OUTDATED_MARGIN", "Planner"]
 
@@ -121,7 +121,7 @@ class Planner:
         limit = state.limits.time_limit_s
         if self.caps is None or limit is None or limit > QUICK_LIMIT_S or state.records:
             return
-        from autotune.study.playbook import quick_start
+        from autotune.study.plan.playbook import quick_start
 
         config = quick_start(state.space, state.spec, memory=state.memory)
         naive = state.space.key(config) == state.space.key(state.space.naive())
@@ -138,7 +138,7 @@ class Planner:
 
     def _enqueue_warm_start(self, study: optuna.Study, warm_start: str | Path) -> None:
         from autotune.preset import load_preset
-        from autotune.study.playbook import warm_start_config
+        from autotune.study.plan.playbook import warm_start_config
 
         space = self.state.space
         config = warm_start_config(space, load_preset(warm_start).config)
@@ -201,7 +201,7 @@ class Planner:
         if self.caps is None:
             starts = [("guess", state.space.guess(), [])]
         else:
-            from autotune.study.playbook import expert_starts
+            from autotune.study.plan.playbook import expert_starts
 
             starts = expert_starts(state.space, state.spec, self.caps, memory=state.memory)
         if self.caps is not None:  # the quick start's values, eager, before any compile
@@ -621,7 +621,7 @@ def _quick_start_among(
     one search, 0.65x the best, and 1,439 in another: a figure not yet explained). Left
     out where it is naive, outside the space, or one of the starts; under a short time
     limit it ran first already (``enqueue_quick_start``)."""
-    from autotune.study.playbook import quick_start
+    from autotune.study.plan.playbook import quick_start
 
     space = state.space
     config = quick_start(space, state.spec, memory=state.memory)
@@ -643,7 +643,7 @@ def _shipped_among(
     """The expert ``starts`` with the config of a preset shipped for this model and this
     kind of device (``playbook.shipped_start``) before the first compiled start, as a
     warm start would run it; unchanged where there is none or it is a start already."""
-    from autotune.study.playbook import shipped_start
+    from autotune.study.plan.playbook import shipped_start
 
     found = shipped_start(state.space, state.spec, caps, here)
     if found is None:

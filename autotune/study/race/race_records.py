@@ -15,7 +15,7 @@ from autotune.preset.figures import CONFIDENCE, qualified
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
-    from autotune.study.records import TrialRecord
+    from autotune.study.trials.records import TrialRecord
 
 __all__ = [
     "BOOTSTRAP_SAMPLES",

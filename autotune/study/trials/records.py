@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.burst.result import BurstResult
-    from autotune.study.ledger import TimeLedger
-    from autotune.study.race import RaceResult
+    from autotune.study.race.finalist_race import RaceResult
+    from autotune.study.trials.ledger import TimeLedger
 
 __all__ = [
     "FAILED_STATUSES",
@@ -334,7 +334,7 @@ def memory_model_summary(records: Sequence[TrialRecord]) -> dict[str, Any]:
     measured peak, their mean and largest absolute error in %, the latest predicted edge
     (largest micro-batch) per class, the trials at the edge and the OOMs executed per
     class."""
-    from autotune.study.memory_model import mean_abs_error_pct
+    from autotune.study.plan.memory_model import mean_abs_error_pct
 
     ran = [r for r in records if r.ran and r.duplicate_of is None]
     errors = [r.prediction_error_pct for r in ran if r.prediction_error_pct is not None]

@@ -32,15 +32,15 @@ from autotune.core.validator import (
     did_you_mean,
     field_bound_problems,
 )
-from autotune.study.knob_args import parse_seq_len
-from autotune.study.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
-from autotune.study.race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
+from autotune.study.plan.knob_args import parse_seq_len
+from autotune.study.race.finalist_race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
+from autotune.study.storage.optuna_glue import PRUNE_MIN_STEPS, check_storage_url
 
 if TYPE_CHECKING:
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.objective import BurstFn
-    from autotune.study.records import SearchEvent
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.watch import MachineWatch
+    from autotune.study.trials.objective import BurstFn
+    from autotune.study.trials.records import SearchEvent
 
 __all__ = [
     "DEFAULT_BURST_TIMEOUT_S",
@@ -454,7 +454,7 @@ def search_options(**options: Any) -> dict[str, Any]:
 def _output_is_storage(output: str | Path | None, storage: str | None) -> list[str]:
     """The preset would replace the study it was found in: ``-o study.db`` beside
     ``--storage sqlite:///study.db`` (the SQLite file, its WAL/SHM files or a journal)."""
-    from autotune.study.ownership import storage_files
+    from autotune.study.storage.ownership import storage_files
 
     if output is None or storage is None:
         return []

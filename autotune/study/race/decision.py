@@ -1,4 +1,4 @@
-"""How the finalist race decides (``race.py`` runs it): which rounds count, the winner,
+"""How the finalist race decides (``finalist_race.py`` runs it): which rounds count, the winner,
 and its speedup over naive and margin over the runner-up, each with its evidence.
 
 A figure is published only with its evidence (docs/design.md, principle 8):
@@ -29,11 +29,11 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import AutotuneError
-from autotune.study.race_records import NO_RATIO, Entrant, Paired, RaceResult, paired_ratio
-from autotune.study.records import memory_model_note
+from autotune.study.race.race_records import NO_RATIO, Entrant, Paired, RaceResult, paired_ratio
+from autotune.study.trials.records import memory_model_note
 
 if TYPE_CHECKING:
-    from autotune.study.state import SearchState
+    from autotune.study.session.state import SearchState
 
 __all__ = [
     "CUT",
@@ -62,7 +62,7 @@ def count_rounds(entrants: list[Entrant], kinds: list[str]) -> tuple[list[str], 
     (``benchmarks/threads_under_load.py``: within 1.3% of the quiet ones) though every
     figure is lower; else none (every round mixed, or cut at the deadline): the race
     publishes no figure of its own (``_decide``). A round cut at the deadline is said where
-    it was cut (race.py) and is not a busy one; when it was the only one, the quiet trials
+    it was cut (finalist_race.py) and is not a busy one; when it was the only one, the quiet trials
     stand in, and ``_trials_stand_in`` says the time limit is why."""
     if all(k == QUIET for k in kinds):
         return [], QUIET
@@ -354,7 +354,7 @@ def _minutes(seconds: float) -> str:
 
 def edge(entrant: Entrant, budget: int) -> str:
     """Why ``entrant`` is at the edge of the budget: in its trial, or in a race burst."""
-    from autotune.study.memory_model import edge_reason
+    from autotune.study.plan.memory_model import edge_reason
 
     if entrant.record.at_edge:
         return entrant.record.at_edge

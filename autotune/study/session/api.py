@@ -1,10 +1,11 @@
 """``search(...)``: the Python API, and what ``autotune search`` calls.
 
 It builds the search space, opens the Optuna study (a resumed one rebuilds its state from
-the study alone, ``opening.py``), lets the planner and the sampler choose configs that
-the objective measures (``limits.trials`` counts trials that ran a burst), races the
-finalists side by side (``race.py``) and writes the winner as a preset. What it is asked
-comes in the records of ``options.py``, each checked when it was made.
+the study alone, ``storage/search_study.py``), lets the planner and the sampler choose
+configs that the objective measures (``limits.trials`` counts trials that ran a burst),
+races the finalists side by side (``race/finalist_race.py``) and writes the winner as a
+preset. What it is asked comes in the records of ``options.py``, each checked when it was
+made.
 
 A time limit covers the trials and the race: the trials stop when the time left is what
 the race will need (estimated from its entrants' own trials) or less than a burst, and a
@@ -28,9 +29,10 @@ from autotune.core.units import format_bytes, parse_budget
 from autotune.core.validator import MAX_INT
 from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
-from autotune.study.ledger import ledger_of
-from autotune.study.objective import BurstFn, BurstRunner, Goal, StopSearch, TrialObjective
-from autotune.study.options import (
+from autotune.study.plan.planner import Planner
+from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
+from autotune.study.race.finalist_race import RaceResult, race_reserve_s, run_race
+from autotune.study.session.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,
     DEFAULT_STEPS,
@@ -46,13 +48,11 @@ from autotune.study.options import (
     SearchScope,
     SearchStudy,
 )
-from autotune.study.optuna_glue import quiet_optuna, redact, storage_failures
-from autotune.study.outcome import write_preset
-from autotune.study.ownership import describe_owner, exclusive_search, owner_alive
-from autotune.study.plan import Planner
-from autotune.study.race import RaceResult, race_reserve_s, run_race
-from autotune.study.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
-from autotune.study.search_study import (
+from autotune.study.session.outcome import write_preset
+from autotune.study.session.state import Limits, SearchState
+from autotune.study.storage.optuna_glue import quiet_optuna, redact, storage_failures
+from autotune.study.storage.ownership import describe_owner, exclusive_search, owner_alive
+from autotune.study.storage.search_study import (
     default_storage,
     default_study_name,
     model_name,
@@ -60,9 +60,10 @@ from autotune.study.search_study import (
     require_study,
     study_name_for,
 )
-from autotune.study.space import SearchSpace, parse_knob_args, parse_seq_len
-from autotune.study.state import Limits, SearchState
-from autotune.study.workers import Workers, workers_root
+from autotune.study.storage.workers import Workers, workers_root
+from autotune.study.trials.ledger import ledger_of
+from autotune.study.trials.objective import BurstFn, BurstRunner, Goal, StopSearch, TrialObjective
+from autotune.study.trials.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
 
 if TYPE_CHECKING:
     import optuna
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.watch import MachineWatch
 
 __all__ = [
     "DEFAULT_BURST_TIMEOUT_S",
@@ -334,7 +335,7 @@ def _watching(
         if not (watch if watch is not None else burst_fn is None and WATCH_REAL_BURSTS):
             yield
             return
-        from autotune.study.watch import MachineWatch
+        from autotune.study.session.watch import MachineWatch
 
         with MachineWatch(device=state.device, root_pid=workers_root()) as started:
             state.watch = started

@@ -22,8 +22,8 @@ from autotune.config.knobs import registry
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.study.records import TrialRecord
-    from autotune.study.state import SearchState
+    from autotune.study.session.state import SearchState
+    from autotune.study.trials.records import TrialRecord
 
 __all__ = [
     "CACHED_COMPILE_SHARE",

@@ -1,5 +1,5 @@
 """The search's outcome: the race's winner written as a preset, with the naive config's
-figures and the race beside it (the race itself is ``autotune/study/race.py``)."""
+figures and the race beside it (the race itself is ``autotune/study/race/finalist_race.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from autotune.core.units import format_bytes
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.race import Entrant, RaceResult
-    from autotune.study.records import SearchResult
+    from autotune.study.race.finalist_race import Entrant, RaceResult
+    from autotune.study.trials.records import SearchResult
 
 __all__ = ["model_ref", "write_preset"]
 
@@ -112,7 +112,7 @@ def _preset_notes(winner: Entrant, race: RaceResult, objective: str) -> str:
     if verified is not None and verified.checkpoint_bytes is not None:
         extras.append(f"checkpoint {format_bytes(verified.checkpoint_bytes)}")
     warning = ""
-    if winner.at_edge:  # every finalist was at the edge (race.py prefers headroom)
+    if winner.at_edge:  # every finalist was at the edge (finalist_race.py prefers headroom)
         warning = (
             f"; warning: at the edge of the memory budget ({winner.at_edge}), keep headroom "
             "for a long run (a smaller micro-batch, more accumulation)"

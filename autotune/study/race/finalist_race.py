@@ -35,7 +35,7 @@ it starts under load, and a round counts only beside rounds measured alike: the 
 rounds when there are any, else the rounds run on the same cores left, whose ratios hold
 though every figure is lower; a round where load came or went between its bursts is
 mixed and never counts. How the winner and its figures follow from the rounds that count
-(and what is published when none does) is ``race_decision.py``.
+(and what is published when none does) is ``decision.py``.
 
 The race's time is counted inside the search's time limit: ``race_reserve_s`` tells the
 search how long the race will take, from the entrants' measured step times (a burst of
@@ -46,7 +46,7 @@ half of ``OVERRUN_SHARE`` of it): a burst with no time left is not started, one 
 timeout the deadline capped and that ran out is cut, and a round the deadline cut is left
 out; a round that would end past the deadline is not started (the first round always
 starts: it is the eval and checkpoint check), or runs with the leader and naive alone
-when those two fit. The race stops once it is decided (``race_decision.decided``: after
+when those two fit. The race stops once it is decided (``decision.decided``: after
 the planned rounds, the leader's paired interval over every other entrant still in, naive
 included, clears 1); while it is not, the time the entrants that left the race no longer
 take goes to more rounds of those still in (up to ``EXTRA_ROUNDS`` more, each only if it
@@ -63,9 +63,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes, format_figure
-from autotune.study.burst_threads import threads_after_settle, threads_for_burst
-from autotune.study.deadline import DEADLINE, MIN_BURST_S
-from autotune.study.race_decision import (
+from autotune.study.race.decision import (
     CUT,
     CUT_ROUND,
     MIXED,
@@ -76,16 +74,18 @@ from autotune.study.race_decision import (
     edge,
     nothing_ran,
 )
-from autotune.study.race_records import Entrant, Paired, RaceResult, paired_ratio
-from autotune.study.records import SearchEvent, TrialRecord, distinct_best
-from autotune.study.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
+from autotune.study.race.race_records import Entrant, Paired, RaceResult, paired_ratio
+from autotune.study.session.deadline import DEADLINE, MIN_BURST_S
+from autotune.study.trials.burst_threads import threads_after_settle, threads_for_burst
+from autotune.study.trials.records import SearchEvent, TrialRecord, distinct_best
+from autotune.study.trials.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
-    from autotune.study.objective import BurstRunner
-    from autotune.study.state import SearchState
-    from autotune.study.watch import MachineWatch
+    from autotune.study.session.state import SearchState
+    from autotune.study.session.watch import MachineWatch
+    from autotune.study.trials.objective import BurstRunner
 
 __all__ = [
     "DEFAULT_FINALISTS",

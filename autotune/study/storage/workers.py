@@ -43,14 +43,14 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
-from autotune.study.optuna_glue import claim_running_trials
-from autotune.study.ownership import FINISHING, claim_study_attr, owner_alive, trial_owner
-from autotune.study.records import TrialRecord
+from autotune.study.storage.optuna_glue import claim_running_trials
+from autotune.study.storage.ownership import FINISHING, claim_study_attr, owner_alive, trial_owner
+from autotune.study.trials.records import TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.state import SearchState
+    from autotune.study.session.state import SearchState
 
 __all__ = [
     "POLL_S",

@@ -16,22 +16,22 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.errors import UsageError
 from autotune.core.units import format_bytes
-from autotune.study.optuna_glue import (
+from autotune.study.storage.optuna_glue import (
     SlowConfigPruner,
     missing_storage,
     open_storage,
     open_study,
     redact,
 )
-from autotune.study.records import SearchEvent, TrialRecord
+from autotune.study.trials.records import SearchEvent, TrialRecord
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.contract.spec import ModelSpec
-    from autotune.study.objective import BurstRunner, Goal
-    from autotune.study.space import SearchSpace
-    from autotune.study.state import SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.state import SearchState
+    from autotune.study.trials.objective import BurstRunner, Goal
 
 __all__ = [
     "default_storage",

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.study.deadline import Deadline
-from autotune.study.memory_model import MemoryModel
-from autotune.study.records import SearchEvent, TrialRecord
+from autotune.study.plan.memory_model import MemoryModel
+from autotune.study.session.deadline import Deadline
+from autotune.study.trials.records import SearchEvent, TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.study.space import SearchSpace
-    from autotune.study.watch import MachineWatch
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.watch import MachineWatch
 
 __all__ = ["MAX_CONSECUTIVE_SKIPS", "Limits", "SearchState"]
 
@@ -163,7 +163,7 @@ class SearchState:
     def disturbance(self, since: float, step_times: Sequence[float]) -> str:
         """Why a measurement that started at ``since`` (``time.monotonic``) is suspect:
         outside load during it, or step times that show interference; "" when clean."""
-        from autotune.study.watch import disturbed_steps
+        from autotune.study.session.watch import disturbed_steps
 
         if self.watch is not None:
             load = self.watch.window(since)
