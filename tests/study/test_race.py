@@ -13,7 +13,8 @@ import pytest
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
-from autotune.study.race.finalist_race import Entrant, _order, paired_ratio
+from autotune.study.race.finalist_race import _order
+from autotune.study.race.race_records import Entrant, paired_ratio
 from autotune.study.trials.records import TrialRecord
 from autotune.testing.burst import FakeBurst, run
 
@@ -164,7 +165,8 @@ def _state(budget: int = 10**9) -> Any:
 
 
 def test_an_entrant_clearly_behind_in_a_quiet_round_leaves_the_race() -> None:
-    from autotune.study.race.finalist_race import CUT, _eliminate
+    from autotune.study.race.decision import CUT
+    from autotune.study.race.finalist_race import _eliminate
 
     fast, behind, close = _entrant(1, [100.0]), _entrant(2, [79.0]), _entrant(3, [81.0])
     naive = _entrant(4, [10.0], "naive")

@@ -31,7 +31,8 @@ from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.plan.planner import Planner
 from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
-from autotune.study.race.finalist_race import RaceResult, race_reserve_s, run_race
+from autotune.study.race.finalist_race import race_reserve_s, run_race
+from autotune.study.race.race_records import RaceResult
 from autotune.study.session.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,

@@ -12,7 +12,7 @@ from autotune.core.units import format_bytes
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.race.finalist_race import Entrant, RaceResult
+    from autotune.study.race.race_records import Entrant, RaceResult
     from autotune.study.trials.records import SearchResult
 
 __all__ = ["model_ref", "write_preset"]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.burst.result import BurstResult
-    from autotune.study.race.finalist_race import RaceResult
+    from autotune.study.race.race_records import RaceResult
     from autotune.study.trials.ledger import TimeLedger
 
 __all__ = [
