@@ -1,5 +1,5 @@
 """The package's shape, checked from its source: no import cycle, no module over 800 lines,
-no function over 80, every stage folder saying in one line what it owns.
+no function over 100, every stage folder saying in one line what it owns.
 
 Run alone with ``python -m pytest tests/test_layout.py``; it reads files and imports nothing.
 """
@@ -15,9 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "autotune"
 # A module's length is a smell to look at, not a rule to fit: at 600 six modules sat at
-# 590-600 lines and were split by size, not by concept. 800 is where a module is looked at.
+# 590-600 lines and were split by size, not by concept. 800 is where a module is looked at,
+# 100 where a function is (at 80, four functions sat at 78-80): alarms, not shapes to fit.
 MAX_MODULE_LINES = 800
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 100
 
 
 def _modules() -> dict[str, Path]:
@@ -143,7 +144,7 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
             yield node
 
 
-def test_no_function_over_80_lines() -> None:
+def test_no_function_over_100_lines() -> None:
     long = []
     for path in _modules().values():
         for fn in _functions(ast.parse(path.read_text())):
