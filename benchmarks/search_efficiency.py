@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,8 +102,11 @@ class SearchRun:
         ]
 
 
-def run_search(model: str, budget: str, timeout: str | None, folder: Path) -> SearchRun:
-    """``autotune search`` in ``folder`` (a fresh one: an empty compile cache)."""
+def run_search(
+    model: str, budget: str, timeout: str | None, folder: Path, keep: Path | None = None
+) -> SearchRun:
+    """``autotune search`` in ``folder`` (a fresh one: an empty compile cache); with
+    ``keep``, its ``--json`` output and its progress (stderr) are copied there."""
     command = [sys.executable, "-m", "autotune", "search", "--model", model, "--budget", budget]
     command += ["--json", "--output", str(folder / "best.yaml")]
     if timeout is not None:
@@ -120,6 +124,11 @@ def run_search(model: str, budget: str, timeout: str | None, folder: Path) -> Se
             raise
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     after = load_average()
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        name = f"{model.replace(':', '_').replace('/', '_')}-{time.strftime('%H%M%S')}"
+        (keep / f"{name}.json").write_text(stdout)
+        (keep / f"{name}.log").write_text(stderr)
     try:
         data = json.loads(done.stdout) if done.stdout.strip() else {}
     except json.JSONDecodeError:
@@ -191,6 +200,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--timeout", default=None, help="the searches' limit (default: theirs)")
     parser.add_argument("--reference", default=None, help="a longer search's limit, e.g. 30m")
     parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="a folder for each search's JSON and progress"
+    )
     parser.add_argument("--steps", type=int, default=4, help="timed steps a side-by-side burst")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.rounds < 1 or args.steps < 1:
@@ -213,10 +225,14 @@ def _main(argv: Sequence[str] | None) -> int:
     for model in args.models:
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="autotune-efficiency-") as folder:
-                runs.append(run_search(model, args.budget, args.timeout, Path(folder)))
+                runs.append(
+                    run_search(model, args.budget, args.timeout, Path(folder), keep=args.keep)
+                )
         if args.reference:
             with tempfile.TemporaryDirectory(prefix="autotune-reference-") as folder:
-                references[model] = run_search(model, args.budget, args.reference, Path(folder))
+                references[model] = run_search(
+                    model, args.budget, args.reference, Path(folder), keep=args.keep
+                )
 
     every = [*runs, *references.values()]
     print(

@@ -19,7 +19,9 @@ PICK = TrainConfig(micro_batch=8, grad_accum=4, seq_len=128, compile="default")
 LONG_PICK = PICK.replace(micro_batch=16, grad_accum=2)
 
 
-def _fake_run(model: str, budget: str, timeout: str | None, folder: Path) -> Any:
+def _fake_run(
+    model: str, budget: str, timeout: str | None, folder: Path, keep: Path | None = None
+) -> Any:
     pick = LONG_PICK if timeout == "30m" else PICK
     data = {
         "best": {"config": pick.to_dict()},
@@ -41,8 +43,11 @@ def test_each_search_gives_its_configs_pick_speedup_and_ledger(
 ) -> None:
     calls: list[tuple[str, str | None]] = []
 
-    def run(model: str, budget: str, timeout: str | None, folder: Path) -> Any:
+    def run(
+        model: str, budget: str, timeout: str | None, folder: Path, keep: Path | None = None
+    ) -> Any:
         calls.append((model, timeout))
+        assert keep is None  # no --keep: nothing kept
         assert folder.exists() and not any(folder.iterdir())  # a fresh folder: empty cache
         return _fake_run(model, budget, timeout, folder)
 
@@ -74,6 +79,35 @@ def test_a_reference_search_is_measured_beside_the_default_picks(
     assert len(measured) == 6 and measured[:3] != measured[3:]
     out = capsys.readouterr().out
     assert "vs 30m search" in out and "0.95x" in out and "0.40x" in out
+
+
+def test_keep_writes_each_searchs_json_and_progress(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    class Search:
+        """``subprocess.Popen`` for an ``autotune search --json`` that prints its result."""
+
+        returncode = 0
+
+        def __init__(self, command: list[str], **kw: Any) -> None:
+            assert "--json" in command and kw["cwd"] == tmp_path / "run"
+
+        def __enter__(self) -> Search:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def communicate(self) -> tuple[str, str]:
+            return '{"wall_s": 300.0}', "progress lines\n"
+
+    monkeypatch.setattr(bench.subprocess, "Popen", Search)
+    (tmp_path / "run").mkdir()
+    run = bench.run_search("mu", "8GB", None, tmp_path / "run", keep=tmp_path / "kept")
+    assert run.data == {"wall_s": 300.0}
+    kept = sorted(p.suffix for p in (tmp_path / "kept").iterdir())
+    assert kept == [".json", ".log"]
+    assert (next((tmp_path / "kept").glob("mu-*.json"))).read_text() == '{"wall_s": 300.0}'
 
 
 @pytest.mark.parametrize(
