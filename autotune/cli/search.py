@@ -147,9 +147,7 @@ ReportOption = Annotated[
 ]
 FinalistsOption = Annotated[
     int | None,
-    typer.Option(
-        help="How many of the search's best configs race naive and the expert start (default 3)."
-    ),
+    typer.Option(help="How many of the search's best configs race the naive config (default 3)."),
 ]
 RaceRoundsOption = Annotated[
     int | None,

@@ -3,7 +3,7 @@
 ``search(model, budget=..., ...)`` is the Python API and what ``autotune search`` calls;
 its options are the records of ``session.options`` (``SearchScope``, ``SearchLimits``, ...).
 The planner and the sampler pick configs from the space, each measured by one burst;
-then the best few race the naive config and the expert start in interleaved rounds of
+then the best few race the naive config in interleaved rounds of
 fresh bursts, and the race's winner is written as a preset.
 
 Its rooms follow that flow, each a package saying in one line what it holds:

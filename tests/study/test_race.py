@@ -103,22 +103,35 @@ def test_the_speedup_comes_from_paired_rounds_not_from_minutes_apart(tmp_path: P
     assert result.race.speedup is not None and result.race.speedup.low == pytest.approx(true_ratio)
 
 
-def test_naive_and_the_expert_start_race_the_finalists(tmp_path: Path) -> None:
+def test_naive_races_the_finalists_and_the_expert_start_only_as_one(tmp_path: Path) -> None:
+    # mu on the 2-core EPYC: the compiled best's three cached neighbours outran the
+    # hand-tuned start, which raced all the same as a fifth entrant (12-24 s of the race).
     burst = FakeBurst()
-    result = run(tmp_path, burst, trials=8, finalists=2)
+    notes: list[str] = []
+    result = run(
+        tmp_path / "a", burst, trials=8, finalists=1,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )  # fmt: skip
     race = result.race
     assert race is not None
-    roles = {role for e in race.entrants for role in e.roles}
-    assert roles == {"finalist", "naive", "expert"}
-    assert sum("finalist" in e.roles for e in race.entrants) == 2
-    expert = next(e for e in race.entrants if "expert" in e.roles)
-    assert expert.record.role == "playbook"  # the toy model has no guide
+    assert sum("finalist" in e.roles for e in race.entrants) == 1
+    assert [e.roles for e in race.entrants if "naive" in e.roles] == [["naive"]]
+    playbook = next(t for t in result.trials if t.role == "playbook")  # the expert start
+    assert all(e.record.number != playbook.number for e in race.entrants)  # #5 beat it
+    said = f"#{playbook.number} (the playbook start) not raced: not among the finalists (the top 1)"
+    assert any(said in n for n in notes), notes
     # every entrant still in ran every round, in paired rounds; one that left after the
     # first round ran that one
     assert all(len(e.throughputs) == (1 if e.eliminated else 2) for e in race.entrants)
     assert len(burst.verify_calls) + len(burst.race_calls) == sum(
         len(e.throughputs) for e in race.entrants
     )
+    # where the expert start is one of the finalists, it races with both roles
+    early = run(tmp_path / "b", FakeBurst(), trials=3, finalists=2).race
+    assert early is not None
+    expert = [e for e in early.entrants if "expert" in e.roles]
+    assert len(expert) == 1 and expert[0].roles == ["finalist", "expert"]
+    assert expert[0].record.role == "playbook"  # the toy model has no guide
 
 
 def test_naive_wins_when_nothing_beats_it(tmp_path: Path) -> None:
@@ -210,8 +223,8 @@ def test_a_round_where_load_came_or_went_removes_no_one(tmp_path: Path) -> None:
 
     @dataclass
     class Spread(FakeBurst):
-        def speed(self, c: TrainConfig) -> float:  # the playbook's (mb 8) far behind mb 4
-            return super().speed(c) * (3.0 if c.micro_batch == 4 else 1.0)
+        def speed(self, c: TrainConfig) -> float:  # the next at 0.76x mb 4: it races
+            return super().speed(c) * (1.75 if c.micro_batch == 4 else 1.0)  # and are cut
 
     result = run(tmp_path, Spread(), trials=8, watch=Uncapped(loaded=True))
     assert result.race is not None and all(result.race.busy_rounds)
@@ -349,7 +362,7 @@ def test_likely_contenders_are_naive_the_close_and_the_disturbed() -> None:
 
 def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> None:
     # mu's default search: #2's trial at 0.65x the best's raced round 1 (30 s) to leave at
-    # 0.65x; the expert start and naive race whatever their figures.
+    # 0.65x; naive races whatever its figure.
     from autotune.study.plan.space import SearchSpace
     from autotune.study.race.finalist_race import behind_the_best, entrants_for
     from autotune.study.session.state import Limits, SearchState
@@ -368,9 +381,9 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
     ]  # fmt: skip
     for record in records:
         state.absorb(record)
-    expert = records[1]  # 0.4x the best: races as the expert start
+    expert = records[1]  # 0.4x the best: no finalist, so it does not race either
     numbers = [e.record.number for e in entrants_for(state, finalists=3, expert=expert)]
-    assert numbers == [3, 0, 1]  # #2 (0.65x) stays out
+    assert numbers == [3, 0]  # #2 (0.65x) stays out
     assert behind_the_best(records) == {0: 0.1, 1: 0.4, 2: 0.65}
     slowed = replace(records[2], disturbed="load from 12 s")  # a figure that says nothing
     assert behind_the_best([records[3], slowed]) == {}
