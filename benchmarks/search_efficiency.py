@@ -207,6 +207,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.rounds < 1 or args.steps < 1:
         parser.error("--runs, --rounds and --steps must be at least 1")
+    if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
+        parser.error(f"--keep {args.keep}: not a folder (each search's JSON goes into one)")
     try:
         parse_budget(args.budget, device_memory_bytes=None)
         for model in args.models:

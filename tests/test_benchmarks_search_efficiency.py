@@ -111,8 +111,12 @@ def test_keep_writes_each_searchs_json_and_progress(
 
 
 @pytest.mark.parametrize(
-    "argv", [["--models", "resnet"], ["--runs", "0"], ["--budget", "lots"], ["--rounds", "0"]]
-)
+    "argv",
+    [
+        ["--models", "resnet"], ["--runs", "0"], ["--budget", "lots"], ["--rounds", "0"],
+        ["--keep", str(Path(__file__).resolve())],  # a file, not a folder
+    ],
+)  # fmt: skip
 def test_bad_arguments_are_a_usage_error(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
