@@ -32,8 +32,6 @@ from torch.utils.checkpoint import checkpoint
 
 from autotune.contract.spec import Batch, Knob, ParamCounts, count_parameters
 
-from ._chunked_loss import chunked_linear_cross_entropy
-
 __all__ = [
     "ATTENTION_IMPLS",
     "ATTENTION_KNOB",
@@ -304,6 +302,10 @@ class TiedCausalLM(nn.Module):
             )
         x = self.norm_f(x)
         if labels is not None and self.loss_impl == "chunked":
+            # imported here: its torch.compiler.disable imports torch._dynamo (1.7-2.6 s),
+            # which a process that resolves a model but never runs it need not pay
+            from ._chunked_loss import chunked_linear_cross_entropy
+
             return chunked_linear_cross_entropy(
                 x,
                 self.tok_emb.weight,
