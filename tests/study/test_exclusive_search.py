@@ -26,7 +26,7 @@ RACER = textwrap.dedent(
     from pathlib import Path
     from autotune.testing.burst import FakeBurst, cpu_profile
     import autotune.burst.supervisor, autotune.machine.hardware
-    import autotune.study.session.api as api
+    import autotune.study.session.api as api, autotune.study.trials.burst_threads
     from autotune.cli.main import main
 
     folder, me, storage, model = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -39,9 +39,12 @@ RACER = textwrap.dedent(
         return claim(*args, **kwargs)
 
     api.exclusive_search = at_the_barrier
+    # as tests/study/conftest.py's no_settle: the other racer (and the other tests' worker)
+    # is outside load, which a search otherwise waits 5 s to see stay or leave
+    autotune.study.trials.burst_threads.LOAD_SETTLE_S = 0.0
     autotune.burst.supervisor.run_burst = FakeBurst()
     autotune.machine.hardware.probe = lambda: cpu_profile()
-    sys.argv = ["autotune", "search", "--model", model, "--budget", "1GB", "--trials", "3",
+    sys.argv = ["autotune", "search", "--model", model, "--budget", "1GB", "--trials", "1",
                 "--study", "raced", "--storage", storage, "--output", str(folder / "best.yaml")]
     main()
     """
