@@ -199,8 +199,10 @@ def test_a_trial_whose_zygote_dies_still_ends_and_the_next_one_gets_a_new_zygote
 
     killer = threading.Thread(target=kill_the_zygotes_once_the_trial_steps)
     killer.start()
+    # forked by the zygote started above, the trial writes its pid within a second; the
+    # timeout is what ends it (8 s before: 4 s of this test's 12 s in the default tier)
     result = run_burst(
-        spec.with_args(pid_file=str(pid_file)), config, steps=2, warmup=1, timeout_s=8
+        spec.with_args(pid_file=str(pid_file)), config, steps=2, warmup=1, timeout_s=4
     )
     killer.join()
     assert result.status == "timeout", result.reason
