@@ -94,7 +94,16 @@ def test_should_stop_ends_a_running_trial_with_its_reason() -> None:
     assert time.monotonic() - start < 60
 
 
-def test_should_stop_waits_for_a_compiled_configs_first_step() -> None:
+@pytest.mark.parametrize(
+    "compiled",
+    [
+        False,
+        # a real compile in the burst (7.5 s in the default tier); the rule is guarded there
+        # by test_a_compiled_configs_should_stop_is_asked_once_a_step_is_done
+        pytest.param(True, marks=pytest.mark.slow),
+    ],
+)
+def test_should_stop_waits_for_a_compiled_configs_first_step(compiled: bool) -> None:
     """A stop during the compile throws its work away (mu: a burst stopped 40 s into its
     compile took 98 s run again, where its trial takes 52): a compiled config is asked to
     stop once its first step, the compile, is done; an eager one at once."""
@@ -104,13 +113,32 @@ def test_should_stop_waits_for_a_compiled_configs_first_step() -> None:
     def always() -> str:
         return "outside load arrived"
 
-    eager = TrainConfig(micro_batch=1, seq_len=8)
-    for config, stepped in ((eager, False), (eager.replace(compile="default"), True)):
-        result = run_burst(
-            fake_models.fake_spec, config, steps=3, warmup=1, timeout_s=300, should_stop=always
-        )
-        assert result.status == "pruned" and result.reason.startswith("outside load arrived")
-        assert (result.warmup_s is not None) is stepped, config.compile
+    config = TrainConfig(micro_batch=1, seq_len=8, compile="default" if compiled else "off")
+    result = run_burst(
+        fake_models.fake_spec, config, steps=3, warmup=1, timeout_s=300, should_stop=always
+    )
+    assert result.status == "pruned" and result.reason.startswith("outside load arrived")
+    assert (result.warmup_s is not None) is compiled, config.compile
+
+
+def test_a_compiled_configs_should_stop_is_asked_once_a_step_is_done() -> None:
+    from autotune.burst.supervisor import _after_compile
+    from autotune.burst.trial_report import BurstProgress
+
+    asked: list[int] = []
+
+    def should_stop() -> str:
+        asked.append(1)
+        return "outside load arrived"
+
+    assert _after_compile(None, BurstProgress()) is None
+    progress = BurstProgress()
+    ask = _after_compile(should_stop, progress)
+    assert ask is not None and ask() is None and not asked  # compiling: not asked
+    progress.warmup_times.append(12.0)  # the first step, the compile, is done
+    assert ask() == "outside load arrived" and asked == [1]
+    timed_only = BurstProgress(step_times=[0.1])  # no warm-up: a timed step counts too
+    assert _after_compile(should_stop, timed_only)() == "outside load arrived"  # type: ignore[misc]
 
 
 def test_the_first_warm_up_step_runs_one_micro_batch() -> None:
