@@ -14,6 +14,7 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.errors import BudgetError
+from autotune.study.trials.records import summarize_config
 from autotune.study.trials.trial_cost import compiled_code_key
 from autotune.testing.burst import GB, MB, FakeBurst, run, toy_spec
 
@@ -449,14 +450,16 @@ class FirstCompiles(PeakAtEight):
         return replace(result, compile_s=compile_s) if result.ok else result
 
 
-def test_where_a_first_compile_no_longer_fits_the_finalists_cached_variants_run(
+def test_where_a_first_compile_no_longer_fits_cached_variants_then_eager_screens_run(
     tmp_path: Path, clock: VirtualClock
 ) -> None:
     # mu on the 2-core EPYC: its best's compiled refinement (a model knob, a first compile
     # of 75 s) did not fit the 27 s left for trials, and the search stopped there, where a
     # finalist's variant on its cached code took 12-19 s. Here the refinement with kernel
     # "plain" (a 60 s first compile) does not fit: it is passed over, and the finalists'
-    # variants that the cache serves run in the time left.
+    # variants that the cache serves run in the time left; once none is left, the eager
+    # screens of the finalists' new-code neighbours (a trial's steps each) run, where the
+    # search stopped before with 15 s left.
     spec = toy_spec(knobs=(Knob(name="kernel", values=("fused", "plain"), default="fused"),))
     burst = FirstCompiles(clock=clock)
     result = run(tmp_path, burst, spec=spec, trials=None, timeout="150s", budget="4GB")
@@ -466,9 +469,25 @@ def test_where_a_first_compile_no_longer_fits_the_finalists_cached_variants_run(
     after = [t for t in result.trials if t.number > passed.number and t.ran]
     assert after and result.stopped != passed.reason
     before = {compiled_code_key(t.config, "cpu") for t in result.trials[: passed.number] if t.ran}
-    for trial in after:  # each runs compiled code the search compiled before
-        assert trial.role == "refine" and trial.config["compile"] != "off"
-        assert compiled_code_key(trial.config, "cpu") in before
+    cached = [t for t in after if t.config["compile"] != "off"]
+    screens = [t for t in after if t.config["compile"] == "off"]
+    for trial in cached:  # each runs compiled code the search compiled before
+        assert trial.role == "refine" and compiled_code_key(trial.config, "cpu") in before
+    assert cached and screens, [(t.role, t.config["compile"]) for t in after]
+    assert all(t.role == "screen" for t in screens)
+    # a screen only once no cached variant was left: each finalist's cached variants first
+    assert max(t.number for t in cached) < min(t.number for t in screens)
+    screened = {(t.config["micro_batch"], t.config["knobs"]["kernel"]) for t in screens}
+    assert len(screened) == len(screens)  # each screen a new config
+    earlier = {
+        (t.config["micro_batch"], t.config["knobs"]["kernel"])
+        for t in result.trials[: passed.number]
+        if t.ran and t.config["compile"] == "off"
+    }
+    assert not screened & earlier
+    # a config passed over for time is not queued again while it still does not fit
+    skipped = [summarize_config(t.config) for t in result.trials if t.status == "skipped"]
+    assert len(skipped) == len(set(skipped)), skipped
 
 
 def test_an_uncompiled_finalist_that_its_compiled_twin_beats_is_not_varied() -> None:

@@ -551,11 +551,13 @@ class Planner:
         again: bool = False,
         refines: int | None = None,
     ) -> bool:
-        """Queue ``config`` unless it has a result (``again``: even so) or is queued
-        already; whether it was."""
+        """Queue ``config`` unless it has a result (``again``: even so), is queued
+        already, or was passed over as too long for the time left for trials and still
+        is (``will_not_finish``: the time left only shrinks; its screen's confirmation
+        would otherwise queue it again, to be passed over again); whether it was."""
         params = self.state.space.params_of(config)
         known = self.state.record_of(config) is not None and not again
-        if known or _waiting(study, params):
+        if known or _waiting(study, params) or (not again and self._still_too_long(config)):
             return False
         attrs: dict[str, Any] = {"role": role}
         if refines is not None:
@@ -563,6 +565,18 @@ class Planner:
         study.enqueue_trial(params, user_attrs=attrs)
         self.queued.append(config)
         return True
+
+    def _still_too_long(self, config: TrainConfig) -> bool:
+        """Whether a trial of ``config`` was skipped and would not finish in the time left
+        for trials now."""
+        key = self.state.space.key(config)
+        skipped = any(
+            r.status == "skipped"
+            and (known := r.known_config()) is not None
+            and self.state.space.key(known) == key
+            for r in self.state.records.values()
+        )
+        return skipped and bool(will_not_finish(self.state, config))
 
     def next_that_fits(self, study: optuna.Study) -> TrainConfig | None:
         """A queued config whose trial would finish in the time left for trials
@@ -576,7 +590,32 @@ class Planner:
         if fits is None:
             self.vary_the_finalists(study, queued_or_not=True)
             fits = self.waiting_that_fits(study)
+        if fits is None:
+            self.screen_the_finalists(study)
+            fits = self.waiting_that_fits(study)
         return fits
+
+    def screen_the_finalists(self, study: optuna.Study) -> None:
+        """Where not even a finalist's cached variant fits the time left for trials, queue
+        the screens of the compiled finalists' neighbours that need a first compile
+        (``screen_compiles``: their eager twins, a trial's steps each) that have not run:
+        what a longer search (``--resume``) would compile next is then known. mu on the
+        2-core EPYC stopped its trials with 15 s left, its next refinement a 72 s first
+        compile, where an eager screen took 7-8 s. A finalist far behind the best, or that
+        a later best outdated, is not screened (as in ``vary_the_finalists``)."""
+        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
+        behind = behind_the_best(top)
+        workers = "num_workers" in self.first_knobs
+        for record in top:
+            config = record.train_config()
+            if config.compile == "off" or record.number in behind or record.role == "naive":
+                continue
+            if self.outdated(record.number):
+                continue
+            cands = self.state.space.neighbours(config, workers=workers, kernels=True)
+            for cand, role in self.screen_compiles(config, cands, refines=record.number):
+                if role == "screen":
+                    self._queue(study, cand, role=role, refines=record.number)
 
     def waiting_that_fits(self, study: optuna.Study) -> TrainConfig | None:
         """A config still queued whose trial would finish in the time left for trials
