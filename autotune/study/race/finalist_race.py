@@ -74,7 +74,7 @@ from autotune.study.race.decision import (
     edge,
     nothing_ran,
 )
-from autotune.study.race.race_records import Entrant, Paired, RaceResult, paired_ratio
+from autotune.study.race.race_records import Entrant, RaceResult
 from autotune.study.session.deadline import DEADLINE, MIN_BURST_S
 from autotune.study.trials.burst_threads import threads_after_settle, threads_for_burst
 from autotune.study.trials.records import SearchEvent, TrialRecord, distinct_best
@@ -89,14 +89,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FINALISTS",
-    "CUT",
     "DEFAULT_ROUNDS",
-    "Entrant",
-    "Paired",
-    "RaceResult",
     "behind_the_best",
     "entrants_for",
-    "paired_ratio",
     "likely_contenders",
     "race_reserve_s",
     "run_race",
