@@ -288,6 +288,8 @@ def test_a_burst_past_its_compile_at_the_cap_leaves_compile_in_the_search(
                     status="timeout", reason="fake: slow steps", warmup_s=2.0, compile_s=1.8,
                     step_times_s=(0.5,),
                 )  # fmt: skip
+            if calls:
+                clock.sleep(0.5)  # a burst's seconds: the rest of the limit is not waited
             return super().__call__(spec, config, **kw)
 
     result, notes = _nine_second_search(tmp_path, SlowSteps())
@@ -314,6 +316,8 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
                 timeouts.append(kw["timeout_s"])
                 clock.sleep(kw["timeout_s"])  # still compiling at its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
+            if timeouts:
+                clock.sleep(0.5)  # a burst's seconds: the rest of the limit is not waited
             return super().__call__(spec, config, **kw)
 
     result, notes = _nine_second_search(tmp_path, NeverCompiles())
@@ -350,6 +354,8 @@ def test_a_first_compile_may_take_half_the_time_left_for_trials(
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
                 clock.sleep(0.4)
+            elif timeouts:
+                clock.sleep(0.5)  # a burst's seconds: the rest of the limit is not waited
             return super().__call__(spec, config, **kw)
 
     limit = 24.0
