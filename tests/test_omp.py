@@ -113,10 +113,13 @@ def test_presetloop_warns_where_the_process_started_without_the_policy(
 @pytest.mark.parametrize(
     "spin",
     [
-        True,
-        # a trainer in a process of its own (10-22 s on the 2-core CPU); that a config that
-        # does not spin needs no restart is guarded by
-        # test_a_process_started_without_the_policy_is_told_to_set_it
+        # a trainer in a process of its own, twice with the restart (10-22 s on the 2-core
+        # CPU); in the default tier the restart is guarded by
+        # test_autotune_train_with_a_spinning_config_starts_again_as_the_same_command, that
+        # a config that does not spin needs none by
+        # test_a_process_started_without_the_policy_is_told_to_set_it, and the trainer's
+        # own check by test_presetloop_warns_where_the_process_started_without_the_policy
+        pytest.param(True, marks=pytest.mark.slow),
         pytest.param(False, marks=pytest.mark.slow),
     ],
 )
@@ -142,3 +145,43 @@ def test_autotune_train_starts_again_with_the_policy_its_config_spins_with(
     assert ("starting again with OMP_WAIT_POLICY=ACTIVE" in out) == spin, out
     assert ("OpenMP threads spin (omp_spin)" in out) == spin, out  # the config line
     assert "config.omp_spin: the search measured" not in out, out  # the trainer's warning
+
+
+class _Restarted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("spin", [True, False])
+def test_autotune_train_with_a_spinning_config_starts_again_as_the_same_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spin: bool
+) -> None:
+    """In this process, ``os.execv`` caught: a config that spins replaces the process by
+    the same command with the policy in its environment, before any training; one that
+    does not trains on here (stopped at its data, which the test leaves missing)."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import train as train_cli
+    from autotune.cli.main import app
+
+    execs: list[tuple[str, list[str], str | None]] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        execs.append((path, argv, os.environ.get("OMP_WAIT_POLICY")))
+        raise _Restarted
+
+    def no_training(*args: object, **kwargs: object) -> None:
+        raise AssertionError("trained before starting again")
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(train_cli.os, "execv", execv)
+    monkeypatch.setattr("autotune.train.run.train", no_training)
+    args = ["train", "--model", f"{FAKE_LM}:spec", "--out", str(tmp_path / "run"),
+            "--max-steps", "2", "--set", f"config.omp_spin={str(spin).lower()}"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["autotune", *args])
+    result = CliRunner().invoke(app, args)
+    if not spin:
+        assert execs == [] and isinstance(result.exception, AssertionError), result.output
+        return
+    assert isinstance(result.exception, _Restarted), result.output
+    assert execs == [(sys.executable, [sys.executable, "-m", "autotune", *args], "ACTIVE")]
+    assert "starting again with OMP_WAIT_POLICY=ACTIVE" in result.output
