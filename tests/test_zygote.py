@@ -33,6 +33,27 @@ from autotune.models.registry import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What the tests of the zygote as a process need of it (its socket, its forks, its stops,
+# its end) is not torch: in an environment with this sitecustomize it skips the imports a
+# trial needs (WARM_MODULES, 4-5 s a start on the 2-core CPU) and starts in a fraction of a
+# second. The tests of trials forked by a zygote use real ones.
+_NO_WARM_IMPORTS = (
+    "import importlib\n"
+    "_import = importlib.import_module\n"
+    "_skip = {skip!r}\n"
+    "importlib.import_module = lambda name, package=None: (\n"
+    "    None if name in _skip else _import(name, package))\n"
+)
+
+
+def _light_env(folder: Path, site: str = "") -> dict[str, str]:
+    """The environment of a zygote that imports nothing for its trials; ``site`` is more
+    of its ``sitecustomize``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    skip = sorted(zygote_module.WARM_MODULES + zygote_module.COMPILE_MODULES)
+    (folder / "sitecustomize.py").write_text(_NO_WARM_IMPORTS.format(skip=skip) + site)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))
+
 
 def _trial_process(tmp_path: Path, config: TrainConfig | None = None) -> dict[str, Any]:
     """Run one burst; the facts its model wrote down about the trial's process."""
@@ -117,8 +138,8 @@ def test_a_zygote_that_cannot_start_leaves_its_trials_to_fresh_processes(
     assert "refused for the test" in zygotes.failures().values()
 
 
-def test_a_zygote_ends_when_its_parent_closes_the_socket() -> None:
-    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+def test_a_zygote_ends_when_its_parent_closes_the_socket(tmp_path: Path) -> None:
+    zygote = Zygote(_light_env(tmp_path))
     pid = zygote.proc.pid
     assert psutil.pid_exists(pid) and zygote.alive()
     zygote.sock.close()  # what a parent's death does
@@ -130,10 +151,8 @@ def test_a_zygote_ends_without_the_interpreters_teardown(tmp_path: Path) -> None
     # An atexit handler (from sitecustomize, which the zygote's interpreter imports at its
     # start) would run in that teardown: it must not.
     marker = tmp_path / "torn-down"
-    (tmp_path / "sitecustomize.py").write_text(
-        f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).touch)\n"
-    )
-    zygote = Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
+    site = f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).touch)\n"
+    zygote = Zygote(_light_env(tmp_path, site))
     zygote.close()
     assert zygote.proc.returncode == 0
     assert not marker.exists()
@@ -152,12 +171,13 @@ def _write_sleeping_request(request: Any) -> None:
     request.flush()
 
 
-def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal() -> None:
+def test_a_forked_trials_wait_times_out_while_it_runs_and_reports_its_signal(
+    tmp_path: Path,
+) -> None:
     """``ForkedTrial`` keeps ``Popen``'s contract: ``wait(timeout)`` raises while the trial
     runs (here it waits for a request that never comes); a trial killed by a signal
     returns minus the signal's number."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    zygote = Zygote(env)
+    zygote = Zygote(_light_env(tmp_path))
     result_read, result_write = os.pipe()
     try:
         with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
@@ -215,11 +235,11 @@ def test_a_trial_whose_zygote_dies_still_ends_and_the_next_one_gets_a_new_zygote
 def _silent_zygote(tmp_path: Path) -> Zygote:
     """A zygote that runs but never answers a poll of pid 1: its ``os.waitpid`` hangs
     there (a ``sitecustomize`` its interpreter imports at its start)."""
-    (tmp_path / "sitecustomize.py").write_text(
+    site = (
         "import os, time\n_waitpid = os.waitpid\n"
         "os.waitpid = lambda pid, flags: time.sleep(3600) if pid == 1 else _waitpid(pid, flags)\n"
     )
-    return Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
+    return Zygote(_light_env(tmp_path, site))
 
 
 def test_a_zygote_that_does_not_answer_in_time_is_ended_not_asked_again(
@@ -259,11 +279,11 @@ def test_an_environment_whose_zygote_went_silent_starts_fresh_processes(
     pool.close()
 
 
-def test_a_stopped_zygote_is_noticed_at_once_said_and_killed() -> None:
+def test_a_stopped_zygote_is_noticed_at_once_said_and_killed(tmp_path: Path) -> None:
     """Stopped (by hand, or by a trial's build that stops its parent), a zygote answers
     nothing and would never read the end of file: the parent sees the state within a
     fraction of a second (not after the reply timeout), says so and kills it."""
-    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    zygote = Zygote(_light_env(tmp_path))
     os.kill(zygote.proc.pid, signal.SIGSTOP)
     started = time.monotonic()
     try:
@@ -281,10 +301,12 @@ def test_a_stopped_zygote_is_noticed_at_once_said_and_killed() -> None:
         zygote.close()
 
 
-def test_a_spawn_a_stopped_zygote_did_not_answer_ends_the_fork_it_may_have_made() -> None:
+def test_a_spawn_a_stopped_zygote_did_not_answer_ends_the_fork_it_may_have_made(
+    tmp_path: Path,
+) -> None:
     """A zygote stopped between its fork and its answer: the trial it forked must not run
     beside the one started again. Here a trial it forked whose answer is taken as lost."""
-    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)))
+    zygote = Zygote(_light_env(tmp_path))
     result_read, result_write = os.pipe()
     try:
         with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
