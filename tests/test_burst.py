@@ -6,6 +6,7 @@ outcome is one burst, and the checks on a healthy run share one module-scoped re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -573,16 +574,39 @@ def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(
     assert list(tmp.iterdir()) == []
 
 
-def test_a_trial_killed_outright_has_its_folder_removed(
-    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The trial's folder is named after the trial; a trial SIGKILLed mid-step (as the
-    budget's watchdog does) cannot remove it, and its burst does so as it ends."""
+@pytest.fixture(scope="module")
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A short temporary folder for the trials of the tests below, and their Inductor
+    cache beside it: the trial's environment names both, and a zygote serves one
+    environment, so the tests that share them share a zygote (a start is 4-5 s on the
+    2-core CPU). Each test leaves the folder empty, as it checks."""
+    import shutil
     import tempfile
 
-    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
-    monkeypatch.setenv("TMPDIR", str(short_tmp))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    folder = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+    (folder.parent / f"{folder.name}-inductor").mkdir()
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder.parent / f"{folder.name}-inductor", ignore_errors=True)
+
+
+@pytest.fixture
+def trial_tmp(shared_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``shared_tmp`` as this process's and the trial's temporary folder."""
+    import tempfile
+
+    assert list(shared_tmp.iterdir()) == [], "a test before left the shared folder dirty"
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    monkeypatch.setenv("TMPDIR", str(shared_tmp))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", f"{shared_tmp}-inductor")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return shared_tmp
+
+
+def test_a_trial_killed_outright_has_its_folder_removed(trial_tmp: Path) -> None:
+    """The trial's folder is named after the trial; a trial SIGKILLed mid-step (as the
+    budget's watchdog does) cannot remove it, and its burst does so as it ends."""
+    short_tmp = trial_tmp
     folders: list[str] = []
 
     def kill_the_trial(index: int, seconds: float) -> bool:
@@ -598,24 +622,23 @@ def test_a_trial_killed_outright_has_its_folder_removed(
     assert len(folders) == 1 and list(short_tmp.iterdir()) == []
 
 
-def test_a_bursts_temporary_files_go_with_its_folder(
-    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_bursts_temporary_files_go_with_its_folder(trial_tmp: Path) -> None:
     """DataLoader workers' pymp-* folders land in the trial's folder, removed with it; a
     folder whose maker died is removed by the next burst; a live maker's is kept."""
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
-    monkeypatch.setenv("TMPDIR", str(short_tmp))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cache
+    short_tmp = trial_tmp
     orphan = short_tmp / f"autotune-burst-{_dead_pid()}-abc"
     live = short_tmp / f"autotune-burst-{os.getpid()}-abc"
     orphan.mkdir()
     live.mkdir()
-    config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
-    result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, device_caps=CPU_CAPS)
-    assert result.ok, result.reason
-    assert sorted(p.name for p in short_tmp.iterdir()) == [live.name]
+    try:
+        config = TrainConfig(micro_batch=2, seq_len=16, num_workers=1)
+        result = run_burst(fake("oom_spec"), config, steps=2, warmup=0, device_caps=CPU_CAPS)
+        assert result.ok, result.reason
+        assert sorted(p.name for p in short_tmp.iterdir()) == [live.name]
+    finally:
+        for folder in (orphan, live):
+            with contextlib.suppress(FileNotFoundError):
+                folder.rmdir()
 
 
 def test_a_trial_asks_for_its_temporary_folder_without_writing_a_probe_file(
@@ -662,18 +685,14 @@ def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) 
 
 
 def test_the_trial_removes_its_folder_once_its_result_is_sent(
-    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    trial_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A search killed after the trial's result, before its own clean-up, leaves no folder:
     the trial took it with it (here the parent's own removal is switched off). In this
     process (a fresh interpreter for the search was 4-10 s of imports on the 2-core CPU)."""
-    import tempfile
-
     from autotune.burst import supervisor
 
-    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
-    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the trial makes its folder here
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    short_tmp = trial_tmp  # the trial makes its folder here
     monkeypatch.setattr(supervisor, "remove_orphaned_workdirs", lambda: None)  # as if killed
     seen: list[str] = []
 
