@@ -380,7 +380,7 @@ def test_a_stopped_zygote_of_a_killed_search_ends_too(tmp_path: Path) -> None:
     )
     search = subprocess.Popen(
         [sys.executable, "-c", script],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=_light_env(tmp_path / "site"),  # and so its zygote's
         stdout=subprocess.PIPE,
     )
     assert search.stdout is not None
