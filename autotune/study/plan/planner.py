@@ -416,12 +416,8 @@ class Planner:
         varied."""
         if _waiting_params(study) and not queued_or_not:
             return
-        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
-        behind = behind_the_best(top)
         workers = "num_workers" in self.first_knobs
-        for record in top:
-            if record.number in behind or record.role == "naive" or self.outdated(record.number):
-                continue
+        for record in self._likely_finalists():
             if self._compiled_beats(record):
                 continue
             config = record.train_config()
@@ -430,6 +426,18 @@ class Planner:
             for cand in self.state.space.neighbours(config, workers=workers, kernels=True):
                 if compiled_code_key(cand, kind) == code:
                     self._queue(study, cand, role="refine", refines=record.number)
+
+    def _likely_finalists(self) -> list[TrialRecord]:
+        """The race's likely finalists worth a trial more: the top distinct configs but
+        naive, those whose trial came far behind the best (``behind_the_best``) and those
+        a later best outdated."""
+        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
+        behind = behind_the_best(top)
+        return [
+            r
+            for r in top
+            if r.number not in behind and r.role != "naive" and not self.outdated(r.number)
+        ]
 
     def _compiled_beats(self, record: TrialRecord) -> bool:
         """Whether ``record`` ran without compile and a compiled config of the same choices
@@ -603,14 +611,10 @@ class Planner:
         2-core EPYC stopped its trials with 15 s left, its next refinement a 72 s first
         compile, where an eager screen took 7-8 s. A finalist far behind the best, or that
         a later best outdated, is not screened (as in ``vary_the_finalists``)."""
-        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
-        behind = behind_the_best(top)
         workers = "num_workers" in self.first_knobs
-        for record in top:
+        for record in self._likely_finalists():
             config = record.train_config()
-            if config.compile == "off" or record.number in behind or record.role == "naive":
-                continue
-            if self.outdated(record.number):
+            if config.compile == "off":
                 continue
             cands = self.state.space.neighbours(config, workers=workers, kernels=True)
             for cand, role in self.screen_compiles(config, cands, refines=record.number):
