@@ -84,7 +84,7 @@ def one_thread() -> Iterator[None]:
 def unwatched_searches(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process searches do not watch the machine unless a test gives them a watch: the
     tests share the machine with whatever else runs, and a fake burst's figures do not
-    come from the machine anyway (tests/study/test_contention.py drives the watch with a
+    come from the machine anyway (tests/study/session/test_contention.py drives the watch with a
     fake process table). Searches run as subprocesses watch as users' do."""
     import autotune.study.session.api
 

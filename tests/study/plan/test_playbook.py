@@ -25,7 +25,7 @@ from autotune.study.plan.playbook import (
 from autotune.study.plan.space import SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 
-SHIPPED = Path(__file__).resolve().parents[2] / "presets"
+SHIPPED = Path(__file__).resolve().parents[3] / "presets"
 
 GB = 10**9
 

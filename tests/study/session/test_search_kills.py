@@ -57,7 +57,7 @@ def _finished(storage: str) -> dict[int, tuple[str, float | None]]:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
 def test_fifty_random_kills_lose_no_finished_trial(tmp_path: Path) -> None:
-    tests = Path(__file__).resolve().parents[1]
+    tests = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),

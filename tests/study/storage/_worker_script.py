@@ -1,4 +1,4 @@
-"""One worker of a shared search with faked bursts (tests/study/test_workers*.py run it as a
+"""One worker of a shared search with faked bursts (tests/study/storage/test_workers*.py run it as a
 process): ``python _worker_script.py FOLDER STORAGE TRIALS [--finish] [--device D --worker]``
 (``--device``: the label its bursts are logged under, as ``run_workers`` gives it).
 Each trial's burst appends a line to FOLDER/bursts.jsonl: the worker's pid, the device,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_watch import FakeWatch, slowed
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
@@ -22,46 +23,6 @@ from autotune.study import SearchResult
 from autotune.study.session.watch import Load
 from autotune.study.trials.records import SearchEvent
 from autotune.testing.burst import FakeBurst, run
-
-
-@dataclass
-class FakeWatch:
-    """Busy while ``loaded`` is set; a window is busy when a burst ran in it loaded."""
-
-    loaded: bool = False
-    busy_marks: list[float] = field(default_factory=list)
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    @contextlib.contextmanager
-    def burst(self) -> Iterator[None]:
-        yield
-        if self.loaded:
-            self.busy_marks.append(time.monotonic())
-
-    def window(self, since: float, until: float | None = None) -> Load:
-        end = time.monotonic() if until is None else until
-        busy = any(since <= t <= end for t in self.busy_marks)
-        cores = 1.0 if busy else 0.0
-        return Load(outside_cores_mean=cores, outside_cores_max=cores, samples=3, busy=busy)
-
-    def busy_now(self, last_s: float = 5.0) -> bool:
-        return self.loaded
-
-    def burst_threads(self) -> int | None:
-        return 1 if self.loaded else None  # one of the 2 cores left
-
-    def total(self) -> Load:
-        return self.window(0.0)
-
-
-def slowed(result: BurstResult, factor: float) -> BurstResult:
-    """``result`` as a machine ``factor`` times slower would have measured it."""
-    data = {**result.to_dict(), "tokens_per_s": (result.tokens_per_s or 0.0) / factor}
-    data["step_times_s"] = tuple(data.get("step_times_s") or ())
-    data["losses"] = tuple(data.get("losses") or ())
-    return BurstResult(**data)
 
 
 def run_noting(tmp_path: Path, burst: Any) -> tuple[SearchResult, list[str]]:

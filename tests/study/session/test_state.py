@@ -171,7 +171,7 @@ def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     marker = tmp_path / "hanging"
     script = _KILL_SCRIPT.format(
-        tests=str(Path(__file__).parents[1]), marker=str(marker), storage=storage
+        tests=str(Path(__file__).parents[2]), marker=str(marker), storage=storage
     )
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_contention import FakeWatch, slowed
+from fake_watch import FakeWatch, slowed
 from virtual_clock import VirtualClock
 
 from autotune.burst.result import BurstResult

@@ -52,7 +52,7 @@ RACER = textwrap.dedent(
 
 
 def _racer(folder: Path, n: int, storage: str) -> subprocess.Popen[str]:
-    tests = Path(__file__).resolve().parents[1]
+    tests = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),

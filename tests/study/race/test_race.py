@@ -215,7 +215,7 @@ def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> Non
 
 
 def test_a_round_where_load_came_or_went_removes_no_one(tmp_path: Path) -> None:
-    from test_contention import FakeWatch
+    from fake_watch import FakeWatch
 
     class Uncapped(FakeWatch):  # load in every burst, and no cores left to run on
         def burst_threads(self) -> int | None:

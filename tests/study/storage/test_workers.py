@@ -95,7 +95,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    tests = Path(__file__).resolve().parents[1]
+    tests = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "AUTOTUNE_HEARTBEAT_S": "1", **extra}
 

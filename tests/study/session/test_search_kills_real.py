@@ -1,6 +1,6 @@
 """`autotune search` with real bursts, stopped again and again at random moments (SIGKILL
 to its process group, or SIGTERM, SIGHUP or SIGINT to the search), each time rerun to
-resume it (the fault suite; tests/study/test_search_kills.py does the same with
+resume it (the fault suite; tests/study/session/test_search_kills.py does the same with
 faked bursts, at a higher rate).
 
 The kills land while the search starts, while a burst's own process (and its DataLoader
