@@ -134,9 +134,28 @@ def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -
         records=records, deadline=SimpleNamespace(for_trials=lambda: 13.0), space=GPU
     )
     said = will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8))
-    assert "less than this trial takes here (14 s: the quickest trial without compile" in said
+    assert "than this trial takes here (14 s: the quickest trial of its model code" in said
     state.deadline.for_trials = lambda: 14.0
     assert will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8)) == ""
+
+
+def test_a_trial_of_model_code_no_trial_ran_is_held_to_the_median_one_without_compile() -> None:
+    # mu on the 2-core EPYC: eager trials of sdpa attention took 7 s, the eager screens of
+    # eager attention 15 s; a screen started with 8 s left was stopped, measuring nothing
+    sdpa = TrainConfig(micro_batch=8, grad_accum=4, seq_len=128, knobs={"attention": "sdpa"})
+    records = {
+        0: _record(0, sdpa.replace(micro_batch=1, grad_accum=32), 20.0, None),
+        1: _record(1, sdpa, 7.0, None),
+        2: _record(2, sdpa.replace(micro_batch=16, grad_accum=2), 16.0, None),
+        3: _record(3, BEST, 12.0, 8.0),  # compiled: not a measure of an eager trial
+    }
+    state: Any = SimpleNamespace(
+        records=records, deadline=SimpleNamespace(for_trials=lambda: 8.0), space=GPU
+    )
+    screen = sdpa.replace(knobs={"attention": "eager"})
+    said = will_not_finish(state, screen)
+    assert "(16 s: the median trial without compile so far)" in said
+    assert will_not_finish(state, sdpa.replace(micro_batch=4, grad_accum=8)) == ""
 
 
 def test_naive_re_measures_and_the_expert_starts_without_compile_always_run() -> None:
