@@ -4,23 +4,26 @@ The trainer stops cleanly (after the step, with a checkpoint) on each of
 :data:`STOP_SIGNALS`; the burst and the trainer's DataLoader workers run
 :func:`ignore_stop_signals` (through ``data.loader_kwargs``), so a signal sent to the whole
 process group reaches only the process that knows how to stop. :class:`HeldStops` keeps a
-stop signal out of Optuna's bookkeeping between trials.
+stop signal out of Optuna's bookkeeping between trials, and :func:`stops_held` out of each
+call to a study's storage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["STOP_SIGNALS", "HeldStops", "ignore_stop_signals"]
+__all__ = ["STOP_SIGNALS", "HeldStops", "ignore_stop_signals", "stops_held"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 STOP_SIGNALS = tuple(
@@ -69,7 +72,8 @@ class HeldStops:
     ``with HeldStops() as held:``, a stop signal whose handler is Python's own (Ctrl-C's
     ``default_int_handler``, the CLI's) is recorded instead of handled; inside
     ``held.released()`` (the objective), and at ``held.replay()`` (a callback after the
-    outcome is stored), one recorded earlier is handled and later ones are handled at once.
+    outcome is stored), one recorded earlier is handled and later ones are handled at once,
+    except inside ``held.holding()`` (a storage call: :func:`stops_held`).
     Leaving the block handles one still recorded, unless an exception is already on its
     way out. Signals whose handler is ``SIG_IGN`` or ``SIG_DFL`` are left alone; off the
     main thread nothing is held (Python runs handlers only there).
@@ -79,23 +83,46 @@ class HeldStops:
         self._handlers: dict[int, Callable[[int, FrameType | None], Any]] = {}
         self._pending: int | None = None
         self._open = False
+        self._outer: HeldStops | None = None
 
     def __enter__(self) -> HeldStops:
+        global _innermost
         if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                handler = signal.getsignal(sig)
-                if callable(handler):
-                    self._handlers[sig] = handler
-                    signal.signal(sig, self._arrived)
+            try:
+                for sig in STOP_SIGNALS:
+                    handler = signal.getsignal(sig)
+                    if callable(handler):
+                        self._handlers[sig] = handler
+                        signal.signal(sig, self._arrived)
+            except BaseException:  # one came before its handler was swapped: as if not entered
+                self._restore()
+                self._handlers = {}
+                raise
+            self._outer, _innermost = _innermost, self
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        global _innermost
         self._open = False
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
-        if exc_type is None:
-            self.replay()
-        self._handlers = {}
+        if _innermost is self:
+            _innermost = self._outer
+        try:
+            self._restore()
+            if exc_type is None:
+                self.replay()
+        finally:
+            self._handlers = {}
+
+    def _restore(self) -> None:
+        """The handlers found on entering, back; all of them even when one signal, already
+        back with its handler, is handled (raises) in the middle."""
+        try:
+            for sig, handler in self._handlers.items():
+                signal.signal(sig, handler)
+        except BaseException:
+            for sig, handler in self._handlers.items():
+                signal.signal(sig, handler)
+            raise
 
     def _arrived(self, signum: int, frame: FrameType | None) -> None:
         if self._open:
@@ -127,3 +154,49 @@ class HeldStops:
             yield
         finally:
             self._open = False
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Stop signals held for the block, even inside :meth:`released`; there, one that
+        came is handled as the block ends, whether or not an exception is on its way out
+        (a caller may catch a storage's error and go on: the stop must not be lost).
+        Elsewhere it stays recorded for the next :meth:`replay`."""
+        was_open, self._open = self._open, False  # one store: no signal lands half-way
+        try:
+            yield
+        finally:
+            self._open = was_open
+            if was_open:
+                self.replay()
+
+
+_innermost: HeldStops | None = None  # the innermost HeldStops entered on the main thread
+
+
+def stops_held(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` with stop signals held for the whole call and handled as soon as it ends,
+    returned or raised: for a study storage's methods.
+
+    A ``KeyboardInterrupt`` raised inside a SQLAlchemy session (in its flush, its commit,
+    or the ``close`` Optuna runs after each) can leave the session of Optuna's RDB storage
+    unusable ("Object <TrialModel> cannot be converted to 'persistent' state, as this
+    identity map is no longer valid"), and the next write, the one that records the
+    interrupted trial as failed, then fails: the search ended in "the study storage
+    stopped taking writes" (exit 1) instead of a clean stop, its trial left RUNNING. Inside
+    a :class:`HeldStops` the call is its :meth:`HeldStops.holding`; outside one, a
+    :class:`HeldStops` of its own holds them. Calls nested in a held one, and calls off
+    the main thread (a heartbeat), just run.
+    """
+
+    @functools.wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        if threading.current_thread() is not threading.main_thread():
+            return func(*args, **kwargs)
+        held = _innermost
+        if held is None:
+            with HeldStops() as own, own.released(), own.holding():
+                return func(*args, **kwargs)
+        with held.holding():
+            return func(*args, **kwargs)
+
+    return run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import random
@@ -430,7 +431,9 @@ def missing_storage(url: str) -> str | None:
 def open_storage(url: str, *, create: bool = True) -> Any:
     """An Optuna storage for ``url``: ``journal:PATH`` is a journal file; anything else is
     an RDB URL (SQLite, PostgreSQL, MySQL), opened with heartbeats so that a trial whose
-    process was killed is marked FAIL by the next run.
+    process was killed is marked FAIL by the next run (behind Optuna's cache, as
+    ``optuna.create_study`` would put it; the RDB storage is its ``_backend``). Stop
+    signals wait for each of its calls to end (``_stops_held_in``).
 
     ``create=False`` (a reader: a report, ``--finish``): a SQLite or journal file that is
     not there is refused (``UsageError``) rather than made."""
@@ -443,11 +446,13 @@ def open_storage(url: str, *, create: bool = True) -> Any:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend
 
-            return optuna.storages.JournalStorage(JournalFileBackend(str(journal_path(url))))
+            journal = JournalFileBackend(str(journal_path(url)))
+            return _stops_held_in(optuna.storages.JournalStorage(journal))
         storage = _rdb_storage(_with_driver(url), interval, grace)
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)
-        return storage
+        # the cache Optuna puts in front of an RDB storage, so that its own work is held too
+        return _stops_held_in(optuna.storages.get_storage(storage))
     except Exception as exc:
         hint = ""
         if isinstance(exc, ImportError) and url.startswith("postgresql"):
@@ -461,6 +466,21 @@ def open_storage(url: str, *, create: bool = True) -> Any:
             "postgresql://user@host/db, mysql://...) or journal:PATH for a journal file; "
             "nothing was written"
         ) from exc
+
+
+def _stops_held_in(storage: Any) -> Any:
+    """``storage``, each of its methods run with stop signals held until it returns
+    (``autotune.core.signals.stops_held``), in this one place so that no call site can
+    forget it: a Ctrl-C or SIGTERM that landed inside a write (a trial's intermediate value
+    as its burst ran) left Optuna's SQLAlchemy session unusable, and the write marking the
+    interrupted trial failed then failed too. The methods are the instance's own
+    attributes, so ``type(storage)`` and Optuna's ``isinstance`` checks are unchanged."""
+    from autotune.core.signals import stops_held
+
+    for name, _ in inspect.getmembers(type(storage), inspect.isfunction):
+        if not name.startswith("__"):
+            setattr(storage, name, stops_held(getattr(storage, name)))
+    return storage
 
 
 def _with_driver(url: str) -> str:

@@ -5,6 +5,11 @@ Optuna's ``_run_trial`` stores the outcome in a ``try`` whose ``finally`` reads 
 SIGTERM and SIGHUP) escaped it: the search ended in ``UnboundLocalError`` with a
 traceback (CI, the real-burst kill suite, seed 20, kill 15). The search now holds stop
 signals outside its objective (``HeldStops``) and handles them once the outcome is stored.
+
+A stop that lands inside a storage call (a trial's intermediate value written as its burst
+runs) waits for the call to end (``stops_held``): a ``KeyboardInterrupt`` inside
+SQLAlchemy's session left it unusable, and the write marking the trial failed then failed
+too ("the study storage stopped taking writes", exit 1; the real-burst kill suite, seed 20).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Any
 import optuna
 import pytest
 from optuna.storages import RDBStorage
+from optuna.trial import TrialState
 
 from autotune.cli.search import StopSignal, _stop_signals_as_interrupt
-from autotune.core.signals import HeldStops
+from autotune.core.signals import HeldStops, stops_held
+from autotune.study.storage.optuna_glue import open_storage, quiet_optuna, storage_failures
 from autotune.testing.burst import FakeBurst, run
 
 
@@ -117,3 +124,86 @@ def test_held_stops_leaves_an_ignored_signal_ignored() -> None:
                 signal.raise_signal(signal.SIGHUP)
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+# -- a stop inside a storage call ------------------------------------------------------------
+
+
+def _stop_inside_the_next_call(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """``arm()``: the next storage call gets SIGTERM inside the session ``close`` Optuna
+    runs after each call, right after SQLAlchemy killed the session's identity map and
+    before it made a new one: a ``KeyboardInterrupt`` there leaves the session unusable
+    ("cannot be converted to 'persistent' state, as this identity map is no longer
+    valid"), as it did in the real-burst kill suite."""
+    from sqlalchemy.orm import identity
+
+    kill = identity.IdentityMap._kill
+    armed: list[bool] = []
+
+    def killing(self: identity.IdentityMap) -> None:
+        kill(self)
+        if armed:
+            armed.clear()
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(identity.IdentityMap, "_kill", killing)
+    return lambda: armed.append(True)
+
+
+def test_a_stop_inside_a_trial_s_storage_write_waits_for_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_handlers: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    arm = _stop_inside_the_next_call(monkeypatch)
+
+    def objective(trial: optuna.Trial) -> float:  # as the search's: its burst reports steps
+        for step in range(3):
+            if trial.number == 1 and step == 1:
+                arm()
+            trial.report(float(step), step)
+        return 1.0
+
+    with pytest.raises(StopSignal), storage_failures(url), quiet_optuna(), HeldStops() as held:
+        study.optimize(
+            held.let_through(objective), n_trials=3, callbacks=[held.replay], gc_after_trial=False
+        )
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert trials[1].intermediate_values == {0: 0.0, 1: 1.0}  # the write it landed in is kept
+
+
+def test_a_stop_inside_a_storage_write_outside_the_trials_waits_for_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_handlers: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="s")
+    _stop_inside_the_next_call(monkeypatch)()
+    with pytest.raises(StopSignal):
+        study.set_user_attr("ledger", 1)  # as the search's, after its trials
+    study.set_user_attr("searching", None)  # the clean-up on the way out still writes
+    assert optuna.load_study(study_name="s", storage=url).user_attrs == {
+        "ledger": 1,
+        "searching": None,
+    }
+    assert signal.getsignal(signal.SIGTERM).__name__ == "handler"  # the CLI's, restored
+
+
+def test_a_stop_held_in_a_call_is_handled_after_it_even_when_it_raises(
+    cli_handlers: None,
+) -> None:
+    @stops_held
+    def failing() -> None:
+        signal.raise_signal(signal.SIGTERM)
+        raise ValueError("the storage's own error, which its caller may catch")
+
+    with pytest.raises(StopSignal) as stopped:  # outside a HeldStops: its own
+        failing()
+    assert isinstance(stopped.value.__context__, ValueError)
+    with HeldStops() as held, held.released(), pytest.raises(StopSignal):  # in a trial
+        failing()
+    with HeldStops() as held:  # in Optuna's bookkeeping: held on, until the replay
+        with pytest.raises(ValueError):
+            failing()
+        with pytest.raises(StopSignal):
+            held.replay()

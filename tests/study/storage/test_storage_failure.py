@@ -62,7 +62,7 @@ def test_a_sqlite_study_waits_for_a_lock_unless_its_url_says_how_long(
     tmp_path: Path, query: str, wait_ms: float
 ) -> None:
     storage = open_storage(f"sqlite:///{tmp_path / 's.db'}{query}")
-    with storage.engine.connect() as connection:
+    with storage._backend.engine.connect() as connection:
         busy = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
     assert busy == wait_ms
     assert SQLITE_BUSY_TIMEOUT_S > 5  # longer than SQLite's own wait through SQLAlchemy
