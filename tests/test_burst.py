@@ -15,6 +15,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +42,9 @@ from processes import left_behind
 from autotune.testing.fake_caps import cpu_caps
 
 CPU_CAPS = cpu_caps(peak_flops_bf16=2e11, peak_flops_fp32=1e11)
+# torch's intra-op threads as a fresh process of this environment starts with: read as the
+# tests are collected, before any test sets them (the ``one_thread`` fixture, a trial's cap)
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def fake(name: str, **args: object) -> fake_models.ModelSpec:
@@ -101,13 +105,7 @@ def test_ok_run_throughput_from_median(ok_run: BurstResult) -> None:
 
 
 def test_a_burst_runs_on_the_threads_it_is_given(ok_run: BurstResult) -> None:
-    fresh = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert ok_run.threads == int(fresh.stdout)  # torch's default in a fresh process
+    assert ok_run.threads == TORCH_DEFAULT_THREADS  # torch's default in a fresh process
     capped = run_burst(
         fake("oom_spec"), TrainConfig(micro_batch=2, seq_len=16), steps=1, warmup=0, threads=1
     )
@@ -239,10 +237,13 @@ def test_cpu_budget_watchdog_stops_the_trial() -> None:
     assert_no_children()
 
 
-def test_on_step_false_prunes_and_pickled_spec_travels(monkeypatch: pytest.MonkeyPatch) -> None:
-    # No source: the spec is pickled, so its module must be importable in the trial.
-    monkeypatch.setenv("PYTHONPATH", str(Path(FAKES).parent))
-    spec = dataclasses.replace(fake_models.fake_spec, source="")
+def test_on_step_false_prunes_and_pickled_spec_travels() -> None:
+    # No source: the spec is pickled, so its module must be importable in the trial. A
+    # built-in one is, in the tests' own environment (its zygote serves: a start is 3-4 s);
+    # a user's module on PYTHONPATH reaches the trial: test_from_a_source_checkout_...
+    small = {"vocab_size": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16}
+    spec = dataclasses.replace(load_model("text-regressor").with_args(**small), source="")
+    assert SpecRef.of(spec).pickled is not None
     calls: list[tuple[int, float]] = []
 
     def on_step(index: int, seconds: float) -> bool:
@@ -547,31 +548,32 @@ def test_what_a_trial_writes_after_its_parent_died_goes_with_its_group(short_tmp
     assert not workdir.exists()
 
 
+class _KilledAtTheStart(BaseException):
+    """As if the search were SIGKILLed there: no handler of the burst's catches it."""
+
+
 def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(
-    tmp_path: Path, short_tmp: Path
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The parent makes no folder for a one-process trial (its request is a file with no
-    name), so a search killed at the moment it starts one leaves nothing behind."""
-    script = (
-        "import os, subprocess\n"
-        "from autotune.burst import supervisor\n"
-        "from autotune.config.train_config import TrainConfig\n"
-        "from autotune.models.registry import load_model\n"
-        "def killed(*a, **k):\n    os._exit(9)  # as if SIGKILLed as the trial started\n"
-        "subprocess.Popen = killed\n"
-        f"spec = load_model({FAKES!r} + ':oom_spec')\n"
-        "supervisor.run_burst(spec, TrainConfig(micro_batch=2, seq_len=16), steps=1, warmup=0)\n"
-    )
-    tmp = short_tmp
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")},
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 9, done.stderr
-    assert list(tmp.iterdir()) == []
+    name), so a search killed at the moment it starts one leaves nothing behind: the
+    temporary folder is looked at as the trial's process is started (a fresh one here, so
+    that its start is ``subprocess.Popen``), and the burst ends there. In this process (a
+    search of its own to kill was 4-8 s of imports on the 2-core CPU)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    monkeypatch.setenv(SWITCH_ENV, "0")
+    seen: list[list[str]] = []
+
+    def killed(*args: object, **kwargs: object) -> None:
+        seen.append(sorted(p.name for p in short_tmp.iterdir()))
+        raise _KilledAtTheStart
+
+    monkeypatch.setattr(subprocess, "Popen", killed)
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    with pytest.raises(_KilledAtTheStart):
+        run_burst(fake("oom_spec"), config, steps=1, warmup=0, device_caps=CPU_CAPS)
+    assert seen == [[]]
 
 
 @pytest.fixture(scope="module")
@@ -673,7 +675,9 @@ def test_a_trial_asks_for_its_temporary_folder_without_writing_a_probe_file(
     assert not any(folder.iterdir())
 
 
-def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) -> None:
+def test_from_a_source_checkout_the_child_imports_this_autotune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The child's PYTHONPATH starts with the checkout that holds pyproject.toml (the
     package moved a folder deeper once, and the lookup silently stopped finding it)."""
     from autotune.burst.process import child_env
@@ -682,6 +686,10 @@ def test_from_a_source_checkout_the_child_imports_this_autotune(tmp_path: Path) 
     assert (root / "pyproject.toml").is_file()
     env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(root)
+    # and the user's own path after it: a pickled spec's module may be found there
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mine"))
+    env = child_env(tmp_path / "w", TrainConfig(micro_batch=1, seq_len=8))
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(root), str(tmp_path / "mine")]
 
 
 def test_the_trial_removes_its_folder_once_its_result_is_sent(
