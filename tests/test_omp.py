@@ -69,7 +69,14 @@ def test_no_start_assumes_spinning_and_the_refinement_tries_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "user", "seen"), [(SPIN, None, "ACTIVE"), (PLAIN, "PASSIVE", "PASSIVE")]
+    ("config", "user", "seen"),
+    [
+        (SPIN, None, "ACTIVE"),
+        # each case a zygote of its own (its environment: 3-4 s on the 2-core CPU); the
+        # user's policy kept is test_a_spinning_config_asks_for_active_and_another_keeps_
+        # the_users_policy (the child's environment is omp.environment_for's, as above)
+        pytest.param(PLAIN, "PASSIVE", "PASSIVE", marks=pytest.mark.slow),
+    ],
 )
 def test_a_burst_child_starts_with_the_configs_wait_policy(
     tmp_path: Path,
