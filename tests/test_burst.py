@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from autotune.burst import trial as _trial
-from autotune.burst.request import SpecRef
+from autotune.burst.request import BurstRequest, SpecRef, write_request
 from autotune.burst.result import BurstResult, percentile, step_figures
 from autotune.burst.supervisor import run_burst
 from autotune.burst.trial_report import describe_exit
@@ -441,7 +441,11 @@ def test_on_step_exception_ends_the_trial_and_propagates() -> None:
     assert_no_children()
 
 
+@pytest.mark.slow  # a search of its own and its zygote: 8 s of imports on the 2-core CPU
 def test_trial_ends_when_its_parent_dies(tmp_path: Path) -> None:
+    """The whole path, a search SIGKILLed while its trial steps; in the default tier, the
+    trial's own process following the search it names: test_a_trial_started_for_a_parent_
+    already_gone_ends_at_once, and _follow_parent's tests below."""
     pid_file = tmp_path / "pids.json"
     script = (
         "from autotune.burst.supervisor import run_burst\n"
@@ -499,6 +503,37 @@ def test_a_trial_whose_parent_died_before_it_started_cleans_up(tmp_path: Path) -
         [sys.executable, "-c", script], start_new_session=True, timeout=30, check=False
     )
     assert trial.returncode in (1, -9) and not workdir.exists()
+
+
+def test_a_trial_started_for_a_parent_already_gone_ends_at_once(short_tmp: Path) -> None:
+    """``python -m autotune.burst.child`` follows the search that
+    ``AUTOTUNE_BURST_PARENT`` names, not its own parent (this process, alive, which would
+    let its trial sleep for two minutes): a search killed as it started the trial is gone,
+    so the trial ends at once and makes no folder."""
+    config = TrainConfig(micro_batch=2, seq_len=16)
+    request = BurstRequest(
+        spec=SpecRef.of(fake("sleep_spec")), config=config, steps=1, warmup=0, device="cpu", seed=0
+    )
+    env = {**os.environ, "TMPDIR": str(short_tmp), "AUTOTUNE_BURST_PARENT": str(_dead_pid())}
+    read_fd, write_fd = os.pipe()
+    try:
+        with tempfile.TemporaryFile() as file:
+            write_request(file, request)
+            child = ["autotune.burst.child", f"fd:{file.fileno()}", str(write_fd)]
+            done = subprocess.run(
+                [sys.executable, "-m", *child],
+                pass_fds=(write_fd, file.fileno()),
+                env=env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+                start_new_session=True,
+            )
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert done.returncode in (1, -9), done.stderr
+    assert list(short_tmp.iterdir()) == []
 
 
 def test_a_trial_makes_no_folder_once_its_parent_is_gone(short_tmp: Path) -> None:
