@@ -353,6 +353,40 @@ def test_a_build_that_stops_its_zygote_costs_its_burst_seconds_not_a_minute(
     assert after["ppid"] in zygotes.pids() and after["ppid"] != stopped
 
 
+def test_a_stopped_zygote_gives_the_next_trial_to_a_new_one_at_once(tmp_path: Path) -> None:
+    """A zygote stopped between two trials (by hand): the next spawn of its environment
+    notices it at once, says so, kills it and has the trial forked by a new zygote; the
+    environment is not given up (a silent zygote's is: test_an_environment_whose_...)."""
+    env = _light_env(tmp_path)
+    pool = zygote_module.Zygotes()
+    stopped = Zygote(env)
+    pool._live[(False, *sorted(env.items()))] = stopped
+    os.kill(stopped.proc.pid, signal.SIGSTOP)
+    result_read, result_write = os.pipe()
+    try:
+        with tempfile.TemporaryFile() as request, open(os.devnull, "wb") as log:
+            _write_sleeping_request(request)
+            fds = {"request_fd": request.fileno(), "write_fd": result_write, "log_fd": log.fileno()}
+            started = time.monotonic()
+            with pytest.warns(RuntimeWarning, match=f"process {stopped.proc.pid} was stopped"):
+                forked = pool.spawn(env, compiled=False, **fds)
+            assert time.monotonic() - started < 10.0  # (the reply timeout was 60 s)
+        assert forked is not None and forked.zygote is not stopped
+        assert forked.zygote.proc.pid in pool.pids() and pool.failures() == {}
+        assert stopped.proc.returncode == -signal.SIGKILL
+        os.killpg(forked.pid, signal.SIGKILL)
+        assert forked.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for fd in (result_read, result_write):
+            os.close(fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped.proc.pid, signal.SIGKILL)
+        pool.close()
+
+
+# the same through real bursts (a zygote of trials, and a new one: 5 s on the 2-core CPU);
+# its parts in the default tier: the test above, and a trial's build that stops its zygote
+@pytest.mark.slow
 def test_a_zygote_stopped_by_hand_costs_the_next_burst_a_new_zygote_not_a_minute(
     tmp_path: Path,
 ) -> None:
