@@ -110,6 +110,20 @@ def test_a_compiled_trial_comes_from_a_zygote_with_inductor_loaded(tmp_path: Pat
     assert compiled["ppid"] != eager["ppid"] and compiled["ppid"] in zygotes.pids()
 
 
+def test_warm_start_is_for_one_process_cpu_trials_unless_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision alone; a trial refused a zygote runs as a fresh interpreter through a
+    real burst in test_a_zygote_that_cannot_start_leaves_its_trials_to_fresh_processes."""
+    monkeypatch.delenv(SWITCH_ENV, raising=False)
+    assert zygote_module.warm_start_allowed(on_cuda=False, nproc=1)
+    assert not zygote_module.warm_start_allowed(on_cuda=True, nproc=1)
+    assert not zygote_module.warm_start_allowed(on_cuda=False, nproc=2)
+    monkeypatch.setenv(SWITCH_ENV, "0")
+    assert not zygote_module.warm_start_allowed(on_cuda=False, nproc=1)
+
+
+@pytest.mark.slow  # a fresh interpreter's imports: 4-5 s on the 2-core CPU; its parts above
 def test_warm_start_off_starts_a_fresh_interpreter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
