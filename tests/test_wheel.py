@@ -164,6 +164,15 @@ def test_models_and_presets_are_found_inside_the_installed_package(
     assert Path(found["presets"]).resolve().is_relative_to(venv.resolve())
 
 
+def test_installed_console_script_runs_from_another_directory(venv: Path, tmp_path: Path) -> None:
+    version = _run([str(venv / "bin" / "autotune"), "--version"], cwd=tmp_path).stdout
+    assert version.startswith("autotune ")
+
+
+# torch and its compiler imported for the probe: 5 s on the 2-core CPU. The console script
+# runs above, the installed package imports torch in test_models_and_presets_are_found_...,
+# and the probe's JSON is tests/cli/test_probe.py's.
+@pytest.mark.slow
 def test_installed_console_script_probes_from_another_directory(venv: Path, tmp_path: Path) -> None:
     result = _run([str(venv / "bin" / "autotune"), "probe", "--json"], cwd=tmp_path)
     data = json.loads(result.stdout)
@@ -171,8 +180,6 @@ def test_installed_console_script_probes_from_another_directory(venv: Path, tmp_
     assert data["default_device"] in ("cpu", "cuda:0")
     assert data["cpu"]["logical_cores"] >= 1
     assert data["software"]["autotune_version"]
-    version = _run([str(venv / "bin" / "autotune"), "--version"], cwd=tmp_path).stdout
-    assert version.startswith("autotune ")
 
 
 def test_the_wheel_is_the_distributions_own_name_and_lists_its_presets(
