@@ -45,6 +45,7 @@ def write_report(
     plots.require_matplotlib()
     data = load_report_data(source, storage=storage, runs_dir=runs_dir)
     _refuse_inputs(data, out=out, png=png)
+    _check_folders(out=out, png=png)  # before the plots are drawn (seconds)
     if out is not None:
         text = page.render_html(data)
         with _writing(out, "--out"):
@@ -80,13 +81,29 @@ def _refuse_inputs(data: ReportData, *, out: str | Path | None, png: str | Path 
         written[target] = flag
 
 
+def _check_folders(*, out: str | Path | None, png: str | Path | None) -> None:
+    """A file whose folder does not exist (or is a file) cannot be written: said before
+    the page is drawn, in the words a failed write would have."""
+    for path, flag in ((out, "--out"), (png, "--png")):
+        if path is None:
+            continue
+        folder = Path(path).expanduser().parent
+        if not folder.is_dir():
+            why = "Not a directory" if folder.exists() else "No such file or directory"
+            raise _cannot_write(path, flag, why)
+
+
 @contextlib.contextmanager
 def _writing(path: str | Path, flag: str) -> Iterator[None]:
     """A file that cannot be written is the user's to fix: a one-paragraph error."""
     try:
         yield
     except OSError as exc:
-        raise UsageError(
-            f"{flag} {str(path)!r}: cannot write it ({exc.strerror or exc}); give a path in "
-            "a folder that exists and that you can write to"
-        ) from None
+        raise _cannot_write(path, flag, exc.strerror or str(exc)) from None
+
+
+def _cannot_write(path: str | Path, flag: str, why: str) -> UsageError:
+    return UsageError(
+        f"{flag} {str(path)!r}: cannot write it ({why}); give a path in a folder that "
+        "exists and that you can write to"
+    )

@@ -116,7 +116,28 @@ def test_an_unwritable_out_is_exit_2(searched: Searched, tmp_path: Path) -> None
     (tmp_path / "file").write_text("not a folder")
     result = report(str(searched.preset), "--out", str(tmp_path / "file" / "r.html"))
     assert result.exit_code == 2 and "--out" in result.stderr
-    assert "Traceback" not in result.output
+    assert "Not a directory" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("flag", ["--out", "--png"])
+def test_a_missing_folder_is_refused_before_the_page_is_drawn(
+    searched: Searched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str
+) -> None:
+    """Drawing the plots takes seconds: a file that cannot be written is said first."""
+    import autotune.report.page
+    import autotune.report.plots
+
+    def drawn(*args: object, **kwargs: object) -> None:
+        raise AssertionError("drawn before the folder was checked")
+
+    monkeypatch.setattr(autotune.report.page, "render_html", drawn)
+    monkeypatch.setattr(autotune.report.plots, "summary_png", drawn)
+    out = {"--out": tmp_path / "r.html", "--png": tmp_path / "s.png"}
+    out[flag] = tmp_path / "no" / "such" / out[flag].name
+    result = report(str(searched.preset), "--out", str(out["--out"]), "--png", str(out["--png"]))
+    assert result.exit_code == 2, result.output
+    assert f"{flag} '{out[flag]}': cannot write it (No such file or directory)" in result.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_out_or_png_on_the_report_s_own_input_is_exit_2_and_keeps_it(
