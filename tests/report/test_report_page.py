@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 from conftest import Searched
 
-from autotune.report import load_report_data, write_report
+from autotune.report import ReportData, load_report_data, write_report
 from autotune.report.page import SECTIONS, race_html, render_html
 from autotune.report.plots import knob_values
 from autotune.study.trials.records import TrialRecord
@@ -35,12 +36,27 @@ def _assert_offline(page: str) -> None:
     assert "http://" not in leftover and "https://" not in leftover
 
 
-def test_the_report_of_a_study_has_every_section_and_plot(
-    searched: Searched, tmp_path: Path
-) -> None:
-    out, png = tmp_path / "report.html", tmp_path / "summary.png"
+@dataclass(frozen=True)
+class Written:
+    data: ReportData
+    page: str
+    png: Path
+
+
+@pytest.fixture(scope="module")
+def preset_report(searched: Searched, tmp_path_factory: pytest.TempPathFactory) -> Written:
+    """The page and the summary PNG of the study's preset, written once for the tests that
+    read them (a page is 2 s of plots on the 2-core CPU)."""
+    folder = tmp_path_factory.mktemp("preset-report")
+    out, png = folder / "report.html", folder / "summary.png"
     data = write_report(searched.preset, out=out, png=png)
-    page = out.read_text(encoding="utf-8")
+    return Written(data=data, page=out.read_text(encoding="utf-8"), png=png)
+
+
+def test_the_report_of_a_study_has_every_section_and_plot(
+    searched: Searched, preset_report: Written
+) -> None:
+    data, page, png = preset_report.data, preset_report.page, preset_report.png
     sections = _sections(page)
     assert list(sections) == [sid for sid, _ in SECTIONS]
     finalists = "race" if data.race else "finalists"  # a search that raced records it
@@ -67,10 +83,11 @@ def test_the_report_of_a_study_has_every_section_and_plot(
     assert f"{ledger.configs} configs measured" in sections["summary"]
 
 
-def test_the_history_marks_infeasible_pruned_and_failed_trials_apart(searched: Searched) -> None:
+def test_the_history_marks_infeasible_pruned_and_failed_trials_apart(
+    searched: Searched, preset_report: Written
+) -> None:
     counts = searched.result.counts()
-    page = render_html(load_report_data(searched.preset))
-    history = _sections(page)["history"]
+    history = _sections(preset_report.page)["history"]
     # the legend counts each kind (the SVG draws text as paths; its aria/title text is not
     # kept, so read the counts from the trial table instead, and the legend from the data)
     rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td>([^<]+)</td>", history)
@@ -84,9 +101,10 @@ def test_the_history_marks_infeasible_pruned_and_failed_trials_apart(searched: S
     assert "crash" in statuses
 
 
-def test_the_winner_is_shown_as_a_diff_against_naive(searched: Searched) -> None:
-    page = render_html(load_report_data(searched.preset))
-    config = _sections(page)["config"]
+def test_the_winner_is_shown_as_a_diff_against_naive(
+    searched: Searched, preset_report: Written
+) -> None:
+    config = _sections(preset_report.page)["config"]
     best, naive = searched.result.best, searched.result.naive
     assert best is not None and naive is not None
     changed = {k for k in best.config if best.config[k] != naive.config[k]}
