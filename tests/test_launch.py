@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fake_lm import FAKE_LM
 
-from autotune.core.errors import ConfigError, UsageError
+from autotune.core.errors import ConfigError, ModelLoadError, UsageError
 from autotune.machine.hardware import probe
 from autotune.train.launch import prepare_training
 
@@ -52,3 +52,25 @@ def test_option_names_put_the_callers_words_in_errors() -> None:
 def test_the_config_is_checked_on_the_device() -> None:
     with pytest.raises(ConfigError, match="fp16 needs a CUDA device"):
         prepare_training(model=MODEL, device="cpu", overrides=["config.precision=fp16"])
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ({"model": "no_such_file.py:spec"}, ModelLoadError),
+        ({"preset": "no_such_preset.yaml"}, UsageError),
+    ],
+)
+def test_a_model_or_preset_that_does_not_load_is_said_before_the_machine_is_probed(
+    monkeypatch: pytest.MonkeyPatch, source: dict[str, str], error: type[Exception]
+) -> None:
+    """The probe takes seconds (torch's compiler is imported to answer for torch.compile):
+    a mistake in what the user named comes first."""
+    import autotune.machine.hardware
+
+    def probed() -> None:
+        raise AssertionError("probed before the model or preset loaded")
+
+    monkeypatch.setattr(autotune.machine.hardware, "probe", probed)
+    with pytest.raises(error):
+        prepare_training(**source)  # type: ignore[arg-type]

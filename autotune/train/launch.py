@@ -185,10 +185,11 @@ def prepare_training(
         eval_interval=eval_interval,
         names=names,
     )
-    profile = profile or probe()
+    # the preset or the model first: a mistake in either is said before the probe's seconds
     report: PortabilityReport | None = None
     if preset is not None:
         loaded = load_preset(resolve_preset(str(preset)))
+        profile = profile or probe()
         wanted = device or default_device_for(loaded, profile)
         report = check_portability(loaded, profile, rank_device(wanted), force=force)
         if warn is not None:
@@ -198,6 +199,7 @@ def prepare_training(
         config, training, name = loaded.config, loaded.training, loaded.name
     else:
         spec = load_model(str(model), model_args)
+        profile = profile or probe()
         wanted = device or profile.default_device
         config = TrainConfig(micro_batch=spec.global_batch, seq_len=spec.seq_len)
         training, name = TrainingDefaults(), spec.name
