@@ -161,7 +161,6 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
     ]
     if not alike:
         return None
-    kind = state.space.device_kind
     if eager:
         model = model_code_key(config)
         walls = [r.wall_s or 0.0 for r in alike if model_code_key(r.config) == model]
@@ -170,6 +169,7 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         return statistics.median(r.wall_s or 0.0 for r in alike), (
             "the median trial without compile so far"
         )
+    kind = state.space.device_kind
     key = compiled_code_key(config, kind)
     same = [r for r in alike if r.compile_s and compiled_code_key(r.config, kind) == key]
     records = list(state.records.values())
