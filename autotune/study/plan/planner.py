@@ -24,8 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.units import format_bytes
+from autotune.study.plan.stopping import stop_reason
 from autotune.study.race.finalist_race import DEFAULT_FINALISTS, behind_the_best
-from autotune.study.trials.records import TrialRecord, distinct_best, summarize_config
+from autotune.study.trials.records import (
+    SearchEvent,
+    TrialRecord,
+    distinct_best,
+    summarize_config,
+)
 from autotune.study.trials.trial_cost import compiled_code_key, will_not_finish
 
 if TYPE_CHECKING:
@@ -35,8 +41,9 @@ if TYPE_CHECKING:
     from autotune.explain.verdict import StepVerdict
     from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
-    from autotune.study.plan.memory_model import MemoryVerdict
-    from autotune.study.session.state import SearchState
+    from autotune.study.plan.memory_model import MemoryModel, MemoryVerdict
+    from autotune.study.session.context import SearchContext
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = ["OUTDATED_MARGIN", "Planner"]
 
@@ -74,7 +81,8 @@ class Planner:
     """Queues the configs the search runs before the sampler's own proposals, and stops
     the search when it has reason to."""
 
-    state: SearchState
+    context: SearchContext
+    log: TrialLog  # written here alone, in this process's search (``after_trial``)
     caps: DeviceCaps | None = None  # the device (for the guides' configs); None: the guess
     here: Fingerprint | None = None  # this device's, for a shipped preset measured on one alike
     use_experts: bool = False  # no warm start: queue the expert starts after naive
@@ -91,11 +99,12 @@ class Planner:
     # compiled refinements waiting on their screen (``screen_compiles``): the eager
     # twin's key -> (the compiled config, the trial it refines)
     screened: dict[tuple[Any, ...], tuple[TrainConfig, int]] = field(default_factory=dict)
+    budget_problem: str = ""  # why even the smallest config does not fit ("": it may)
 
     def ruled_out(self, config: TrainConfig) -> MemoryVerdict | None:
         """Why ``config`` is not worth a burst (dominated by a known OOM, predicted over
         the budget), or None to run it."""
-        return self.state.memory.verdict(config)
+        return self.log.memory.verdict(config)
 
     # -- the starts --------------------------------------------------------------------
     def enqueue_starts(self, study: optuna.Study, warm_start: str | Path | None) -> None:
@@ -104,7 +113,7 @@ class Planner:
         Under a short time limit (``QUICK_LIMIT_S``) the quick start runs before naive."""
         if warm_start is None:
             self.enqueue_quick_start(study)
-        self._queue(study, self.state.space.naive(), role="naive")
+        self._queue(study, self.context.space.naive(), role="naive")
         if warm_start is None:
             self.use_experts = True
             self.enqueue_experts(study)
@@ -117,21 +126,21 @@ class Planner:
         (``playbook.quick_start``), saying why in one line: in such a limit the first
         trial is often the only one besides naive, and naive (micro-batch 1) is what a
         user would not train with. Not on a resume that measured anything already."""
-        state = self.state
-        limit = state.limits.time_limit_s
-        if self.caps is None or limit is None or limit > QUICK_LIMIT_S or state.records:
+        context, log = self.context, self.log
+        limit = context.limits.time_limit_s
+        if self.caps is None or limit is None or limit > QUICK_LIMIT_S or log.records:
             return
         from autotune.study.plan.playbook import quick_start
 
-        config = quick_start(state.space, state.spec, memory=state.memory)
-        naive = state.space.key(config) == state.space.key(state.space.naive())
+        config = quick_start(context.space, context.spec, memory=log.memory)
+        naive = context.space.key(config) == context.space.key(context.space.naive())
         if (
-            state.space.contains(config)
+            context.space.contains(config)
             and not naive
             and self._queue(study, config, role="quick-start")
         ):
-            shown = summarize_config(config.to_dict(), state.spec.size_name)
-            state.note(
+            shown = summarize_config(config.to_dict(), context.spec.size_name)
+            context.note(
                 f"a time limit of {limit:g} s leaves no time for a first compile: the quick "
                 f"start ({shown}) runs first, then naive"
             )
@@ -140,11 +149,11 @@ class Planner:
         from autotune.preset import load_preset
         from autotune.study.plan.playbook import warm_start_config
 
-        space = self.state.space
+        space = self.context.space
         config = warm_start_config(space, load_preset(warm_start).config)
         if not space.contains(config):
-            shown = summarize_config(config.to_dict(), self.state.spec.size_name)
-            self.state.note(
+            shown = summarize_config(config.to_dict(), self.context.spec.size_name)
+            self.context.note(
                 f"warm start: the config of {str(warm_start)!r} ({shown}) is outside this "
                 "search space (restricted knobs, another device or model); starting without it"
             )
@@ -153,33 +162,33 @@ class Planner:
         for i, cand in enumerate([config, *space.neighbours(config)]):
             if self._queue(study, cand, role="warm-start" if i == 0 else ""):
                 queued += 1
-        self.state.note(f"warm start from {str(warm_start)!r}: {queued} configs queued first")
+        self.context.note(f"warm start from {str(warm_start)!r}: {queued} configs queued first")
 
     def measure_timed_out_again(self, study: optuna.Study) -> None:
         """On a resume with a longer ``--burst-timeout``: queue the configs whose bursts ran
-        out a shorter one and that have no result since (``SearchState.timed_out_sooner``),
+        out a shorter one and that have no result since (``TrialLog.timed_out_sooner``),
         each in its trial's role, and say so in one line. Their timeouts told nothing of
         them under the longer limit; other failures (OOM, over budget, crash) stand. So do
         the timeouts of trials that did not record their limit (an older autotune's): the
         line says so."""
-        state = self.state
+        context, log = self.context, self.log
         again: dict[tuple[Any, ...], TrialRecord] = {}
         unknown = 0
-        for record in state.trials_in_order():
+        for record in log.trials_in_order():
             config = _timed_out_config(record)
-            if config is None or not state.space.contains(config):
+            if config is None or not context.space.contains(config):
                 continue
-            standing = state.record_of(config)
-            if standing is None and state.timed_out_sooner(record):
-                again.setdefault(state.space.key(config), record)
+            standing = log.record_of(config)
+            if standing is None and log.timed_out_sooner(record):
+                again.setdefault(context.space.key(config), record)
             elif record.burst_timeout_s is None and standing is record:  # its limit unknown
                 unknown += 1
         for record in again.values():
             self._queue(study, record.train_config(), role=record.role)
-        if again and state.burst_limit_s is not None:
-            state.note(_timed_out_note(list(again.values()), state.burst_limit_s))
+        if again and context.burst_limit_s is not None:
+            context.note(_timed_out_note(list(again.values()), context.burst_limit_s))
         if unknown:
-            state.note(
+            context.note(
                 f"{unknown} config{'s' if unknown > 1 else ''} timed out in trials that did "
                 "not record their --burst-timeout (an older autotune ran them): those "
                 "timeouts stand whatever this search's limit; --study NAME measures them anew"
@@ -192,25 +201,25 @@ class Planner:
         is not known."""
         if not self.use_experts or self.experts_enqueued:
             return
-        state = self.state
-        naive = state.record_of(state.space.naive())
+        context, log = self.context, self.log
+        naive = log.record_of(context.space.naive())
         if naive is None or not naive.feasible:
             return
         self.experts_enqueued = True
         starts: list[tuple[str, TrainConfig, list[str]]]
         if self.caps is None:
-            starts = [("guess", state.space.guess(), [])]
+            starts = [("guess", context.space.guess(), [])]
         else:
             from autotune.study.plan.playbook import expert_starts
 
-            starts = expert_starts(state.space, state.spec, self.caps, memory=state.memory)
+            starts = expert_starts(context.space, context.spec, self.caps, memory=log.memory)
         if self.caps is not None:  # the quick start's values, eager, before any compile
-            starts = _quick_start_among(starts, state)
+            starts = _quick_start_among(starts, context, log.memory)
         if self.caps is not None and self.here is not None:
-            starts = _shipped_among(starts, state, self.caps, self.here)
+            starts = _shipped_among(starts, context, self.caps, self.here)
         for role, config, notes in starts:
             for message in notes:
-                state.note(message)
+                context.note(message)
             self.experts.append(config)
             self._queue(study, config, role=role)
 
@@ -218,7 +227,7 @@ class Planner:
         """The expert start the race measures against: the first expert start (the
         hand-tuned config, else the playbook's) that has a result within the budget."""
         for config in self.experts:
-            record = self.state.record_of(config)
+            record = self.log.record_of(config)
             if record is not None and record.feasible and record.ran:
                 return record
         return None
@@ -228,7 +237,18 @@ class Planner:
         """Optuna's callback: learn from the trial and queue what follows from it (whether
         the search stops after it: ``stop_reason``)."""
         record = TrialRecord.from_trial(frozen)
-        self.state.record_trial(record)
+        self.log.record_trial(record)
+        self.context.emit(
+            SearchEvent(
+                kind="trial",
+                trial=record,
+                best=self.log.best(),
+                elapsed_s=self.context.deadline.elapsed(),
+                time_left_s=self.context.deadline.left(),
+                trials_left=self.log.trials_left(),
+                unit=self.context.unit,
+            )
+        )
         self.explain_naive(record)
         self.check_budget(study)
         self.enqueue_experts(study)
@@ -239,11 +259,15 @@ class Planner:
         self.fit_with_checkpointing(study, record, frozen.user_attrs.get("refines"))
         self.vary_the_finalists(study)
 
-    def stop_reason(self, study: optuna.Study) -> str:
-        """Why the search stops after the trial just learnt from, or "" to go on
-        (``SearchState.stop_reason``, where a queued config that is expected to finish in
-        the time left for trials is reason to go on: ``next_that_fits``)."""
-        return self.state.stop_reason(next_fits=lambda: self.next_that_fits(study) is not None)
+    def stop_reason(self, study: optuna.Study | None) -> str:
+        """Why the search stops (after the trial just learnt from), or "" to go on: the
+        budget too small for any config (``budget_problem``), else ``stopping.stop_reason``,
+        where a queued config of ``study`` that is expected to finish in the time left for
+        trials is reason to go on (``next_that_fits``; None: before the first trial)."""
+        if self.budget_problem:
+            return "budget too small"
+        fits = None if study is None else (lambda: self.next_that_fits(study) is not None)
+        return stop_reason(self.context, self.log, next_fits=fits)
 
     def explain_naive(self, record: TrialRecord) -> None:
         """Once the naive trial ran, ask where its step's time goes (``explain``: a
@@ -252,12 +276,12 @@ class Planner:
             return
         verdict = self.explain(record.train_config()) if record.ran else None
         if verdict is None or not verdict.knobs:
-            self.state.note(
+            self.context.note(
                 "the naive config gave no profile: knobs are refined in their usual order"
             )
             return
         self.first_knobs = verdict.knobs
-        self.state.note(
+        self.context.note(
             f"the naive config is {verdict.kind} ({verdict.evidence}): "
             f"{', '.join(verdict.knobs)} are refined first"
         )
@@ -279,22 +303,22 @@ class Planner:
             return
         eager = config.replace(compile="off")
         role = f"{record.role}-eager"
-        if self.state.space.contains(eager) and self._queue(study, eager, role=role):
+        if self.context.space.contains(eager) and self._queue(study, eager, role=role):
             self.experts.append(eager)
-            self.state.note(
+            self.context.note(
                 f"trial #{record.number} (the {record.role} start) gave no result with "
                 f"compile={config.compile}: its config without compile is queued next"
             )
 
     def starts_waiting(self, study: optuna.Study) -> bool:
         """Whether an expert start is still queued in the study."""
-        space = self.state.space
+        space = self.context.space
         return any(_waiting(study, space.params_of(config)) for config in self.experts)
 
     def _starts_to_come(self) -> bool:
         """Whether the expert starts are still to be queued: they follow naive, which has
         not run yet (the quick start ran before it). Its refinement waits for them."""
-        naive_ran = self.state.record_of(self.state.space.naive()) is not None
+        naive_ran = self.log.record_of(self.context.space.naive()) is not None
         return self.use_experts and not self.experts_enqueued and not naive_ran
 
     def refine(self, study: optuna.Study, record: TrialRecord) -> None:
@@ -309,17 +333,17 @@ class Planner:
         neighbours cost nothing (the memory model skips them). While expert starts wait,
         the neighbours wait too: the best of the starts is refined once they have run, and
         no refinement of a start that a later start beats takes a trial."""
-        best = self.state.best()
+        best = self.log.best()
         if best is None or not (best.number == record.number or self.refine_due):
             return
         self.refine_due = self.starts_waiting(study) or self._starts_to_come()
         if self.refine_due or not best.ran or best.role == "naive":
             return
-        space, config = self.state.space, best.train_config()
+        space, config = self.context.space, best.train_config()
         workers = "num_workers" in self.first_knobs  # an input-bound naive: its workers too
         cands = space.neighbours(config, workers=workers, kernels=True)
         ordered = _cheap_after_the_first(
-            config, cands, self._verdict_rank, self.state.space.device_kind
+            config, cands, self._verdict_rank, self.context.space.device_kind
         )
         for cand, role in self.screen_compiles(config, ordered, refines=best.number):
             self._queue(study, cand, role=role, refines=best.number)
@@ -339,7 +363,7 @@ class Planner:
         that differs from it only outside the model) is not measured again."""
         if config.compile == "off":
             return [(cand, "refine") for cand in cands]
-        space = self.state.space
+        space = self.context.space
         code = compiled_code_key(config, space.device_kind)
         now: list[tuple[TrainConfig, str]] = []
         screens: list[TrainConfig] = []
@@ -370,7 +394,7 @@ class Planner:
         for key, (cand, refines) in self.screened.items():
             groups.setdefault(refines, []).append((key, cand))
         for refines, members in groups.items():
-            parent = self.state.records.get(refines)
+            parent = self.log.records.get(refines)
             base = None if parent is None else self._eager_record(parent.train_config())
             twins = [self._eager_record(cand) for _, cand in members]
             if base is None or any(t is None for t in twins):
@@ -389,12 +413,12 @@ class Planner:
         from that one only outside the model (OpenMP's policy, the workers: the same
         kernels), or None."""
         eager = config.replace(compile="off")
-        record = self.state.record_of(eager)
+        record = self.log.record_of(eager)
         if record is not None and record.finished:
             return record
-        kind = self.state.space.device_kind
+        kind = self.context.space.device_kind
         code = compiled_code_key(eager, kind)
-        for r in self.state.trials_in_order():
+        for r in self.log.trials_in_order():
             eager_too = r.finished and r.ran and r.config.get("compile", "off") == "off"
             if eager_too and compiled_code_key(r.config, kind) == code:
                 return r
@@ -421,9 +445,9 @@ class Planner:
             if self._compiled_beats(record):
                 continue
             config = record.train_config()
-            kind = self.state.space.device_kind
+            kind = self.context.space.device_kind
             code = compiled_code_key(config, kind)
-            for cand in self.state.space.neighbours(config, workers=workers, kernels=True):
+            for cand in self.context.space.neighbours(config, workers=workers, kernels=True):
                 if compiled_code_key(cand, kind) == code:
                     self._queue(study, cand, role="refine", refines=record.number)
 
@@ -431,7 +455,7 @@ class Planner:
         """The race's likely finalists worth a trial more: the top distinct configs but
         naive, those whose trial came far behind the best (``behind_the_best``) and those
         a later best outdated."""
-        top = distinct_best(list(self.state.records.values()))[:DEFAULT_FINALISTS]
+        top = distinct_best(list(self.log.records.values()))[:DEFAULT_FINALISTS]
         behind = behind_the_best(top)
         return [
             r
@@ -446,7 +470,7 @@ class Planner:
         config = record.train_config()
         if config.compile != "off":
             return False
-        kind = self.state.space.device_kind
+        kind = self.context.space.device_kind
         return any(
             r.ran
             and r.feasible
@@ -454,7 +478,7 @@ class Planner:
             and compiled_code_key(r.train_config().replace(compile="off"), kind)
             == compiled_code_key(config, kind)
             and (r.value or 0.0) > (record.value or 0.0)
-            for r in self.state.records.values()
+            for r in self.log.records.values()
         )
 
     def _verdict_rank(self, config: TrainConfig, cand: TrainConfig) -> int:
@@ -480,13 +504,13 @@ class Planner:
         if record.role not in roles or not record.infeasible or config.activation_checkpointing:
             return
         fitted = config.replace(activation_checkpointing=True)
-        if not self.state.space.contains(fitted):
+        if not self.context.space.contains(fitted):
             return
-        parent = self.state.records.get(refines) if isinstance(refines, int) else None
+        parent = self.log.records.get(refines) if isinstance(refines, int) else None
         if record.role == "screen" and parent is not None:
             compiled = fitted.replace(compile=parent.train_config().compile)
-            if compiled.compile != "off" and self.state.space.contains(compiled):
-                self.screened[self.state.space.key(fitted)] = (compiled, refines)
+            if compiled.compile != "off" and self.context.space.contains(compiled):
+                self.screened[self.context.space.key(fitted)] = (compiled, refines)
         self._queue(study, fitted, role=record.role, refines=refines)
 
     def outdated(self, refines: Any) -> str:
@@ -494,8 +518,8 @@ class Planner:
         a later best beats that trial by more than ``OUTDATED_MARGIN`` (its neighbours
         were queued when it led; the new best's come after them, and a short search runs
         out of time in between). "" to run it."""
-        best = self.state.best()
-        parent = self.state.records.get(refines) if isinstance(refines, int) else None
+        best = self.log.best()
+        parent = self.log.records.get(refines) if isinstance(refines, int) else None
         if best is None or parent is None or best.number == parent.number:
             return ""
         if (best.value or 0.0) <= (parent.value or 0.0) * (1 + OUTDATED_MARGIN):
@@ -512,7 +536,7 @@ class Planner:
         retry = record.ran and record.status in ("ok", "pruned") and record.role != "re-measure"
         if record.disturbed and retry:
             self.remeasure.append(record.train_config())
-        if not self.remeasure or self.state.busy_now():
+        if not self.remeasure or self.context.busy_now():
             return
         for config in self.remeasure:
             self._queue(study, config, role="re-measure", again=True)
@@ -521,25 +545,25 @@ class Planner:
     def check_budget(self, study: optuna.Study) -> None:
         """After the naive config (and, if it did not fit, the smallest) ran: stop when
         even the smallest config does not fit the budget."""
-        state = self.state
-        if any(r.feasible for r in state.records.values()):
+        context, log = self.context, self.log
+        if any(r.feasible for r in log.records.values()):
             return
-        naive = state.space.naive()
-        smallest = state.space.smallest()
-        naive_rec = state.record_of(naive)
+        naive = context.space.naive()
+        smallest = context.space.smallest()
+        naive_rec = log.record_of(naive)
         if naive_rec is None or not naive_rec.infeasible:
             return
-        same = state.space.key(naive) == state.space.key(smallest)
-        small_rec = naive_rec if same else state.record_of(smallest)
+        same = context.space.key(naive) == context.space.key(smallest)
+        small_rec = naive_rec if same else log.record_of(smallest)
         if small_rec is None:
             if not self.smallest_enqueued:
                 self.smallest_enqueued = self._queue(study, smallest, role="smallest")
             return
         if not small_rec.infeasible:
             return
-        state.budget_problem = (
-            f"the budget {format_bytes(state.budget_bytes)} is too small for model "
-            f"{state.spec.name!r} on {state.device}: even the smallest config "
+        self.budget_problem = (
+            f"the budget {format_bytes(context.budget_bytes)} is too small for model "
+            f"{context.spec.name!r} on {context.device}: even the smallest config "
             f"({small_rec.summary()}) {self._needed(small_rec)}"
             + (
                 ""
@@ -563,8 +587,8 @@ class Planner:
         already, or was passed over as too long for the time left for trials and still
         is (``will_not_finish``: the time left only shrinks; its screen's confirmation
         would otherwise queue it again, to be passed over again); whether it was."""
-        params = self.state.space.params_of(config)
-        known = self.state.record_of(config) is not None and not again
+        params = self.context.space.params_of(config)
+        known = self.log.record_of(config) is not None and not again
         if known or _waiting(study, params) or (not again and self._still_too_long(config)):
             return False
         attrs: dict[str, Any] = {"role": role}
@@ -577,14 +601,14 @@ class Planner:
     def _still_too_long(self, config: TrainConfig) -> bool:
         """Whether a trial of ``config`` was skipped and would not finish in the time left
         for trials now."""
-        key = self.state.space.key(config)
+        key = self.context.space.key(config)
         skipped = any(
             r.status == "skipped"
             and (known := r.known_config()) is not None
-            and self.state.space.key(known) == key
-            for r in self.state.records.values()
+            and self.context.space.key(known) == key
+            for r in self.log.records.values()
         )
-        return skipped and bool(will_not_finish(self.state, config))
+        return skipped and bool(will_not_finish(self.log, self.context.deadline, config))
 
     def next_that_fits(self, study: optuna.Study) -> TrainConfig | None:
         """A queued config whose trial would finish in the time left for trials
@@ -616,7 +640,7 @@ class Planner:
             config = record.train_config()
             if config.compile == "off":
                 continue
-            cands = self.state.space.neighbours(config, workers=workers, kernels=True)
+            cands = self.context.space.neighbours(config, workers=workers, kernels=True)
             for cand, role in self.screen_compiles(config, cands, refines=record.number):
                 if role == "screen":
                     self._queue(study, cand, role=role, refines=record.number)
@@ -628,8 +652,8 @@ class Planner:
         36 s left, a first compile 44 s, a cached one 3 s)."""
         waiting = _waiting_params(study)
         for config in self.queued:
-            if self.state.space.params_of(config) in waiting and not will_not_finish(
-                self.state, config
+            if self.context.space.params_of(config) in waiting and not will_not_finish(
+                self.log, self.context.deadline, config
             ):
                 return config
         return None
@@ -639,7 +663,7 @@ class Planner:
         source = record
         if record.status == "dominated" and record.duplicate_of is None:
             match = re.search(r"#(\d+)", record.reason)
-            dominated_by = self.state.records.get(int(match[1])) if match else None
+            dominated_by = self.log.records.get(int(match[1])) if match else None
             if dominated_by is not None:
                 source = dominated_by
         peak = source.peak_memory_bytes
@@ -651,7 +675,9 @@ class Planner:
 
 
 def _quick_start_among(
-    starts: list[tuple[str, TrainConfig, list[str]]], state: SearchState
+    starts: list[tuple[str, TrainConfig, list[str]]],
+    context: SearchContext,
+    memory: MemoryModel,
 ) -> list[tuple[str, TrainConfig, list[str]]]:
     """The expert ``starts`` with the quick start (``playbook.quick_start``: no compile,
     the largest micro-batch predicted to fit, each model knob at its ``quick_cpu`` value
@@ -666,8 +692,8 @@ def _quick_start_among(
     limit it ran first already (``enqueue_quick_start``)."""
     from autotune.study.plan.playbook import quick_start
 
-    space = state.space
-    config = quick_start(space, state.spec, memory=state.memory)
+    space = context.space
+    config = quick_start(space, context.spec, memory=memory)
     keys = {space.key(c) for _, c, _ in starts} | {space.key(space.naive())}
     if not space.contains(config) or space.key(config) in keys:
         return starts
@@ -679,7 +705,7 @@ def _quick_start_among(
 
 def _shipped_among(
     starts: list[tuple[str, TrainConfig, list[str]]],
-    state: SearchState,
+    context: SearchContext,
     caps: DeviceCaps,
     here: Fingerprint,
 ) -> list[tuple[str, TrainConfig, list[str]]]:
@@ -688,11 +714,11 @@ def _shipped_among(
     warm start would run it; unchanged where there is none or it is a start already."""
     from autotune.study.plan.playbook import shipped_start
 
-    found = shipped_start(state.space, state.spec, caps, here)
+    found = shipped_start(context.space, context.spec, caps, here)
     if found is None:
         return starts
     config, path = found
-    space = state.space
+    space = context.space
     if any(space.key(c) == space.key(config) for _, c, _ in starts):
         return starts
     note = f"a preset shipped for this model and device is among the starts ({path.name})"

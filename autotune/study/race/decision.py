@@ -33,7 +33,8 @@ from autotune.study.race.race_records import NO_RATIO, Entrant, Paired, RaceResu
 from autotune.study.trials.records import memory_model_note
 
 if TYPE_CHECKING:
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "CUT",
@@ -95,18 +96,21 @@ def count_rounds(entrants: list[Entrant], kinds: list[str]) -> tuple[list[str], 
 
 
 def decide(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     entrants: list[Entrant],
     rounds: int,
     notes: list[str],
     *,
     load: dict[str, Any] | None,
     basis: str = QUIET,
+    stopped: str = "",
 ) -> RaceResult:
     """The winner, its speedup over naive and its margin over the runner-up, from the
-    rounds of ``basis`` (``_count_rounds``); with none, from the quiet trials."""
+    rounds of ``basis`` (``_count_rounds``); with none, from the quiet trials. ``stopped``:
+    why the search's trials stopped ("": not said)."""
     for e in entrants:
-        e.at_edge = e.at_edge or edge(e, state.budget_bytes)
+        e.at_edge = e.at_edge or edge(e, context.budget_bytes)
     ranked = _ranked(entrants, basis)
     if not basis:  # no round counts: the figures a preset records are the quiet trials'
         _stand_on_trials(entrants)
@@ -126,16 +130,16 @@ def decide(
             f"race: {ranked[0].label} led rounds not measured on a quiet machine, but its "
             f"quiet trial was below {CUT:.1f}x {winner.label}'s: {winner.label} wins"
         )
-    memory = memory_model_note(state.trials_in_order())
+    memory = memory_model_note(log.trials_in_order())
     if memory:
         notes.append(memory)
     runner_up = _runner_up(entrants, winner)
     naive = next((e for e in entrants if "naive" in e.roles), None)
     # (why a speedup is not measured is said with the figure, by every view of it: not a note)
-    speedup, margin, reason = _figures(state, entrants, winner, runner_up, basis)
+    speedup, margin, reason = _figures(context, log, entrants, winner, runner_up, basis, stopped)
     return RaceResult(
         rounds=rounds,
-        unit=state.unit,
+        unit=context.unit,
         entrants=tuple(entrants),
         winner=winner,
         runner_up=runner_up,
@@ -271,26 +275,29 @@ def _runner_up(entrants: list[Entrant], winner: Entrant) -> Entrant | None:
 
 
 def _figures(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     entrants: list[Entrant],
     winner: Entrant,
     runner_up: Entrant | None,
     basis: str,
+    stopped: str,
 ) -> tuple[Paired | None, Paired | None, str]:
     """The winner's speedup over naive and margin over the runner-up, and the reason that
     qualifies them: paired rounds measured alike (no reason; one round has no interval);
     with none, nothing, the reason giving the quiet trials' unpaired ratio if any."""
     naive = next((e for e in entrants if "naive" in e.roles), None)
     if naive is winner and not any(e is not naive and not e.problem for e in entrants):
-        return None, None, _only_naive(state, naive, entrants)
+        return None, None, _only_naive(context, log, naive, entrants, stopped)
     if basis:
         speedup = None if naive is None else paired_ratio(winner.figures, naive.figures)
         margin = None if runner_up is None else paired_ratio(winner.figures, runner_up.figures)
-        return speedup, margin, _naive_not_run(state) if naive is None else ""
+        why = _naive_not_run(log, context.limits.time_limit_s) if naive is None else ""
+        return speedup, margin, why
     mine = _quiet_trial(winner)
     base = None if naive is None else _quiet_trial(naive)
     if mine is None or base is None:
-        why = _naive_not_run(state) if naive is None else ""
+        why = _naive_not_run(log, context.limits.time_limit_s) if naive is None else ""
         return None, None, why or "no quiet round, and no quiet trial of both configs"
     return (
         None,
@@ -302,13 +309,12 @@ def _figures(
     )
 
 
-def _naive_not_run(state: SearchState) -> str:
+def _naive_not_run(log: TrialLog, limit: float | None) -> str:
     """Why the race has no naive config to compare with when its trial never ran: a short
     time limit ran the quick start first and ended before it. "" when it ran (a naive
     config that failed or did not fit is reported as such)."""
-    if state.record_of(state.space.naive()) is not None:
+    if log.record_of(log.space.naive()) is not None:
         return ""
-    limit = state.limits.time_limit_s
     if limit is None:
         return "the naive config did not run"
     return (
@@ -317,27 +323,29 @@ def _naive_not_run(state: SearchState) -> str:
     )
 
 
-def _only_naive(state: SearchState, naive: Entrant, entrants: list[Entrant]) -> str:
+def _only_naive(
+    context: SearchContext, log: TrialLog, naive: Entrant, entrants: list[Entrant], stopped: str
+) -> str:
     """Why a search whose race holds only the naive config has no speedup: every other
     config failed or did not fit, the trial limit allowed no other, or the time limit left
     no time for another (it stopped one, or none other ran); then what limit would measure
     the expert start and race it (a trial like naive's, then the planned rounds of two
     configs)."""
     what = "the search measured only the naive config"
-    others = [r for r in state.trials_in_order() if r.number != naive.record.number]
+    others = [r for r in log.trials_in_order() if r.number != naive.record.number]
     failed = Counter(r.status for r in others if r.failed or r.infeasible)
     problems = [f"#{e.record.number} {e.problem}" for e in entrants if e is not naive and e.problem]
     why = "; ".join([f"{n} {status}" for status, n in sorted(failed.items())] + problems)
-    limit = state.limits.time_limit_s
+    limit = context.limits.time_limit_s
     timed = limit is not None and any(r.status == "stopped" for r in others)
     if why and not timed:
         return f"{what}: every other config failed or did not fit ({why})"
-    if state.trials_left() == 0:
-        return f"{what}: the limit of {state.limits.trials} measured trials allowed no other"
+    if log.trials_left() == 0:
+        return f"{what}: the limit of {context.limits.trials} measured trials allowed no other"
     if limit is None:
-        return f"{what} ({state.stopped or 'stopped'})"
+        return f"{what} ({stopped or 'stopped'})"
     burst = max(naive.record.wall_s or 0.0, max(naive.walls, default=0.0))
-    needed = state.deadline.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
+    needed = context.deadline.elapsed() + burst * (1 + 2 * HINT_ROUNDS)
     return (
         f"the time limit ({_minutes(limit)}) left time to measure only the naive config"
         + (f" (the others: {why})" if why else "")
@@ -385,14 +393,14 @@ def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
     return []
 
 
-def nothing_ran(state: SearchState) -> AutotuneError:
+def nothing_ran(log: TrialLog, limit: float | None) -> AutotuneError:
     """Why the race has no config to race: each finished trial's status, counted; where a
     time limit stopped every one, that the limit was too short for a single burst (mu
-    with ``--timeout 8s``: its naive trial stopped, which read as a budget problem)."""
-    finished = [r for r in state.records.values() if r.finished]
+    with ``--timeout 8s``: its naive trial stopped, which read as a budget problem).
+    ``limit``: the search's time limit (None: none)."""
+    finished = [r for r in log.records.values() if r.finished]
     statuses = Counter(r.status for r in finished)
     shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
-    limit = state.limits.time_limit_s
     if limit is not None and finished and set(statuses) <= {"stopped", "timeout"}:
         longest = max(r.wall_s or 0.0 for r in finished)
         return AutotuneError(

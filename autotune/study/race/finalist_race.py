@@ -76,16 +76,17 @@ from autotune.study.race.decision import (
 )
 from autotune.study.race.race_records import Entrant, RaceResult
 from autotune.study.session.deadline import DEADLINE, MIN_BURST_S
-from autotune.study.trials.burst_threads import threads_after_settle, threads_for_burst
 from autotune.study.trials.records import SearchEvent, TrialRecord, distinct_best
 from autotune.study.trials.trial_cost import cached_compile_s, compile_times, eval_code_key, rest_s
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
     from autotune.study.session.watch import MachineWatch
+    from autotune.study.trials.burst_threads import BurstThreads
     from autotune.study.trials.objective import BurstRunner
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "DEFAULT_FINALISTS",
@@ -127,9 +128,7 @@ EVAL_COMPILE_SHARE = 0.5
 # -- who races ----------------------------------------------------------------------------
 
 
-def entrants_for(
-    state: SearchState, *, finalists: int, expert: TrialRecord | None
-) -> list[Entrant]:
+def entrants_for(log: TrialLog, *, finalists: int, expert: TrialRecord | None) -> list[Entrant]:
     """The top ``finalists`` distinct configs of the search and the naive config; one
     entrant per config (a config with several roles has them all: the expert start's is
     ``expert``). A finalist whose trial came below ``SURVIVE`` of the best figure measured
@@ -143,30 +142,30 @@ def entrants_for(
     def add(record: TrialRecord | None, role: str) -> None:
         if record is None or not record.feasible or not record.ran:
             return
-        record = state.records.get(_number_of(state, record), record)
+        record = log.records.get(_number_of(log, record), record)
         entrant = out.setdefault(record.number, Entrant(record=record, roles=[]))
         if role not in entrant.roles:
             entrant.roles.append(role)
 
-    top = _top(state, finalists)
+    top = _top(log, finalists)
     behind = behind_the_best(top)
     for record in top:
         if record.number not in behind:
             add(record, "finalist")
-    add(state.record_of(state.space.naive()), "naive")
-    if expert is not None and _number_of(state, expert) in out:
+    add(log.record_of(log.space.naive()), "naive")
+    if expert is not None and _number_of(log, expert) in out:
         add(expert, "expert")
     return list(out.values())
 
 
-def _number_of(state: SearchState, record: TrialRecord) -> int:
+def _number_of(log: TrialLog, record: TrialRecord) -> int:
     """The trial that holds ``record``'s config's result (the first one that measured it)."""
-    return state.by_key.get(state.space.key(record.train_config()), record.number)
+    return log.by_key.get(log.space.key(record.train_config()), record.number)
 
 
-def _top(state: SearchState, finalists: int) -> list[TrialRecord]:
+def _top(log: TrialLog, finalists: int) -> list[TrialRecord]:
     """The search's ``finalists`` best distinct configs, best first."""
-    return distinct_best(list(state.records.values()))[:finalists]
+    return distinct_best(list(log.records.values()))[:finalists]
 
 
 def measured_alike(record: TrialRecord) -> str | None:
@@ -199,8 +198,9 @@ def behind_the_best(records: list[TrialRecord]) -> dict[int, float]:
 
 
 def race_reserve_s(
-    state: SearchState,
+    log: TrialLog,
     *,
+    trial_steps: int | None = None,
     finalists: int = DEFAULT_FINALISTS,
     rounds: int = DEFAULT_ROUNDS,
     expert: TrialRecord | None = None,
@@ -220,7 +220,8 @@ def race_reserve_s(
     entrants raced after round 1, yet the reserve held 2 full rounds, which the race then
     spent on extra rounds while the trials had stopped at 2 minutes). When a later round
     holds more contenders than its time allows, it is run with the leader and naive alone
-    (``_trim_for_time``).
+    (``_trim_for_time``). ``trial_steps``: the timed steps of the search's trial bursts,
+    which split a trial's wall time into start-up and steps (None: not split).
 
     The first round's eval step compiles a forward-only graph of each regionally compiled
     code among the entrants (``_eval_compiles_s``).
@@ -231,10 +232,10 @@ def race_reserve_s(
     pointer-gen on the 2-core CPU: its fifth trial made the final, pushing out naive (which
     races all the same) after the trials' time was spent; the reserve grew past the time
     left, and the race ran one round."""
-    records = list(state.records.values())
-    entrants = entrants_for(state, finalists=finalists, expert=expert)
+    records = list(log.records.values())
+    entrants = entrants_for(log, finalists=finalists, expert=expert)
     estimates = {
-        id(e): _burst_estimate(e.record, state.trial_steps, steps_ratio, records) for e in entrants
+        id(e): _burst_estimate(e.record, trial_steps, steps_ratio, records) for e in entrants
     }
     quiet = [estimates[id(e)] for e in entrants if not e.record.disturbed]
     walls = {
@@ -243,20 +244,20 @@ def race_reserve_s(
     }
     if not walls:
         return 0.0
-    first = sum(walls.values()) + _eval_compiles_s(state, entrants)
+    first = sum(walls.values()) + _eval_compiles_s(log, entrants)
     if sum(e.roles == ["finalist"] for e in entrants) < finalists:
         first += statistics.median(walls.values())
     later = sum(walls[id(e)] for e in likely_contenders(entrants))
     return first + later * (rounds - 1)
 
 
-def _eval_compiles_s(state: SearchState, entrants: list[Entrant]) -> float:
+def _eval_compiles_s(log: TrialLog, entrants: list[Entrant]) -> float:
     """What the first round's eval steps add: the eval step runs the uncompiled model (as
     the trainer evaluates), except where ``compile_regions`` compiled its blocks in place;
     each such eval code among the entrants (their compiled code less the micro-batch:
     ``eval_code_key``) compiles its forward-only graph there once (no trial ran an eval
     step), at ``EVAL_COMPILE_SHARE`` of the search's slowest compile (a first one)."""
-    slowest = max(compile_times(list(state.records.values())), default=0.0)
+    slowest = max(compile_times(list(log.records.values())), default=0.0)
     codes = {
         eval_code_key(e.record.config)
         for e in entrants
@@ -322,9 +323,12 @@ def _burst_estimate(
 
 
 def run_race(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     bursts: BurstRunner,
     *,
+    burst_threads: BurstThreads,
+    stopped: str = "",
     expert: TrialRecord | None = None,
     finalists: int = DEFAULT_FINALISTS,
     rounds: int = DEFAULT_ROUNDS,
@@ -335,24 +339,26 @@ def run_race(
     """Race the finalists (the expert start among them where it is one) and naive in
     ``rounds`` interleaved rounds of
     ``steps`` timed steps (default: the search's), ranked by ``score`` (the search's
-    objective value of a burst; default its throughput). ``AutotuneError`` when nothing
-    ran successfully, or when no entrant passes its eval and checkpoint round."""
-    entrants = entrants_for(state, finalists=finalists, expert=expert)
+    objective value of a burst; default its throughput). ``burst_threads`` picks each
+    burst's threads, the trials' way; ``stopped``: why the trials stopped (said where the
+    race has only naive). ``AutotuneError`` when nothing ran successfully, or when no
+    entrant passes its eval and checkpoint round."""
+    entrants = entrants_for(log, finalists=finalists, expert=expert)
     if not any("finalist" in e.roles for e in entrants):
-        raise nothing_ran(state)
+        raise nothing_ran(log, context.limits.time_limit_s)
     steps = steps or bursts.steps
     scorer = score or (lambda _config, result: bursts.throughput(result))
     notes: list[str] = []
     started = watch.now() if watch is not None else None
-    state.note(
+    context.note(
         f"race: {len(entrants)} configs ({', '.join(e.label for e in entrants)}), "
         f"{rounds} interleaved rounds of {steps} timed steps"
     )
-    for number, ratio in behind_the_best(_top(state, finalists)).items():
+    for number, ratio in behind_the_best(_top(log, finalists)).items():
         if all(e.record.number != number for e in entrants):
-            state.note(f"race: #{number} not raced: its trial was {ratio:.2f}x the best's")
+            context.note(f"race: #{number} not raced: its trial was {ratio:.2f}x the best's")
     if expert is not None and not any("expert" in e.roles for e in entrants):
-        state.note(
+        context.note(
             f"race: #{expert.number} (the {expert.role or 'expert'} start) not raced: not "
             f"among the finalists (the top {finalists})"
         )
@@ -360,24 +366,24 @@ def run_race(
     busy: list[bool] = []
     kinds: list[str] = []  # per round: quiet, capped N, mixed or cut (_round_kind)
     for round_ in range(rounds + EXTRA_ROUNDS):
-        if round_ >= rounds and decided(entrants, kinds, state.budget_bytes):
-            state.note(f"race: decided after {round_} rounds: the leader's interval clears")
+        if round_ >= rounds and decided(entrants, kinds, context.budget_bytes):
+            context.note(f"race: decided after {round_} rounds: the leader's interval clears")
             break
-        if round_ >= rounds and not _extra_round_fits(state, entrants):
+        if round_ >= rounds and not _extra_round_fits(context, entrants):
             break
-        if round_ >= 1 and _out_of_time(state, entrants):
-            trimmed = _trim_for_time(state, entrants, round_)
+        if round_ >= 1 and _out_of_time(context, entrants):
+            trimmed = _trim_for_time(context, entrants, round_)
             if not trimmed:
                 notes.append(f"race: stopped after {round_} rounds, at the search's time limit")
                 break
-            state.note(trimmed)
+            context.note(trimmed)
         round_started = watch.now() if watch is not None else 0.0
         conditions = _run_round(
-            state, bursts, entrants, round_, steps=steps, score=scorer, watch=watch
+            context, burst_threads, bursts, entrants, round_, steps=steps, score=scorer, watch=watch
         )
         done = round_ + 1
         kinds.append(CUT_ROUND if CUT_ROUND in conditions else _round_kind(conditions))
-        state.note(_round_line(round_, entrants, state.unit))
+        context.note(_round_line(round_, entrants, context.unit))
         load = watch.window(round_started) if watch is not None else None
         busy.append(load is not None and load.busy)
         if load is not None and load.busy:
@@ -386,18 +392,20 @@ def run_race(
             notes.append(f"race: round {done} was cut at {DEADLINE}; its figures are left out")
             break
         if kinds[-1] != MIXED:
-            for message in _eliminate(state, entrants, round_):
-                state.note(message)
+            for message in _eliminate(context, entrants, round_):
+                context.note(message)
     counted, basis = count_rounds(entrants, kinds)
     notes += counted
     for message in notes:
-        state.note(message)
-    result = decide(state, entrants, done, notes, load=_load(watch, started), basis=basis)
+        context.note(message)
+    seen = _load(watch, started)
+    result = decide(context, log, entrants, done, notes, load=seen, basis=basis, stopped=stopped)
     return replace(result, busy_rounds=tuple(busy))
 
 
 def _run_round(
-    state: SearchState,
+    context: SearchContext,
+    burst_threads: BurstThreads,
     bursts: BurstRunner,
     entrants: list[Entrant],
     round_: int,
@@ -414,9 +422,9 @@ def _run_round(
         if entrant.dropped:
             continue
         for again in (False, True):  # once more where load came and went during it
-            threads = threads_for_burst(state)  # may wait a moment to see a load stay
+            threads = burst_threads.for_burst()  # may wait a moment to see a load stay
             wanted = 2 * bursts.timeout_s
-            timeout_s = state.deadline.burst_timeout(wanted, expected_s=entrant.record.wall_s)
+            timeout_s = context.deadline.burst_timeout(wanted, expected_s=entrant.record.wall_s)
             if timeout_s is None and not any(t for e in entrants for t in e.throughputs):
                 timeout_s = MIN_BURST_S  # one burst, however short, or no preset at all
             if timeout_s is None and again:
@@ -428,21 +436,21 @@ def _run_round(
             burst_started = watch.now() if watch is not None else 0.0
             with watch.burst() if watch is not None else contextlib.nullcontext():
                 cut = _run_one(
-                    state, bursts, entrant, first=round_ == 0, score=score, threads=threads,
+                    context, bursts, entrant, first=round_ == 0, score=score, threads=threads,
                     steps=race_steps(entrant.record.step_time_median_s, steps),
                     timeout_s=timeout_s, capped=timeout_s < wanted,
                 )  # fmt: skip
             condition = CUT_ROUND if cut else _condition(watch, burst_started, threads)
-            if again or condition != HIT or threads_after_settle(state) is not None:
+            if again or condition != HIT or burst_threads.after_settle() is not None:
                 break
-            state.note(f"race: load came and went during {entrant.label}'s burst: run again")
+            context.note(f"race: load came and went during {entrant.label}'s burst: run again")
         conditions.append(condition)
         if cut:
             break
     return conditions
 
 
-def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list[str]:
+def _eliminate(context: SearchContext, entrants: list[Entrant], round_: int) -> list[str]:
     """After round ``round_`` (one measured alike: not mixed): every entrant still in (naive
     aside) whose figure is below ``CUT`` times the round's fastest leaves the race. The
     fastest is taken among the entrants with headroom when there is one (a config at the
@@ -454,7 +462,7 @@ def _eliminate(state: SearchState, entrants: list[Entrant], round_: int) -> list
         if not e.dropped and not e.problem and len(e.throughputs) > round_
     }
     running = [e for e in entrants if figures.get(id(e))]
-    leader = _leader(running, state.budget_bytes, lambda e: figures[id(e)] or 0.0)
+    leader = _leader(running, context.budget_bytes, lambda e: figures[id(e)] or 0.0)
     if leader is None:
         return []
     best = figures[id(leader)] or 0.0
@@ -478,11 +486,11 @@ def _leader(
     return max(roomy or entrants, key=figure, default=None)
 
 
-def _extra_round_fits(state: SearchState, entrants: list[Entrant]) -> bool:
+def _extra_round_fits(context: SearchContext, entrants: list[Entrant]) -> bool:
     """Whether a round beyond the planned ones fits: only under a time limit, only when
     an entrant besides naive is still in, and only if it ends within the limit (no grace),
     judged from the entrants' last bursts."""
-    left = state.deadline.left()
+    left = context.deadline.left()
     running = [e for e in entrants if not e.dropped]
     if left is None or not any("naive" not in e.roles for e in running):
         return False
@@ -518,7 +526,7 @@ def _order(entrants: list[Entrant], round_: int) -> list[Entrant]:
 
 
 def _run_one(
-    state: SearchState,
+    context: SearchContext,
     bursts: BurstRunner,
     entrant: Entrant,
     *,
@@ -556,20 +564,20 @@ def _run_one(
         entrant.problem = problem
         # the naive baseline is still measured (the ratios need it); others leave the race
         entrant.dropped = "naive" not in entrant.roles or not result.ok
-    state.emit(
+    context.emit(
         SearchEvent(
             kind="verify",
             trial=entrant.record,
             verify=result,
             message=problem,
-            elapsed_s=state.deadline.elapsed(),
-            unit=state.unit,
+            elapsed_s=context.deadline.elapsed(),
+            unit=context.unit,
         )
     )
     return False
 
 
-def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> str:
+def _trim_for_time(context: SearchContext, entrants: list[Entrant], round_: int) -> str:
     """When the next round with every contender would end past the deadline but one with
     the leader (the best median so far, with headroom when one has it) and naive would
     not, the others leave the race for time (their figures stay; the margin over them
@@ -577,11 +585,11 @@ def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> 
     not fit."""
     running = [e for e in entrants if not e.dropped]
     others = [e for e in running if "naive" not in e.roles and e.median is not None]
-    leader = _leader(others, state.budget_bytes, lambda e: e.median or 0.0)
+    leader = _leader(others, context.budget_bytes, lambda e: e.median or 0.0)
     if leader is None:
         return ""
     kept = [e for e in running if e is leader or "naive" in e.roles]
-    if len(kept) == len(running) or _out_of_time(state, kept):
+    if len(kept) == len(running) or _out_of_time(context, kept):
         return ""
     left = [e for e in running if e not in kept]
     for e in left:
@@ -594,13 +602,13 @@ def _trim_for_time(state: SearchState, entrants: list[Entrant], round_: int) -> 
     )
 
 
-def _out_of_time(state: SearchState, entrants: list[Entrant]) -> bool:
+def _out_of_time(context: SearchContext, entrants: list[Entrant]) -> bool:
     """Whether another round would end past the search's deadline (``Deadline.fits``:
     the time limit plus half of ``OVERRUN_SHARE``), judged from the entrants' last bursts
     (``_next_burst_s``). Load or no load: a round without a fair figure earns no extra
     time."""
     round_s = sum(_next_burst_s(e) for e in entrants if not e.dropped)
-    return not state.deadline.fits(round_s)
+    return not context.deadline.fits(round_s)
 
 
 def _next_burst_s(entrant: Entrant) -> float:

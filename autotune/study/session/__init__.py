@@ -1,1 +1,1 @@
-"""One search from its call to its preset: the API, its options, clock, state and outside load."""
+"""One search from its call to its preset: the API, its options, context, clock and outside load."""

@@ -1,6 +1,6 @@
 """``search(...)``: the Python API, and what ``autotune search`` calls.
 
-It builds the search space, opens the Optuna study (a resumed one rebuilds its state from
+It builds the search space, opens the Optuna study (a resumed one rebuilds its trial log from
 the study alone, ``storage/search_study.py``), lets the planner and the sampler choose
 configs that the objective measures (``limits.trials`` counts trials that ran a burst),
 races the finalists side by side (``race/finalist_race.py``) and writes the winner as a
@@ -33,6 +33,7 @@ from autotune.study.plan.planner import Planner
 from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.study.race.finalist_race import race_reserve_s, run_race
 from autotune.study.race.race_records import RaceResult
+from autotune.study.session.context import Limits, SearchContext
 from autotune.study.session.options import (
     DEFAULT_BURST_TIMEOUT_S,
     DEFAULT_RUNS_DIR,
@@ -50,7 +51,6 @@ from autotune.study.session.options import (
     SearchStudy,
 )
 from autotune.study.session.outcome import write_preset
-from autotune.study.session.state import Limits, SearchState
 from autotune.study.storage.optuna_glue import quiet_optuna, redact, storage_failures
 from autotune.study.storage.ownership import describe_owner, exclusive_search, owner_alive
 from autotune.study.storage.search_study import (
@@ -62,9 +62,11 @@ from autotune.study.storage.search_study import (
     study_name_for,
 )
 from autotune.study.storage.workers import Workers, workers_root
+from autotune.study.trials.burst_threads import BurstThreads
 from autotune.study.trials.ledger import ledger_of
 from autotune.study.trials.objective import BurstFn, BurstRunner, Goal, StopSearch, TrialObjective
 from autotune.study.trials.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
+from autotune.study.trials.trial_log import TrialLog
 
 if TYPE_CHECKING:
     import optuna
@@ -131,15 +133,17 @@ def search(
     budget_bytes = _budget_bytes(budget, caps)
     space = _build_space(spec, hardware, caps, restrict, scope=scope, machine=machine)
     notes = _device_notes(budget_bytes, caps)
-    state = SearchState(
+    context = SearchContext.of(
         spec=spec,
         space=space,
         budget_bytes=budget_bytes,
         limits=Limits(limits.trial_limit, limits.time_limit_s),
-        progress=output.progress,
         started=started,
+        burst_limit_s=limits.burst_timeout_s,  # which earlier timeouts still stand
+        progress=output.progress,
     )
-    name = study.study or study_name_for(state, goal, shared=study.shared)
+    log = TrialLog.of(context)
+    name = study.study or study_name_for(context, goal, shared=study.shared)
     storage = (
         study.storage
         if study.storage is not None
@@ -147,12 +151,13 @@ def search(
     )
     if study.finish:  # it races a study's trials, so the study must be there
         require_study(storage, name)
-    bursts = _burst_runner(state, machine.burst_fn, limits, seed=study.seed)
+    bursts = _burst_runner(context, machine.burst_fn, limits, seed=study.seed)
     for message in notes:
-        state.note(message)
+        context.note(message)
     with quiet_optuna():
         opened = open_search_study(
-            state,
+            context,
+            log,
             goal,
             storage,
             name,
@@ -160,17 +165,20 @@ def search(
             n_startup_trials=study.n_startup_trials,
             joining=study.shared,
         )
-        run = _Run(state, goal, opened, storage, bursts, _Race.of(race, limits), started)
-        run.before.update(state.records)  # a resumed study's trials: not this run's time
+        before = set(log.records)  # a resumed study's trials: not this run's time
         with (
             _claim(opened, name, storage, shared=study.shared),
-            _watching(state, machine.watch, machine.burst_fn),
+            _watching(context, machine.watch, machine.burst_fn) as context,
             shared_compile_cache(study.runs_dir),
             storage_failures(storage),  # locked or full mid-search: one paragraph
         ):
-            explain = _naive_explainer(state, bursts) if output.profile else None
+            run = _Run(
+                context, log, goal, opened, storage, bursts, _Race.of(race, limits), started,
+                before=before,
+            )  # fmt: skip
+            explain = _naive_explainer(context, bursts) if output.profile else None
             here = Fingerprint.from_profile(hardware, caps.device)
-            planner = Planner(state=state, caps=caps, here=here, explain=explain)
+            planner = Planner(context=context, log=log, caps=caps, here=here, explain=explain)
             result, found = run.trials_and_race(planner, study, notes)
             out = None if output.output is None else Path(output.output)
             return run.written(result, found, out, spec=spec, hardware=hardware)
@@ -194,7 +202,8 @@ def _record(name: str, value: _O | None, kind: type[_O]) -> _O:
 class _Run:
     """One search once its study is open: the trials, then the race or a worker's stop."""
 
-    state: SearchState
+    context: SearchContext
+    log: TrialLog
     goal: Goal
     study: optuna.Study
     storage: str
@@ -221,12 +230,12 @@ class _Run:
             path = write_preset(result, found, spec=spec, hardware=hardware, path=out)
             result = replace(result, preset_path=str(path))
         ledger = ledger_of(
-            (r for n, r in self.state.records.items() if n not in self.before),
+            (r for n, r in self.log.records.items() if n not in self.before),
             total_s=time.monotonic() - self.started,
             trials_s=self.phases.get("trials", 0.0),
             race_s=self.phases.get("race", 0.0),
             writing_s=time.monotonic() - writing,
-            device_kind=self.state.space.device_kind,
+            device_kind=self.context.space.device_kind,
         )
         self.study.set_user_attr("ledger", ledger.to_dict())  # the report's (the last run's)
         return replace(result, ledger=ledger, wall_s=ledger.total_s)
@@ -236,17 +245,21 @@ class _Run:
     ) -> tuple[SearchResult, RaceResult | None]:
         """Run the trials (none with ``finish``), then the race, unless another worker of a
         shared study runs it (then no race: None)."""
-        state, study = self.state, self.study
-        state.deadline.keep_for_race(
-            lambda: self.race.reserve_s(state, planner.expert()),
-            whole=lambda: state.configs_measured() >= 2,  # a config besides naive measured
+        context, log, study = self.context, self.log, self.study
+        context.deadline.keep_for_race(
+            lambda: self.race.reserve_s(log, planner.expert()),
+            whole=lambda: log.configs_measured() >= 2,  # a config besides naive measured
         )
         workers = (
-            Workers(state=state, study=study, name=study.study_name) if options.shared else None
+            Workers(log=log, deadline=context.deadline, study=study, name=study.study_name)
+            if options.shared
+            else None
         )
+        burst_threads = BurstThreads(context)  # the trials' and the race's
         measure = TrialObjective(
-            state=state, planner=planner, bursts=self.bursts, goal=self.goal, workers=workers
-        )
+            context=context, log=log, burst_threads=burst_threads, planner=planner,
+            bursts=self.bursts, goal=self.goal, workers=workers,
+        )  # fmt: skip
         trials_started = time.monotonic()
         stopped = ""  # why the trials stopped ("": none ran, --finish)
         if not options.finish:
@@ -254,23 +267,29 @@ class _Run:
         self.phases["trials"] = time.monotonic() - trials_started
         holder = None if workers is None else _finisher(workers, planner, finish=options.finish)
         finishes = workers is not None and holder == workers.owner
-        state.stopped = stopped or ("finished by this worker" if finishes else "")  # the one write
+        stopped = stopped or ("finished by this worker" if finishes else "")  # decided here
         if workers is not None and not finishes:
-            state.note(f"the race and the preset are {describe_owner(holder)}'s")
+            context.note(f"the race and the preset are {describe_owner(holder)}'s")
             return _worker_result(
-                state, self.goal, study=study, storage=self.storage, started=self.started
-            ), None
+                context, log, self.goal, study=study, storage=self.storage,
+                started=self.started, stopped=stopped,
+            ), None  # fmt: skip
         race_started = time.monotonic()
-        found = self.race.run(state, self.bursts, planner.expert(), score=measure.score)
+        found = self.race.run(
+            context, log, self.bursts, planner.expert(), score=measure.score,
+            burst_threads=burst_threads, stopped=stopped,
+        )  # fmt: skip
         self.phases["race"] = time.monotonic() - race_started
         result = _result(
-            state,
+            context,
+            log,
             self.goal,
             found,
             study=study,
             storage=self.storage,
-            notes=[*notes, *_load_notes(state)],
+            notes=[*notes, *_load_notes(context, measure.disturbed_trials)],
             started=self.started,
+            stopped=stopped,
         )
         return result, found
 
@@ -309,52 +328,59 @@ def _finisher(workers: Workers, planner: Planner, *, finish: bool) -> Any:
 
 
 def _worker_result(
-    state: SearchState, goal: Goal, *, study: optuna.Study, storage: str, started: float
+    context: SearchContext,
+    log: TrialLog,
+    goal: Goal,
+    *,
+    study: optuna.Study,
+    storage: str,
+    started: float,
+    stopped: str,
 ) -> SearchResult:
     """What a worker that does not finish the study returns: its trials, no race."""
     return _search_result(
-        state,
+        context,
+        log,
         goal,
         study=study,
         storage=storage,
         started=started,
-        best=state.best(),
+        best=log.best(),
         verified=None,
-        naive=state.record_of(state.space.naive()),
+        naive=log.record_of(context.space.naive()),
         speedup=None,
-        stopped=state.stopped or "stopped",
+        stopped=stopped or "stopped",
         notes=("another worker runs the race and writes the preset",),
     )
 
 
 @contextlib.contextmanager
 def _watching(
-    state: SearchState, watch: MachineWatch | bool | None, burst_fn: BurstFn | None
-) -> Iterator[None]:
-    """Run the machine watch (see ``search``'s ``watch``) while the search measures."""
+    context: SearchContext, watch: MachineWatch | bool | None, burst_fn: BurstFn | None
+) -> Iterator[SearchContext]:
+    """Run the machine watch (see ``search``'s ``watch``) while the search measures; the
+    search's context with it (``context`` where nothing is watched)."""
     if isinstance(watch, bool) or watch is None:
         if not (watch if watch is not None else burst_fn is None and WATCH_REAL_BURSTS):
-            yield
+            yield context
             return
         from autotune.study.session.watch import MachineWatch
 
-        with MachineWatch(device=state.device, root_pid=workers_root()) as started:
-            state.watch = started
-            yield
+        with MachineWatch(device=context.device, root_pid=workers_root()) as started:
+            yield replace(context, watch=started)
         return
-    state.watch = watch
-    yield
+    yield replace(context, watch=watch)
 
 
-def _load_notes(state: SearchState) -> list[str]:
+def _load_notes(context: SearchContext, disturbed: Sequence[int]) -> list[str]:
     """What the watch saw over the whole search, when anything disturbed it."""
-    if not state.disturbed_trials:
+    if not disturbed:
         return []
-    shown = ", ".join(f"#{n}" for n in state.disturbed_trials[:10])
-    more = "" if len(state.disturbed_trials) <= 10 else ", ..."
-    total = state.watch.total().describe() if state.watch is not None else ""
+    shown = ", ".join(f"#{n}" for n in disturbed[:10])
+    more = "" if len(disturbed) <= 10 else ", ..."
+    total = context.watch.total().describe() if context.watch is not None else ""
     return [
-        f"{len(state.disturbed_trials)} trials were measured while the machine was busy or "
+        f"{len(disturbed)} trials were measured while the machine was busy or "
         f"erratic ({shown}{more})" + (f"; over the whole search: {total}" if total else "")
     ]
 
@@ -379,27 +405,34 @@ class _Race:
 
     def run(
         self,
-        state: SearchState,
+        context: SearchContext,
+        log: TrialLog,
         bursts: BurstRunner,
         expert: TrialRecord | None,
         *,
         score: Callable[[TrainConfig, BurstResult], float],
+        burst_threads: BurstThreads,
+        stopped: str,
     ) -> RaceResult:
         return run_race(
-            state,
+            context,
+            log,
             bursts,
+            burst_threads=burst_threads,
+            stopped=stopped,
             expert=expert,
             score=score,
-            watch=state.watch,
+            watch=context.watch,
             finalists=self.finalists,
             rounds=self.rounds,
             steps=self.steps,
         )
 
-    def reserve_s(self, state: SearchState, expert: TrialRecord | None) -> float:
+    def reserve_s(self, log: TrialLog, expert: TrialRecord | None) -> float:
         """The race's time, estimated from its entrants' trials."""
         return race_reserve_s(
-            state,
+            log,
+            trial_steps=self.trial_steps,
             finalists=self.finalists,
             rounds=self.rounds,
             expert=expert,
@@ -498,7 +531,7 @@ def _device_notes(budget_bytes: int, caps: DeviceCaps) -> list[str]:
 
 
 def _naive_explainer(
-    state: SearchState, bursts: BurstRunner
+    context: SearchContext, bursts: BurstRunner
 ) -> Callable[[TrainConfig], StepVerdict | None]:
     """``Planner.explain`` for a profiled search: one burst of a config with the profiler
     on (3 profiled steps after 1 timed one, held to the search's deadline like any other)
@@ -507,18 +540,18 @@ def _naive_explainer(
     def explain(config: TrainConfig) -> StepVerdict | None:
         from autotune.explain.render import explain_result
 
-        timeout = state.deadline.burst_timeout(bursts.timeout_s)
+        timeout = context.deadline.burst_timeout(bursts.timeout_s)
         if timeout is None:
             return None
         burst = bursts.run(config, steps=1, timeout_s=timeout, profile=True)
-        explained = explain_result(burst, budget_bytes=state.budget_bytes)
+        explained = explain_result(burst, budget_bytes=context.budget_bytes)
         return None if explained is None else explained[1]
 
     return explain
 
 
 def _burst_runner(
-    state: SearchState, burst_fn: BurstFn | None, limits: SearchLimits, *, seed: int
+    context: SearchContext, burst_fn: BurstFn | None, limits: SearchLimits, *, seed: int
 ) -> BurstRunner:
     """How this search runs its bursts: ``burst_fn`` defaults to ``run_burst``; the warm-up
     to 3 steps on CUDA (compilation, CUDA-graph recording), 1 on a CPU."""
@@ -528,11 +561,11 @@ def _burst_runner(
         burst_fn = run_burst
     warmup = limits.warmup
     if warmup is None:
-        warmup = 3 if state.space.device_kind == "cuda" else 1
+        warmup = 3 if context.space.device_kind == "cuda" else 1
     return BurstRunner(
-        spec=state.spec,
-        device=state.device,
-        budget_bytes=state.budget_bytes,
+        spec=context.spec,
+        device=context.device,
+        budget_bytes=context.budget_bytes,
         burst_fn=burst_fn,
         steps=limits.steps,
         warmup=warmup,
@@ -553,11 +586,10 @@ def _optimize(
 ) -> str:
     """The starts, then trials until the search has a reason to stop; that reason.
     ``BudgetError`` when even the smallest config does not fit."""
-    state = planner.state
     planner.enqueue_starts(study, warm_start)
     planner.check_budget(study)
     stops = _Stops(planner)
-    reason = state.stop_reason()
+    reason = planner.stop_reason(None)
     if not reason:
         try:
             with HeldStops() as held:  # a stop lands in a trial or once its outcome is stored
@@ -567,14 +599,14 @@ def _optimize(
                     gc_after_trial=False,
                 )
         except KeyboardInterrupt:
-            state.note(
-                f"interrupted: {state.measured()} measured trials are saved in study "
+            planner.context.note(
+                f"interrupted: {planner.log.measured()} measured trials are saved in study "
                 f"{study.study_name!r} ({redact(storage)}); rerun the same command to resume"
             )
             raise
         reason = stops.reason
-    if state.budget_problem:
-        raise BudgetError(state.budget_problem)
+    if planner.budget_problem:
+        raise BudgetError(planner.budget_problem)
     return reason or "stopped"
 
 
@@ -614,7 +646,8 @@ class _Stops:
 
 
 def _result(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     goal: Goal,
     found: RaceResult,
     *,
@@ -622,27 +655,31 @@ def _result(
     storage: str,
     notes: Sequence[str],
     started: float,
+    stopped: str,
 ) -> SearchResult:
-    """What the search found (the preset is not written yet)."""
+    """What the search found (the preset is not written yet); ``stopped``: why its trials
+    stopped."""
     # Queued trials that never started (WAITING) stay in the study for the next run.
     return _search_result(
-        state,
+        context,
+        log,
         goal,
         study=study,
         storage=storage,
         started=started,
         best=found.winner.record,
         verified=found.winner.verify_burst(),  # round 1: with the eval step and checkpoint
-        naive=state.record_of(state.space.naive()),
+        naive=log.record_of(context.space.naive()),
         speedup=None if found.speedup is None else found.speedup.estimate,
-        stopped=state.stopped,
+        stopped=stopped,
         race=found,
         notes=(*notes, *found.notes),
     )
 
 
 def _search_result(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     goal: Goal,
     *,
     study: optuna.Study,
@@ -652,19 +689,19 @@ def _search_result(
 ) -> SearchResult:
     """The result's fields every search fills alike (the search, its trials); ``found``
     holds what the race, or a worker's lack of one, decided."""
-    records = state.trials_in_order()
+    records = log.trials_in_order()
     return SearchResult(
-        model=model_name(state.spec),
-        device=state.device,
-        budget_bytes=state.budget_bytes,
-        global_batch=state.space.global_batch,
-        seq_len=state.space.seq_len,
+        model=model_name(context.spec),
+        device=context.device,
+        budget_bytes=context.budget_bytes,
+        global_batch=context.space.global_batch,
+        seq_len=context.space.seq_len,
         objective=goal.objective,
         train_steps=goal.train_steps,
-        unit=state.unit,
+        unit=context.unit,
         study_name=study.study_name,
         storage=redact(storage),
-        space_size=state.space.size(),
+        space_size=context.space.size(),
         top=tuple(distinct_best(records)[:5]),
         trials=tuple(records),
         skipped=skipped_reasons(records),

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
     from autotune.contract.spec import ModelSpec
     from autotune.study.plan.space import SearchSpace
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
     from autotune.study.trials.objective import BurstRunner, Goal
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "default_storage",
@@ -70,20 +71,20 @@ def default_study_name(
     return f"{name}-{space.fingerprint()}"
 
 
-def study_name_for(state: SearchState, goal: Goal, *, shared: bool = False) -> str:
+def study_name_for(context: SearchContext, goal: Goal, *, shared: bool = False) -> str:
     """The default name of the study of this search (``default_study_name``); for the
     workers of a shared search, one every worker gives, whatever its device's index."""
     name = default_study_name(
-        model=_study_model(state.spec),
-        device=_study_device(state, shared=shared),
-        budget_bytes=state.budget_bytes,
-        space=state.space,
+        model=_study_model(context.spec),
+        device=_study_device(context, shared=shared),
+        budget_bytes=context.budget_bytes,
+        space=context.space,
         objective=goal.objective,
         train_steps=goal.train_steps,
     )
     if not shared:
         return name
-    text = json.dumps(_space_setup(state, shared=True), sort_keys=True)
+    text = json.dumps(_space_setup(context, shared=True), sort_keys=True)
     return f"{name.rsplit('-', 1)[0]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
@@ -95,10 +96,10 @@ def _study_model(spec: ModelSpec) -> str:
     return f"{name}-{fingerprint}" if isinstance(fingerprint, str) and fingerprint else name
 
 
-def _space_setup(state: SearchState, *, shared: bool) -> dict[str, Any]:
+def _space_setup(context: SearchContext, *, shared: bool) -> dict[str, Any]:
     """The space as a study records it; a shared study's, without the device's index."""
-    space = state.space.describe()
-    return {**space, "device": _study_device(state, shared=True)} if shared else space
+    space = context.space.describe()
+    return {**space, "device": _study_device(context, shared=True)} if shared else space
 
 
 def _slug(text: str) -> str:
@@ -135,11 +136,11 @@ def require_study(storage: str, name: str) -> None:
     )
 
 
-def _study_device(state: SearchState, *, shared: bool) -> str:
+def _study_device(context: SearchContext, *, shared: bool) -> str:
     """The device a study is for: ``cuda:1``; for workers of a shared study, which each
     search on a device of their own, the kind (``cuda``: the space's device capabilities,
     also in the study's set-up, tell one GPU model from another)."""
-    return re.sub(r":\d+$", "", state.device) if shared else state.device
+    return re.sub(r":\d+$", "", context.device) if shared else context.device
 
 
 def _measured_by(bursts: BurstRunner) -> dict[str, Any]:
@@ -167,25 +168,26 @@ def _measured_by(bursts: BurstRunner) -> dict[str, Any]:
 
 
 def _study_setup(
-    state: SearchState, goal: Goal, bursts: BurstRunner, *, shared: bool = False
+    context: SearchContext, goal: Goal, bursts: BurstRunner, *, shared: bool = False
 ) -> dict[str, Any]:
     """What a study is made for: resuming it with other settings is refused."""
-    spec = state.spec
+    spec = context.spec
     return {
         "model": model_name(spec),
         "model_args": {k: repr(v) for k, v in spec.args.items()},
-        "device": _study_device(state, shared=shared),
-        "budget_bytes": state.budget_bytes,
-        "global_batch": state.space.global_batch,
+        "device": _study_device(context, shared=shared),
+        "budget_bytes": context.budget_bytes,
+        "global_batch": context.space.global_batch,
         "objective": goal.objective,
         "train_steps": goal.train_steps,
-        "space": _space_setup(state, shared=shared),
+        "space": _space_setup(context, shared=shared),
         **_measured_by(bursts),
     }
 
 
 def open_search_study(
-    state: SearchState,
+    context: SearchContext,
+    log: TrialLog,
     goal: Goal,
     storage: str,
     name: str,
@@ -194,37 +196,36 @@ def open_search_study(
     n_startup_trials: int | None,
     joining: bool = False,
 ) -> optuna.Study:
-    """The study, its trials so far absorbed into ``state`` (a resumed search goes on from
+    """The study, its trials so far absorbed into ``log`` (a resumed search goes on from
     them), and the start announced. ``bursts``: how its trials are measured (and their
     seed, the sampler's too)."""
     study = open_study(
         storage,
         name,
-        setup=_study_setup(state, goal, bursts, shared=joining),
-        pruner=SlowConfigPruner(state.best_throughput),
+        setup=_study_setup(context, goal, bursts, shared=joining),
+        pruner=SlowConfigPruner(log.best_throughput),
         seed=bursts.seed,
         n_startup_trials=n_startup_trials,
-        space_size=state.space.size(),
-        trials=state.limits.trials,
+        space_size=context.space.size(),
+        trials=context.limits.trials,
         joining=joining,
-        note=state.note,
+        note=context.note,
     )
-    state.burst_limit_s = bursts.timeout_s  # which earlier timeouts still stand
     for frozen in study.get_trials(deepcopy=False):
-        state.absorb(TrialRecord.from_trial(frozen))
-    resumed = sum(1 for r in state.records.values() if r.finished)
-    state.emit(
+        log.absorb(TrialRecord.from_trial(frozen))
+    resumed = sum(1 for r in log.records.values() if r.finished)
+    context.emit(
         SearchEvent(
             kind="start",
             message=(
-                f"study {name!r} in {redact(storage)}; space of {state.space.size()} "
-                f"configs; budget {format_bytes(state.budget_bytes)} on {state.device}"
+                f"study {name!r} in {redact(storage)}; space of {context.space.size()} "
+                f"configs; budget {format_bytes(context.budget_bytes)} on {context.device}"
                 + (f"; resuming with {resumed} finished trials" if resumed else "")
             ),
-            best=state.best(),
-            unit=state.unit,
-            trials_left=state.trials_left(),
-            time_left_s=state.deadline.left(),
+            best=log.best(),
+            unit=context.unit,
+            trials_left=log.trials_left(),
+            time_left_s=context.deadline.left(),
         )
     )
     return study

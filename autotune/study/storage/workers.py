@@ -50,7 +50,8 @@ from autotune.study.trials.records import TrialRecord
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.machine.profile import HardwareProfile
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.deadline import Deadline
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "POLL_S",
@@ -70,9 +71,13 @@ WAIT_FOR_LAST_S = 3600.0  # the most a finisher waits for other workers' last bu
 
 @dataclass(kw_only=True)
 class Workers:
-    """This process as one worker of a study that others search too."""
+    """This process as one worker of a study that others search too: it absorbs the
+    trials other workers finished into ``log`` (``sync``), and holds a trial's burst back
+    while another worker measures its config, or the study's trials or ``deadline`` are
+    spent (``gate``)."""
 
-    state: SearchState
+    log: TrialLog
+    deadline: Deadline
     study: optuna.Study
     name: str
     owner: dict[str, Any] = field(default_factory=trial_owner)
@@ -85,22 +90,22 @@ class Workers:
 
     def _absorb(self, trials: list[optuna.trial.FrozenTrial]) -> None:
         for frozen in trials:
-            known = self.state.records.get(frozen.number)
+            known = self.log.records.get(frozen.number)
             if frozen.state.is_finished() and (known is None or not known.finished):
-                self.state.absorb(TrialRecord.from_trial(frozen))
+                self.log.absorb(TrialRecord.from_trial(frozen))
 
     def gate(self, trial: optuna.Trial, config: TrainConfig, *, again: bool) -> tuple[str, str]:
         """Whether ``trial`` may run its burst: ``("", "")`` to run it, else the status
         and reason it does not (``skipped``: another worker measures or measured this
         config; ``stopped``: the study's trial budget or time is spent)."""
-        state = self.state
-        key = [*map(_plain, state.space.key(config)), "again" if again else ""]
+        log = self.log
+        key = [*map(_plain, log.space.key(config)), "again" if again else ""]
         mine = trial._trial_id
         while True:
             trial.set_user_attr("claim", {"key": key, "measure": True})
             trials = self.study.get_trials(deepcopy=False)
             self._absorb(trials)
-            earlier = state.record_of(config)
+            earlier = log.record_of(config)
             if earlier is not None and not again:
                 return "skipped", f"trial #{earlier.number} of another worker measured it"
             rivals = [
@@ -115,13 +120,13 @@ class Workers:
                 if mine < min(t._trial_id for t in same):  # both may yield: queue it again
                     self._queue_again(trial, config)
                 return "skipped", f"trial #{same[0].number} of another worker is measuring it"
-            limit = state.limits.trials
-            if limit is None or state.measured() + len(rivals) < limit:
-                if state.deadline.for_trials() == 0.0:
+            limit = log.trial_limit
+            if limit is None or log.measured() + len(rivals) < limit:
+                if self.deadline.for_trials() == 0.0:
                     return "stopped", "the search's time limit passed"
                 return "", ""
             trial.set_user_attr("claim", {"key": key, "measure": False})  # step back
-            if state.measured() >= limit:
+            if log.measured() >= limit:
                 return "stopped", f"the study has its {limit} measured trials"
             time.sleep(random.uniform(POLL_S / 2, POLL_S * 2))
             claim_running_trials(self.study, self.name, joining=True)
@@ -129,7 +134,7 @@ class Workers:
 
     def _queue_again(self, trial: optuna.Trial, config: TrainConfig) -> None:
         attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "refines")}
-        self.study.enqueue_trial(self.state.space.params_of(config), user_attrs=attrs)
+        self.study.enqueue_trial(self.log.space.params_of(config), user_attrs=attrs)
 
     def wait_for_others(self) -> None:
         """Until no other worker's burst runs in the study (their results go into the

@@ -18,107 +18,113 @@ config on both cores, and the search refined the fp32 config instead of the best
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
     from autotune.study.trials.objective import BurstRunner
 
-__all__ = [
-    "LOAD_SETTLE_S",
-    "LoadArrived",
-    "run_on_cores_left",
-    "threads_after_settle",
-    "threads_for_burst",
-]
+__all__ = ["LOAD_SETTLE_S", "BurstThreads", "LoadArrived"]
 
 # How long a burst stopped for load waits before it runs again, to see whether the load
 # stays: the machine watch's busy window (``MachineWatch.burst_threads``: its last 5 s).
 LOAD_SETTLE_S = 5.0
 
 
-def threads_for_burst(state: SearchState) -> int | None:
-    """torch's threads for a CPU burst starting now (``SearchState.burst_threads``: None
-    for every core). Where load shows up just after bursts on every core, wait
-    ``LOAD_SETTLE_S`` and look again: a burst started during a 5-second command would run
-    on one core of a machine quiet again a moment later (a trial's figure measured again
-    later, a race round that no longer compares alike). Under a load that stays, only the
-    first burst waits."""
-    threads = state.burst_threads()
-    if threads is not None and state.last_burst_threads is None:
-        threads = threads_after_settle(state)
-    state.last_burst_threads = threads
-    return threads
+@dataclass
+class BurstThreads:
+    """The threads of one search's bursts, its trials' and its race's alike (one per
+    search, made by ``search``). ``last``: the threads of the last burst (None: every
+    core, or none ran yet); only this object writes it."""
 
+    context: SearchContext
+    last: int | None = None
 
-def threads_after_settle(state: SearchState) -> int | None:
-    """``SearchState.burst_threads`` once ``LOAD_SETTLE_S`` has passed: None where the
-    load just seen has gone (a burst it stopped or reached runs again on every core)."""
-    time.sleep(LOAD_SETTLE_S)
-    return state.burst_threads()
+    def for_burst(self) -> int | None:
+        """torch's threads for a CPU burst starting now (``SearchContext.burst_threads``:
+        None for every core). Where load shows up just after bursts on every core, wait
+        ``LOAD_SETTLE_S`` and look again: a burst started during a 5-second command would
+        run on one core of a machine quiet again a moment later (a trial's figure measured
+        again later, a race round that no longer compares alike). Under a load that stays,
+        only the first burst waits."""
+        threads = self.context.burst_threads()
+        if threads is not None and self.last is None:
+            threads = self.after_settle()
+        self.last = threads
+        return threads
+
+    def after_settle(self) -> int | None:
+        """``SearchContext.burst_threads`` once ``LOAD_SETTLE_S`` has passed: None where
+        the load just seen has gone (a burst it stopped or reached runs again on every
+        core)."""
+        time.sleep(LOAD_SETTLE_S)
+        return self.context.burst_threads()
+
+    def run_on_cores_left(
+        self,
+        bursts: BurstRunner,
+        config: TrainConfig,
+        *,
+        number: int,
+        timeout_s: float,
+        threads: int | None,
+        **options: Any,
+    ) -> tuple[BurstResult, int | None]:
+        """The trial's burst of ``config`` on ``threads`` (None: every core); if outside
+        load arrives while it runs on every core, run again after ``LOAD_SETTLE_S`` on the
+        cores the load still leaves (every core, once more, where it has left). The result
+        and the threads it ran on. Each run after the first gets what is left of
+        ``timeout_s`` (at least 1 s)."""
+        context = self.context
+        watched = (
+            threads is None and context.watch is not None and context.space.device_kind == "cpu"
+        )
+        if not watched:
+            return bursts.run(config, timeout_s=timeout_s, threads=threads, **options), threads
+        started = time.monotonic()
+
+        def left() -> float:
+            return max(1.0, timeout_s - (time.monotonic() - started))
+
+        settled = False  # waited once for a load to stay or leave
+        while True:
+            arrived = LoadArrived(context)
+            result = bursts.run(config, timeout_s=left(), should_stop=arrived, **options)
+            if result.status != "pruned" or arrived.cores_left is None:
+                return result, None
+            threads = arrived.cores_left
+            if settled:
+                break
+            settled = True
+            still = self.after_settle()
+            if still is not None:
+                threads = still
+                break
+            context.note(
+                f"trial #{number}: outside load stopped its burst and left within "
+                f"{LOAD_SETTLE_S:.0f} s: measured again on every core"
+            )
+        context.note(
+            f"trial #{number}: outside load arrived while its burst ran on every core; "
+            f"measured again on the {threads} core(s) left"
+        )
+        self.last = threads
+        return bursts.run(config, timeout_s=left(), threads=threads, **options), threads
 
 
 class LoadArrived:
     """A burst's ``should_stop``: the reason once outside load holds cores, else None."""
 
-    def __init__(self, state: SearchState) -> None:
-        self.state = state
+    def __init__(self, context: SearchContext) -> None:
+        self.context = context
         self.cores_left: int | None = None  # set once it has said stop
 
     def __call__(self) -> str | None:
-        cores = self.state.burst_threads()
+        cores = self.context.burst_threads()
         if cores is None:
             return None
         self.cores_left = cores
         return f"outside load arrived while it ran on every core ({cores} left)"
-
-
-def run_on_cores_left(
-    state: SearchState,
-    bursts: BurstRunner,
-    config: TrainConfig,
-    *,
-    number: int,
-    timeout_s: float,
-    threads: int | None,
-    **options: Any,
-) -> tuple[BurstResult, int | None]:
-    """The trial's burst of ``config`` on ``threads`` (None: every core); if outside load
-    arrives while it runs on every core, run again after ``LOAD_SETTLE_S`` on the cores the
-    load still leaves (every core, once more, where it has left). The result and the
-    threads it ran on. Each run after the first gets what is left of ``timeout_s`` (at
-    least 1 s)."""
-    watched = threads is None and state.watch is not None and state.space.device_kind == "cpu"
-    if not watched:
-        return bursts.run(config, timeout_s=timeout_s, threads=threads, **options), threads
-    started = time.monotonic()
-
-    def left() -> float:
-        return max(1.0, timeout_s - (time.monotonic() - started))
-
-    settled = False  # waited once for a load to stay or leave
-    while True:
-        arrived = LoadArrived(state)
-        result = bursts.run(config, timeout_s=left(), should_stop=arrived, **options)
-        if result.status != "pruned" or arrived.cores_left is None:
-            return result, None
-        threads = arrived.cores_left
-        if settled:
-            break
-        settled = True
-        still = threads_after_settle(state)
-        if still is not None:
-            threads = still
-            break
-        state.note(
-            f"trial #{number}: outside load stopped its burst and left within "
-            f"{LOAD_SETTLE_S:.0f} s: measured again on every core"
-        )
-    state.note(
-        f"trial #{number}: outside load arrived while its burst ran on every core; "
-        f"measured again on the {threads} core(s) left"
-    )
-    state.last_burst_threads = threads
-    return bursts.run(config, timeout_s=left(), threads=threads, **options), threads

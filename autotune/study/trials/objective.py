@@ -58,7 +58,6 @@ from autotune.core.units import format_bytes, format_figure
 from autotune.study.session.deadline import DEADLINE
 from autotune.study.storage.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.storage.ownership import trial_owner
-from autotune.study.trials.burst_threads import run_on_cores_left, threads_for_burst
 from autotune.study.trials.records import FAILED_STATUSES, TrialRecord
 from autotune.study.trials.trial_cost import held_to_time, will_not_finish
 
@@ -68,8 +67,10 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.study.plan.memory_model import MemoryVerdict
     from autotune.study.plan.planner import Planner
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
     from autotune.study.storage.workers import Workers
+    from autotune.study.trials.burst_threads import BurstThreads
+    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "INFEASIBLE_VALUE",
@@ -152,7 +153,7 @@ class BurstRunner:
     ) -> BurstResult:
         """One burst of ``config``; ``options`` (``on_step=``, ``verify=``) go to the burst
         function as they are, and ``threads`` when it caps torch's threads (a shared
-        machine: ``SearchState.burst_threads``). A burst function must not raise: an
+        machine: ``SearchContext.burst_threads``). A burst function must not raise: an
         exception becomes an ``error`` result. Ctrl-C propagates."""
         if threads is not None:
             options["threads"] = threads
@@ -206,43 +207,49 @@ class StopSearch(optuna.TrialPruned):
 
 @dataclass(kw_only=True)
 class TrialObjective:
-    """Optuna's objective function: one trial, measured and classified."""
+    """Optuna's objective function: one trial, measured and classified. It reads the
+    search's ``context`` and ``log`` (the planner writes the log) and picks each burst's
+    threads through ``burst_threads``; what it alone learns it holds: the compile modes too
+    slow to run again and the trials measured under load."""
 
-    state: SearchState
+    context: SearchContext
+    log: TrialLog
+    burst_threads: BurstThreads
     planner: Planner
     bursts: BurstRunner
     goal: Goal
     cut_by_time: str = ""  # how the time limit stopped the running burst ("": it did not)
     cut_compile: str = ""  # why the running burst was stopped while compiling, if it was
     workers: Workers | None = None  # the other workers of a shared study (None: alone)
+    # compile modes whose compilation outlasted COMPILE_SHARE of the limit: not run again
+    slow_compiles: dict[str, str] = field(default_factory=dict)
+    disturbed_trials: list[int] = field(default_factory=list)  # this run's, in order
     _owner: dict[str, Any] = field(default_factory=trial_owner, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        # the race's reserve splits a trial's wall time into start-up and timed steps
-        self.state.trial_steps = self.bursts.steps
 
     def __call__(self, trial: optuna.Trial) -> float:
         trial.set_user_attr("owner", self._owner)  # who runs it (claim_running_trials)
-        config = self.state.space.suggest(trial)
+        config = self.context.space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("size_name", self.state.spec.size_name)
+        trial.set_user_attr("size_name", self.context.spec.size_name)
         if self.workers is not None:
             self.workers.sync()  # what the other workers finished
-        previous = self.state.record_of(config)
+        previous = self.log.record_of(config)
         remeasure = trial.user_attrs.get("role") == "re-measure"
         if previous is not None and not (remeasure and previous.disturbed):
             return self._replay(trial, previous)
         verdict = self.planner.ruled_out(config)
         if verdict is not None:
             return _skip(trial, verdict)
-        slow = self.state.slow_compiles.get(config.compile)
+        slow = self.slow_compiles.get(config.compile)
         if slow:
             _pass_over(trial, slow)
         role = trial.user_attrs.get("role")
         outdated = self.planner.outdated(trial.user_attrs.get("refines"))
         if outdated and role in ("refine", "screen"):
             _pass_over(trial, outdated)
-        short = will_not_finish(self.state, config) if held_to_time(role, config) else ""
+        short = ""
+        if held_to_time(role, config):
+            short = will_not_finish(self.log, self.context.deadline, config)
         if short:
             # a config queued after it that fits (its code in the compile cache) runs
             # next; with none, the race gets the time: it runs more rounds in time saved
@@ -261,23 +268,22 @@ class TrialObjective:
         exempt = trial.user_attrs.get("role") in ("naive", "quick-start")  # measured whole
         seen: list[float] = []  # each timed step's throughput, as reported
         on_step = self._step_reporter(trial, config, seen, exempt=exempt)
-        memory = self.state.memory  # its prediction, made before the burst runs
+        memory = self.log.memory  # its prediction, made before the burst runs
         predicted = memory.predict(config)
         predicted = memory.bound(config) if predicted is None else predicted
         edge = memory.edge_micro_batch(config)
         with _stop_recorded(trial, "before its burst ran"):
-            threads = threads_for_burst(self.state)  # may wait a moment to see a load stay
+            threads = self.burst_threads.for_burst()  # may wait a moment to see a load stay
         t0 = time.monotonic()
         self.cut_by_time, self.cut_compile = "", ""
         timeout_s, capped = self._timeout(exempt=exempt)
         compile_cap, cap_share = self._compile_cap(config)
         if compile_cap is not None and compile_cap < timeout_s:
             timeout_s, capped = compile_cap, ""
-        watch = self.state.watch
+        watch = self.context.watch
         burst = watch.burst() if watch is not None else contextlib.nullcontext()
         with _stop_recorded(trial, "while its burst ran", started=t0), burst:
-            result, threads = run_on_cores_left(
-                self.state,
+            result, threads = self.burst_threads.run_on_cores_left(
                 self.bursts,
                 config,
                 number=trial.number,
@@ -296,12 +302,12 @@ class TrialObjective:
             )
             result = replace(result, status="pruned")
         if result.recompiles:
-            self.state.note(
+            self.context.note(
                 f"trial #{trial.number} recompiled {result.recompiles} graph(s) during its "
                 "timed steps (dynamic shapes or a failed guard): its figure includes "
                 "compilation, and a training run would recompile too"
             )
-        disturbed = self.state.disturbance(t0, result.step_times_s)
+        disturbed = self.context.disturbance(t0, result.step_times_s)
         if disturbed and threads is not None:
             disturbed += f"; measured on the {threads} core(s) left to it"
         elif threads is not None:  # the load that took cores from it left as it ran
@@ -309,7 +315,7 @@ class TrialObjective:
             disturbed += "gone before its end: a figure of fewer cores than the machine has"
         if disturbed:
             trial.set_user_attr("disturbed", disturbed)
-            self.state.warn_disturbed(trial.number, disturbed)
+            self._warn_disturbed(trial.number, disturbed)
         return self._classify(
             trial,
             config,
@@ -320,6 +326,16 @@ class TrialObjective:
             edge=edge,
             cores_left=threads,
         )
+
+    def _warn_disturbed(self, number: int, reason: str) -> None:
+        """Say once, live, that measurements are being disturbed; count the trial."""
+        if not self.disturbed_trials:
+            self.context.note(
+                f"warning: trial #{number} was disturbed ({reason}); trials measured "
+                "under load are marked, never pruned for it, and measured again once the "
+                "machine is quiet; the finalist race compares configs side by side"
+            )
+        self.disturbed_trials.append(number)
 
     def _step_reporter(
         self, trial: optuna.Trial, config: TrainConfig, seen: list[float], *, exempt: bool
@@ -332,7 +348,7 @@ class TrialObjective:
         def on_step(index: int, step_time_s: float) -> bool:
             if exempt:
                 return True
-            if self.state.deadline.for_trials() == 0.0:  # the trials' time ran out during it
+            if self.context.deadline.for_trials() == 0.0:  # the trials' time ran out during it
                 self.cut_by_time = TRIALS_TIME_RAN_OUT
                 return False
             if index >= asked and (index - asked) % REPORT_EVERY_PAST_ASKED:
@@ -340,7 +356,7 @@ class TrialObjective:
             if step_time_s > 0:
                 seen.append(tokens_per_step / step_time_s)
                 trial.report(seen[-1], int(index))
-            if self.state.busy_now():  # every config looks slow on a loaded machine
+            if self.context.busy_now():  # every config looks slow on a loaded machine
                 return True
             return not trial.should_prune()
 
@@ -354,11 +370,11 @@ class TrialObjective:
         burst can outlast the limit on a loaded machine, and the quick start runs with nothing
         measured (capped, mu's stopped after 2 s of a 4 s limit)."""
         timeout_s = self.bursts.timeout_s
-        time_left = self.state.deadline.for_trials()
+        time_left = self.context.deadline.for_trials()
         capped = ""
         if not exempt and time_left is not None and time_left < timeout_s:
             timeout_s, capped = max(time_left, MIN_CAPPED_BURST_S), TRIALS_TIME_RAN_OUT
-        hard = self.state.deadline.burst_timeout(timeout_s)
+        hard = self.context.deadline.burst_timeout(timeout_s)
         if hard is None or hard < timeout_s:
             timeout_s, capped = max(hard or 0.0, MIN_CAPPED_BURST_S), DEADLINE_CAME
         return timeout_s, capped
@@ -377,11 +393,11 @@ class TrialObjective:
                 f"{cap:.0f} s ({share}); its code is in the compile cache"
             )
         cut = f"no result after {cap:.0f} s ({share}), most likely still compiling"
-        self.state.slow_compiles[config.compile] = (
+        self.slow_compiles[config.compile] = (
             f"compile={config.compile} is not run again in this search: trial "
             f"#{trial.number} had {cut}"
         )
-        self.state.note(self.state.slow_compiles[config.compile])
+        self.context.note(self.slow_compiles[config.compile])
         return cut
 
     def _compile_cap(self, config: TrainConfig) -> tuple[float | None, str]:
@@ -389,13 +405,13 @@ class TrialObjective:
         of the time limit, and while no trial with its compile mode has finished,
         ``UNPROVEN_COMPILE_SHARE`` of the time left for trials if that is less. (None
         without a limit, or without compile.)"""
-        limit = self.state.limits.time_limit_s
+        limit = self.context.limits.time_limit_s
         if config.compile == "off" or limit is None:
             return None, ""
         cap = max(COMPILE_SHARE * limit, MIN_CAPPED_BURST_S)
         share = f"{COMPILE_SHARE:.0%} of the time limit"
-        left = self.state.deadline.for_trials()
-        proven = self.state.compiled_ok(config.compile)
+        left = self.context.deadline.for_trials()
+        proven = self.log.compiled_ok(config.compile)
         if not proven and left is not None and UNPROVEN_COMPILE_SHARE * left < cap:
             cap = max(UNPROVEN_COMPILE_SHARE * left, MIN_CAPPED_BURST_S)
             share = (
@@ -405,7 +421,7 @@ class TrialObjective:
         return cap, share
 
     def _tokens_per_step(self, config: TrainConfig) -> int:
-        return self.state.space.global_batch * self.state.spec.tokens_per_sample(config.seq_len)
+        return self.context.space.global_batch * self.context.spec.tokens_per_sample(config.seq_len)
 
     # -- its outcome -----------------------------------------------------------------------
     def _classify(
@@ -424,11 +440,11 @@ class TrialObjective:
         under; return its value (or raise TrialPruned). ``predicted``, ``edge``: the memory
         model's peak and largest micro-batch for the config, made before the burst ran;
         ``cores_left``: the cores outside load left it (None: it ran on all)."""
-        throughput = self.state.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
+        throughput = self.context.spec.pick_throughput(result.tokens_per_s, result.samples_per_s)
         peak = result.peak_memory_bytes
         common = _figures(result, throughput, wall_s=wall_s)
         common.update(cores_left=cores_left, burst_timeout_s=self.bursts.timeout_s)
-        budget = self.state.budget_bytes
+        budget = self.context.budget_bytes
         common.update(_memory_figures(result, budget, predicted=predicted, edge=edge))
         status = result.status
         if status == "ok" and peak is not None and peak > budget:
@@ -481,11 +497,11 @@ class TrialObjective:
             reason = f"stopped: {self.cut_compile or self.cut_by_time}"
             set_outcome(trial, **common, status="stopped", reason=reason, constraint=0.0)
             raise optuna.TrialPruned(reason)
-        best = self.state.best_throughput()
+        best = self.log.best_throughput()
         if seen and best:
             reason = (
                 f"pruned after {len(seen)} timed steps: at most {format_figure(max(seen))} "
-                f"{self.state.unit}, under {PRUNE_RATIO:.2g}x the best so far "
+                f"{self.context.unit}, under {PRUNE_RATIO:.2g}x the best so far "
                 f"({format_figure(best)})"
             )
         else:
@@ -526,7 +542,7 @@ class TrialObjective:
             samples_per_s=previous.samples_per_s,
             throughput=previous.throughput,
             time_to_train_s=previous.time_to_train_s,
-            constraint=_replayed_constraint(previous, self.state.budget_bytes),
+            constraint=_replayed_constraint(previous, self.context.budget_bytes),
         )
         if previous.state == "PRUNED":
             raise optuna.TrialPruned(f"same config as pruned trial #{previous.number}")

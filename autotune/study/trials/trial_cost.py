@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.config.knobs import registry
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.study.session.state import SearchState
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.session.deadline import Deadline
     from autotune.study.trials.records import TrialRecord
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "eval_code_key",
     "held_to_time",
     "model_code_key",
+    "TrialsSeen",
     "rest_s",
     "will_not_finish",
 ]
@@ -138,7 +140,18 @@ def rest_s(record: TrialRecord, records: list[TrialRecord]) -> float:
     return rest - own + min(own, statistics.median(ups))
 
 
-def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str] | None:
+class TrialsSeen(Protocol):
+    """What a trial's cost is estimated from: the search's trials so far and its space
+    (``TrialLog``)."""
+
+    @property
+    def records(self) -> Mapping[int, TrialRecord]: ...
+
+    @property
+    def space(self) -> SearchSpace: ...
+
+
+def expected_wall_s(log: TrialsSeen, config: TrainConfig) -> tuple[float, str] | None:
     """How long a trial of ``config`` will take, and why: without compile, the quickest
     trial without compile of the same model code (``model_code_key``), else the median
     trial without compile (mu's eager screens of eager attention took 15 s where its
@@ -156,7 +169,7 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
     eager = config.compile == "off"
     alike = [
         r
-        for r in state.records.values()
+        for r in log.records.values()
         if r.ran and r.feasible and r.wall_s and (r.config.get("compile", "off") == "off") == eager
     ]
     if not alike:
@@ -169,10 +182,10 @@ def expected_wall_s(state: SearchState, config: TrainConfig) -> tuple[float, str
         return statistics.median(r.wall_s or 0.0 for r in alike), (
             "the median trial without compile so far"
         )
-    kind = state.space.device_kind
+    kind = log.space.device_kind
     key = compiled_code_key(config, kind)
     same = [r for r in alike if r.compile_s and compiled_code_key(r.config, kind) == key]
-    records = list(state.records.values())
+    records = list(log.records.values())
     cached = cached_compile_s(records)
     if same:
         wall = min(rest_s(r, records) for r in same) + cached
@@ -195,13 +208,13 @@ def held_to_time(role: str | None, config: TrainConfig) -> bool:
     return config.compile != "off" or role in ("refine", "screen", "", None)
 
 
-def will_not_finish(state: SearchState, config: TrainConfig) -> str:
+def will_not_finish(log: TrialsSeen, deadline: Deadline, config: TrainConfig) -> str:
     """Why a burst of ``config`` would not finish in the time left for trials ("" when it
     may): ``expected_wall_s``. mu on the 2-core CPU with an empty cache: a refinement
     started with 36 s left, where compiled trials had taken 44-52 s, and was stopped at
     the limit with nothing measured."""
-    left = state.deadline.for_trials()
-    expected = expected_wall_s(state, config) if left is not None else None
+    left = deadline.for_trials()
+    expected = expected_wall_s(log, config) if left is not None else None
     if left is None or expected is None or left >= expected[0]:
         return ""
     wall, basis = expected

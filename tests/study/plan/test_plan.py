@@ -495,27 +495,31 @@ def test_an_uncompiled_finalist_that_its_compiled_twin_beats_is_not_varied() -> 
 
     from autotune.study.plan.planner import Planner
     from autotune.study.plan.space import SearchSpace
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.session.context import Limits, SearchContext
     from autotune.study.trials.records import TrialRecord
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=4 * GB, limits=Limits(None, None))
+    context = SearchContext.of(
+        spec=spec, space=space, budget_bytes=4 * GB, limits=Limits(None, None)
+    )
+    log = TrialLog.of(context)
     eager = TrainConfig(micro_batch=8, grad_accum=4, seq_len=64)
     compiled = eager.replace(compile="default")
     for number, (config, value) in enumerate(
         [(eager, 120.0), (compiled, 150.0), (compiled.replace(micro_batch=16, grad_accum=2), 140.0)]
     ):
-        state.absorb(TrialRecord(
+        log.absorb(TrialRecord(
             number=number, state="COMPLETE", status="ok", config=config.to_dict(), ran=True,
             value=value, wall_s=5.0, role="refine",
         ))  # fmt: skip
-    planner = Planner(state=state)
+    planner = Planner(context=context, log=log)
     study = optuna.create_study(direction="maximize")
     planner.vary_the_finalists(study)
     assert planner.queued and all(c.compile != "off" for c in planner.queued), planner.queued
-    state.absorb(
+    log.absorb(
         TrialRecord(
             number=1,
             state="COMPLETE",
@@ -595,7 +599,7 @@ def test_a_refinement_that_gains_only_compiled_is_compiled_without_an_eager_scre
         contains=lambda c: True, key=lambda c: repr(c.to_dict()), device_kind="cuda"
     )
     state: Any = SimpleNamespace(space=space, record_of=lambda c: None, trials_in_order=list)
-    planner = Planner(state=state)
+    planner = Planner(context=state, log=state)
     fp8 = best.replace(fp8_linears=True)
     bigger = best.replace(micro_batch=16, grad_accum=2)
     queued = planner.screen_compiles(best, [fp8, bigger], refines=3)

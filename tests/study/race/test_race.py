@@ -202,7 +202,7 @@ def test_an_entrant_that_left_cannot_win_and_comes_after_the_contenders() -> Non
     winner, gone = _entrant(1, [100.0, 30.0]), _entrant(2, [75.0])
     gone.eliminated, gone.dropped = "out after round 1: 0.75x #1", True
     naive = _entrant(3, [40.0, 12.0], "naive")
-    result = _decide(_state(), [winner, gone, naive], 2, [], load=None)
+    result = _decide(_state(), _state(), [winner, gone, naive], 2, [], load=None)
     assert result.winner is winner
     assert result.speedup is not None and result.speedup.estimate == pytest.approx(
         math.sqrt(100 / 40 * 30 / 12)
@@ -281,12 +281,12 @@ def _limited_state(limit: float | None, *, elapsed: float) -> Any:
     import time
 
     from autotune.study.plan.space import SearchSpace
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.session.context import Limits, SearchContext
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    return SearchState(
+    return SearchContext.of(
         spec=spec,
         space=space,
         budget_bytes=10**9,
@@ -306,17 +306,17 @@ def test_the_reserve_counts_the_likely_contenders_after_the_first_round() -> Non
     # the reserve grew past the time left, and the race ran one round: room for it stays.
     from autotune.study.plan.space import SearchSpace
     from autotune.study.race.finalist_race import SURVIVE, race_reserve_s
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    log = TrialLog(space=space, budget_bytes=10**9)
     configs = [space.naive().replace(micro_batch=m, grad_accum=32 // m) for m in (1, 2, 4, 8)]
     walls = (30.0, 20.0, 10.0, 40.0)
 
     def add(number: int) -> None:
-        state.absorb(
+        log.absorb(
             TrialRecord(
                 number=number,
                 state="COMPLETE",
@@ -330,15 +330,15 @@ def test_the_reserve_counts_the_likely_contenders_after_the_first_round() -> Non
 
     assert SURVIVE == 0.7
     add(0)  # naive alone, a finalist too: room for one more like it in the first round
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx((30 + 30) + 30)
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx((30 + 30) + 30)
     add(1)
     add(2)  # #1 (200) is below 0.7x #2 (300): not raced; room for a next finalist
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx((10 + 30 + 20) + (10 + 30))
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx((10 + 30 + 20) + (10 + 30))
     add(3)  # the fastest so far pushes naive out of the final; #1 still behind: not raced
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx(
         (40 + 10 + 30 + 30) + (40 + 10 + 30)
     )
-    assert race_reserve_s(state, finalists=5, rounds=3) == pytest.approx(
+    assert race_reserve_s(log, finalists=5, rounds=3) == pytest.approx(
         (40 + 10 + 30 + 30) + 2 * (40 + 10 + 30)
     )
 
@@ -365,12 +365,12 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
     # 0.65x; naive races whatever its figure.
     from autotune.study.plan.space import SearchSpace
     from autotune.study.race.finalist_race import behind_the_best, entrants_for
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    log = TrialLog(space=space, budget_bytes=10**9)
     configs = [space.naive().replace(micro_batch=m, grad_accum=32 // m) for m in (1, 2, 4, 8)]
     records = [
         TrialRecord(
@@ -380,9 +380,9 @@ def test_a_finalist_whose_quiet_trial_is_far_behind_the_best_does_not_race() -> 
         for n, value in ((0, 10.0), (1, 40.0), (2, 65.0), (3, 100.0))
     ]  # fmt: skip
     for record in records:
-        state.absorb(record)
+        log.absorb(record)
     expert = records[1]  # 0.4x the best: no finalist, so it does not race either
-    numbers = [e.record.number for e in entrants_for(state, finalists=3, expert=expert)]
+    numbers = [e.record.number for e in entrants_for(log, finalists=3, expert=expert)]
     assert numbers == [3, 0]  # #2 (0.65x) stays out
     assert behind_the_best(records) == {0: 0.1, 1: 0.4, 2: 0.65}
     slowed = replace(records[2], disturbed="load from 12 s")  # a figure that says nothing
@@ -469,20 +469,20 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it(regions: bool) 
     # the uncompiled model).
     from autotune.study.plan.space import SearchSpace
     from autotune.study.race.finalist_race import EVAL_COMPILE_SHARE, race_reserve_s
-    from autotune.study.session.state import Limits, SearchState
     from autotune.study.trials.trial_cost import CACHED_COMPILE_SHARE
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
+    log = TrialLog(space=space, budget_bytes=10**9)
     naive = space.naive()
     compiled = naive.replace(
         micro_batch=8, grad_accum=4, compile="default", compile_regions=regions
     )
 
     def add(number: int, config: TrainConfig, wall: float, compile_s: float | None) -> None:
-        state.absorb(
+        log.absorb(
             TrialRecord(
                 number=number,
                 state="COMPLETE",
@@ -501,18 +501,18 @@ def test_the_reserve_counts_a_compile_as_the_cache_will_serve_it(regions: bool) 
     walls = [20.0, 10.0 + hit]
     room = (walls[0] + walls[1]) / 2  # one more entrant: the median of those in
     evals = EVAL_COMPILE_SHARE * 60.0 if regions else 0.0  # a forward-only graph, in place
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals
     )
     add(2, compiled.replace(micro_batch=16, grad_accum=2), 11.0, 4.0)  # a cached compile
     walls = [20.0, 10.0 + 4.0, 7.0 + 4.0]  # the quickest compile seen is the cache's
     room = sorted(walls)[1]
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + room + evals  # one eval graph serves micro-batches 8 and 16
     )
     add(3, compiled.replace(precision="bf16"), 11.0, 4.0)  # another code: its own eval graph
     walls = [20.0, 10.0 + 4.0, 7.0 + 4.0, 7.0 + 4.0]
-    assert race_reserve_s(state, finalists=3, rounds=2) == pytest.approx(
+    assert race_reserve_s(log, finalists=3, rounds=2) == pytest.approx(
         2 * sum(walls) + 2 * evals  # three finalists in: no room for another
     )
 
@@ -529,16 +529,15 @@ def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> No
     # A trial ends its timed steps once they agree; its race bursts run them all.
     from autotune.study.plan.space import SearchSpace
     from autotune.study.race.finalist_race import race_reserve_s
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
 
     def reserve(wall: float, timed_steps: int | None) -> float:
-        state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 300.0))
-        state.trial_steps = 4
-        state.absorb(
+        log = TrialLog(space=space, budget_bytes=10**9)
+        log.absorb(
             TrialRecord(
                 number=0,
                 state="COMPLETE",
@@ -551,7 +550,7 @@ def test_the_reserve_counts_a_trial_stable_early_as_if_it_ran_every_step() -> No
                 timed_steps=timed_steps,
             )
         )
-        return race_reserve_s(state, finalists=3, rounds=2)
+        return race_reserve_s(log, trial_steps=4, finalists=3, rounds=2)
 
     # 6 s of start-up, then 2 of its 4 steps at 1.5 s each: as the 4-step trial's 12 s (two
     # rounds of naive, and room for a finalist's first round)

@@ -239,18 +239,18 @@ def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() 
 
     from autotune.study.race.decision import nothing_ran
 
-    def state(limit: float | None, *statuses: str) -> Any:
+    def state(limit: float | None, *statuses: str) -> tuple[Any, float | None]:
         records = {
             i: SimpleNamespace(finished=True, status=s, wall_s=3.2) for i, s in enumerate(statuses)
         }
-        return SimpleNamespace(records=records, limits=SimpleNamespace(time_limit_s=limit))
+        return SimpleNamespace(records=records), limit
 
     # mu with --timeout 8s: its naive trial stopped, which read as a budget problem
-    message = str(nothing_ran(state(8.0, "stopped")))
+    message = str(nothing_ran(*state(8.0, "stopped")))
     assert "no config finished a burst within the time limit (8 s): 1 stopped" in message
     assert "still running after 3 s; give a longer --timeout" in message
-    assert "budget" in str(nothing_ran(state(8.0, "stopped", "oom")))
-    assert "budget" in str(nothing_ran(state(None, "timeout")))
+    assert "budget" in str(nothing_ran(*state(8.0, "stopped", "oom")))
+    assert "budget" in str(nothing_ran(*state(None, "timeout")))
 
 
 def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
@@ -258,19 +258,15 @@ def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
 
     from autotune.study.race.decision import _naive_not_run
 
-    def state(limit: float | None, naive: object = None) -> Any:
+    def state(limit: float | None, naive: object = None) -> tuple[Any, float | None]:
         space = SimpleNamespace(naive=lambda: "naive")
-        return SimpleNamespace(
-            space=space,
-            record_of=lambda config: naive,
-            limits=SimpleNamespace(time_limit_s=limit),
-        )
+        return SimpleNamespace(space=space, record_of=lambda config: naive), limit
 
-    reason = _naive_not_run(state(16.0))
+    reason = _naive_not_run(*state(16.0))
     assert reason.startswith("the time limit (16 s) ran out before the naive config")
     assert "after its quick start; a longer --timeout measures it" in reason
-    assert _naive_not_run(state(None)) == "the naive config did not run"
-    assert _naive_not_run(state(16.0, naive=object())) == ""  # it ran: reported as it ended
+    assert _naive_not_run(*state(None)) == "the naive config did not run"
+    assert _naive_not_run(*state(16.0, naive=object())) == ""  # it ran: reported as it ended
 
 
 def test_a_time_limit_is_shown_as_given() -> None:

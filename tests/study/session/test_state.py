@@ -20,8 +20,8 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study.plan.space import SearchSpace
-from autotune.study.session.state import Limits, SearchState
 from autotune.study.trials.records import SearchEvent, SearchResult, TrialRecord, summarize_config
+from autotune.study.trials.trial_log import TrialLog
 from autotune.testing.burst import FakeBurst, cpu_profile, run, toy_spec
 
 # -- resume ------------------------------------------------------------------------------
@@ -102,17 +102,16 @@ def test_a_resume_with_a_longer_burst_limit_measures_the_timed_out_configs_again
 def test_only_a_timeout_under_a_shorter_burst_limit_leaves_its_config_unmeasured() -> None:
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, None))
-    state.burst_limit_s = 60.0
+    log = TrialLog(space=space, budget_bytes=10**9, burst_limit_s=60.0)
     configs = [space.naive().replace(micro_batch=mb, grad_accum=32 // mb) for mb in (1, 2, 4, 8)]
     outcomes = [("timeout", 10.0), ("timeout", 60.0), ("crash", 10.0), ("timeout", None)]
     for number, (config, (status, limit)) in enumerate(zip(configs, outcomes, strict=True)):
-        state.absorb(TrialRecord(number=number, state="COMPLETE", status=status, ran=True,
+        log.absorb(TrialRecord(number=number, state="COMPLETE", status=status, ran=True,
                                  config=config.to_dict(), burst_timeout_s=limit))  # fmt: skip
     # a replay of the first: it stands for the same timeout, not for a result
-    state.absorb(TrialRecord(number=4, state="COMPLETE", status="timeout", duplicate_of=0,
+    log.absorb(TrialRecord(number=4, state="COMPLETE", status="timeout", duplicate_of=0,
                              config=configs[0].to_dict()))  # fmt: skip
-    assert [state.record_of(c) is None for c in configs] == [True, False, False, False]
+    assert [log.record_of(c) is None for c in configs] == [True, False, False, False]
 
 
 def test_a_study_that_did_not_record_its_burst_limits_keeps_its_timeouts(
@@ -202,22 +201,24 @@ def test_the_time_limit_counts_from_the_call(
     # Loading the model and probing the machine (torch's import: 2 s of a 20 s limit on
     # the 2-core Xeon) came before the search's clock, so `--timeout 20s` ran 23.5 s.
     import autotune.study.session.api as api
-    from autotune.study.session.state import SearchState
+    from autotune.study.session.context import SearchContext
 
-    states: list[SearchState] = []
+    states: list[SearchContext] = []
     loaded_at: list[float] = []
     resolve = api._resolve_model
 
-    class Recorded(SearchState):
-        def __post_init__(self, started: float | None) -> None:
-            super().__post_init__(started)
-            states.append(self)
+    class Recorded(SearchContext):
+        @classmethod
+        def of(cls, **kw: Any) -> SearchContext:
+            made = super().of(**kw)
+            states.append(made)
+            return made
 
     def timed_resolve(model: Any) -> ModelSpec:
         loaded_at.append(time.monotonic())
         return resolve(model)
 
-    monkeypatch.setattr(api, "SearchState", Recorded)
+    monkeypatch.setattr(api, "SearchContext", Recorded)
     monkeypatch.setattr(api, "_resolve_model", timed_resolve)
     run(tmp_path, FakeBurst(), trials=3, timeout="30s", output=None)
     assert states and loaded_at

@@ -9,8 +9,9 @@ import optuna
 import pytest
 
 from autotune.study.plan.space import SearchSpace
-from autotune.study.session.state import Limits, SearchState
+from autotune.study.session.context import Limits, SearchContext
 from autotune.study.storage import workers
+from autotune.study.trials.trial_log import TrialLog
 from autotune.testing.burst import cpu_profile, toy_spec
 
 
@@ -18,10 +19,14 @@ def _setup(tmp_path: Path, trials: int | None) -> tuple[optuna.Study, workers.Wo
     spec = toy_spec()
     hardware = cpu_profile()
     space = SearchSpace.for_model(spec, hardware.device("cpu"), cpu_count=2)
-    state = SearchState(spec=spec, space=space, budget_bytes=10**9, limits=Limits(trials, None))
+    context = SearchContext.of(
+        spec=spec, space=space, budget_bytes=10**9, limits=Limits(trials, None)
+    )
     storage = f"sqlite:///{tmp_path / 's.db'}"  # (no heartbeats: trials are made by hand)
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    return study, workers.Workers(state=state, study=study, name="s")
+    return study, workers.Workers(
+        log=TrialLog.of(context), deadline=context.deadline, study=study, name="s"
+    )
 
 
 def _other_worker_claims(study: optuna.Study, key: list, *, measure: bool = True) -> None:
@@ -30,29 +35,29 @@ def _other_worker_claims(study: optuna.Study, key: list, *, measure: bool = True
 
 
 def _key(w: workers.Workers, config) -> list:  # type: ignore[no-untyped-def]
-    return [*map(workers._plain, w.state.space.key(config)), ""]
+    return [*map(workers._plain, w.log.space.key(config)), ""]
 
 
 def test_a_config_another_worker_measures_is_not_measured_again(tmp_path: Path) -> None:
     study, w = _setup(tmp_path, trials=None)
-    naive = w.state.space.naive()
+    naive = w.log.space.naive()
     _other_worker_claims(study, _key(w, naive))
     mine = study.ask()
     status, reason = w.gate(mine, naive, again=False)
     assert status == "skipped" and "is measuring it" in reason
     assert mine.user_attrs["claim"]["measure"] is True  # written before it read
-    other = w.state.space.smallest().replace(micro_batch=2)
+    other = w.log.space.smallest().replace(micro_batch=2)
     assert w.gate(study.ask(), other, again=False) == ("", "")
 
 
 def test_of_two_that_yield_the_first_queues_the_config_again(tmp_path: Path) -> None:
     study, w = _setup(tmp_path, trials=None)
-    naive = w.state.space.naive()
+    naive = w.log.space.naive()
     mine = study.ask()  # the lower trial id
     _other_worker_claims(study, _key(w, naive))
     assert w.gate(mine, naive, again=False)[0] == "skipped"
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    assert [t.system_attrs["fixed_params"] for t in waiting] == [w.state.space.params_of(naive)]
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [w.log.space.params_of(naive)]
 
 
 def test_the_trial_budget_counts_other_workers_running_bursts(
@@ -73,6 +78,6 @@ def test_the_trial_budget_counts_other_workers_running_bursts(
 
     monkeypatch.setattr(workers.time, "sleep", other_burst_ends)
     mine = study.ask()
-    status, reason = w.gate(mine, w.state.space.naive(), again=False)
+    status, reason = w.gate(mine, w.log.space.naive(), again=False)
     assert slept and status == "stopped" and "1 measured trials" in reason
     assert mine.user_attrs["claim"]["measure"] is False  # stepped back

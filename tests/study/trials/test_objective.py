@@ -440,18 +440,20 @@ def test_a_compiled_trial_that_cannot_finish_in_the_time_left_is_not_started() -
     compiled = TrainConfig(micro_batch=16, seq_len=64, compile="default")
     eager = compiled.replace(compile="off")
     assert "less than this compiled trial takes here (52 s: the quickest" in will_not_finish(
-        state, compiled
+        state, state.deadline, compiled
     )
-    assert will_not_finish(state, eager) == ""  # an uncompiled burst is not judged by it
+    assert (
+        will_not_finish(state, state.deadline, eager) == ""
+    )  # an uncompiled burst is not judged by it
     records[2] = record(2, "default", 30.0)  # a quicker compile: 36 s may be enough
-    assert will_not_finish(state, compiled) == ""
+    assert will_not_finish(state, state.deadline, compiled) == ""
     records[2] = record(2, "default", 30.0, status="oom")  # only results count
-    assert will_not_finish(state, compiled) != ""
+    assert will_not_finish(state, state.deadline, compiled) != ""
     state.deadline.for_trials = lambda: None  # no time limit
-    assert will_not_finish(state, compiled) == ""
+    assert will_not_finish(state, state.deadline, compiled) == ""
     state.records = {0: records[0]}  # no compiled trial finished yet: nothing to go by
     state.deadline.for_trials = lambda: 1.0
-    assert will_not_finish(state, compiled) == ""
+    assert will_not_finish(state, state.deadline, compiled) == ""
 
 
 def test_a_bursts_steps_past_the_asked_are_reported_one_in_ten(tmp_path: Path) -> None:
@@ -483,8 +485,8 @@ def test_a_time_limited_search_stops_for_the_reason_its_objective_gives(
     import autotune.study.trials.objective as objective
     from autotune.study.plan.planner import Planner
 
-    def will_not_finish(state: Any, config: TrainConfig) -> str:
-        return "the objective's reason" if state.measured() >= 2 else ""
+    def will_not_finish(log: Any, deadline: Any, config: TrainConfig) -> str:
+        return "the objective's reason" if log.measured() >= 2 else ""
 
     monkeypatch.setattr(objective, "will_not_finish", will_not_finish)
     monkeypatch.setattr(Planner, "waiting_that_fits", lambda self, study: None)
@@ -501,8 +503,8 @@ def test_a_time_limited_search_stops_for_the_reason_its_planner_gives(
 
     told = Planner.stop_reason
 
-    def stop_reason(self: Planner, study: optuna.Study) -> str:
-        return told(self, study) or ("the planner's reason" if self.state.measured() >= 3 else "")
+    def stop_reason(self: Planner, study: optuna.Study | None) -> str:
+        return told(self, study) or ("the planner's reason" if self.log.measured() >= 3 else "")
 
     monkeypatch.setattr(Planner, "stop_reason", stop_reason)
     result = run(tmp_path, FakeBurst(), trials=None, timeout="1h", output=None)

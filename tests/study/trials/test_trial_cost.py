@@ -95,14 +95,14 @@ def test_a_config_whose_code_is_in_the_cache_fits_where_a_first_compile_does_not
     )
     assert cached_compile_s(list(records.values())) == CACHED_COMPILE_SHARE * 40.0
     first = BEST.replace(micro_batch=16, grad_accum=2)
-    said = will_not_finish(state, first)
+    said = will_not_finish(state, state.deadline, first)
     assert "(48 s: the slowest first compile so far)" in said  # 40 s + a median 7.5 s
     cached = BEST.replace(omp_spin=True)  # 8 s of steps after #2's compile, and a cached one
-    assert will_not_finish(state, cached) == ""
+    assert will_not_finish(state, state.deadline, cached) == ""
     state.space = SimpleNamespace(device_kind="cpu")  # one compile serves any micro-batch
-    assert will_not_finish(state, first) == ""
+    assert will_not_finish(state, state.deadline, first) == ""
     state.deadline.for_trials = lambda: 8.0 + CACHED_COMPILE_SHARE * 40.0 - 1.0
-    assert "#2's code from the compile cache" in will_not_finish(state, cached)
+    assert "#2's code from the compile cache" in will_not_finish(state, state.deadline, cached)
 
 
 def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
@@ -114,7 +114,7 @@ def test_the_planner_finds_a_queued_config_that_still_fits() -> None:
     state: Any = SimpleNamespace(
         records=records, deadline=SimpleNamespace(for_trials=lambda: 36.0), space=space
     )
-    planner = Planner(state=state)
+    planner = Planner(context=state, log=state)
     study = optuna.create_study(direction="maximize")
     first = BEST.replace(micro_batch=16, grad_accum=2)
     cached = BEST.replace(num_workers=2)
@@ -133,10 +133,10 @@ def test_a_trial_without_compile_is_held_to_the_quickest_one_without_compile() -
     state: Any = SimpleNamespace(
         records=records, deadline=SimpleNamespace(for_trials=lambda: 13.0), space=GPU
     )
-    said = will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8))
+    said = will_not_finish(state, state.deadline, naive.replace(micro_batch=4, grad_accum=8))
     assert "than this trial takes here (14 s: the quickest trial of its model code" in said
     state.deadline.for_trials = lambda: 14.0
-    assert will_not_finish(state, naive.replace(micro_batch=4, grad_accum=8)) == ""
+    assert will_not_finish(state, state.deadline, naive.replace(micro_batch=4, grad_accum=8)) == ""
 
 
 def test_a_trial_of_model_code_no_trial_ran_is_held_to_the_median_one_without_compile() -> None:
@@ -153,9 +153,9 @@ def test_a_trial_of_model_code_no_trial_ran_is_held_to_the_median_one_without_co
         records=records, deadline=SimpleNamespace(for_trials=lambda: 8.0), space=GPU
     )
     screen = sdpa.replace(knobs={"attention": "eager"})
-    said = will_not_finish(state, screen)
+    said = will_not_finish(state, state.deadline, screen)
     assert "(16 s: the median trial without compile so far)" in said
-    assert will_not_finish(state, sdpa.replace(micro_batch=4, grad_accum=8)) == ""
+    assert will_not_finish(state, state.deadline, sdpa.replace(micro_batch=4, grad_accum=8)) == ""
 
 
 def test_naive_re_measures_and_the_expert_starts_without_compile_always_run() -> None:
@@ -172,19 +172,22 @@ def test_less_time_than_a_typical_burst_stops_the_trials_unless_a_queued_one_fit
     import time
 
     from autotune.study.plan.space import SearchSpace
-    from autotune.study.session.state import Limits, SearchState
+    from autotune.study.plan.stopping import stop_reason
+    from autotune.study.session.context import Limits, SearchContext
+    from autotune.study.trials.trial_log import TrialLog
     from autotune.testing.burst import cpu_profile, toy_spec
 
     spec = toy_spec()
     space = SearchSpace.for_model(spec, cpu_profile().device("cpu"), cpu_count=2)
-    state = SearchState(
+    context = SearchContext.of(
         spec=spec, space=space, budget_bytes=10**9, limits=Limits(None, 100.0),
         started=time.monotonic() - 70.0,
     )  # fmt: skip
-    state.absorb(_record(0, space.naive(), 40.0, None))
-    assert "less than a typical burst (40 s)" in state.stop_reason()  # 30 s left
-    assert state.stop_reason(next_fits=lambda: True) == ""
-    assert "less than a typical burst" in state.stop_reason(next_fits=lambda: False)
+    log = TrialLog.of(context)
+    log.absorb(_record(0, space.naive(), 40.0, None))
+    assert "less than a typical burst (40 s)" in stop_reason(context, log)  # 30 s left
+    assert stop_reason(context, log, next_fits=lambda: True) == ""
+    assert "less than a typical burst" in stop_reason(context, log, next_fits=lambda: False)
 
 
 def test_a_first_compile_is_expected_to_take_as_long_as_the_slowest_seen() -> None:
@@ -203,14 +206,18 @@ def test_a_first_compile_is_expected_to_take_as_long_as_the_slowest_seen() -> No
         records=records, deadline=SimpleNamespace(for_trials=lambda: 47.0), space=GPU
     )
     first = BEST.replace(micro_batch=4, grad_accum=8)
-    assert "(49 s: the slowest first compile so far)" in will_not_finish(state, first)
-    assert will_not_finish(state, BEST.replace(omp_spin=True)) == ""  # 8 s + the cache's
+    assert "(49 s: the slowest first compile so far)" in will_not_finish(
+        state, state.deadline, first
+    )
+    assert (
+        will_not_finish(state, state.deadline, BEST.replace(omp_spin=True)) == ""
+    )  # 8 s + the cache's
     # compiled trials that did not say how long they compiled: the quickest is all there is
     unsaid = {0: records[0], 3: _record(3, BEST, 38.0, None), 8: _record(8, BEST, 47.0, None)}
     state = SimpleNamespace(
         records=unsaid, deadline=SimpleNamespace(for_trials=lambda: 40.0), space=GPU
     )
-    assert will_not_finish(state, first) == ""
+    assert will_not_finish(state, state.deadline, first) == ""
 
 
 def test_the_compile_caches_set_up_in_the_first_compiled_trial_is_not_expected_again() -> None:
@@ -234,9 +241,13 @@ def test_the_compile_caches_set_up_in_the_first_compiled_trial_is_not_expected_a
         records=records, deadline=SimpleNamespace(for_trials=lambda: 33.0), space=GPU
     )
     first = sdpa.replace(micro_batch=16, grad_accum=2, omp_spin=True)
-    assert will_not_finish(state, first) == ""  # 27.2 s + a median rest of 4.8 s: 32 s
+    assert (
+        will_not_finish(state, state.deadline, first) == ""
+    )  # 27.2 s + a median rest of 4.8 s: 32 s
     state.deadline.for_trials = lambda: 31.0
-    assert "(32 s: the slowest first compile so far)" in will_not_finish(state, first)
+    assert "(32 s: the slowest first compile so far)" in will_not_finish(
+        state, state.deadline, first
+    )
 
 
 def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_variants() -> None:
@@ -271,9 +282,11 @@ def test_the_cache_set_up_of_the_first_compiled_trial_is_not_expected_of_its_var
         records=records, deadline=SimpleNamespace(for_trials=lambda: 18.0), space=GPU
     )
     variant = sdpa.replace(omp_spin=True)
-    assert will_not_finish(state, variant) == ""  # 5.4 s + 1.8 s from the cache
+    assert will_not_finish(state, state.deadline, variant) == ""  # 5.4 s + 1.8 s from the cache
     state.deadline.for_trials = lambda: 6.0
-    assert "(7 s: #2's code from the compile cache)" in will_not_finish(state, variant)
+    assert "(7 s: #2's code from the compile cache)" in will_not_finish(
+        state, state.deadline, variant
+    )
     # without step figures a trial's own rest is all there is
     plain = {n: _record(n, r.train_config(), r.wall_s or 0.0, r.compile_s)
              for n, r in records.items()}  # fmt: skip
