@@ -162,3 +162,73 @@ def test_the_first_warm_up_step_runs_one_micro_batch() -> None:
     failed = trial._timed_steps(stepper, batches, config, warmup=2, steps=2)  # type: ignore[arg-type]
     assert failed is None
     assert sizes == [FIRST_WARMUP_MICRO_BATCHES, 4, 4, 4] and FIRST_WARMUP_MICRO_BATCHES == 1
+
+
+class _SilentReader:
+    """A trial's channel on which nothing arrives: each read waits its time out."""
+
+    def read(self, block_s: float) -> bool:
+        import time
+
+        time.sleep(min(block_s, 0.01))
+        return True
+
+    def lines(self) -> list[bytes]:
+        return []
+
+    def read_rest(self, open_: bool) -> bool:
+        return open_
+
+
+def test_the_compile_deadline_holds_a_burst_only_until_its_first_step() -> None:
+    # mu beside a busy core: a 77 s compile within its 99 s cap, then steps of 4.8 s that
+    # ran out the cap one step short. The cap is the compile's: past the first step the
+    # burst runs to its own deadline.
+    import os
+    import time
+    from types import SimpleNamespace
+
+    import psutil
+
+    from autotune.burst.supervisor import _watch
+    from autotune.burst.trial_report import BurstProgress
+
+    def watch(progress: BurstProgress, *, compile_in_s: float, end_in_s: float) -> float:
+        now = time.perf_counter()
+        outcome = _watch(
+            reader=_SilentReader(),  # type: ignore[arg-type]
+            leader=psutil.Process(os.getpid()),  # alive throughout
+            sampler=SimpleNamespace(over_budget_bytes=None),  # type: ignore[arg-type]
+            progress=progress,
+            started=now,
+            deadline=now + end_in_s,
+            compile_deadline=now + compile_in_s,
+            on_step=None,
+        )
+        assert outcome == "timeout"
+        return time.perf_counter() - now
+
+    assert watch(BurstProgress(), compile_in_s=0.0, end_in_s=30.0) < 5.0  # still compiling
+    compiled = BurstProgress(warmup_times=[12.0])  # its first step, the compile, ended
+    assert watch(compiled, compile_in_s=0.0, end_in_s=0.3) >= 0.3
+
+
+@pytest.mark.slow  # two trial processes, one of them compiling: 7-10 s each
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_compile_timeout_ends_only_a_compiled_burst_still_in_its_first_step(
+    compiled: bool,
+) -> None:
+    from autotune.burst.supervisor import run_burst
+    from tests import fake_models
+
+    with pytest.raises(ValueError, match="compile_timeout_s"):
+        run_burst(fake_models.fake_spec, TrainConfig(), compile_timeout_s=0.0)
+    config = TrainConfig(micro_batch=1, seq_len=8, compile="default" if compiled else "off")
+    result = run_burst(
+        fake_models.fake_spec, config, steps=2, warmup=1, timeout_s=300, compile_timeout_s=0.2
+    )
+    if compiled:  # a real compile takes seconds: killed at 0.2 s, during its first step
+        assert result.status == "timeout" and "no result after 0.2 s" in result.reason
+        assert result.warmup_s is None
+    else:  # nothing to compile: the compile's timeout does not apply
+        assert result.status == "ok", result.reason

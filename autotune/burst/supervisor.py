@@ -121,6 +121,7 @@ def run_burst(
     should_stop: Callable[[], str | None] | None = None,
     min_warmup_s: float | None = None,
     min_timed_s: float | None = None,
+    compile_timeout_s: float | None = None,
 ) -> BurstResult:
     """Run ``steps`` timed optimizer steps of ``config`` (after ``warmup`` untimed ones) in a
     fresh process, and report what happened.
@@ -137,11 +138,15 @@ def run_burst(
     ``stable_within``: a one-process trial ends its timed steps once two agree within that fraction
     (``steps_stable``). ``min_warmup_s`` / ``min_timed_s``: a one-process trial runs more steps
     where its warm-up (after the first step) or its timed steps take less time (None:
-    ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on CUDA, none on a CPU). Nothing the trial started
-    outlives it.
+    ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on CUDA, none on a CPU). ``compile_timeout_s``: a
+    compiled config's burst is killed at that many seconds while its first step (the compile)
+    has not ended, and runs on to ``timeout_s`` once it has (None: ``timeout_s`` throughout).
+    Nothing the trial started outlives it.
     """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s=}")
+    if compile_timeout_s is not None and compile_timeout_s <= 0:
+        raise ValueError(f"compile_timeout_s must be positive, got {compile_timeout_s=}")
     started = time.perf_counter()
     caps = device_caps if device_caps is not None else _probed_caps(device)
     burst = _Burst(spec=spec, config=config, device=device, caps=caps, started=started)
@@ -171,6 +176,7 @@ def run_burst(
                 burst=burst,
                 progress=BurstProgress(warmup=warmup, steps=steps, minimum=minimum),
                 timeout_s=timeout_s,
+                compile_timeout_s=compile_timeout_s if config.compile != "off" else None,
                 budget_bytes=budget_bytes,
                 on_step=on_step,
                 memory_interval_s=memory_interval_s,
@@ -265,6 +271,7 @@ def _supervise(
     burst: _Burst,
     progress: BurstProgress,
     timeout_s: float,
+    compile_timeout_s: float | None,
     budget_bytes: int | None,
     on_step: Callable[[int, float], bool] | None,
     memory_interval_s: float,
@@ -296,6 +303,9 @@ def _supervise(
             progress=progress,
             started=burst.started,
             deadline=burst.started + timeout_s,
+            compile_deadline=None
+            if compile_timeout_s is None
+            else burst.started + min(compile_timeout_s, timeout_s),
             on_step=on_step,
             should_stop=should_stop
             if burst.config.compile == "off"
@@ -305,6 +315,8 @@ def _supervise(
         memory = memory_figures(progress, sampler, on_cuda=on_cuda, nproc=nproc)
         if outcome == "budget":
             memory["peak_memory_bytes"] = max(sampler.over_budget_bytes or 0, sampler.peak_bytes)
+        if outcome == "timeout" and compile_timeout_s is not None and not _past_first(progress):
+            timeout_s = min(compile_timeout_s, timeout_s)  # it ran out its compile's time
         status, reason, extra = verdict(
             outcome,
             progress,
@@ -360,9 +372,14 @@ def _after_compile(
         return None
 
     def ask() -> str | None:
-        return should_stop() if progress.warmup_times or progress.step_times else None
+        return should_stop() if _past_first(progress) else None
 
     return ask
+
+
+def _past_first(progress: BurstProgress) -> bool:
+    """Whether the trial's first step (a compiled config's compile) has ended."""
+    return bool(progress.warmup_times or progress.step_times)
 
 
 def _leader(pid: int) -> psutil.Process | None:
@@ -424,16 +441,22 @@ def _watch(
     deadline: float,
     on_step: Callable[[int, float], bool] | None,
     should_stop: Callable[[], str | None] | None = None,
+    compile_deadline: float | None = None,
 ) -> WatchOutcome:
     """Read the trial's messages until it sends a result, dies, times out, passes the
-    budget or is pruned (by ``on_step``, or by the reason ``should_stop`` gives)."""
+    budget or is pruned (by ``on_step``, or by the reason ``should_stop`` gives). It times
+    out at ``compile_deadline`` while its first step has not ended (None: no such
+    deadline), else at ``deadline``."""
     while True:
         if sampler.over_budget_bytes is not None:
             return "budget"
         if should_stop is not None and (reason := should_stop()):
             progress.stop_reason = reason
             return "pruned"
-        remaining = deadline - time.perf_counter()
+        until = deadline
+        if compile_deadline is not None and not _past_first(progress):
+            until = compile_deadline  # still compiling
+        remaining = until - time.perf_counter()
         if remaining <= 0:
             return "timeout"
         open_ = reader.read(min(remaining, POLL_S))

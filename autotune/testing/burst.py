@@ -79,6 +79,7 @@ class FakeBurst:
     steps_reported: list[int] = field(default_factory=list)
     threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
     stable_within: list[float | None] = field(default_factory=list)  # each burst's
+    compile_timeouts: list[float | None] = field(default_factory=list)  # each burst's
     stop_when_stable: bool = False  # end the timed steps once stable, as a real trial does
     stops_on_load: bool = False  # stop at once where ``should_stop`` gives a reason
 
@@ -111,8 +112,10 @@ class FakeBurst:
         threads: int | None = None,
         stable_within: float | None = None,
         should_stop: Callable[[], str | None] | None = None,
+        compile_timeout_s: float | None = None,
     ) -> BurstResult:
         self.threads.append(threads)
+        self.compile_timeouts.append(compile_timeout_s)
         self.stable_within.append(stable_within)
         if self.stops_on_load and should_stop is not None and (why := should_stop()):
             return BurstResult(status="pruned", reason=why)
@@ -126,8 +129,11 @@ class FakeBurst:
             self.calls.append(config)
             if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
                 raise KeyboardInterrupt
-        if config.compile != "off" and timeout_s < self.compile_needs_s:
-            return BurstResult(status="timeout", reason=f"fake: no result after {timeout_s:g} s")
+        compile_time_s = min(timeout_s, compile_timeout_s or timeout_s)
+        if config.compile != "off" and compile_time_s < self.compile_needs_s:
+            return BurstResult(
+                status="timeout", reason=f"fake: no result after {compile_time_s:g} s"
+            )
         failure = self.fail(config)
         if failure and not verify:
             return BurstResult(status=failure, reason=f"fake {failure}")  # type: ignore[arg-type]
@@ -160,6 +166,15 @@ class FakeBurst:
             eval_loss=1.0 if verify else None,
             checkpoint_bytes=1234 if verify else None,
         )
+
+
+def first_step_timeout(config: TrainConfig, options: dict[str, Any]) -> float:
+    """When a burst of ``config`` given ``options`` (a burst function's keywords) is killed
+    while its first step has not ended: at its ``compile_timeout_s`` where it compiles and
+    has one, else at its ``timeout_s`` (``run_burst``)."""
+    timeout_s = float(options["timeout_s"])
+    cap = options.get("compile_timeout_s") if config.compile != "off" else None
+    return timeout_s if cap is None else min(timeout_s, float(cap))
 
 
 def run(tmp_path: Path, burst: FakeBurst, **kwargs: Any) -> SearchResult:
