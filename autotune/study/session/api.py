@@ -31,7 +31,7 @@ from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.plan.planner import Planner
 from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
-from autotune.study.race.finalist_race import race_reserve_s, run_race
+from autotune.study.race.finalist_race import RACE_SHARE, finalists_in_time, run_race
 from autotune.study.race.race_records import RaceResult
 from autotune.study.session.context import Limits, SearchContext
 from autotune.study.session.options import (
@@ -247,7 +247,7 @@ class _Run:
         shared study runs it (then no race: None)."""
         context, log, study = self.context, self.log, self.study
         context.deadline.keep_for_race(
-            lambda: self.race.reserve_s(log, planner.expert()),
+            lambda: self.race.reserve_s(log, planner.expert(), limit_s=context.limits.time_limit_s),
             whole=lambda: log.configs_measured() >= 2,  # a config besides naive measured
         )
         workers = (
@@ -414,6 +414,17 @@ class _Race:
         burst_threads: BurstThreads,
         stopped: str,
     ) -> RaceResult:
+        """The race, with the most finalists that fit the time left, or ``RACE_SHARE`` of
+        the limit where more is left (the share the trials kept for it)."""
+        limit, left = context.limits.time_limit_s, context.deadline.left()
+        seconds = None if limit is None or left is None else max(left, RACE_SHARE * limit)
+        finalists, reserve = self._in_time(log, expert, seconds)
+        if finalists < self.finalists:
+            context.note(
+                f"race: {finalists} finalist(s) rather than {self.finalists}, for time: a race "
+                f"of more would not end in the {seconds:.0f} s it has ({finalists}: about "
+                f"{reserve:.0f} s)"
+            )
         return run_race(
             context,
             log,
@@ -423,15 +434,26 @@ class _Race:
             expert=expert,
             score=score,
             watch=context.watch,
-            finalists=self.finalists,
+            finalists=finalists,
             rounds=self.rounds,
             steps=self.steps,
         )
 
-    def reserve_s(self, log: TrialLog, expert: TrialRecord | None) -> float:
-        """The race's time, estimated from its entrants' trials."""
-        return race_reserve_s(
+    def reserve_s(
+        self, log: TrialLog, expert: TrialRecord | None, *, limit_s: float | None
+    ) -> float:
+        """The race's time, estimated from its entrants' trials: with the most finalists
+        whose race takes at most ``RACE_SHARE`` of the time limit ``limit_s`` (beside a
+        busy core, mu's race of three took 47% of it, and its trials measured 4 configs)."""
+        seconds = None if limit_s is None else RACE_SHARE * limit_s
+        return self._in_time(log, expert, seconds)[1]
+
+    def _in_time(
+        self, log: TrialLog, expert: TrialRecord | None, seconds: float | None
+    ) -> tuple[int, float]:
+        return finalists_in_time(
             log,
+            seconds,
             trial_steps=self.trial_steps,
             finalists=self.finalists,
             rounds=self.rounds,

@@ -668,3 +668,67 @@ def test_the_reserve_counts_the_parts_a_trial_recorded() -> None:
     cached = cached_compile_s(records)
     assert cached == pytest.approx(5.0)  # a tenth of the first compile
     assert _burst_estimate(compiled, 4, 1.0, records) == pytest.approx(0.3 + 1.0 + cached + steps)
+
+
+def _eager_log(walls: list[float]) -> Any:
+    """A search's trial log whose trials ran eager configs of mu-like walls, naive first,
+    every figure close (every entrant is a contender after round 1)."""
+    from autotune.study.plan.space import SearchSpace
+    from autotune.study.trials.trial_log import TrialLog
+    from autotune.testing.burst import cpu_profile, toy_spec
+
+    space = SearchSpace.for_model(toy_spec(), cpu_profile().device("cpu"), cpu_count=2)
+    log = TrialLog(space=space, budget_bytes=10**9)
+    configs = [space.naive()] + [
+        space.naive().replace(micro_batch=mb, grad_accum=32 // mb) for mb in (2, 4, 8, 16)
+    ]
+    for number, (config, wall) in enumerate(zip(configs, walls, strict=False)):
+        log.absorb(
+            TrialRecord(
+                number=number, state="COMPLETE", status="ok", config=config.to_dict(),
+                value=100.0 + number, ran=True, wall_s=wall,
+            )
+        )  # fmt: skip
+    return log
+
+
+def test_the_race_takes_the_most_finalists_whose_race_fits_the_time_it_has() -> None:
+    # mu beside a busy core: a race of 3 finalists and naive (20 s bursts, 2 rounds) took
+    # 159 s of a 340 s limit, and the trials measured 4 configs in what was left.
+    from autotune.study.race.finalist_race import finalists_in_time
+
+    log = _eager_log([20.0, 20.0, 20.0, 20.0])  # naive and three finalists
+    assert finalists_in_time(log, None) == (3, pytest.approx(2 * 4 * 20.0))
+    assert finalists_in_time(log, 160.0) == (3, pytest.approx(160.0))
+    assert finalists_in_time(log, 150.0) == (2, pytest.approx(2 * 3 * 20.0))
+    assert finalists_in_time(log, 100.0) == (1, pytest.approx(2 * 2 * 20.0))
+    assert finalists_in_time(log, 10.0) == (1, pytest.approx(80.0))  # one races anyway
+
+
+def test_the_race_reserve_is_kept_within_its_share_of_the_time_limit(
+    tmp_path: Path, clock: Any
+) -> None:
+    # Every burst takes 5 s: a race of 2 finalists and naive (6 bursts in 2 rounds) would
+    # take more than 40% of a 60 s limit; with 1 finalist (4 bursts, and room for one more
+    # entrant's first round) the race comes closest to its share.
+    from autotune.study.race.finalist_race import RACE_SHARE
+
+    class FiveSeconds(FakeBurst):
+        def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
+            clock.sleep(5.0)
+            return super().__call__(spec, config, **kw)
+
+    notes: list[str] = []
+    result = run(
+        tmp_path,
+        FiveSeconds(),
+        trials=None,
+        timeout="60s",
+        output=None,
+        progress=lambda e: notes.append(e.message) if e.kind == "note" else None,
+    )
+    assert RACE_SHARE * 60 < 6 * 5.0
+    fewer = [n for n in notes if n.startswith("race: 1 finalist(s) rather than 3, for time")]
+    assert fewer, notes
+    assert result.race is not None and len(result.race.entrants) == 2  # the best and naive
+    assert sum(t.ran and t.status == "ok" for t in result.trials) >= 3
