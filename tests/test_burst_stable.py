@@ -221,9 +221,9 @@ def test_a_compile_timeout_ends_only_a_compiled_burst_still_in_its_first_step(
     from autotune.burst.supervisor import run_burst
     from tests import fake_models
 
-    with pytest.raises(ValueError, match="compile_timeout_s"):
-        run_burst(fake_models.fake_spec, TrainConfig(), compile_timeout_s=0.0)
     config = TrainConfig(micro_batch=1, seq_len=8, compile="default" if compiled else "off")
+    with pytest.raises(ValueError, match="compile_timeout_s"):
+        run_burst(fake_models.fake_spec, config, compile_timeout_s=0.0)
     result = run_burst(
         fake_models.fake_spec, config, steps=2, warmup=1, timeout_s=300, compile_timeout_s=0.2
     )
