@@ -82,7 +82,7 @@ class Planner:
     the search when it has reason to."""
 
     context: SearchContext
-    log: TrialLog  # written here alone, in this process's search (``after_trial``)
+    log: TrialLog  # written here alone: ``after_trial``, ``absorb_others``
     caps: DeviceCaps | None = None  # the device (for the guides' configs); None: the guess
     here: Fingerprint | None = None  # this device's, for a shipped preset measured on one alike
     use_experts: bool = False  # no warm start: queue the expert starts after naive
@@ -233,6 +233,11 @@ class Planner:
         return None
 
     # -- after each trial ----------------------------------------------------------------
+    def absorb_others(self, records: list[TrialRecord]) -> None:
+        """Trials that other workers of a shared study finished (``Workers``) into the log."""
+        for record in records:
+            self.log.absorb(record)
+
     def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
         """Optuna's callback: learn from the trial and queue what follows from it (whether
         the search stops after it: ``stop_reason``)."""

@@ -142,7 +142,6 @@ def search(
         burst_limit_s=limits.burst_timeout_s,  # which earlier timeouts still stand
         progress=output.progress,
     )
-    log = TrialLog.of(context)
     name = study.study or study_name_for(context, goal, shared=study.shared)
     storage = (
         study.storage
@@ -155,9 +154,8 @@ def search(
     for message in notes:
         context.note(message)
     with quiet_optuna():
-        opened = open_search_study(
+        opened, log = open_search_study(
             context,
-            log,
             goal,
             storage,
             name,
@@ -251,7 +249,13 @@ class _Run:
             whole=lambda: log.configs_measured() >= 2,  # a config besides naive measured
         )
         workers = (
-            Workers(log=log, deadline=context.deadline, study=study, name=study.study_name)
+            Workers(
+                log=log,
+                absorb_others=planner.absorb_others,
+                deadline=context.deadline,
+                study=study,
+                name=study.study_name,
+            )
             if options.shared
             else None
         )

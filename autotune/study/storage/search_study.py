@@ -24,6 +24,7 @@ from autotune.study.storage.optuna_glue import (
     redact,
 )
 from autotune.study.trials.records import SearchEvent, TrialRecord
+from autotune.study.trials.trial_log import TrialLog
 
 if TYPE_CHECKING:
     import optuna
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from autotune.study.plan.space import SearchSpace
     from autotune.study.session.context import SearchContext
     from autotune.study.trials.objective import BurstRunner, Goal
-    from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "default_storage",
@@ -187,7 +187,6 @@ def _study_setup(
 
 def open_search_study(
     context: SearchContext,
-    log: TrialLog,
     goal: Goal,
     storage: str,
     name: str,
@@ -195,15 +194,16 @@ def open_search_study(
     bursts: BurstRunner,
     n_startup_trials: int | None,
     joining: bool = False,
-) -> optuna.Study:
-    """The study, its trials so far absorbed into ``log`` (a resumed search goes on from
-    them), and the start announced. ``bursts``: how its trials are measured (and their
-    seed, the sampler's too)."""
+) -> tuple[optuna.Study, TrialLog]:
+    """The study, the search's trial log holding its trials so far (a resumed search goes
+    on from them), and the start announced. ``bursts``: how its trials are measured (and
+    their seed, the sampler's too)."""
     study = open_study(
         storage,
         name,
         setup=_study_setup(context, goal, bursts, shared=joining),
-        pruner=SlowConfigPruner(log.best_throughput),
+        # the pruner asks once a trial runs, when the log below is made
+        pruner=SlowConfigPruner(lambda: log.best_throughput()),
         seed=bursts.seed,
         n_startup_trials=n_startup_trials,
         space_size=context.space.size(),
@@ -211,8 +211,8 @@ def open_search_study(
         joining=joining,
         note=context.note,
     )
-    for frozen in study.get_trials(deepcopy=False):
-        log.absorb(TrialRecord.from_trial(frozen))
+    earlier = study.get_trials(deepcopy=False)
+    log = TrialLog.of(context, [TrialRecord.from_trial(frozen) for frozen in earlier])
     resumed = sum(1 for r in log.records.values() if r.finished)
     context.emit(
         SearchEvent(
@@ -228,4 +228,4 @@ def open_search_study(
             time_left_s=context.deadline.left(),
         )
     )
-    return study
+    return study, log

@@ -71,12 +71,13 @@ WAIT_FOR_LAST_S = 3600.0  # the most a finisher waits for other workers' last bu
 
 @dataclass(kw_only=True)
 class Workers:
-    """This process as one worker of a study that others search too: it absorbs the
-    trials other workers finished into ``log`` (``sync``), and holds a trial's burst back
-    while another worker measures its config, or the study's trials or ``deadline`` are
-    spent (``gate``)."""
+    """This process as one worker of a study that others search too: it reads the trials
+    other workers finished and hands them to the log's writer, ``absorb_others`` (the
+    planner's: ``sync``), and holds a trial's burst back while another worker measures its
+    config, or the study's trials or ``deadline`` are spent (``gate``). ``log`` it reads."""
 
     log: TrialLog
+    absorb_others: Callable[[list[TrialRecord]], None]
     deadline: Deadline
     study: optuna.Study
     name: str
@@ -89,10 +90,16 @@ class Workers:
         self._absorb(self.study.get_trials(deepcopy=False))
 
     def _absorb(self, trials: list[optuna.trial.FrozenTrial]) -> None:
-        for frozen in trials:
-            known = self.log.records.get(frozen.number)
-            if frozen.state.is_finished() and (known is None or not known.finished):
-                self.log.absorb(TrialRecord.from_trial(frozen))
+        """Hand the finished trials the log does not know as finished to its writer."""
+        known = self.log.records
+        finished = [
+            TrialRecord.from_trial(frozen)
+            for frozen in trials
+            if frozen.state.is_finished()
+            and (frozen.number not in known or not known[frozen.number].finished)
+        ]
+        if finished:
+            self.absorb_others(finished)
 
     def gate(self, trial: optuna.Trial, config: TrainConfig, *, again: bool) -> tuple[str, str]:
         """Whether ``trial`` may run its burst: ``("", "")`` to run it, else the status

@@ -3,6 +3,7 @@ model fitted to them: the search's one record of what it measured."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +27,11 @@ class TrialLog:
     each measured peak and OOM; ``consecutive_skips`` counts this run's trials in a row
     that ran no burst.
 
-    Who writes it: ``open_search_study`` absorbs the study's earlier trials before the
-    search starts; then the planner records each trial of this process once it finished
-    (``Planner.after_trial``), and, in a shared study, ``Workers`` absorbs the other
-    workers' trials. Everything else only reads it.
+    Who writes it: the planner alone. It records each trial of this process once it
+    finished (``Planner.after_trial``) and, in a shared study, the trials other workers
+    finished, as ``Workers`` reads them (``Planner.absorb_others``). A resumed study's
+    earlier trials are in the log from the start (``TrialLog.of``, by
+    ``open_search_study``). Everything else only reads it.
 
     ``space``, ``budget_bytes``, ``trial_limit`` and ``burst_limit_s`` are the search's
     (``SearchContext``; ``TrialLog.of``)."""
@@ -49,14 +51,18 @@ class TrialLog:
         )
 
     @classmethod
-    def of(cls, context: SearchContext) -> TrialLog:
-        """An empty log for the search of ``context``."""
-        return cls(
+    def of(cls, context: SearchContext, earlier: Iterable[TrialRecord] = ()) -> TrialLog:
+        """The log for the search of ``context``, holding the study's ``earlier`` trials (a
+        resumed search goes on from them)."""
+        log = cls(
             space=context.space,
             budget_bytes=context.budget_bytes,
             trial_limit=context.limits.trials,
             burst_limit_s=context.burst_limit_s,
         )
+        for record in earlier:
+            log.absorb(record)
+        return log
 
     # -- what is known -----------------------------------------------------------------
     def measured(self) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.study.plan.planner import Planner
 from autotune.study.plan.space import SearchSpace
 from autotune.study.session.context import Limits, SearchContext
 from autotune.study.storage import workers
@@ -24,8 +25,14 @@ def _setup(tmp_path: Path, trials: int | None) -> tuple[optuna.Study, workers.Wo
     )
     storage = f"sqlite:///{tmp_path / 's.db'}"  # (no heartbeats: trials are made by hand)
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    log = TrialLog.of(context)
+    planner = Planner(context=context, log=log)  # the log's writer
     return study, workers.Workers(
-        log=TrialLog.of(context), deadline=context.deadline, study=study, name="s"
+        log=log,
+        absorb_others=planner.absorb_others,
+        deadline=context.deadline,
+        study=study,
+        name="s",
     )
 
 

@@ -1,4 +1,4 @@
-"""Who owns the search's state: a frozen context, and a trial log with its named writers."""
+"""Who owns the search's state: a frozen context, and a trial log with one writer."""
 
 from __future__ import annotations
 
@@ -49,15 +49,21 @@ def test_the_log_takes_the_searchs_limits_and_counts_measured_trials() -> None:
 
 
 def test_the_trial_log_is_written_only_where_its_docstring_says() -> None:
-    # TrialLog's docstring names its writers: open_search_study (a resumed study's trials),
-    # the planner (this process's, after each trial) and Workers (the other workers').
+    # TrialLog's docstring names its one writer: the planner (this process's trials, after
+    # each, and the other workers' that Workers reads); the rest only read it.
     writers = {
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
         if path.name != "trial_log.py" and WRITES.search(path.read_text())
     }
-    assert writers == {
-        "study/storage/search_study.py",
-        "study/plan/planner.py",
-        "study/storage/workers.py",
-    }
+    assert writers == {"study/plan/planner.py"}
+
+
+def test_a_resumed_studys_trials_are_in_the_log_from_the_start() -> None:
+    context = _context()
+    naive = context.space.naive()
+    earlier = TrialRecord(number=0, state="COMPLETE", status="ok", ran=True,
+                          config=naive.to_dict(), value=5.0)  # fmt: skip
+    log = TrialLog.of(context, [earlier])
+    assert log.record_of(naive) is earlier and log.trials_left() == 2
+    assert log.consecutive_skips == 0  # not this run's trial
