@@ -103,13 +103,13 @@ if TYPE_CHECKING:
     from autotune.machine.profile import HardwareProfile
     from autotune.study import SearchResult
     from autotune.study.session.watch import MachineWatch
+    from autotune.study.trials.burst_runner import BurstFn
 
 POLICIES = ("naive", "hand-tuned", "largest-batch", "autotune", "autotune-held", "grid")
 BATCH_FINDERS = ("auto", "power", "halve", "accelerate")
 PROBE_STEPS, PROBE_WARMUP = 2, 1  # 3 optimizer steps per probe: Lightning's steps_per_trial
 DEFAULT_GRID_MAX = 48
 
-BurstFn = Callable[..., "BurstResult"]
 Log = Callable[[str], None]
 
 

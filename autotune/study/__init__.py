@@ -41,7 +41,7 @@ from autotune.study.session.options import (
     search_options,
 )
 from autotune.study.storage.optuna_glue import SlowConfigPruner
-from autotune.study.trials.objective import BurstFn
+from autotune.study.trials.burst_runner import BurstFn
 from autotune.study.trials.records import SearchEvent, SearchResult, TrialRecord, summarize_config
 
 __all__ = [

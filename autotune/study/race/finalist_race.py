@@ -84,8 +84,8 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.study.session.context import SearchContext
     from autotune.study.session.watch import MachineWatch
+    from autotune.study.trials.burst_runner import BurstRunner
     from autotune.study.trials.burst_threads import BurstThreads
-    from autotune.study.trials.objective import BurstRunner
     from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [

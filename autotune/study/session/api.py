@@ -62,9 +62,10 @@ from autotune.study.storage.search_study import (
     study_name_for,
 )
 from autotune.study.storage.workers import Workers, workers_root
+from autotune.study.trials.burst_runner import BurstFn, BurstRunner, Goal
 from autotune.study.trials.burst_threads import BurstThreads
 from autotune.study.trials.ledger import ledger_of
-from autotune.study.trials.objective import BurstFn, BurstRunner, Goal, StopSearch, TrialObjective
+from autotune.study.trials.objective import StopSearch, TrialObjective
 from autotune.study.trials.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
 from autotune.study.trials.trial_log import TrialLog
 

@@ -39,7 +39,7 @@ from autotune.study.storage.optuna_glue import PRUNE_MIN_STEPS, check_storage_ur
 if TYPE_CHECKING:
     from autotune.machine.profile import HardwareProfile
     from autotune.study.session.watch import MachineWatch
-    from autotune.study.trials.objective import BurstFn
+    from autotune.study.trials.burst_runner import BurstFn
     from autotune.study.trials.records import SearchEvent
 
 __all__ = [

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.study.plan.space import SearchSpace
     from autotune.study.session.context import SearchContext
-    from autotune.study.trials.objective import BurstRunner, Goal
+    from autotune.study.trials.burst_runner import BurstRunner, Goal
 
 __all__ = [
     "default_storage",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.study.session.context import SearchContext
-    from autotune.study.trials.objective import BurstRunner
+    from autotune.study.trials.burst_runner import BurstRunner
 
 __all__ = ["LOAD_SETTLE_S", "BurstThreads", "LoadArrived"]
 

@@ -64,20 +64,17 @@ from autotune.study.trials.trial_cost import held_to_time, will_not_finish
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
-    from autotune.contract.spec import ModelSpec
     from autotune.study.plan.memory_model import MemoryVerdict
     from autotune.study.plan.planner import Planner
     from autotune.study.session.context import SearchContext
     from autotune.study.storage.workers import Workers
+    from autotune.study.trials.burst_runner import BurstRunner, Goal
     from autotune.study.trials.burst_threads import BurstThreads
     from autotune.study.trials.trial_log import TrialLog
 
 __all__ = [
     "INFEASIBLE_VALUE",
     "TRIAL_STABLE_WITHIN",
-    "BurstFn",
-    "BurstRunner",
-    "Goal",
     "StopSearch",
     "TrialObjective",
     "will_not_finish",
@@ -117,71 +114,6 @@ TRIALS_TIME_RAN_OUT = (
     "the time left for trials (the limit less the race's share) ran out during its burst"
 )
 DEADLINE_CAME = f"{DEADLINE} came during its burst"
-
-# A burst function has run_burst's signature (tests pass fakes).
-BurstFn = Callable[..., "BurstResult"]
-
-
-@dataclass(frozen=True)
-class Goal:
-    """What a trial's value measures: ``throughput``, or ``time-to-train`` over a run of
-    ``train_steps`` optimizer steps."""
-
-    objective: str = "throughput"
-    train_steps: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class BurstRunner:
-    """How this search runs a burst: the burst function and the settings every burst of the
-    search shares."""
-
-    spec: ModelSpec
-    device: str
-    budget_bytes: int
-    burst_fn: BurstFn
-    steps: int
-    warmup: int
-    timeout_s: float
-    seed: int
-
-    def run(
-        self,
-        config: TrainConfig,
-        *,
-        steps: int,
-        timeout_s: float,
-        threads: int | None = None,
-        **options: Any,
-    ) -> BurstResult:
-        """One burst of ``config``; ``options`` (``on_step=``, ``verify=``) go to the burst
-        function as they are, and ``threads`` when it caps torch's threads (a shared
-        machine: ``SearchContext.burst_threads``). A burst function must not raise: an
-        exception becomes an ``error`` result. Ctrl-C propagates."""
-        if threads is not None:
-            options["threads"] = threads
-        try:
-            return self.burst_fn(
-                self.spec,
-                config,
-                steps=steps,
-                warmup=self.warmup,
-                budget_bytes=self.budget_bytes,
-                timeout_s=timeout_s,
-                device=self.device,
-                seed=self.seed,
-                **options,
-            )
-        except Exception as exc:
-            from autotune.burst.result import BurstResult
-
-            return BurstResult(
-                status="error", reason=f"the burst raised {type(exc).__name__}: {exc}"
-            )
-
-    def throughput(self, result: BurstResult) -> float:
-        """The result's throughput in the model's unit (0 when it has none)."""
-        return float(self.spec.pick_throughput(result.tokens_per_s, result.samples_per_s) or 0.0)
 
 
 @contextlib.contextmanager
