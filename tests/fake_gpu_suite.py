@@ -54,8 +54,9 @@ def gpt2_search_json(**changes: Any) -> dict[str, Any]:
     guide's hand-tuned config and a refinement in a race the refinement won, an OOM, the
     ledger of its time."""
     from autotune.study.race.race_records import Entrant, Paired, RaceResult
+    from autotune.study.session.search_result import SearchResult
     from autotune.study.trials.ledger import TimeLedger
-    from autotune.study.trials.records import SearchResult, TrialRecord
+    from autotune.study.trials.records import TrialRecord
 
     def trial(number: int, role: str, config: TrainConfig, **figures: Any) -> TrialRecord:
         return TrialRecord(number=number, state="COMPLETE", status=figures.pop("status", "ok"),

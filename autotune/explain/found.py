@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.explain.breakdown import Breakdown
     from autotune.explain.verdict import StepVerdict
-    from autotune.study.trials.records import SearchResult, TrialRecord
+    from autotune.study.session.search_result import SearchResult
+    from autotune.study.trials.records import TrialRecord
 
 __all__ = [
     "PROFILE_ATTR",

@@ -40,9 +40,10 @@ from autotune.study.session.options import (
     SearchStudy,
     search_options,
 )
+from autotune.study.session.search_result import SearchResult
 from autotune.study.storage.optuna_glue import SlowConfigPruner
 from autotune.study.trials.burst_runner import BurstFn
-from autotune.study.trials.records import SearchEvent, SearchResult, TrialRecord, summarize_config
+from autotune.study.trials.records import SearchEvent, TrialRecord, summarize_config
 
 __all__ = [
     "DEFAULT_BURST_TIMEOUT_S",

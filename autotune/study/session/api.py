@@ -51,6 +51,7 @@ from autotune.study.session.options import (
     SearchStudy,
 )
 from autotune.study.session.outcome import write_preset
+from autotune.study.session.search_result import SearchResult
 from autotune.study.storage.optuna_glue import quiet_optuna, redact, storage_failures
 from autotune.study.storage.ownership import describe_owner, exclusive_search, owner_alive
 from autotune.study.storage.search_study import (
@@ -66,7 +67,7 @@ from autotune.study.trials.burst_runner import BurstFn, BurstRunner, Goal
 from autotune.study.trials.burst_threads import BurstThreads
 from autotune.study.trials.ledger import ledger_of
 from autotune.study.trials.objective import StopSearch, TrialObjective
-from autotune.study.trials.records import SearchResult, TrialRecord, distinct_best, skipped_reasons
+from autotune.study.trials.records import TrialRecord, distinct_best, skipped_reasons
 from autotune.study.trials.trial_log import TrialLog
 
 if TYPE_CHECKING:

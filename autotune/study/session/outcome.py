@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
     from autotune.machine.profile import HardwareProfile
     from autotune.study.race.race_records import Entrant, RaceResult
-    from autotune.study.trials.records import SearchResult
+    from autotune.study.session.search_result import SearchResult
 
 __all__ = ["model_ref", "write_preset"]
 

@@ -1,6 +1,7 @@
-"""What a search records: each trial (``TrialRecord``), its progress (``SearchEvent``) and
-what it found (``SearchResult``), with the summaries built from the records (the best
-configs, why configs were skipped).
+"""What a search records: each trial (``TrialRecord``) and its progress (``SearchEvent``),
+with the summaries built from the records (the best configs, why configs were skipped,
+how the memory model did). What a search found is ``SearchResult``
+(``autotune.study.session.search_result``), made of these.
 
 A ``TrialRecord`` is rebuilt from the study alone (the ``config`` and ``outcome`` user
 attributes each trial stores), so a resumed search knows what an earlier run measured.
@@ -20,14 +21,11 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.burst.result import BurstResult
-    from autotune.study.race.race_records import RaceResult
-    from autotune.study.trials.ledger import TimeLedger
 
 __all__ = [
     "FAILED_STATUSES",
     "INFEASIBLE_STATUSES",
     "SearchEvent",
-    "SearchResult",
     "TrialRecord",
     "distinct_best",
     "memory_class",
@@ -215,91 +213,6 @@ class SearchEvent:
     trials_left: int | None = None
     verify: BurstResult | None = None
     unit: str = "tokens/s"
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchResult:
-    """What a search found: the CLI prints it, ``--json`` dumps ``to_dict()``."""
-
-    model: str
-    device: str
-    budget_bytes: int
-    global_batch: int
-    seq_len: tuple[int, ...]
-    objective: str
-    train_steps: int | None
-    unit: str  # tokens/s or samples/s
-    study_name: str
-    storage: str
-    space_size: int
-    best: TrialRecord | None
-    verified: BurstResult | None  # the winner's first race burst (eval step, checkpoint save)
-    naive: TrialRecord | None
-    speedup: float | None  # the winner over naive, from the race's paired rounds
-    top: tuple[TrialRecord, ...]
-    trials: tuple[TrialRecord, ...]
-    skipped: Mapping[str, int]  # why configs were not run or not kept: reason -> count
-    preset_path: str | None
-    wall_s: float
-    stopped: str  # why the search stopped
-    race: RaceResult | None = None  # the finalist race that chose ``best``
-    notes: tuple[str, ...] = ()
-    ledger: TimeLedger | None = None  # where the search's time went
-
-    @property
-    def best_config(self) -> TrainConfig | None:
-        return None if self.best is None else self.best.train_config()
-
-    def counts(self) -> dict[str, int]:
-        """trials (all finished), ran (a burst ran), measured (a burst ran and gave a
-        figure: not one stopped before its first timed step, out of memory or failed),
-        infeasible, pruned (by the pruner or the time limit; not the outdated refinements
-        skipped without a burst), failed."""
-        done = [t for t in self.trials if t.finished]
-        return {
-            "trials": len(done),
-            "ran": sum(1 for t in done if t.ran),
-            "measured": sum(1 for t in done if t.ran and t.throughput is not None),
-            "infeasible": sum(1 for t in done if t.infeasible),
-            "pruned": sum(1 for t in done if t.state == "PRUNED" and t.status != "skipped"),
-            "failed": sum(1 for t in done if t.failed),
-            "duplicates": sum(1 for t in done if t.duplicate_of is not None),
-        }
-
-    def memory_model(self) -> dict[str, Any]:
-        """How the memory model did (``memory_model_summary`` of the trials)."""
-        return memory_model_summary(self.trials)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "device": self.device,
-            "budget_bytes": self.budget_bytes,
-            "global_batch": self.global_batch,
-            "seq_len": list(self.seq_len),
-            "objective": self.objective,
-            "train_steps": self.train_steps,
-            "unit": self.unit,
-            "study_name": self.study_name,
-            "storage": self.storage,
-            "space_size": self.space_size,
-            "best": None if self.best is None else self.best.to_dict(),
-            "verified": None if self.verified is None else self.verified.to_dict(),
-            "naive": None if self.naive is None else self.naive.to_dict(),
-            "speedup": self.speedup,
-            "speedup_reason": None if self.race is None else self.race.speedup_reason or None,
-            "counts": self.counts(),
-            "skipped": dict(self.skipped),
-            "memory_model": self.memory_model(),
-            "top": [t.to_dict() for t in self.top],
-            "trials": [t.to_dict() for t in self.trials],
-            "preset_path": self.preset_path,
-            "wall_s": self.wall_s,
-            "stopped": self.stopped,
-            "race": None if self.race is None else self.race.to_dict(),
-            "notes": list(self.notes),
-            "ledger": None if self.ledger is None else self.ledger.to_dict(),
-        }
 
 
 def distinct_best(records: Sequence[TrialRecord]) -> list[TrialRecord]:

@@ -20,7 +20,8 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.study.plan.space import SearchSpace
-from autotune.study.trials.records import SearchEvent, SearchResult, TrialRecord, summarize_config
+from autotune.study.session.search_result import SearchResult
+from autotune.study.trials.records import SearchEvent, TrialRecord, summarize_config
 from autotune.study.trials.trial_log import TrialLog
 from autotune.testing.burst import FakeBurst, cpu_profile, run, toy_spec
 

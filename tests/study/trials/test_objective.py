@@ -14,7 +14,8 @@ from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
-from autotune.study.trials.records import SearchResult, TrialRecord
+from autotune.study.session.search_result import SearchResult
+from autotune.study.trials.records import TrialRecord
 from autotune.testing.burst import GB, MB, FakeBurst, first_step_timeout, run, study_of
 
 
