@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 
-from _common import command_line, load_average, render_table, utc_now
+from _common import (
+    command_line,
+    load_average,
+    median_of,
+    render_table,
+    run_rounds_then_table,
+    utc_now,
+)
 
 from autotune.burst.supervisor import run_burst
 from autotune.config.train_config import TrainConfig
@@ -89,34 +95,37 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown --conditions {unknown}; choose from {', '.join(known)}")
     settings = [known[c] for c in chosen]
     figures: dict[tuple[str, str, str], list[float]] = {}
-    for r in range(args.rounds):
-        for machine, shown, threads, nice in settings:
-            burner = None
-            if nice is not None:
-                burner = subprocess.Popen(
-                    [sys.executable, "-c", BURNER], preexec_fn=lambda n=nice: os.nice(n)
-                )
-            try:
-                for name, config in configs.items():
-                    tps = measure(args.model, config, threads, args.steps)
-                    figures.setdefault((machine, shown, name), []).append(tps)
-                    print(f"round {r + 1}, {machine}, {shown} threads, {name}: {tps:,.0f}")
-            finally:
-                if burner is not None:
-                    burner.kill()
-                    burner.wait()
-    print(f"- load average at the end: {load_average()}")
-    rows = []
     names = list(configs)
-    for machine, shown, _, _ in settings:
-        medians = [statistics.median(figures[(machine, shown, n)]) for n in names]
-        rows.append(
-            [machine, shown, *(f"{m:,.0f}" for m in medians), f"{medians[1] / medians[0]:.2f}x"]
-        )
-    header = ["machine", "threads", *(f"{n} tokens/s" for n in names), "ratio"]
-    print()
-    print(render_table(header, rows))
-    return 0
+
+    def run() -> None:
+        for r in range(args.rounds):
+            for machine, shown, threads, nice in settings:
+                burner = None
+                if nice is not None:
+                    burner = subprocess.Popen(
+                        [sys.executable, "-c", BURNER], preexec_fn=lambda n=nice: os.nice(n)
+                    )
+                try:  # the busy loop ends with the condition, Ctrl-C or SIGTERM included
+                    for name, config in configs.items():
+                        tps = measure(args.model, config, threads, args.steps)
+                        figures.setdefault((machine, shown, name), []).append(tps)
+                        print(f"round {r + 1}, {machine}, {shown} threads, {name}: {tps:,.0f}")
+                finally:
+                    if burner is not None:
+                        burner.kill()
+                        burner.wait()
+
+    def table() -> str:
+        rows = []
+        for machine, shown, _, _ in settings:
+            medians = [median_of(figures.get((machine, shown, n), [])) for n in names]
+            ratio = medians[1] / medians[0] if medians[0] and medians[1] else None
+            cells = ["-" if m is None else f"{m:,.0f}" for m in medians]
+            rows.append([machine, shown, *cells, "-" if ratio is None else f"{ratio:.2f}x"])
+        header = ["machine", "threads", *(f"{n} tokens/s" for n in names), "ratio"]
+        return render_table(header, rows)
+
+    return run_rounds_then_table(run, figures, table)
 
 
 if __name__ == "__main__":
