@@ -79,7 +79,6 @@ class FakeBurst:
     steps_reported: list[int] = field(default_factory=list)
     threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
     stable_within: list[float | None] = field(default_factory=list)  # each burst's
-    compile_timeouts: list[float | None] = field(default_factory=list)  # each burst's
     stop_when_stable: bool = False  # end the timed steps once stable, as a real trial does
     stops_on_load: bool = False  # stop at once where ``should_stop`` gives a reason
 
@@ -115,7 +114,6 @@ class FakeBurst:
         compile_timeout_s: float | None = None,
     ) -> BurstResult:
         self.threads.append(threads)
-        self.compile_timeouts.append(compile_timeout_s)
         self.stable_within.append(stable_within)
         if self.stops_on_load and should_stop is not None and (why := should_stop()):
             return BurstResult(status="pruned", reason=why)
@@ -129,7 +127,9 @@ class FakeBurst:
             self.calls.append(config)
             if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
                 raise KeyboardInterrupt
-        compile_time_s = min(timeout_s, compile_timeout_s or timeout_s)
+        compile_time_s = first_step_timeout(
+            config, timeout_s=timeout_s, compile_timeout_s=compile_timeout_s
+        )
         if config.compile != "off" and compile_time_s < self.compile_needs_s:
             return BurstResult(
                 status="timeout", reason=f"fake: no result after {compile_time_s:g} s"
@@ -168,13 +168,18 @@ class FakeBurst:
         )
 
 
-def first_step_timeout(config: TrainConfig, options: dict[str, Any]) -> float:
-    """When a burst of ``config`` given ``options`` (a burst function's keywords) is killed
-    while its first step has not ended: at its ``compile_timeout_s`` where it compiles and
-    has one, else at its ``timeout_s`` (``run_burst``)."""
-    timeout_s = float(options["timeout_s"])
-    cap = options.get("compile_timeout_s") if config.compile != "off" else None
-    return timeout_s if cap is None else min(timeout_s, float(cap))
+def first_step_timeout(
+    config: TrainConfig,
+    *,
+    timeout_s: float,
+    compile_timeout_s: float | None = None,
+    **_other: Any,
+) -> float:
+    """When a burst of ``config`` is killed while its first step has not ended: at its
+    ``compile_timeout_s`` where it compiles and has one, else at its ``timeout_s``
+    (``run_burst``). A fake burst function passes its keywords as they came (``**kw``)."""
+    cap = compile_timeout_s if config.compile != "off" else None
+    return timeout_s if cap is None else min(timeout_s, cap)
 
 
 def run(tmp_path: Path, burst: FakeBurst, **kwargs: Any) -> SearchResult:

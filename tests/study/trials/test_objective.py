@@ -218,7 +218,7 @@ def test_the_time_limit_caps_a_bursts_timeout_without_blaming_the_config(
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and not kw.get("verify"):
                 self.calls.append(config)
-                timeouts.append(first_step_timeout(config, kw))
+                timeouts.append(first_step_timeout(config, **kw))
                 if timeouts[-1] < 10:
                     clock.sleep(timeouts[-1])  # as a real burst would, until its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
@@ -248,7 +248,7 @@ def test_a_trials_timeout_leaves_the_race_its_share_of_the_time_limit(
     class SlowNaive(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
-                timeouts.append(first_step_timeout(config, kw))
+                timeouts.append(first_step_timeout(config, **kw))
                 clock.sleep(min(timeouts[-1], 10.0))  # still compiling at its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
@@ -349,7 +349,7 @@ def test_a_compile_that_outlasts_a_third_of_the_limit_is_stopped_and_not_run_aga
     class NeverCompiles(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
-                timeouts.append(first_step_timeout(config, kw))
+                timeouts.append(first_step_timeout(config, **kw))
                 clock.sleep(timeouts[-1])  # still compiling at its timeout
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if timeouts:
@@ -385,7 +385,7 @@ def test_a_first_compile_may_take_half_the_time_left_for_trials(
     class NeverCompiles(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             if config.compile != "off" and kw.get("on_step") is not None:
-                timeouts.append(first_step_timeout(config, kw))
+                timeouts.append(first_step_timeout(config, **kw))
                 clock.sleep(timeouts[-1])
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
@@ -429,7 +429,7 @@ def test_once_a_compile_has_finished_a_compiled_trial_may_take_a_third_of_the_li
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
             hangs = config.compile != "off" and config.micro_batch != 8
             if hangs and kw.get("on_step") is not None:
-                timeouts.append(first_step_timeout(config, kw))
+                timeouts.append(first_step_timeout(config, **kw))
                 clock.sleep(timeouts[-1])
                 return BurstResult(status="timeout", reason="fake: still compiling")
             if config.micro_batch == 1:
