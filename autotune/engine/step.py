@@ -344,7 +344,14 @@ class Stepper:
             return _gradient_sync_off(set_sync)
         return contextlib.nullcontext()
 
-    def step(self, micro_batches: Sequence[Batch]) -> StepOutput:
+    def step(
+        self,
+        micro_batches: Sequence[Batch],
+        *,
+        after_micro_batch: Callable[[int], None] | None = None,
+    ) -> StepOutput:
+        """One optimizer step over ``micro_batches``; ``after_micro_batch(i)`` runs once
+        micro-batch ``i``'s backward has been queued (a burst times them on the CPU)."""
         if not micro_batches:
             raise ValueError("a step needs at least one micro-batch")
         n = len(micro_batches)
@@ -361,6 +368,8 @@ class Stepper:
                 with self._phase("backward"):
                     self.scaler.scale(loss / n).backward()
             total += loss.detach().float()
+            if after_micro_batch is not None:
+                after_micro_batch(i)
         with self._phase("optimizer"):
             grad_norm = None
             if self.grad_clip is not None:
