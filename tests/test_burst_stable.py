@@ -9,7 +9,7 @@ import torch
 from fake_channel import RecordingChannel, StepOut
 
 import autotune.burst.trial as trial_module
-from autotune.burst.result import steps_stable
+from autotune.burst.result import micro_batches_even, steps_stable
 from autotune.config.train_config import TrainConfig
 
 
@@ -232,3 +232,93 @@ def test_a_compile_timeout_ends_only_a_compiled_burst_still_in_its_first_step(
         assert result.warmup_s is None
     else:  # nothing to compile: the compile's timeout does not apply
         assert result.status == "ok", result.reason
+
+
+# -- one even step -------------------------------------------------------------------------
+def test_micro_batches_are_even_when_none_was_held_up() -> None:
+    assert micro_batches_even([1.0, 1.1, 0.9, 1.0], 0.10)
+    assert not micro_batches_even([1.0, 1.0, 1.0, 3.0], 0.10)  # one held up: mean 1.5
+    assert not micro_batches_even([1.0], 0.10)  # one micro-batch says nothing
+    assert not micro_batches_even([], 0.10)
+    assert not micro_batches_even([0.0, 0.0], 0.10)
+
+
+class _MicroStepper:
+    """A stepper whose micro-batches advance a scripted clock by ``gaps[step][i]``."""
+
+    def __init__(self, gaps: list[list[float]], device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.gaps = iter(gaps)
+        self.now = 0.0
+        self.passed: list[object] = []  # each step's after_micro_batch
+
+    def clock(self) -> float:
+        return self.now
+
+    def step(self, micro: list[object], *, after_micro_batch: object = None) -> StepOut:
+        self.passed.append(after_micro_batch)
+        gaps = next(self.gaps)
+        assert len(gaps) == len(micro)
+        for i, gap in enumerate(gaps):
+            self.now += gap
+            if callable(after_micro_batch):
+                after_micro_batch(i)
+        return StepOut()
+
+
+def _timed_micro(
+    monkeypatch: pytest.MonkeyPatch,
+    stepper: _MicroStepper,
+    step_times: list[float],
+    *,
+    within: float | None = 0.10,
+) -> list[float]:
+    """The timed steps a trial of 4 micro-batches a step reports (one warm-up first)."""
+    clock = iter(step_times)
+    monkeypatch.setattr(trial_module, "timed_step", lambda run, device: (next(clock), run()))
+    monkeypatch.setattr(trial_module, "_micro_clock", stepper.clock)
+    channel = RecordingChannel()
+    trial = trial_module.Trial({}, channel)  # type: ignore[arg-type]
+    config = TrainConfig(micro_batch=1, grad_accum=4, seq_len=8)
+    batches = iter(dict, None)  # empty batches: nothing to move to the device
+    failed = trial._timed_steps(
+        stepper,  # type: ignore[arg-type]
+        batches,
+        config,
+        warmup=1,
+        steps=4,
+        stable_within=within,
+    )
+    assert failed is None
+    return [fields["time_s"] for kind, fields in channel.sent if kind == "step"]
+
+
+def test_a_first_timed_step_that_ran_evenly_ends_the_timed_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the warm-up runs one micro-batch; the first timed step's four ran evenly
+    stepper = _MicroStepper([[5.0], [0.7, 0.75, 0.72, 0.8], [0.7] * 4, [0.7] * 4, [0.7] * 4])
+    assert _timed_micro(monkeypatch, stepper, [5.0, 3.0, 2.0, 2.8, 2.0]) == [3.0]
+
+
+def test_a_first_timed_step_held_up_is_followed_by_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one micro-batch of the first timed step held up (mean 30% above the median): the
+    # steps go on, and end as steps do, once two agree; a later even step does not end them
+    gaps = [[5.0], [0.7, 0.7, 0.7, 1.6], [0.7] * 4, [0.7] * 4, [0.7] * 4]
+    times = [5.0, 3.7, 2.8, 3.0, 2.8]
+    assert _timed_micro(monkeypatch, _MicroStepper(gaps), times) == times[1:]
+
+
+def test_micro_batches_are_not_timed_without_stable_within_nor_on_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gaps = [[5.0]] + [[0.7] * 4] * 4
+    times = [5.0, 3.0, 2.0, 2.8, 2.0]  # no two of them agree within 10%
+    race = _MicroStepper(gaps)  # the race's bursts run every step
+    assert _timed_micro(monkeypatch, race, times, within=None) == times[1:]
+    assert race.passed == [None] * 5
+    # a CUDA step's micro-batches are queued, not run: a clock read between them would
+    # time the queueing (or, synchronized, change what is measured)
+    cuda = _MicroStepper(gaps, device="cuda")
+    assert _timed_micro(monkeypatch, cuda, times) == times[1:]
+    assert cuda.passed == [None] * 5

@@ -86,7 +86,8 @@ class BurstRequest:
     ``profile`` adds ``profile_steps`` profiled steps after the timed ones (their
     breakdown comes back in the result; ``trace_path`` receives their Chrome trace).
     ``stable_within``: the trial may end its timed steps early once they agree within
-    this fraction (``autotune.burst.result.steps_stable``). ``min_warmup_s`` and
+    this fraction (``autotune.burst.result.steps_stable``), or on a CPU after the first
+    whose micro-batches ran evenly (``micro_batches_even``). ``min_warmup_s`` and
     ``min_timed_s``: a one-process trial runs more warm-up and timed steps than asked
     where they take less time than that (``autotune.burst.result.more_steps``).
     A bad value is a ValueError that names every bad field.

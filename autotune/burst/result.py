@@ -29,6 +29,7 @@ __all__ = [
     "percentile",
     "step_figures",
     "steps_stable",
+    "micro_batches_even",
     "more_steps",
     "Minimum",
     "CUDA_MIN_WARMUP_S",
@@ -176,6 +177,17 @@ def steps_stable(
     if len(step_times) < min_steps or min(step_times) <= 0:
         return False
     return max(step_times) <= (1 + within) * min(step_times)
+
+
+def micro_batches_even(micro_times: Sequence[float], within: float) -> bool:
+    """Whether one timed step's micro-batches (forward and backward each, on the CPU) ran
+    evenly: at least ``STABLE_MIN_STEPS`` of them, their mean within ``within`` of their
+    median, so no micro-batch was held up. A trial's first timed step that ran evenly is
+    its screen's figure, where two steps would have to agree (``TRIAL_STABLE_WITHIN`` in
+    the objective says why)."""
+    if len(micro_times) < STABLE_MIN_STEPS or min(micro_times) <= 0:
+        return False
+    return statistics.fmean(micro_times) <= (1 + within) * statistics.median(micro_times)
 
 
 def step_figures(

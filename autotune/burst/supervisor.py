@@ -136,8 +136,9 @@ def run_burst(
     answer. ``threads`` caps torch's intra-op threads (None: one per core). ``profile`` adds
     profiled steps after the timed ones (the result's ``breakdown``; their trace to ``trace_path``).
     ``stable_within``: a one-process trial ends its timed steps once two agree within that fraction
-    (``steps_stable``). ``min_warmup_s`` / ``min_timed_s``: a one-process trial runs more steps
-    where its warm-up (after the first step) or its timed steps take less time (None:
+    (``steps_stable``), or on a CPU after the first whose micro-batches ran evenly
+    (``micro_batches_even``). ``min_warmup_s`` / ``min_timed_s``: a one-process trial runs more
+    steps where its warm-up (after the first step) or its timed steps take less time (None:
     ``CUDA_MIN_WARMUP_S`` / ``CUDA_MIN_TIMED_S`` on CUDA, none on a CPU). ``compile_timeout_s``: a
     compiled config's burst is killed at that many seconds while its first step (the compile)
     has not ended, and runs on to ``timeout_s`` once it has (None: ``timeout_s`` throughout).

@@ -8,6 +8,7 @@ entry point is ``autotune.burst.child``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.burst.ranks import across_ranks, join_ranks, rank_state
-from autotune.burst.result import FIRST_WARMUP_MICRO_BATCHES, Minimum, steps_stable
+from autotune.burst.result import (
+    FIRST_WARMUP_MICRO_BATCHES,
+    Minimum,
+    micro_batches_even,
+    steps_stable,
+)
 from autotune.burst.trial_batches import forever, make_loader
 from autotune.core.errors import describe_exception
 
@@ -104,6 +110,14 @@ def _compiled_graphs() -> int | None:
     except Exception:  # a torch without Dynamo
         return None
     return int(counters["stats"]["unique_graphs"])
+
+
+_micro_clock = time.perf_counter  # read after each micro-batch of a timed CPU step
+
+
+def _gaps(marks: list[float]) -> list[float]:
+    """The times between consecutive clock reads."""
+    return [later - earlier for earlier, later in itertools.pairwise(marks)]
 
 
 def _finite(value: float) -> bool:
@@ -232,21 +246,32 @@ class Trial:
     ) -> dict[str, Any] | None:
         """The warm-up steps, then the timed ones, each reported on the channel; the
         ``nan`` result at the first non-finite loss, else None. With ``stable_within``
-        the timed steps end once their times agree within it (``steps_stable``) and the
-        ``minimum`` time is spent; ``minimum`` adds steps to a phase shorter than its time
-        (``more_steps``). One process decides alone: torchrun's ranks get neither."""
+        the timed steps end once their times agree within it (``steps_stable``), or after
+        the first where that step's micro-batches ran evenly on the CPU
+        (``micro_batches_even``), and the ``minimum`` time is spent; ``minimum`` adds
+        steps to a phase shorter than its time (``more_steps``). One process decides
+        alone: torchrun's ranks get neither."""
         import torch
 
         from autotune.engine.step import to_device
 
         device = stepper.device
+        # the CPU runs a micro-batch before the next begins: a clock read after each times
+        # it (a CUDA step's micro-batches are queued: timing them would drain the queue)
+        marks: list[float] | None = (
+            [] if stable_within is not None and device.type == "cpu" else None
+        )
 
         def one_step(micro_batches: int = config.grad_accum) -> Any:
             micro = [
                 to_device(next(batches), device, non_blocking=config.pin_memory)
                 for _ in range(micro_batches)
             ]
-            return stepper.step(micro)
+            if marks is None:
+                return stepper.step(micro)
+            marks[:] = [_micro_clock()]
+            mark = marks.append
+            return stepper.step(micro, after_micro_batch=lambda _: mark(_micro_clock()))
 
         def first_step() -> Any:  # the first warm-up: one-time work, not a whole step
             return one_step(min(FIRST_WARMUP_MICRO_BATCHES, config.grad_accum))
@@ -285,6 +310,8 @@ class Trial:
                 continue
             if index + 1 < steps and steps_stable(timed, stable_within):
                 break
+            if index == 0 and marks and micro_batches_even(_gaps(marks), stable_within):
+                break  # its first timed step ran evenly: the screen's figure
         return None
 
     def _profile(

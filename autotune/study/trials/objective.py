@@ -102,7 +102,12 @@ UNPROVEN_COMPILE_SHARE = 1 / 2
 # their steps: its rounds are compared step count for step count. A trial screens (the
 # race, in paired rounds, decides between the finalists): on the 2-core EPYC two steps of
 # one config spread 5-10%, and at 5% an eager trial of mu timed 4 steps of 3 s where 2
-# told the planner as much.
+# told the planner as much. On a CPU one step is enough where its micro-batches ran evenly
+# (``micro_batches_even``): steps of one config drift together over the seconds of a trial
+# (mu's 8 steps in a row: 0.82x-1.07x their median), so a second step adds less than it
+# costs. Interleaved with two-step trials, mu's default search on the 2-core EPYC (AVX2)
+# measured 18 and 20 configs against 13 and 13 (beside a nice-19 busy core 10 and 14
+# against 8 and 7), and picked alike (1.81x, 1.60x naive against 1.84x, 1.60x).
 TRIAL_STABLE_WITHIN = 0.10
 # Past the timed steps asked for (a CUDA burst runs more where steps are short: up to
 # 500), one step in this many is reported to the pruner: each report is a write to the
