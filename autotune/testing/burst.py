@@ -54,6 +54,14 @@ def cpu_profile(*, cores: int = 2, ram: int = 16 * 2**30) -> HardwareProfile:
     )
 
 
+def stable_steps(config: TrainConfig, device: str) -> int:
+    """The timed steps a real trial of ``config`` runs where every step takes one time: one
+    on a CPU where the step has micro-batches to compare (``micro_batches_even``), else
+    two that agree (``steps_stable``)."""
+    even = device == "cpu" and config.grad_accum >= STABLE_MIN_STEPS
+    return 1 if even else STABLE_MIN_STEPS
+
+
 @dataclass
 class FakeBurst:
     """Throughput and memory as simple functions of the config.
@@ -80,6 +88,7 @@ class FakeBurst:
     threads: list[int | None] = field(default_factory=list)  # each burst's thread cap
     stable_within: list[float | None] = field(default_factory=list)  # each burst's
     stop_when_stable: bool = False  # end the timed steps once stable, as a real trial does
+    # (``stable_steps``)
     stops_on_load: bool = False  # stop at once where ``should_stop`` gives a reason
 
     def peak(self, c: TrainConfig) -> float:
@@ -118,7 +127,7 @@ class FakeBurst:
         if self.stops_on_load and should_stop is not None and (why := should_stop()):
             return BurstResult(status="pruned", reason=why)
         if self.stop_when_stable and stable_within is not None:  # its steps take one time
-            steps = min(steps, STABLE_MIN_STEPS)
+            steps = min(steps, stable_steps(config, device))
         if verify:
             self.verify_calls.append(config)
         elif on_step is None:  # the search's trials always watch their steps; the race not

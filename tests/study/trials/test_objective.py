@@ -16,7 +16,15 @@ from autotune.contract.spec import ModelSpec
 from autotune.core.errors import UsageError
 from autotune.study.session.search_result import SearchResult
 from autotune.study.trials.records import TrialRecord
-from autotune.testing.burst import GB, MB, FakeBurst, first_step_timeout, run, study_of
+from autotune.testing.burst import (
+    GB,
+    MB,
+    FakeBurst,
+    first_step_timeout,
+    run,
+    stable_steps,
+    study_of,
+)
 
 
 def test_infeasible_trials_are_complete_with_a_positive_constraint(tmp_path: Path) -> None:
@@ -69,8 +77,19 @@ def test_trials_end_their_steps_once_stable_and_the_race_runs_every_step(
         burst.verify_calls
     )
     trials = [t for t in result.trials if t.ran and t.status == "ok"]
-    assert trials and all(t.timed_steps == 2 for t in trials)  # stable after two of six
-    assert burst.steps_reported and set(burst.steps_reported) == {2}
+    # on a CPU, after one whose micro-batches ran evenly (stable_steps: two that agree
+    # where a step has one micro-batch)
+    expected = [1 if t.config["grad_accum"] > 1 else 2 for t in trials]
+    assert [t.timed_steps for t in trials] == expected and 1 in expected
+    assert burst.steps_reported == expected
+
+
+def test_the_fake_trial_stops_where_a_real_one_would() -> None:
+    accumulates = TrainConfig(micro_batch=8, grad_accum=4, seq_len=16)
+    whole_batch = TrainConfig(micro_batch=32, grad_accum=1, seq_len=16)
+    assert stable_steps(accumulates, "cpu") == 1  # its micro-batches ran evenly
+    assert stable_steps(whole_batch, "cpu") == 2  # one micro-batch: two steps must agree
+    assert stable_steps(accumulates, "cuda") == 2  # CUDA queues micro-batches: not timed
 
 
 # -- failures, duplicates ----------------------------------------------------------------
