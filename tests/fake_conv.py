@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ def _build(*, process_file: str = "", **kwargs: Any) -> nn.Module:
             "inductor_loaded": "torch._inductor.compile_fx" in sys.modules,
             "mark": os.environ.get("AUTOTUNE_TEST_MARK"),
             "tmpdir": os.environ.get("TMPDIR"),
+            "sigint_ignored": signal.getsignal(signal.SIGINT) is signal.SIG_IGN,
         }
         Path(process_file).write_text(json.dumps(facts))
     return ConvNet(**kwargs)

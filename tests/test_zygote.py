@@ -96,6 +96,29 @@ def test_a_changed_environment_gets_its_own_zygote(
     assert one["ppid"] != two["ppid"]
 
 
+def test_a_forked_trial_ignores_the_stop_signals_its_search_ignores_now_not_at_the_zygotes_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh trial inherits the search's dispositions of the moment; a forked one must
+    too, whatever they were when its zygote started (a test run as a background command
+    starts with SIGINT ignored, its fixture then heeds it: the zygote one test started
+    served the next with SIGINT ignored, and a trial asked to stop ended as an error)."""
+    monkeypatch.delenv("AUTOTUNE_TEST_MARK", raising=False)  # the tests' own zygote
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        heeding = _trial_process(tmp_path)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ignoring = _trial_process(tmp_path)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        heeding_again = _trial_process(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert heeding["ppid"] == ignoring["ppid"] == heeding_again["ppid"], "not one zygote"
+    assert heeding["ppid"] in zygotes.pids()
+    assert [heeding["sigint_ignored"], ignoring["sigint_ignored"]] == [False, True]
+    assert not heeding_again["sigint_ignored"]
+
+
 def test_a_compiled_trial_comes_from_a_zygote_with_inductor_loaded(tmp_path: Path) -> None:
     # The compiled trial records its process as it builds its model, then fails to build
     # it (a width of -1): its compile (10-20 s on the 2-core CPU) is not what is tested.

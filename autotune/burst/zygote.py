@@ -75,6 +75,8 @@ from typing import Any, NoReturn
 
 import psutil
 
+from autotune.core.signals import STOP_SIGNALS
+
 __all__ = [
     "ForkedTrial",
     "Zygote",
@@ -205,8 +207,11 @@ class Zygote:
 
     def spawn(self, *, request_fd: int, write_fd: int, log_fd: int) -> int:
         """Fork a trial (``python -m autotune.burst.child fd:REQUEST WRITE``, in-process)
-        with the zygote's ``env``; its pid, once it leads a session of its own."""
-        reply = self._ask({"op": "spawn"}, fds=[request_fd, write_fd, log_fd])
+        with the zygote's ``env``, ignoring the stop signals this process ignores now (as
+        a fresh interpreter started now would: ``_ignored_now``); its pid, once it leads a
+        session of its own."""
+        message = {"op": "spawn", "ignored": _ignored_now()}
+        reply = self._ask(message, fds=[request_fd, write_fd, log_fd])
         pid = int(reply["pid"])
         self.trials.add(pid)
         return pid
@@ -385,6 +390,14 @@ zygotes = Zygotes()
 atexit.register(zygotes.close)
 
 
+def _ignored_now() -> list[int]:
+    """The stop signals this process ignores now. A fresh trial inherits them through fork
+    and exec; a forked one gets them from its zygote, which started with those of an
+    earlier moment (a test that stops ignoring SIGINT after a zygote started, or a caller
+    of the API that changes it between searches), so each spawn says them again."""
+    return [int(sig) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_IGN]
+
+
 # -- the zygote's side ----------------------------------------------------------------------
 
 
@@ -419,7 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         message = json.loads(data)
         try:
             reply = (
-                _spawn(sock, env, fds) if message["op"] == "spawn" else _poll(int(message["pid"]))
+                _spawn(sock, env, fds, ignored=message.get("ignored", []))
+                if message["op"] == "spawn"
+                else _poll(int(message["pid"]))
             )
         except OSError as exc:
             reply = {"error": f"{message['op']}: {exc}"}
@@ -469,9 +484,12 @@ def _reap(pids: list[int]) -> None:
                 time.sleep(_POLL_S)
 
 
-def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str, Any]:
-    """Fork the trial; answer once it leads a session of its own (the parent may signal
-    its group as soon as it has the pid)."""
+def _spawn(
+    sock: socket.socket, env: dict[str, str], fds: list[int], *, ignored: list[int]
+) -> dict[str, Any]:
+    """Fork the trial, ignoring the stop signals in ``ignored`` and heeding the others;
+    answer once it leads a session of its own (the parent may signal its group as soon
+    as it has the pid)."""
     request_fd, write_fd, log_fd = fds
     ready_read, ready_write = os.pipe()
     sys.stdout.flush()
@@ -481,6 +499,7 @@ def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str
         code = 1
         try:
             os.close(ready_read)
+            _take_stop_signals(ignored)
             os.setsid()
             os.close(ready_write)
             sock.close()
@@ -495,6 +514,19 @@ def _spawn(sock: socket.socket, env: dict[str, str], fds: list[int]) -> dict[str
     os.read(ready_read, 1)  # end of file: the trial's setsid is done (or it died)
     os.close(ready_read)
     return {"pid": pid}
+
+
+def _take_stop_signals(ignored: list[int]) -> None:
+    """The stop signals as a fresh interpreter started by the search now would have them:
+    those the search ignores, ignored; the others at Python's start-up default (SIGINT
+    raises KeyboardInterrupt), for the trial's own handlers to replace."""
+    for sig in STOP_SIGNALS:
+        if int(sig) in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+        elif sig == signal.SIGINT:
+            signal.signal(sig, signal.default_int_handler)
+        else:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def _become_trial(env: dict[str, str], *, request_fd: int, write_fd: int, log_fd: int) -> None:
