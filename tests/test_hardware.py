@@ -16,7 +16,7 @@ import yaml
 from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
 from autotune.machine import hardware
 from autotune.machine.caps import parse_device, peak_flops
-from autotune.machine.hardware import parse_cpuinfo, probe
+from autotune.machine.hardware import parse_cpu_family, parse_cpuinfo, probe
 from autotune.machine.profile import ISA_FLAGS, SCHEMA_VERSION, HardwareProfile
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.nvml import FakeCuda, FakeGPU, FakeNVML, GiB, gpu_stack, no_gpu_stack
@@ -475,6 +475,33 @@ def test_parse_cpuinfo_x86_and_arm() -> None:
         None,
         frozenset(),
     )
+
+
+def test_parse_cpu_family_x86_and_arm() -> None:
+    x86 = (
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+        "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\n"
+    )
+    assert parse_cpu_family(x86) == (26, 2)
+    assert parse_cpu_family("processor\t: 0\nFeatures\t: fp asimd\nCPU part\t: 0xd4f\n") == (
+        None,
+        None,
+    )
+    assert parse_cpu_family("cpu family\t: six\nmodel\t: 85\n") == (None, 85)
+
+
+def test_the_cpu_family_is_probed_shown_and_unknown_in_an_older_profile(
+    cpu_only_profile: HardwareProfile,
+) -> None:
+    nvml, cuda = no_gpu_stack()
+    text = "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+    cpu = probe(nvml=nvml, cuda=cuda, cpuinfo_text=text).cpu
+    assert (cpu.model_name, cpu.family, cpu.model_number) == ("AMD EPYC", 26, 2)
+    assert cpu.generation == "family 26, model 2"
+    data = json.loads(json.dumps(cpu_only_profile.to_dict()))
+    del data["cpu"]["family"], data["cpu"]["model_number"]  # a preset written before them
+    older = HardwareProfile.from_dict(data).cpu
+    assert (older.family, older.model_number, older.generation) == (None, None, "")
 
 
 def test_cpu_model_name_falls_back_to_platform(cpu_only_profile: HardwareProfile) -> None:

@@ -69,6 +69,19 @@ class CPUInfo:
     available_ram_bytes: int
     isa_flags: tuple[str, ...]  # the subset of avx2, avx512f, avx512_bf16, amx_bf16, amx_tile
     torch_threads: int
+    # x86's CPU family and model numbers (``/proc/cpuinfo``); None elsewhere. A VM often
+    # names only the brand ("AMD EPYC"), where these tell one generation from another.
+    family: int | None = None
+    model_number: int | None = None
+
+    @property
+    def generation(self) -> str:
+        """``"family 26, model 2"``, or "" where unknown."""
+        if self.family is None:
+            return ""
+        return f"family {self.family}" + (
+            f", model {self.model_number}" if self.model_number is not None else ""
+        )
 
     @property
     def bf16_native(self) -> bool:
@@ -210,7 +223,8 @@ class HardwareProfile:
           ``peak_flops_fp32`` (dense datasheet figures, ``null`` where unknown)
         - ``cpu``: ``model_name``, ``physical_cores``, ``logical_cores``,
           ``total_ram_bytes``, ``available_ram_bytes``, ``isa_flags`` (list, subset of
-          avx2, avx512f, avx512_bf16, amx_bf16, amx_tile), ``torch_threads``, derived
+          avx2, avx512f, avx512_bf16, amx_bf16, amx_tile), ``torch_threads``, ``family``
+          and ``model_number`` (x86's CPU family and model, ``null`` elsewhere), derived
           ``bf16_native``
         - ``software``: ``python_version``, ``platform``, ``torch_version``,
           ``torch_cuda_version`` (``null`` = CPU build), ``compile_available`` and

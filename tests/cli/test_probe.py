@@ -73,6 +73,7 @@ def test_probe_table_without_gpu_says_so_plainly(monkeypatch: pytest.MonkeyPatch
     assert "cpu (the device)" in result.stdout
     profile = hardware.probe()  # the patched, GPU-less one
     assert profile.cpu.model_name in result.stdout
+    assert profile.cpu.generation in result.stdout  # "family F, model M" on x86
     assert "cuda:0" not in result.stdout
 
 
