@@ -73,9 +73,8 @@ def hardware_lines(profile: HardwareProfile, device: str) -> list[str]:
     if cpu.physical_cores is not None:
         cores = f"{cpu.physical_cores} physical / {cores}"
     isa = ", ".join(cpu.isa_flags) or "none of avx2/avx512/amx"
-    name = f"{cpu.model_name} ({cpu.generation})" if cpu.generation else cpu.model_name
     lines.append(
-        f"CPU: {name}, {cores}, {cpu.total_ram_bytes / 1e9:.1f} GB RAM, "
+        f"CPU: {cpu.described}, {cores}, {cpu.total_ram_bytes / 1e9:.1f} GB RAM, "
         f"ISA: {isa}; torch threads {cpu.torch_threads}"
     )
     lines.append(

@@ -498,10 +498,12 @@ def test_the_cpu_family_is_probed_shown_and_unknown_in_an_older_profile(
     cpu = probe(nvml=nvml, cuda=cuda, cpuinfo_text=text).cpu
     assert (cpu.model_name, cpu.family, cpu.model_number) == ("AMD EPYC", 26, 2)
     assert cpu.generation == "family 26, model 2"
+    assert cpu.described == "AMD EPYC (family 26, model 2)"
     data = json.loads(json.dumps(cpu_only_profile.to_dict()))
     del data["cpu"]["family"], data["cpu"]["model_number"]  # a preset written before them
     older = HardwareProfile.from_dict(data).cpu
     assert (older.family, older.model_number, older.generation) == (None, None, "")
+    assert older.described == older.model_name
 
 
 def test_cpu_model_name_falls_back_to_platform(cpu_only_profile: HardwareProfile) -> None:

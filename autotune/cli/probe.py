@@ -147,7 +147,7 @@ def _cpu_rows(profile: HardwareProfile) -> list[tuple[str, str]]:
     physical = str(cpu.physical_cores) if cpu.physical_cores is not None else "unknown"
     bf16 = "native (avx512_bf16/amx)" if cpu.bf16_native else "emulated (slow)"
     return [
-        ("Model", f"{cpu.model_name} ({cpu.generation})" if cpu.generation else cpu.model_name),
+        ("Model", cpu.described),
         ("Cores", f"{physical} physical, {cpu.logical_cores} logical"),
         ("torch threads", str(cpu.torch_threads)),
         (

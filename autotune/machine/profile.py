@@ -84,6 +84,12 @@ class CPUInfo:
         )
 
     @property
+    def described(self) -> str:
+        """The model name with its generation where known: ``"AMD EPYC (family 26, model
+        2)"``, as ``autotune probe`` and the benchmarks' headers name the CPU."""
+        return f"{self.model_name} ({self.generation})" if self.generation else self.model_name
+
+    @property
     def bf16_native(self) -> bool:
         """Whether the CPU has bf16 arithmetic units (otherwise bf16 is emulated, slowly)."""
         return "avx512_bf16" in self.isa_flags or "amx_bf16" in self.isa_flags
