@@ -552,24 +552,40 @@ def test_a_trial_makes_no_folder_once_its_parent_is_gone(short_tmp: Path) -> Non
     assert list(short_tmp.glob("autotune-burst-*")) == []
 
 
-def test_what_a_trial_writes_after_its_parent_died_goes_with_its_group(short_tmp: Path) -> None:
+_WRITES_ON = "while True:\n    (folder / 'pymp-x').mkdir(parents=True, exist_ok=True)\n"
+# as a main thread that fails on the removal would: it writes once more, and its failure
+# ends the process before the parent-watching thread goes on (CI, once)
+_ENDS_ON_THE_REMOVAL = (
+    "while folder.exists():\n    pass\n"
+    "(folder / 'pymp-x').mkdir(parents=True, exist_ok=True)\nos._exit(1)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "main_thread", [_WRITES_ON, _ENDS_ON_THE_REMOVAL], ids=["writes-on", "ends-on-the-removal"]
+)
+def test_what_a_trial_writes_after_its_parent_died_goes_with_its_group(
+    short_tmp: Path, main_thread: str
+) -> None:
     """A trial whose parent died removes its folder, but its main thread runs on until the
     group ends, and may write there again (a DataLoader worker started in that moment):
-    what it wrote goes once the whole group has ended (``autotune.burst.sweeper``)."""
+    what it wrote goes once the whole group has ended (``autotune.burst.sweeper``), even
+    when the main thread ends the process as the folder goes."""
     workdir = short_tmp / "autotune-burst-1-x"
+    workdir.mkdir()
     parent = subprocess.Popen(["sleep", "60"])
     script = (
-        "from pathlib import Path\nfrom autotune.burst.child import _Workdir, _follow_parent\n"
+        "import os\nfrom pathlib import Path\n"
+        "from autotune.burst.child import _Workdir, _follow_parent\n"
         f"folder = Path({str(workdir)!r})\n"
         f"_follow_parent({parent.pid}, workdir=_Workdir(folder))\n"
-        "while True:  # the main thread writes on, as a worker's start would\n"
-        "    (folder / 'pymp-x').mkdir(parents=True, exist_ok=True)\n"
+        "print('watching', flush=True)\n" + main_thread
     )
-    trial = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    trial = subprocess.Popen(
+        [sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
     try:
-        deadline = time.monotonic() + 60
-        while not workdir.exists() and time.monotonic() < deadline:  # it writes
-            time.sleep(0.05)
+        assert trial.stdout is not None and trial.stdout.readline() == "watching\n"
         parent.kill()
         parent.wait()
         assert trial.wait(timeout=30) in (1, -9)

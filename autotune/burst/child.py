@@ -167,22 +167,21 @@ class _Workdir:
             with self.lock:
                 self._remove()
 
-    def abandon(self) -> None:
+    def abandon(self, *, sweep_group: int | None = None) -> None:
         """The parent is gone: remove the folder, and hold the lock until this process
-        exits so that none is made after."""
+        exits so that none is made after. With ``sweep_group`` (this trial's own group),
+        first have the folder removed again once that group has ended: the main thread,
+        and a worker it started meanwhile, may still write in it (``autotune.burst.sweeper``).
+        The sweeper starts before the removal, whatever the folder looks like then: the
+        main thread may make it again a moment later, or fail on the removal and end this
+        process before this thread gets further."""
         self.lock.acquire()
+        if sweep_group is not None and self.path is not None:
+            from autotune.burst.sweeper import start_sweeper
+
+            with contextlib.suppress(OSError):  # no process to spare: the search's sweep stays
+                start_sweeper(sweep_group, self.path)
         self._remove()
-
-    def sweep_after(self, pgid: int) -> None:
-        """Have the folder removed again once group ``pgid`` (this trial's) has ended: the
-        main thread, and a worker it started after ``abandon`` looked, may still write in
-        it (``autotune.burst.sweeper``)."""
-        if self.path is None or not self.path.is_dir():
-            return
-        from autotune.burst.sweeper import start_sweeper
-
-        with contextlib.suppress(OSError):  # no process to spare: the search's sweep stays
-            start_sweeper(pgid, self.path)
 
     def _remove(self) -> None:
         import shutil
@@ -212,9 +211,9 @@ def _follow_parent(ppid: int, *, workdir: _Workdir) -> None:
         for child in psutil.Process().children(recursive=True):  # DataLoader workers: none
             with contextlib.suppress(psutil.Error):  # may write in the folder as it goes
                 child.kill()
-        workdir.abandon()
-        if os.getpgrp() == os.getpid():  # our own group (run_burst starts us in one)
-            workdir.sweep_after(os.getpgrp())
+        own_group = os.getpgrp() == os.getpid()  # run_burst starts us in one
+        workdir.abandon(sweep_group=os.getpgrp() if own_group else None)
+        if own_group:
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
 
