@@ -3,7 +3,9 @@ interpreter, side by side: each burst's wall time, its compile, its throughput.
 
 A CPU search runs twenty bursts or so, each in its own process; a fresh one imports torch,
 Dynamo and (compiled) Inductor before its first step. ``autotune.burst.zygote`` forks
-them from a process that has, so the saving is that import, per burst. The bursts here
+them from a process that has, so the saving is that import, per burst. On a GPU
+(``--device cuda``) the forked trial still starts CUDA itself, as a fresh one does; the
+import it saves is torch's CUDA build's. The bursts here
 are a search's: 1 warm-up and 4 timed steps, the compiled ones from a compile cache one
 untimed burst filled first (as every trial but a config's first), the first burst of each
 kind untimed too (the zygote's own start is paid once per search). Warm and fresh
@@ -12,6 +14,7 @@ alternate in each round.
 Usage (from the repository root, with nothing else running)::
 
     python benchmarks/warm_start.py --rounds 3
+    python benchmarks/warm_start.py --rounds 3 --device cuda
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from autotune.burst.result import BurstResult
 from autotune.burst.supervisor import run_burst
 from autotune.burst.zygote import SWITCH_ENV
 from autotune.config.train_config import TrainConfig
+from autotune.core.errors import HardwareMismatchError
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 from autotune.study import summarize_config
@@ -53,15 +57,21 @@ CASES = {  # (model, config): a search's naive trial and its compiled pick
 STARTS = ("fresh", "warm")
 
 
-def burst(case: str, start: str, *, steps: int) -> BurstResult:
-    """One burst of ``case``, its process started ``start``."""
+def burst(case: str, start: str, *, steps: int, device: str = "cpu") -> BurstResult:
+    """One burst of ``case`` on ``device``, its process started ``start``."""
     model, config = CASES[case]
     users = os.environ.pop(SWITCH_ENV, None)
     if start == "fresh":
         os.environ[SWITCH_ENV] = "0"
     try:
         result = run_burst(
-            load_model(model), config, steps=steps, warmup=1, budget_bytes=8 * 10**9, timeout_s=900
+            load_model(model),
+            config,
+            steps=steps,
+            warmup=1,
+            device=device,
+            budget_bytes=8 * 10**9,
+            timeout_s=900,
         )
     finally:
         os.environ.pop(SWITCH_ENV, None)
@@ -121,11 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=4, help="timed steps per burst (a trial's)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds >= 1")
     print(f"- date: {utc_now()}\n- command: `{command_line(argv)}`")
-    for line in hardware_lines(probe(), "cpu"):
+    device = "cuda:0" if args.device == "cuda" else args.device
+    try:
+        lines = hardware_lines(probe(), device)
+    except HardwareMismatchError as exc:
+        p.error(str(exc))
+    for line in lines:
         print(f"- {line}")
     for case, (model, config) in CASES.items():
         print(f"- {case}: {model} {summarize_config(config.to_dict())}")
@@ -134,23 +150,25 @@ def main(argv: list[str] | None = None) -> int:
 
     def rounds() -> None:
         with empty_compile_cache("autotune-warm-start-"):
-            run_rounds(cells, rounds=args.rounds, steps=args.steps)
+            run_rounds(cells, rounds=args.rounds, steps=args.steps, device=device)
 
     return run_rounds_then_table(rounds, cells, lambda: table(cells))
 
 
-def run_rounds(cells: dict[tuple[str, str], list[BurstResult]], *, rounds: int, steps: int) -> None:
+def run_rounds(
+    cells: dict[tuple[str, str], list[BurstResult]], *, rounds: int, steps: int, device: str = "cpu"
+) -> None:
     """An untimed burst of each case and start (the compile cache filled, each zygote
     started), then ``rounds`` of them alternated; each timed burst into ``cells``."""
     for case in CASES:
         for start in STARTS:
-            first = burst(case, start, steps=steps)
+            first = burst(case, start, steps=steps, device=device)
             print(f"  untimed {case} {start}: wall {fmt_seconds(first.wall_s)}", flush=True)
     for r in range(rounds):
         for i, case in enumerate(CASES):
             order = STARTS if (r + i) % 2 == 0 else STARTS[::-1]
             for start in order:
-                result = burst(case, start, steps=steps)
+                result = burst(case, start, steps=steps, device=device)
                 cells[(case, start)].append(result)
                 print(
                     f"  round {r + 1} {case} {start}: wall {fmt_seconds(result.wall_s)}, "

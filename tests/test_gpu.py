@@ -3,9 +3,9 @@
 A real out-of-memory burst classified ``oom`` with the parent alive; the
 per-process cap holding at the budget; the CUDA peak being the allocator's reserved peak
 plus the context; bf16/fp16/tf32 steps keeping fp32's loss, float8 linear layers bf16's;
-a compiled burst. Item 1: each CUDA knob runs a real burst. The same knobs are unit-tested
-on a CPU with hand-made CUDA capabilities in tests/test_cuda_knobs.py (float8 in
-tests/test_fp8.py).
+a compiled burst; a trial forked by a zygote. Item 1: each CUDA knob runs a real burst.
+The same knobs are unit-tested on a CPU with hand-made CUDA capabilities in
+tests/test_cuda_knobs.py (float8 in tests/test_fp8.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from fake_models import FAKES
 
 from autotune.burst.result import BurstResult
 from autotune.burst.supervisor import run_burst
+from autotune.burst.zygote import _driver_loaded, zygotes
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import ModelSpec
 from autotune.machine.hardware import probe
@@ -228,3 +229,26 @@ def test_expandable_segments_are_on_in_the_trial_and_not_in_the_parent(tmp_path:
     assert result.status == "ok", result.reason
     assert "expandable_segments:True" in json.loads(record.read_text())["alloc_conf"]
     assert "expandable_segments:True" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+# -- warm start -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compile_mode", ["off", "default"])
+def test_a_cuda_trial_is_forked_by_a_zygote_that_never_started_cuda(
+    tmp_path: Path, compile_mode: str
+) -> None:
+    """A one-process CUDA trial comes from a zygote (``autotune.burst.zygote``), eager or
+    compiled (its zygote's check ran a kernel Inductor made): the check in a fork passed,
+    the trials ran on the GPU, and the zygote itself never loaded the CUDA driver, so that
+    every later fork can start CUDA too."""
+    facts = tmp_path / "process.json"
+    spec = conv(process_file=str(facts))
+    config = TrainConfig(micro_batch=2, seq_len=8, compile=compile_mode)
+    parents = []
+    for _ in range(2):  # the second from the same zygote
+        result = burst(spec, config, steps=1, warmup=0)
+        assert result.status == "ok", result.reason
+        parents.append(json.loads(facts.read_text())["ppid"])
+    assert parents[0] == parents[1] and parents[0] in zygotes.pids(), zygotes.failures()
+    assert not _driver_loaded(Path(f"/proc/{parents[0]}/maps").read_text())

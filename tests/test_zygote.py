@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+import torch
 from fake_conv import CONV
 from fake_detach import DETACH
 from fake_models import FAKES
@@ -133,17 +134,120 @@ def test_a_compiled_trial_comes_from_a_zygote_with_inductor_loaded(tmp_path: Pat
     assert compiled["ppid"] != eager["ppid"] and compiled["ppid"] in zygotes.pids()
 
 
-def test_warm_start_is_for_one_process_cpu_trials_unless_switched_off(
+def test_warm_start_is_for_one_process_trials_unless_switched_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The decision alone; a trial refused a zygote runs as a fresh interpreter through a
     real burst in test_a_zygote_that_cannot_start_leaves_its_trials_to_fresh_processes."""
     monkeypatch.delenv(SWITCH_ENV, raising=False)
-    assert zygote_module.warm_start_allowed(on_cuda=False, nproc=1)
-    assert not zygote_module.warm_start_allowed(on_cuda=True, nproc=1)
-    assert not zygote_module.warm_start_allowed(on_cuda=False, nproc=2)
+    assert zygote_module.warm_start_allowed(nproc=1)
+    assert not zygote_module.warm_start_allowed(nproc=2)  # torchrun's ranks
     monkeypatch.setenv(SWITCH_ENV, "0")
-    assert not zygote_module.warm_start_allowed(on_cuda=False, nproc=1)
+    assert not zygote_module.warm_start_allowed(nproc=1)
+
+
+# -- a CUDA trial's zygote: CUDA untouched in it, and usable in its forks ----------------------
+
+_MAPS = """\
+7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f10-7f20 r-xp 00000000 08:01 43 /site/torch/lib/libcudart.so.12
+7f20-7f30 r--p 00000000 00:00 0 [heap]
+"""
+
+
+def test_the_cuda_drivers_library_in_a_process_map_is_told_from_the_runtimes() -> None:
+    """torch's CUDA runtime (libcudart) is mapped from its import on; the driver (libcuda)
+    only once CUDA was used: that is what a zygote must not have."""
+    assert not zygote_module._driver_loaded(_MAPS)
+    used = _MAPS + "7f30-7f40 r-xp 00000000 08:01 44 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+    assert zygote_module._driver_loaded(used)
+    assert not zygote_module._driver_loaded("")
+
+
+def _exits_3() -> None:
+    os._exit(3)
+
+
+def _raises() -> None:
+    raise RuntimeError("CUDA error: initialization error\nCUDA kernel errors might be ...")
+
+
+def test_a_probe_in_a_fork_says_how_it_ended() -> None:
+    in_a_fork = zygote_module._in_a_fork
+    assert in_a_fork(lambda: None, timeout_s=30) is None
+    assert in_a_fork(_raises, timeout_s=30) == "RuntimeError: CUDA error: initialization error"
+    assert in_a_fork(_exits_3, timeout_s=30) == "it ended with exit status 3"
+    started = time.monotonic()
+    assert in_a_fork(lambda: time.sleep(60), timeout_s=0.5) == "it did not finish in 0.5 s"
+    assert time.monotonic() - started < 10, "a hanging probe must be killed at its limit"
+
+
+def test_the_check_runs_a_kernel_eager_and_compiled_in_a_fork(tmp_path: Path) -> None:
+    """The check's own probe, on the CPU (the same code as on a GPU but for the device):
+    in a process forked from a single-threaded one, as a zygote is, an eager kernel and
+    one that Inductor generates both run; an empty compile cache, as a search's first."""
+    script = (
+        "import functools\nfrom autotune.burst.zygote import _in_a_fork, _run_a_kernel\n"
+        "for compiled in (False, True):\n"
+        "    probe = functools.partial(_run_a_kernel, 'cpu', compiled=compiled)\n"
+        "    print(compiled, _in_a_fork(probe, timeout_s=240))\n"
+    )
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.stdout.splitlines() == ["False None", "True None"], done.stderr[-2000:]
+    assert any((tmp_path / "inductor").rglob("*.py")), "the compiled probe compiled nothing"
+
+
+def test_a_zygote_that_started_cuda_itself_may_not_fork_cuda_trials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Started by torch (``torch.cuda`` initialised) or loaded by anything else (the
+    driver's library mapped): refused before any fork, whatever a fork would do."""
+    probe_ran: list[bool] = []
+
+    def probe() -> None:
+        probe_ran.append(True)
+
+    unfit = zygote_module._cuda_unfit
+    monkeypatch.setattr(zygote_module, "_own_maps", lambda: _MAPS)
+    assert unfit(lambda: None, timeout_s=30) is None
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert "the imports started CUDA here" in (unfit(probe, timeout_s=30) or "")
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        zygote_module, "_own_maps", lambda: _MAPS + "1-2 r-xp 0 0:0 0 /l/libcuda.so.1"
+    )
+    assert "the imports started CUDA here" in (unfit(probe, timeout_s=30) or "")
+    assert probe_ran == []
+    monkeypatch.setattr(zygote_module, "_own_maps", lambda: _MAPS)
+    assert "could not use CUDA: RuntimeError: CUDA error" in (unfit(_raises, timeout_s=30) or "")
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a CPU-only torch's refusal; on a GPU: tests/test_gpu.py"
+)
+def test_a_cuda_trials_zygote_that_cannot_use_cuda_in_a_fork_leaves_them_to_fresh_processes(
+    tmp_path: Path,
+) -> None:
+    """Here a torch built without CUDA: the zygote's check forks, the fork cannot put a
+    tensor on the GPU, and the zygote says why instead of forking trials that would each
+    fail as a crash; its environment starts fresh processes from then on."""
+    ours = zygote_module.Zygotes()
+    read_fd, write_fd = os.pipe()
+    try:
+        fds = {"request_fd": read_fd, "write_fd": write_fd, "log_fd": write_fd}
+        env = _light_env(tmp_path)
+        assert ours.spawn(env, compiled=False, cuda=True, **fds) is None
+        (reason,) = ours.failures().values()
+        assert "could not use CUDA" in reason and "not compiled with CUDA" in reason
+        assert ours.pids() == set()
+        assert ours.spawn(env, compiled=False, cuda=True, **fds) is None  # not tried again
+    finally:
+        ours.close()
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 @pytest.mark.slow  # a fresh interpreter's imports: 4-5 s on the 2-core CPU; its parts above
@@ -166,7 +270,7 @@ def test_a_zygote_that_cannot_start_leaves_its_trials_to_fresh_processes(
     with pytest.raises(ZygoteError, match="importing: ImportError: no torch here"):
         Zygote(env)
 
-    def refuse(env: dict[str, str], compiled: bool = False) -> Zygote:
+    def refuse(env: dict[str, str], compiled: bool = False, cuda: bool = False) -> Zygote:
         raise ZygoteError("refused for the test")
 
     monkeypatch.setattr(zygote_module, "Zygote", refuse)
@@ -305,7 +409,7 @@ def test_an_environment_whose_zygote_went_silent_starts_fresh_processes(
     zygote = _silent_zygote(tmp_path)
     monkeypatch.setattr(zygote_module, "REPLY_TIMEOUT_S", 0.5)
     pool = zygote_module.Zygotes()
-    key = (False, *sorted(zygote.env.items()))
+    key = zygote_module.environment_key(zygote.env, compiled=False, cuda=False)
     pool._live[key] = zygote
     with pytest.warns(RuntimeWarning), pytest.raises(ZygoteError):
         zygote.poll(1)
@@ -397,7 +501,7 @@ def test_a_stopped_zygote_gives_the_next_trial_to_a_new_one_at_once(tmp_path: Pa
     env = _light_env(tmp_path)
     pool = zygote_module.Zygotes()
     stopped = Zygote(env)
-    pool._live[(False, *sorted(env.items()))] = stopped
+    pool._live[zygote_module.environment_key(env, compiled=False, cuda=False)] = stopped
     os.kill(stopped.proc.pid, signal.SIGSTOP)
     result_read, result_write = os.pipe()
     try:

@@ -241,7 +241,7 @@ def spawn_child(
     processes, to the FIFO named ``channel``). One process inherits its ``request`` (a
     file with no name) and makes its own folder, so that no folder exists without a
     trial to remove it; torchrun's ranks read it by its path in the folder made for them.
-    (A one-process CPU trial is forked by a zygote instead where one can serve:
+    (A one-process trial is forked by a zygote instead where one can serve:
     ``autotune.burst.zygote``.)"""
     from autotune.train.distributed import torchrun_command
 

@@ -337,13 +337,12 @@ def _start(
     burst: _Burst, *, request: IO[bytes] | Path, write_fd: int, log: IO[bytes], channel: str | None
 ) -> TrialProcess:
     """The trial's process: forked by a zygote that has torch loaded where one can serve
-    (a one-process CPU trial: ``autotune.burst.zygote``), else a fresh interpreter."""
-    if not isinstance(request, Path) and warm_start_allowed(
-        on_cuda=burst.on_cuda, nproc=burst.nproc
-    ):
+    (a one-process trial: ``autotune.burst.zygote``), else a fresh interpreter."""
+    if not isinstance(request, Path) and warm_start_allowed(nproc=burst.nproc):
         forked = zygotes.spawn(
             child_env(None, burst.config),
             compiled=burst.config.compile != "off",
+            cuda=burst.on_cuda,
             request_fd=request.fileno(),
             write_fd=write_fd,
             log_fd=log.fileno(),

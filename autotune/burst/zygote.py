@@ -1,4 +1,4 @@
-"""Warm start: a process that has imported torch once, and forks each CPU trial from it.
+"""Warm start: a process that has imported torch once, and forks each trial from it.
 
 A compiled burst that compiles from the cache spends about as long importing torch,
 Dynamo and Inductor (2.3-2.6 s on a 2-core Xeon) as it spends stepping; a search runs
@@ -7,13 +7,22 @@ been started with, imports them, and then forks a trial for each request: the fo
 process of its own in a session of its own, exactly as a fresh trial, but starts with
 those modules loaded (``benchmarks/warm_start.py``).
 
-Which trials: one-process trials of a CPU config (``warm_start_allowed``). Never a CUDA
-trial: a CUDA driver touched before a fork cannot serve the forked process, and the
-budget of a GPU trial is its own allocator's. OpenMP, Inductor and torch read parts of
-their environment when they load, so a zygote serves only trials whose environment is the
-one it was started with (a config with ``omp_spin`` has its own); ``AUTOTUNE_WARM_START=0``
-turns the whole thing off, and any failure of a zygote falls back to a fresh process
-(``spawn_child``).
+Which trials: one-process trials (``warm_start_allowed``); torchrun's ranks start fresh.
+OpenMP, Inductor and torch read parts of their environment when they load, so a zygote
+serves only trials whose environment is the one it was started with (a config with
+``omp_spin`` has its own); ``AUTOTUNE_WARM_START=0`` turns the whole thing off, and any
+failure of a zygote falls back to a fresh process (``spawn_child``).
+
+A CUDA trial's zygote (``cuda``) must leave CUDA untouched: a driver initialised before
+a fork cannot serve the forked process, and every config of the search would fail. So
+before it says it is ready it checks (``_cuda_unfit``) that its imports neither
+initialised torch's CUDA nor loaded the driver (``libcuda``), and that a process forked
+from it starts CUDA and runs a kernel (one Inductor made, for compiled trials); else the
+trials of its environment start fresh processes, and the reason is kept
+(``Zygotes.failures``). After the check it runs nothing but forks and reaps, so what the
+check saw holds for every fork. Each forked trial makes its own CUDA context, allocator
+and budget, as a fresh one does: the fork saves the imports (torch with CUDA, Dynamo,
+Inductor), not CUDA's start.
 
 From the parent's side, ``Zygotes.spawn`` returns a ``ForkedTrial``: the ``pid``,
 ``poll``, ``wait`` and ``returncode`` of ``subprocess.Popen``, the trial's exit status
@@ -60,6 +69,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -70,7 +80,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 import psutil
@@ -82,6 +94,7 @@ __all__ = [
     "Zygote",
     "ZygoteError",
     "Zygotes",
+    "environment_key",
     "main",
     "warm_start_allowed",
     "zygotes",
@@ -104,6 +117,7 @@ START_TIMEOUT_S = 300.0  # the imports, on a loaded machine
 # A fork or a reap takes milliseconds: a zygote silent this long hangs (checked every
 # _CHECK_S; a stopped one is noticed at the first check).
 REPLY_TIMEOUT_S = 10.0
+CUDA_CHECK_TIMEOUT_S = 120.0  # a fork's first CUDA context and kernel, on a loaded host
 _CHECK_S = 0.1
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 # The exit status of a trial whose zygote died before it (init reaped it): unknown, and
@@ -122,13 +136,10 @@ class ZygoteError(RuntimeError):
         self.stall = stall
 
 
-def warm_start_allowed(*, on_cuda: bool, nproc: int) -> bool:
+def warm_start_allowed(*, nproc: int) -> bool:
     """Whether a trial may be forked from a zygote (see the module's docstring)."""
     return (
-        not on_cuda
-        and nproc == 1
-        and sys.platform.startswith("linux")
-        and os.environ.get(SWITCH_ENV, "1") != "0"
+        nproc == 1 and sys.platform.startswith("linux") and os.environ.get(SWITCH_ENV, "1") != "0"
     )
 
 
@@ -163,10 +174,11 @@ class ForkedTrial:
 @dataclass
 class Zygote:
     """One zygote process, started with ``env`` (with Inductor loaded where
-    ``compiled``), and the socket to it."""
+    ``compiled``; checked for forks that use CUDA where ``cuda``), and the socket to it."""
 
     env: dict[str, str]
     compiled: bool = False
+    cuda: bool = False
     proc: subprocess.Popen[bytes] = field(init=False)
     sock: socket.socket = field(init=False)
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -183,6 +195,7 @@ class Zygote:
                     "autotune.burst.zygote",
                     str(theirs.fileno()),
                     *(["--compiled"] if self.compiled else []),
+                    *(["--cuda"] if self.cuda else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -321,6 +334,11 @@ class Zygote:
         return forks
 
 
+def environment_key(env: dict[str, str], *, compiled: bool, cuda: bool) -> tuple[object, ...]:
+    """What tells one zygote from another: trials of one key may share it."""
+    return (compiled, cuda, *sorted(env.items()))
+
+
 class Zygotes:
     """The zygotes of this process, one per trial environment (at most ``MAX_ZYGOTES``,
     the least recently used closed first). An environment whose zygote failed is not
@@ -336,12 +354,13 @@ class Zygotes:
         env: dict[str, str],
         *,
         compiled: bool,
+        cuda: bool = False,
         request_fd: int,
         write_fd: int,
         log_fd: int,
     ) -> ForkedTrial | None:
         """A trial forked with ``env``, or None (the caller starts a fresh process)."""
-        key = (compiled, *sorted(env.items()))
+        key = environment_key(env, compiled=compiled, cuda=cuda)
         fds = {"request_fd": request_fd, "write_fd": write_fd, "log_fd": log_fd}
         with self._lock:
             if key in self._failed:
@@ -358,7 +377,7 @@ class Zygotes:
                     zygote = None  # ended, or stopped: a new one
             if zygote is None:
                 try:
-                    zygote = Zygote(env, compiled)
+                    zygote = Zygote(env, compiled, cuda)
                     pid = zygote.spawn(**fds)
                 except ZygoteError as exc:  # a new one failed: this environment starts fresh
                     if exc.stall != "stopped":  # (one stopped by hand: this trial only)
@@ -411,8 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     # (SIGKILL would also come when only the thread that started it ends).
     prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT))
     trust_tmpdir()  # Dynamo's import asks for the temporary folder: no probe file there
+    compiled = "--compiled" in args[1:]
     try:
-        for name in WARM_MODULES + (COMPILE_MODULES if "--compiled" in args[1:] else ()):
+        for name in WARM_MODULES + (COMPILE_MODULES if compiled else ()):
             importlib.import_module(name)
     except BaseException as exc:  # the parent hears why, then starts fresh processes
         _send(sock, {"ready": False, "reason": f"importing: {type(exc).__name__}: {exc}"})
@@ -420,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.active_count() > 1:  # a fork would copy a thread's locks, not the thread
         reason = f"{threading.active_count()} threads after the imports: a fork is unsafe"
         _send(sock, {"ready": False, "reason": reason})
+        return 1
+    if "--cuda" in args[1:] and (unfit := _cuda_unfit(compiled=compiled)) is not None:
+        _send(sock, {"ready": False, "reason": unfit})
         return 1
     _send(sock, {"ready": True})
     while True:
@@ -442,6 +465,94 @@ def main(argv: list[str] | None = None) -> int:
             for fd in fds:
                 os.close(fd)
         _send(sock, reply)
+
+
+def _cuda_unfit(
+    probe: Callable[[], None] | None = None,
+    *,
+    compiled: bool = False,
+    timeout_s: float = CUDA_CHECK_TIMEOUT_S,
+) -> str | None:
+    """Why this process cannot fork CUDA trials, or None: CUDA must be untouched here (a
+    driver initialised before a fork cannot serve the forked process), and a process
+    forked from here must start CUDA and run a kernel (``probe``; by default
+    ``_run_a_kernel``, compiled for a zygote of compiled trials), as each trial will."""
+    import torch
+
+    if torch.cuda.is_initialized() or _driver_loaded(_own_maps()):
+        return "the imports started CUDA here: a forked trial could not use it"
+    probe = probe or functools.partial(_run_a_kernel, "cuda", compiled=compiled)
+    failure = _in_a_fork(probe, timeout_s=timeout_s)
+    return None if failure is None else f"a forked process could not use CUDA: {failure}"
+
+
+def _driver_loaded(maps: str) -> bool:
+    """Whether the CUDA driver's library is mapped in a process (its /proc/PID/maps):
+    torch loads it at CUDA's first use, never at its import."""
+    return any(
+        line.rsplit("/", 1)[-1].startswith("libcuda.so")
+        for line in maps.splitlines()
+        if "/" in line
+    )
+
+
+def _own_maps() -> str:
+    try:
+        return Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
+
+
+def _run_a_kernel(device: str, *, compiled: bool) -> None:
+    """What a trial does first, in little: put a tensor on ``device`` and run a kernel on
+    it; ``compiled``, one that Inductor generated (on a GPU, Triton's compiler and
+    launcher, which a fork must be able to use too)."""
+    import torch
+
+    step = torch.compile(_double_plus_one) if compiled else _double_plus_one
+    total = float(step(torch.ones(8, device=device)).sum())
+    if total != 24.0:
+        raise RuntimeError(f"a kernel on {device} gave {total} for 24")
+
+
+def _double_plus_one(x: Any) -> Any:
+    return x * 2 + 1
+
+
+def _in_a_fork(probe: Callable[[], None], *, timeout_s: float) -> str | None:
+    """Run ``probe`` in a process forked from this one; None if it returned, else why
+    not (its exception, its exit, or the time it took)."""
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_fd)
+            probe()
+            code = 0
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return f"it did not finish in {timeout_s:g} s"
+            time.sleep(_POLL_S)
+        said = os.read(read_fd, 4000).decode(errors="replace").strip()
+    finally:
+        os.close(read_fd)
+    code = os.waitstatus_to_exitcode(done[1])
+    if code == 0:
+        return None
+    return said.splitlines()[0] if said else f"it ended with exit status {code}"
 
 
 def _end() -> NoReturn:
