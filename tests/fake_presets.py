@@ -130,6 +130,8 @@ def make_profile(
     available: int = 12 * GiB,
     isa: tuple[str, ...] = ("avx2",),
     torch_version: str = "2.13.0",
+    family: int | None = None,
+    model_number: int | None = None,
 ) -> HardwareProfile:
     cpu = CPUInfo(
         model_name=cpu_model,
@@ -139,6 +141,8 @@ def make_profile(
         available_ram_bytes=available,
         isa_flags=isa,
         torch_threads=cores,
+        family=family,
+        model_number=model_number,
     )
     software = SoftwareInfo(
         python_version="3.11.7",

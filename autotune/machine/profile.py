@@ -24,6 +24,7 @@ __all__ = [
     "ISA_FLAGS",
     "SCHEMA_VERSION",
     "SoftwareInfo",
+    "cpu_generation",
 ]
 
 SCHEMA_VERSION = 1
@@ -60,6 +61,14 @@ class GPUInfo:
     driver_cuda_version: str | None = None  # the newest CUDA the driver supports
 
 
+def cpu_generation(family: int | None, model_number: int | None) -> str:
+    """x86's CPU family and model numbers in words, ``"family 26, model 2"``; "" where
+    the family is unknown."""
+    if family is None:
+        return ""
+    return f"family {family}" + (f", model {model_number}" if model_number is not None else "")
+
+
 @dataclass(frozen=True, kw_only=True)
 class CPUInfo:
     model_name: str
@@ -77,11 +86,7 @@ class CPUInfo:
     @property
     def generation(self) -> str:
         """``"family 26, model 2"``, or "" where unknown."""
-        if self.family is None:
-            return ""
-        return f"family {self.family}" + (
-            f", model {self.model_number}" if self.model_number is not None else ""
-        )
+        return cpu_generation(self.family, self.model_number)
 
     @property
     def described(self) -> str:

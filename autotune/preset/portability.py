@@ -62,14 +62,24 @@ def _differences(there: Fingerprint, here: Fingerprint) -> list[str]:
 
 
 def same_device(there: Fingerprint, here: Fingerprint, *, on_gpu: bool) -> bool:
-    """The same GPU model, or (on a CPU) the same CPU model and core count."""
+    """The same GPU model, or (on a CPU) the same CPU model and core count, and the same
+    CPU family and model numbers where both fingerprints have them (a VM that names only
+    the brand, "AMD EPYC", may be one generation or another)."""
     if on_gpu:
         return there.device_kind == "cuda" and _same_name(there.device_name, here.device_name)
     return (
         there.device_kind == "cpu"
         and _same_name(there.cpu_model, here.cpu_model)
         and there.cpu_cores == here.cpu_cores
+        and _same_generation(there, here)
     )
+
+
+def _same_generation(there: Fingerprint, here: Fingerprint) -> bool:
+    """Not told apart where either fingerprint lacks the numbers (an older preset)."""
+    if there.cpu_family is None or here.cpu_family is None:
+        return True
+    return (there.cpu_family, there.cpu_model_number) == (here.cpu_family, here.cpu_model_number)
 
 
 def check_portability(

@@ -417,12 +417,13 @@ def _section_hardware(data: ReportData) -> list[Block]:
             )
         ]
     fp = data.preset.fingerprint
+    generation = f"{fp.cpu_generation}, " if fp.cpu_generation else ""
     rows = [
         ("device", fp.describe()),
         ("memory", format_bytes(fp.memory_bytes)),
         ("compute capability", fp.compute_capability or "-"),
         ("driver / CUDA", f"{fp.driver_version or '-'} / {fp.cuda_version or '-'}"),
-        ("CPU", f"{fp.cpu_model} ({fp.cpu_cores} cores)"),
+        ("CPU", f"{fp.cpu_model} ({generation}{fp.cpu_cores} cores)"),
         ("torch", fp.torch_version),
         ("autotune", fp.autotune_version),
         ("measured", data.preset.created),

@@ -7,6 +7,7 @@ from fake_presets import (
     A100,
     CPU_MODEL,
     GiB,
+    cpu_fingerprint,
     gpu_fingerprint,
     make_config,
     make_gpu,
@@ -15,7 +16,7 @@ from fake_presets import (
 )
 
 from autotune.core.errors import HardwareMismatchError
-from autotune.preset import Measured, check_portability
+from autotune.preset import Fingerprint, Measured, check_portability
 
 
 def test_same_gpu_model_is_fine() -> None:
@@ -53,6 +54,24 @@ def test_a_different_cpu_is_a_warning_and_measured_elsewhere() -> None:
     assert f"cpu_model: preset {CPU_MODEL} vs here AMD EPYC 7B12" in report.differences
     same = check_portability(preset, make_profile())
     assert same.same_device and same.warnings == []
+
+
+def test_one_cpu_name_of_another_family_or_model_number_is_measured_elsewhere() -> None:
+    """A VM that names only the brand may be one generation or another (mu's preset at
+    3,889 and 6,785 tokens/s on two "AMD EPYC"s): the family and model numbers tell them
+    apart where both fingerprints have them; an older preset, without them, as before."""
+    here = make_profile(family=26, model_number=2)
+    fingerprint = Fingerprint.from_profile(here, "cpu")
+    assert (fingerprint.cpu_family, fingerprint.cpu_model_number) == (26, 2)
+    assert fingerprint.describe() == f"{CPU_MODEL} (family 26, model 2; cpu, 2 cores)"
+    assert check_portability(make_preset(fingerprint=fingerprint), here).same_device
+    for family, model_number in ((25, 2), (26, 1)):
+        there = cpu_fingerprint(cpu_family=family, cpu_model_number=model_number)
+        report = check_portability(make_preset(fingerprint=there), here)
+        assert not report.same_device and report.measured_elsewhere
+        assert any(f"family {family}, model {model_number}; cpu" in w for w in report.warnings)
+    older = check_portability(make_preset(), here)
+    assert older.same_device and older.warnings == []
 
 
 def test_bf16_on_a_pre_ampere_gpu_is_refused_with_fp16_as_the_fallback() -> None:
