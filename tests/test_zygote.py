@@ -244,6 +244,9 @@ def test_a_cuda_trials_zygote_that_cannot_use_cuda_in_a_fork_leaves_them_to_fres
         assert "could not use CUDA" in reason and "not compiled with CUDA" in reason
         assert ours.pids() == set()
         assert ours.spawn(env, compiled=False, cuda=True, **fds) is None  # not tried again
+        # nor another CUDA environment (each try: the imports and a CUDA context)
+        assert ours.spawn(env, compiled=True, cuda=True, **fds) is None
+        assert len(ours.failures()) == 1
     finally:
         ours.close()
         os.close(read_fd)

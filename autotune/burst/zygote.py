@@ -342,11 +342,15 @@ def environment_key(env: dict[str, str], *, compiled: bool, cuda: bool) -> tuple
 class Zygotes:
     """The zygotes of this process, one per trial environment (at most ``MAX_ZYGOTES``,
     the least recently used closed first). An environment whose zygote failed is not
-    tried again: its trials start fresh processes."""
+    tried again: its trials start fresh processes. Where a CUDA trial's zygote could not
+    start, no other is tried either: what refuses one (CUDA started by the imports, a fork
+    that cannot use the GPU) refuses them all, and each try costs a search on a GPU the
+    imports and a CUDA context."""
 
     def __init__(self) -> None:
         self._live: dict[tuple[object, ...], Zygote] = {}
         self._failed: dict[tuple[object, ...], str] = {}
+        self._cuda_refused: str | None = None
         self._lock = threading.Lock()
 
     def spawn(
@@ -363,7 +367,7 @@ class Zygotes:
         key = environment_key(env, compiled=compiled, cuda=cuda)
         fds = {"request_fd": request_fd, "write_fd": write_fd, "log_fd": log_fd}
         with self._lock:
-            if key in self._failed:
+            if key in self._failed or (cuda and self._cuda_refused is not None):
                 return None
             zygote = self._live.pop(key, None)
             if zygote is not None:  # one that served before: if it died since, a new one
@@ -382,6 +386,8 @@ class Zygotes:
                 except ZygoteError as exc:  # a new one failed: this environment starts fresh
                     if exc.stall != "stopped":  # (one stopped by hand: this trial only)
                         self._failed[key] = str(exc)
+                        if cuda:
+                            self._cuda_refused = str(exc)
                     if zygote is not None:
                         zygote.close()
                     return None
