@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from autotune.core.units import format_figure
@@ -123,12 +125,40 @@ def render_result(result: SearchResult, console: Console) -> None:
     _print_best_and_speedup(result, console)
     if result.skipped:
         console.print("[bold]Skipped or not kept[/]:")
-        for reason, n in sorted(result.skipped.items(), key=lambda kv: -kv[1]):
+        for reason, n in grouped_reasons(result.skipped):
             console.print(f"  {n} x {escape(reason)}")
     if result.preset_path:
         console.print(f"[bold]Preset written[/]: {escape(result.preset_path)}")
     for note in result.notes:
         console.print(escape(note))
+
+
+_SECONDS = re.compile(r"(\d+(?:\.\d+)?) s\b")
+
+
+def grouped_reasons(skipped: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Why configs were not kept, the most frequent first, reasons that differ only in
+    their seconds told once with each figure's range: five "the time left for trials (N
+    s) is less than ..." lines of 49, 59 and 66 s are one of "(49-66 s)". (``--json``
+    keeps each reason as it was.)"""
+    groups: dict[tuple[str, ...], list[tuple[list[str], int]]] = {}
+    for reason, n in skipped.items():
+        pieces = _SECONDS.split(reason)  # text, seconds, text, seconds, ..., text
+        groups.setdefault(tuple(pieces[0::2]), []).append((pieces[1::2], n))
+    out = []
+    for texts, members in groups.items():
+        columns = zip(*(seconds for seconds, _ in members), strict=True)
+        ranges = [_seconds_range(column) for column in columns]
+        told = "".join(
+            text + (ranges[i] if i < len(ranges) else "") for i, text in enumerate(texts)
+        )
+        out.append((told, sum(n for _, n in members)))
+    return sorted(out, key=lambda told_n: -told_n[1])
+
+
+def _seconds_range(values: tuple[str, ...]) -> str:
+    low, high = min(values, key=float), max(values, key=float)
+    return f"{low} s" if float(low) == float(high) else f"{low}-{high} s"
 
 
 def _top_table(result: SearchResult) -> Table:
