@@ -411,6 +411,27 @@ def _knobs_report(ctx: Context, runs: list[Completed]) -> Report:
     return Report(f"loss=chunked peak {peak_ratio} the base's", "\n".join(lines))
 
 
+# 9. warm start on CUDA: a trial forked by a zygote that never started CUDA, or fresh
+def _warm_start_commands(ctx: Context) -> list[list[str]]:
+    return [[ctx.python, str(ROOT / "benchmarks" / "warm_start.py"), "--device", "cuda",
+             "--rounds", "2"]]  # fmt: skip
+
+
+def _warm_start_report(ctx: Context, runs: list[Completed]) -> Report:
+    """warm_start.py's table; the result, each burst's median wall warm over fresh."""
+    lines = runs[0].stdout.strip().splitlines()
+    ratios = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in lines
+        if line.startswith("|") and "warm / fresh" in line
+    ]
+    if not ratios:
+        raise StepFailed(f"warm_start.py exit {runs[0].returncode}, no warm / fresh row")
+    walls = {row[0]: row[3] for row in ratios}
+    result = "wall warm / fresh: " + ", ".join(f"{case} {wall}" for case, wall in walls.items())
+    return Report(result, "\n".join(lines), {"wall_warm_over_fresh": walls})
+
+
 OLDER_STEPS: tuple[Step, ...] = (
     Step(name="probe", title="autotune probe", want_s=30, min_s=10, priority=0,
          commands=lambda ctx: [ctx.autotune("probe", "--json")], report=_probe_report),
@@ -431,4 +452,7 @@ OLDER_STEPS: tuple[Step, ...] = (
          commands=_compare("mu", "8GB"), report=_compare_report("mu")),
     Step(name="knobs", title="model_knobs.py gpt2-124m, sequence 1024, 24 GB", want_s=240,
          min_s=90, priority=7, commands=_knobs_commands, report=_knobs_report),
+    Step(name="warm-start", title="warm_start.py on CUDA: a trial forked by a zygote, or fresh",
+         want_s=300, min_s=150, priority=7, commands=_warm_start_commands,
+         report=_warm_start_report),
 )  # fmt: skip

@@ -38,7 +38,9 @@ A run cut short keeps what finished: after every step the suite writes, atomical
 most five files, in one folder. ``--winner PATH`` takes gpt2-124m's winner from an earlier
 run (its ``gpt2-124m.yaml``): the search is left out and the other steps get its time.
 ``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
-``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200).
+``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200) and
+``warm-start`` (``warm_start.py --device cuda``: a CUDA trial forked by a zygote against one
+started fresh, side by side; for a second lease: ``--steps gpu-tests,warm-start``).
 
 Usage (from the repository root)::
 

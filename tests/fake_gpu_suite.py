@@ -15,6 +15,7 @@ from typing import Any
 
 from benchmark_modules import load_benchmark
 
+from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
 from autotune.preset import save_preset
 from autotune.preset.sections import Measured, ModelRef, Task
@@ -182,6 +183,8 @@ class FakeRunner:
             return "train-gpt2" if "gpt2-124m.yaml" in " ".join(argv) else "train"
         if script == "model_knobs":
             return "knobs-gpt2" if "--preset" in argv else "knobs"
+        if script == "warm_start":
+            return "warm-start"
         if script == "compare":
             return f"compare-{argv[argv.index('--model') + 1]}"
         raise AssertionError(f"unexpected command {argv}")
@@ -230,6 +233,8 @@ class FakeRunner:
             return 0, ""
         if name == "knobs-gpt2":
             return 0, knobs_stdout(KNOB_ROWS)
+        if name == "warm-start":
+            return 0, warm_start_stdout()
         if name == "knobs":
             table = (
                 "- date: today\n\n| model | config | median | peak | vs base |\n"
@@ -244,6 +249,24 @@ class FakeRunner:
         table = f"# compare: {model}\n\n| policy | tokens/s | MFU (bf16 peak) |\n|--|--:|--:|\n"
         (out / "compare.md").write_text(table + "| autotune | 1 | 40% |\n")
         return 0, ""
+
+
+def warm_start_stdout() -> str:
+    """``warm_start.py --device cuda``'s output: a header line, then its own table of bursts
+    (warm: 2.1 and 3.2 s, fresh: 7.0 and 8.0 s)."""
+
+    def ok(wall: float) -> BurstResult:
+        return BurstResult(status="ok", wall_s=wall, compile_s=1.0, tokens_per_s=100.0)
+
+    cells = {
+        ("mu naive", "fresh"): [ok(7.0), ok(7.0)],
+        ("mu naive", "warm"): [ok(2.1), ok(2.1)],
+        ("mu compiled", "fresh"): [ok(8.0), ok(8.0)],
+        ("mu compiled", "warm"): [ok(3.2), ok(3.2)],
+    }
+    return "- date: today\n  round 1 mu naive warm: wall 2.1 s\n\n" + load_benchmark(
+        "warm_start"
+    ).table(cells)
 
 
 def statuses(text: str) -> dict[str, str]:

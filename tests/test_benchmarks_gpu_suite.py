@@ -46,6 +46,26 @@ def test_every_older_step_runs_and_the_markdown_has_its_tables(tmp_path: Path) -
     assert (tmp_path / "out" / "mu-8GB.yaml").exists()  # the search's preset comes back
 
 
+def test_the_warm_start_step_gives_warm_over_fresh_on_cuda(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    code, text = run_main(tmp_path, runner, "--steps", "warm-start")
+    assert code == 0 and statuses(text) == {"warm-start": "ok"}
+    argv = next(c for c in runner.calls if c[1].endswith("warm_start.py"))
+    assert argv[argv.index("--device") + 1] == "cuda"
+    assert "wall warm / fresh: mu naive 0.30x, mu compiled 0.40x" in text
+    assert "| mu compiled | warm / fresh |" in text  # its table, below the step's heading
+    figures = json.loads((tmp_path / "out" / "suite.json").read_text())
+    (step,) = figures["steps"]
+    assert step["figures"]["wall_warm_over_fresh"] == {"mu naive": "0.30x", "mu compiled": "0.40x"}
+
+
+def test_a_warm_start_step_that_printed_no_ratio_failed(tmp_path: Path) -> None:
+    runner = FakeRunner(**{"warm-start": (1, "- date: today\n")})
+    code, text = run_main(tmp_path, runner, "--steps", "warm-start")
+    assert code != 0 and statuses(text) == {"warm-start": "failed"}
+    assert "warm_start.py exit 1, no warm / fresh row" in text
+
+
 def test_the_default_plan_is_the_issues_order(tmp_path: Path) -> None:
     runner = FakeRunner()
     code, text = run_main(tmp_path, runner, "--within", "1h")
