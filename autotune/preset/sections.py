@@ -366,17 +366,20 @@ class Fingerprint(_PresetSection):
         """The fingerprint of ``device`` (``cpu``, ``cuda``, ``cuda:N``) on this machine."""
         _, gpu = find_device(device, profile)
         cpu, software = profile.cpu, profile.software
+        host: dict[str, Any] = {  # the software and the host CPU, for either kind of device
+            "torch_version": software.torch_version,
+            "autotune_version": software.autotune_version,
+            "cpu_model": cpu.model_name,
+            "cpu_cores": cpu.physical_cores or cpu.logical_cores,
+            "cpu_family": cpu.family,
+            "cpu_model_number": cpu.model_number,
+        }
         if gpu is None:
             return cls(
                 device_kind="cpu",
                 device_name=cpu.model_name,
                 memory_bytes=cpu.total_ram_bytes,
-                torch_version=software.torch_version,
-                autotune_version=software.autotune_version,
-                cpu_model=cpu.model_name,
-                cpu_cores=cpu.physical_cores or cpu.logical_cores,
-                cpu_family=cpu.family,
-                cpu_model_number=cpu.model_number,
+                **host,
             )
         major, minor = gpu.compute_capability
         return cls(
@@ -386,12 +389,7 @@ class Fingerprint(_PresetSection):
             compute_capability=f"{major}.{minor}",
             driver_version=gpu.driver_version,
             cuda_version=gpu.cuda_version or software.torch_cuda_version,
-            torch_version=software.torch_version,
-            autotune_version=software.autotune_version,
-            cpu_model=cpu.model_name,
-            cpu_cores=cpu.physical_cores or cpu.logical_cores,
-            cpu_family=cpu.family,
-            cpu_model_number=cpu.model_number,
+            **host,
         )
 
     @property
