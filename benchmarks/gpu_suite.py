@@ -34,10 +34,10 @@ what they measured), then SIGKILL.
 
 A run cut short keeps what finished: after every step the suite writes, atomically, ``OUT``
 (the Markdown) and ``OUT`` with ``.json`` (the figures), and the search writes its preset
-(``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them: at
-most five files, in one folder. ``--winner PATH`` takes gpt2-124m's winner from an earlier
-run (its ``gpt2-124m.yaml``): the search is left out and the other steps get its time.
-``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
+(``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them; each
+command's output goes to ``logs/<step>-<n>.log`` there. ``--winner PATH`` takes gpt2-124m's
+winner from an earlier run (its ``gpt2-124m.yaml``): the search is left out and the other
+steps get its time. ``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
 ``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200) and
 ``warm-start`` (``warm_start.py --device cuda``: a CUDA trial forked by a zygote against one
 started fresh, side by side; for a second lease: ``--steps gpu-tests,warm-start``).
@@ -55,41 +55,43 @@ command with carry ``[".whl"]`` and a 600-second limit::
 
     bash benchmarks/gpu_lease.sh
 
-which is this line (the ``run`` tool takes up to 2000 characters)::
-
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_suite.py --within 9m --out "$OUT/gpu_suite.md" --work /tmp/gpu-work
-
-In 9 minutes the default search (340 s) and the training run take most of the time, so the
-knobs get what they leave (a minute or two) and mu's search and the tests are skipped; a
-second lease runs them: ``bash benchmarks/gpu_lease.sh 9m --winner PATH`` with the first
-lease's ``gpt2-124m.yaml`` carried in, or ``--steps gpu-tests,search``.
+It installs the carried wheels whose distribution the machine lacks
+(``benchmarks/lease_wheels.py``) into ``/tmp/site``, first on ``PYTHONPATH``, and runs the
+suite within 9 minutes, its files under ``$OUT`` (the step logs in ``$OUT/logs``). In 9
+minutes the default search (its 340 s limit, up to 374 s with the race and the preset) and
+the training run take nearly all the time, so the knobs, mu's search and the tests are
+skipped, each with the reason. With the machine still warm and 4 minutes of the lease
+left, a second call runs the tests: ``bash benchmarks/gpu_lease.sh 3m --steps gpu-tests``.
+A second lease runs the rest: ``bash benchmarks/gpu_lease.sh 9m --winner PATH`` with the
+first lease's ``gpt2-124m.yaml`` carried in, or ``--steps gpu-tests,warm-start``.
 
 Without a CUDA device the suite refuses (exit 2: "no CUDA device: the GPU suite needs
 one"); it never writes CPU figures in a GPU table.
 
 **A machine with no network.** The suite needs torch with CUDA and autotune's
-dependencies; it checks them first and, when some are missing, prints which wheels to
-carry and exits 2. On a machine where only torch and the usual scientific stack (numpy,
-PyYAML, rich, typer, psutil, ...) are installed, the missing ones are typically optuna and
-its dependencies: ``optuna alembic SQLAlchemy Mako colorlog`` (plus any of ``PyYAML tqdm
-packaging MarkupSafe typing-extensions`` that is absent). Fetch them on a machine with
-network, for Python 3.12 on x86-64 Linux, into ``.whl/`` of the repository (ignored by
-git)::
+dependencies. Before any step it imports, in a fresh interpreter, what its commands import
+(``CHECKED_MODULES``, and optuna's SQLite storage); where one fails it names the packages
+to carry and exits 2. The one GPU run so far lacked optuna and its dependencies (alembic,
+SQLAlchemy, Mako, colorlog). Carry them all: on a machine with network,
+
+    python benchmarks/gpu_suite.py --fetch-wheels
+
+downloads into ``.whl/`` of the repository (ignored by git) the wheel of every package the
+suite names (``WHEELS``, at the versions autotune is tested with, and torchao for the
+float8 variant) for CPython 3.12 on x86-64 Linux, about 35 MB; ``gpu_lease.sh`` installs
+only those the machine lacks. The command it runs::
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
         --implementation cp --platform manylinux_2_28_x86_64 \\
         --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \\
-        optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0
+        optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 ...
 
-(``--no-deps`` fetches nothing else: every missing package must be named; pure-Python
-wheels such as optuna's match any platform. If pip finds no SQLAlchemy wheel, add
-``--platform manylinux_2_N_x86_64`` for another N: pip matches N exactly.) The versions
-are the ones autotune is tested with; the suite prints the exact command for whatever is
-missing where it runs. The float8 variant needs torchao too (optional: without it the
-variant and its GPU tests say "refused"): add ``torchao==0.17.0`` to the download (a
-cp310-abi3 wheel, 3 MB; its release follows torch 2.11's, the device's).
-"""  # noqa: E501 (the one-line device command above is one line)
+(``--no-deps`` fetches nothing else: every package must be named; pure-Python wheels
+match any platform. If pip finds no wheel of a binary package, add ``--platform
+manylinux_2_N_x86_64`` for another N: pip matches N exactly.) Without torchao the float8
+variant and its GPU tests say "refused".
+"""
 
 from __future__ import annotations
 
@@ -119,6 +121,7 @@ from _gpu_steps import (
     GPU_TEST_FILES,
     OLDER_STEPS,
     ROOT,
+    STOP_GRACE_S,
     Completed,
     Context,
     NotReady,
@@ -138,7 +141,6 @@ NO_CUDA = "no CUDA device: the GPU suite needs one"
 STEPS: tuple[Step, ...] = (*OLDER_STEPS, *GPT2_STEPS)  # every step --steps can name
 LEASE_PLAN = ("probe", "search-gpt2", "knobs-gpt2", "train-gpt2", "search", "gpu-tests")
 NEEDS = {"train": "search", "knobs-gpt2": "search-gpt2", "train-gpt2": "search-gpt2"}
-STOP_GRACE_S = 20.0  # SIGTERM this long before a step's limit, SIGKILL at it
 
 # (module, distribution, version autotune is tested with): what the suite needs besides torch.
 WHEELS: tuple[tuple[str, str, str], ...] = (
@@ -302,7 +304,8 @@ def run_suite(
 ) -> list[Outcome]:
     """Run ``steps`` in order within ``limit_s``, each with the time ``plan`` and
     ``granted`` give it; a failure is recorded and the next step runs. Each command's
-    output is kept in the work folder (``<step>-<n>.log``), and ``after_step`` sees the
+    output is kept in ``logs/`` beside the suite's files (``<step>-<n>.log``; the work
+    folder where there are none), and ``after_step`` sees the
     outcomes so far after every step (the suite writes its files then, so a suite
     stopped from outside still leaves the steps it finished). Stopped from outside
     (KeyboardInterrupt), the step is recorded as interrupted and the stop goes on."""
@@ -353,7 +356,7 @@ def _run_step(outcome: Outcome, ctx: Context, runner: Runner, log: Callable[[str
         log(f"[{step.name}] $ {shlex.join(argv)}")
         done = runner(argv, timeout_s=max(left, 1.0), cwd=ROOT)
         outcome.runs.append(done)
-        _keep_log(ctx.work / f"{step.name}-{len(outcome.runs)}.log", argv, done)
+        _keep_log(_log_dir(ctx) / f"{step.name}-{len(outcome.runs)}.log", argv, done)
         outcome.wall_s += done.wall_s
         left -= done.wall_s
         if done.timed_out:
@@ -391,6 +394,12 @@ def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
     return (marked or (run.stderr or run.stdout).strip().splitlines())[-lines:]
 
 
+def _log_dir(ctx: Context) -> Path:
+    """Where a step's logs go: ``logs/`` beside the suite's files, which come back from a
+    lent machine (a failure read from its log, not found again on the next lease)."""
+    return ctx.work if ctx.out_dir is None else ctx.out_dir / "logs"
+
+
 def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
     code = "stopped at its limit, " if done.timed_out else ""
     code += "killed" if done.returncode is None else f"exit {done.returncode}"
@@ -399,6 +408,7 @@ def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
         f"## stdout\n{done.stdout}\n## stderr\n{done.stderr}\n"
     )
     with contextlib.suppress(OSError):  # a log helps read a failure, never causes one
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
 
 
@@ -490,23 +500,89 @@ def write_results(
 
 
 # -- what must be there first ------------------------------------------------------------
+# What the steps' commands import, tried in a fresh interpreter before any step runs, so
+# that a package the machine lacks (or has in a version autotune cannot use) stops the
+# suite at once rather than a step in the middle of a lease. Not each module of WHEELS:
+# typer 0.29 needs pydantic, an older typer on the machine may not, and it works too.
+IMPORT_CHECK = """
+import importlib, json
+problems = []
+def attempt(what, run):
+    try:
+        run()
+    except ModuleNotFoundError as exc:
+        problems.append({"in": what, "module": exc.name})
+    except Exception as exc:
+        problems.append({"in": what, "error": f"{type(exc).__name__}: {exc}"})
+for name in MODULES:
+    attempt(name, lambda: importlib.import_module(name))
+attempt("optuna's SQLite storage",
+        lambda: importlib.import_module("optuna").storages.RDBStorage("sqlite:///:memory:"))
+print(json.dumps(problems))
+"""
+CHECKED_MODULES = ("autotune.cli.main", "optuna", "yaml", "rich", "psutil", "pynvml", "numpy",
+                   "cloudpickle", "pytest")  # fmt: skip
+TORCHAO = ("torchao", "torchao", "0.17.0")  # optional: the float8 variant and its tests
+
+
+def import_problems() -> list[dict[str, str]]:
+    """What fails to import here, as ``IMPORT_CHECK`` finds it: each a dict of ``in`` (the
+    import tried) and ``module`` (the one missing) or ``error`` (any other failure)."""
+    code = IMPORT_CHECK.replace("MODULES", repr(CHECKED_MODULES))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
+    }
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300, check=False)  # fmt: skip
+    try:
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        return [{"in": "the import check", "error": (done.stderr.strip() or "no output")[-500:]}]
+
+
 def missing_wheels(
+    problems: Sequence[dict[str, str]],
     find: Callable[[str], object] = importlib.util.find_spec,
 ) -> list[tuple[str, str]]:
-    """The (distribution, version) of every needed module that is not installed."""
-    return [(dist, version) for module, dist, version in WHEELS if find(module) is None]
+    """The (distribution, version) of each wheel to carry: those of the modules the import
+    check found missing, then every other module of ``WHEELS`` not installed here."""
+    pins = {module: (dist, version) for module, dist, version in WHEELS}
+    named = [p["module"].split(".")[0] for p in problems if p.get("module")]
+    wanted = dict.fromkeys(pins.get(m, (m, "")) for m in named)
+    wanted.update(dict.fromkeys(pins[m] for m, _d, _v in WHEELS if find(m) is None))
+    return list(wanted)
 
 
-def missing_message(missing: Sequence[tuple[str, str]]) -> str:
-    names = " ".join(f"{dist}=={version}" for dist, version in missing)
-    return (
-        f"missing Python packages: {', '.join(d for d, _ in missing)}. On a machine with "
-        f"network, fetch their wheels into .whl/ of this repository:\n\n    {PIP_DOWNLOAD} "
-        f"{names}\n\nthen here:\n\n    python3 -m pip install -q --no-index --no-deps "
-        "--no-compile --target /tmp/site .whl/*.whl\n    PYTHONPATH=/tmp/site:. python3 "
-        "benchmarks/gpu_suite.py ...\n\n(the module docstring of benchmarks/gpu_suite.py "
-        "says more)"
+def _pins(wheels: Sequence[tuple[str, str]]) -> str:
+    return " ".join(f"{dist}=={version}" if version else dist for dist, version in wheels)
+
+
+def missing_message(problems: Sequence[dict[str, str]], missing: Sequence[tuple[str, str]]) -> str:
+    failed = "; ".join(
+        f"{p['in']}: " + (f"no module {p['module']!r}" if p.get("module") else p["error"])
+        for p in problems
     )
+    return (
+        f"the suite's commands cannot run here ({failed}). The packages to carry: "
+        f"{', '.join(d for d, _ in missing) or 'none is missing; see the error'}. On a "
+        f"machine with network, fetch every wheel the suite names into .whl/ of this "
+        f"repository:\n\n    python benchmarks/gpu_suite.py --fetch-wheels\n\n(or only "
+        f"these: {PIP_DOWNLOAD} {_pins(missing)})\n\nthen here:\n\n    bash "
+        "benchmarks/gpu_lease.sh\n\n(which installs the carried wheels this machine "
+        "lacks; the module docstring of benchmarks/gpu_suite.py says more)"
+    )
+
+
+def fetch_wheels(
+    run: Callable[[list[str]], int] = lambda argv: subprocess.call(argv, cwd=ROOT),
+) -> int:
+    """Download the wheel of every package the suite names (``WHEELS``, torchao too) for
+    the lent machine's Python into .whl/: a lease installs those it lacks."""
+    argv = [*shlex.split(PIP_DOWNLOAD), *shlex.split(_pins([(d, v) for _m, d, v in
+                                                             (*WHEELS, TORCHAO)]))]  # fmt: skip
+    print(shlex.join(argv), file=sys.stderr)
+    return run(argv)
 
 
 def cuda_available() -> bool:
@@ -534,6 +610,11 @@ def _parser() -> argparse.ArgumentParser:
         + ",".join(LEASE_PLAN) + "); of " + ",".join(s.name for s in STEPS),
     )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument(
+        "--fetch-wheels", action="store_true",
+        help="download into .whl/ the wheels of every package the suite needs besides "
+        "torch, for a lent machine's Python 3.12 (needs network), and exit",
+    )  # fmt: skip
     parser.add_argument(
         "--winner", type=Path, default=None,
         help="gpt2-124m's winning preset from an earlier run: no search-gpt2 this time",
@@ -624,9 +705,12 @@ def main(
     runner: Runner = run_command,
     has_cuda: Callable[[], bool] = cuda_available,
     find: Callable[[str], object] = importlib.util.find_spec,
+    check_imports: Callable[[], list[dict[str, str]]] = import_problems,
 ) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.fetch_wheels:
+        return fetch_wheels()
     try:
         limit_s = parse_duration(args.within, what="--within")
     except UsageError as exc:
@@ -637,9 +721,9 @@ def main(
     if args.dry_run:
         return _dry_run(steps, Context(work=args.work or Path("<work>"), out_dir=out_dir,
                                        **options), limit_s)  # fmt: skip
-    missing = missing_wheels(find)
-    if missing:
-        print(missing_message(missing), file=sys.stderr)
+    problems = check_imports()
+    if problems:
+        print(missing_message(problems, missing_wheels(problems, find)), file=sys.stderr)
         return 2
     if not has_cuda():
         print(

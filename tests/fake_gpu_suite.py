@@ -282,6 +282,6 @@ def run_main(tmp_path: Path, runner: FakeRunner, *extra: str) -> tuple[int, str]
         ["--out", str(out), "--work", str(tmp_path / "work"), *extra],
         runner=runner,
         has_cuda=lambda: True,
-        find=lambda module: object(),
+        check_imports=list,
     )
     return code, out.read_text()

@@ -95,6 +95,20 @@ def test_the_default_search_limit_is_autotunes() -> None:
     assert shrunk and limit * steps.SEARCH_OVERRUN + steps.SEARCH_END_S <= 200
 
 
+def test_a_search_step_is_stopped_only_after_the_search_has_ended_by_itself() -> None:
+    """The suite sends SIGTERM ``STOP_GRACE_S`` before a step's limit: a search step must
+    hold the search's latest end (its limit plus ``OVERRUN_SHARE``) before that, or a search
+    still writing its preset is stopped and the steps after it have no winner."""
+    from autotune.study.session.deadline import OVERRUN_SHARE
+
+    assert pytest.approx(1 + OVERRUN_SHARE) == steps.SEARCH_OVERRUN
+    latest_end = steps.SEARCH_DEFAULT_LIMIT_S * (1 + OVERRUN_SHARE)
+    assert latest_end < steps.SEARCH_WANT_S - steps.STOP_GRACE_S
+    for granted in (160.0, 200.0, 300.0):
+        limit, _ = steps.search_limit(granted)
+        assert granted - steps.STOP_GRACE_S > limit * (1 + OVERRUN_SHARE)
+
+
 # -- (b) the knobs ----------------------------------------------------------------------------
 def test_the_knob_variants_change_what_the_winner_does_not_have() -> None:
     assert gpt2.knob_variants(WINNER.to_dict()) == [

@@ -1,22 +1,26 @@
 """What benchmarks/gpu_suite.py needs on a lent GPU whose Python has torch but not optuna:
 the wheels it names (every package autotune needs beyond torch's own), the versions it
-pins, the one-line device command and benchmarks/gpu_lease.sh, which runs it."""
+pins, its import check, and benchmarks/gpu_lease.sh, which installs the carried wheels the
+machine lacks (benchmarks/lease_wheels.py) and runs it."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import stat
 import subprocess
+import sys
 from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.fake_gpu_suite import FakeRunner, suite
+
+lease_wheels = load_benchmark("lease_wheels")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The lent machine: CPython 3.12 on x86-64 Linux (the markers of a requirement are read
@@ -82,56 +86,106 @@ def test_the_pinned_versions_meet_autotunes_requirements() -> None:
         assert spec is None or spec.contains(pinned), f"{dist}: {pinned} is outside {spec}"
 
 
-def test_missing_wheels_are_named_with_the_download_command(
+def test_what_fails_to_import_is_named_with_the_wheels_to_carry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     absent = {"optuna", "alembic", "sqlalchemy", "mako", "colorlog"}
+    runner = FakeRunner()
+    code = suite.main(
+        ["--out", str(tmp_path / "suite.md")],
+        runner=runner,
+        has_cuda=lambda: True,
+        find=lambda module: None if module in absent else object(),
+        check_imports=lambda: [{"in": "optuna", "module": "optuna"}],
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and not runner.calls and not (tmp_path / "suite.md").exists()
+    assert "cannot run here (optuna: no module 'optuna')" in err
+    assert "The packages to carry: optuna, alembic, SQLAlchemy, Mako, colorlog." in err
+    assert "--only-binary=:all: --python-version 3.12" in err
+    assert "optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0" in err
+    assert "python benchmarks/gpu_suite.py --fetch-wheels" in err
+
+
+def test_a_package_nothing_imports_here_does_not_stop_the_suite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """typer 0.29 needs pydantic and annotated-doc; a machine with an older typer has
+    neither and runs every command. Only what fails to import stops the suite (here the
+    run goes on to the CUDA check)."""
     code = suite.main(
         ["--out", str(tmp_path / "suite.md")],
         runner=FakeRunner(),
-        has_cuda=lambda: True,
-        find=lambda module: None if module in absent else object(),
+        has_cuda=lambda: False,
+        find=lambda module: None if module in {"pydantic", "annotated_doc"} else object(),
+        check_imports=list,
     )
     err = capsys.readouterr().err
-    assert code == 2 and not (tmp_path / "suite.md").exists()
-    assert "missing Python packages: optuna, alembic, SQLAlchemy, Mako, colorlog." in err
-    assert "--only-binary=:all: --python-version 3.12" in err
-    assert "optuna==5.0.0 alembic==1.20.1 SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0" in err
-    assert "--no-index --no-deps" in err
+    assert code == 2 and "no CUDA device" in err and "pydantic" not in err
 
 
-def _device_command() -> str:
-    lines = [line.strip() for line in (suite.__doc__ or "").splitlines()]
-    (command,) = [line for line in lines if line.startswith("python3 -m pip") and "&&" in line]
-    return command
+def test_the_import_check_runs_what_the_commands_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert suite.import_problems() == []  # this machine has autotune's dependencies
+    monkeypatch.setattr(suite, "CHECKED_MODULES", ("json", "autotune_no_such_module"))
+    assert suite.import_problems() == [
+        {"in": "autotune_no_such_module", "module": "autotune_no_such_module"}
+    ]
 
 
-def test_the_device_command_fits_the_run_tool_and_its_suite_arguments_parse(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    command = _device_command()
-    assert len(command) <= 2000
-    install, _, run = command.partition(" && ")
-    assert ".whl/*.whl" in install and "--target /tmp/site" in install
-    argv = shlex.split(run.replace("$OUT", "/tmp/out"))
-    assert argv[:3] == ["PYTHONPATH=/tmp/site:.", "python3", "benchmarks/gpu_suite.py"]
-    assert suite.main([*argv[3:], "--dry-run"]) == 0
-    assert "Plan within 9 min 00 s" in capsys.readouterr().out
+def test_a_wheel_of_a_module_that_is_not_in_the_list_is_named_by_its_module() -> None:
+    problems = [{"in": "autotune.cli.main", "module": "click.core"}, {"in": "x", "error": "boom"}]
+    assert suite.missing_wheels(problems, lambda module: object()) == [("click", "")]
+    assert "or only these: " in suite.missing_message(problems, [("click", "")])
 
 
-def test_gpu_lease_sh_installs_the_wheels_then_runs_the_suite(tmp_path: Path) -> None:
+def test_fetch_wheels_downloads_every_wheel_the_suite_names() -> None:
+    seen: list[list[str]] = []
+    assert suite.fetch_wheels(lambda argv: seen.append(argv) or 0) == 0
+    (argv,) = seen
+    assert argv[:4] == ["python3", "-m", "pip", "download"] and "--no-deps" in argv
+    assert argv[argv.index("--python-version") + 1] == "3.12" and "-d" in argv
+    pins = {a for a in argv if "==" in a}
+    assert pins == {f"{d}=={v}" for _m, d, v in (*suite.WHEELS, suite.TORCHAO)}
+
+
+# -- on the lent machine: only the wheels its Python lacks ----------------------------------
+def test_a_lease_installs_only_the_wheels_whose_distribution_is_absent(tmp_path: Path) -> None:
+    wheels = [tmp_path / name for name in (
+        "sqlalchemy-2.1.9-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "optuna-5.0.0-py3-none-any.whl",
+        "typing_extensions-4.16.0-py3-none-any.whl",
+    )]  # fmt: skip
+    has = {"SQLAlchemy", "typing-extensions"}  # as the machine spells them
+    normal = {canonicalize_name(n) for n in has}
+    assert lease_wheels.to_install(wheels, has=lambda d: canonicalize_name(d) in normal) == [
+        wheels[1]
+    ]
+    assert lease_wheels.distribution(wheels[0]) == "sqlalchemy"
+    assert lease_wheels.installed("SQLAlchemy") and lease_wheels.installed("typing_extensions")
+    assert not lease_wheels.installed("autotune-no-such-distribution")
+
+
+def test_gpu_lease_sh_installs_the_absent_wheels_then_runs_the_suite(tmp_path: Path) -> None:
     """The script run from a copy of the repository, with a ``python3`` that records how it
-    is called: the carried wheels installed beside the system's packages, then the suite
-    within 9 minutes writing under $OUT, with the script's further arguments."""
+    is called (and runs lease_wheels.py for real): of the carried wheels, only the one
+    whose distribution this Python lacks is installed beside the system's packages, then
+    the suite runs within 9 minutes writing under $OUT, with the script's further
+    arguments."""
     repo = tmp_path / "repo"
     (repo / "benchmarks").mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "gpu_lease.sh", repo / "benchmarks")
+    for name in ("gpu_lease.sh", "lease_wheels.py"):
+        shutil.copy(ROOT / "benchmarks" / name, repo / "benchmarks")
     (repo / ".whl").mkdir()
-    (repo / ".whl" / "optuna-5.0.0-py3-none-any.whl").write_text("")
+    for name in ("optuna-5.0.0-py3-none-any.whl", "autotune_absent-1.0-py3-none-any.whl"):
+        (repo / ".whl" / name).write_text("")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "python3"
-    shim.write_text(f'#!/bin/sh\necho "$PYTHONPATH | $*" >> {tmp_path / "calls"}\n')
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = benchmarks/lease_wheels.py ]; then exec {sys.executable} "$@"; fi\n'
+        f'echo "$PYTHONPATH | $*" >> {tmp_path / "calls"}\n'
+    )
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": "/tmp/o",
            "GPU_LEASE_SITE": str(tmp_path / "site")}  # fmt: skip
@@ -141,9 +195,25 @@ def test_gpu_lease_sh_installs_the_wheels_then_runs_the_suite(tmp_path: Path) ->
     install, run = (tmp_path / "calls").read_text().splitlines()
     assert install.endswith(
         f"-m pip install -q --no-index --no-deps --no-compile --target {tmp_path / 'site'} "
-        ".whl/optuna-5.0.0-py3-none-any.whl"
+        ".whl/autotune_absent-1.0-py3-none-any.whl"
     )
     assert run == (
         f"{tmp_path / 'site'}:. | benchmarks/gpu_suite.py --within 9m --out /tmp/o/gpu_suite.md "
         "--work /tmp/gpu-work --winner w.yaml"
     )
+
+
+def test_gpu_lease_sh_plans_the_lease_with_this_python(tmp_path: Path) -> None:
+    """The lease's command as it runs, without a GPU: its suite arguments parse and give
+    the 9-minute plan (``--dry-run`` after the script's own)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path),
+           "GPU_LEASE_WHEELS": str(tmp_path / "none")}  # fmt: skip
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "9m", "--dry-run"],
+                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Plan within 9 min 00 s" in done.stdout
+    assert "search --model gpt2-124m --seq-len 1024" in done.stdout
+    assert "no wheels in" in done.stderr
