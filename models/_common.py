@@ -224,7 +224,12 @@ def swiglu_hidden(dim: int, multiple_of: int = 64) -> int:
 
 
 def run_layers(
-    layers: Iterable[nn.Module], x: torch.Tensor, *extra: Any, checkpointing: bool, every: int = 1
+    layers: Iterable[nn.Module],
+    x: torch.Tensor,
+    *extra: Any,
+    checkpointing: bool,
+    every: int = 1,
+    sdpa_backend: str = "auto",
 ) -> torch.Tensor:
     """Run ``x = layer(x, *extra)`` through a stack, checkpointing layers if asked: every
     one, or with ``every=k`` the first of each ``k`` (selective checkpointing: the others
@@ -232,14 +237,30 @@ def run_layers(
 
     Checkpointing only applies while gradients are being recorded (not under
     ``torch.no_grad`` / ``inference_mode``), and is non-reentrant as PyTorch recommends.
+    A checkpointed layer is recomputed in the backward pass, outside the caller's
+    ``sdpa_backend_context``: a pinned ``sdpa_backend`` is pinned inside it too, or the
+    recompute picks another SDPA kernel, which saves other tensors, and checkpoint
+    refuses the step (``CheckpointError``: a pinned math kernel on a CPU, cuDNN on a GPU).
     """
     use_ckpt = checkpointing and torch.is_grad_enabled()
     for i, layer in enumerate(layers):
         if use_ckpt and i % every == 0:
-            x = checkpoint(layer, x, *extra, use_reentrant=False)
+            run = layer if sdpa_backend == "auto" else _with_sdpa_backend(layer, sdpa_backend)
+            x = checkpoint(run, x, *extra, use_reentrant=False)
         else:
             x = layer(x, *extra)
     return x
+
+
+def _with_sdpa_backend(layer: nn.Module, backend: str) -> Callable[..., torch.Tensor]:
+    """``layer`` run under ``sdpa_backend_context(backend)``, each time it is called."""
+
+    def run(*args: Any) -> torch.Tensor:
+        with sdpa_backend_context(backend):
+            out: torch.Tensor = layer(*args)
+        return out
+
+    return run
 
 
 class TiedCausalLM(nn.Module):
@@ -299,6 +320,7 @@ class TiedCausalLM(nn.Module):
                 x,
                 checkpointing=self.activation_checkpointing,
                 every=self.checkpoint_every,
+                sdpa_backend=self.sdpa_backend,
             )
         x = self.norm_f(x)
         if labels is not None and self.loss_impl == "chunked":

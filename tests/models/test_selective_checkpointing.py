@@ -73,3 +73,25 @@ def test_a_step_without_checkpointing_is_refused_as_doing_nothing() -> None:
         check_config(config, spec=spec, device=cpu_caps())
     check_config(config.replace(activation_checkpointing=True), spec=spec, device=cpu_caps())
     check_config(config.replace(knobs={"checkpoint_every": 1}), spec=spec, device=cpu_caps())
+
+
+@pytest.mark.parametrize("family", ["mu", "gpt"])
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_pinned_sdpa_kernel_is_pinned_in_the_recompute_too(family: str, every: int) -> None:
+    """A checkpointed layer runs again in the backward pass, outside the forward's
+    ``sdpa_backend_context``. On this CPU the default kernel is a fused one and a pinned
+    ``math`` saves other tensors: unpinned in the recompute, checkpoint refused the step
+    (``CheckpointError``), as a pinned cuDNN or memory-efficient kernel would on a GPU."""
+    tiny = TINY[family]
+    batch = tiny.spec.make_batch(batch_size=tiny.batch_size, seq_len=tiny.seq_len)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = tiny.spec.build(
+            activation_checkpointing=checkpointing,
+            knobs={"sdpa_backend": "math", "checkpoint_every": every},
+        )
+        tiny.spec.loss(model, batch).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for want, got in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want)
