@@ -322,3 +322,21 @@ def test_micro_batches_are_not_timed_without_stable_within_nor_on_cuda(
     cuda = _MicroStepper(gaps, device="cuda")
     assert _timed_micro(monkeypatch, cuda, times) == times[1:]
     assert cuda.passed == [None] * 5
+
+
+def test_a_zygote_made_for_the_trial_is_no_part_of_its_compile_time() -> None:
+    """The first compiled trial of an environment waits for its zygote (the imports; on
+    CUDA a forked kernel too, up to two minutes) before its process runs: the compile's cap
+    counts from then, the burst's whole time from its start (the search's deadline)."""
+    from autotune.burst.supervisor import _deadlines
+
+    fresh = _deadlines(started=100.0, running=100.0, timeout_s=300.0, compile_timeout_s=60.0)
+    assert fresh == (400.0, 160.0)
+    forked = _deadlines(started=100.0, running=130.0, timeout_s=300.0, compile_timeout_s=60.0)
+    assert forked == (400.0, 190.0)
+    late = _deadlines(started=100.0, running=380.0, timeout_s=300.0, compile_timeout_s=60.0)
+    assert late == (400.0, 400.0)  # never past the burst's own end
+    assert _deadlines(started=0.0, running=5.0, timeout_s=10.0, compile_timeout_s=None) == (
+        10.0,
+        None,
+    )

@@ -297,16 +297,20 @@ def _supervise(
             budget_bytes=None if on_cuda else tree_budget(budget_bytes, nproc),
             on_over_budget=lambda _: kill_group(pgid, signal.SIGKILL),
         ).start()
+        deadline, compile_deadline = _deadlines(
+            started=burst.started,
+            running=time.perf_counter(),
+            timeout_s=timeout_s,
+            compile_timeout_s=compile_timeout_s,
+        )
         outcome = _watch(
             reader=LineReader(read_fd),
             leader=leader,
             sampler=sampler,
             progress=progress,
             started=burst.started,
-            deadline=burst.started + timeout_s,
-            compile_deadline=None
-            if compile_timeout_s is None
-            else burst.started + min(compile_timeout_s, timeout_s),
+            deadline=deadline,
+            compile_deadline=compile_deadline,
             on_step=on_step,
             should_stop=should_stop
             if burst.config.compile == "off"
@@ -331,6 +335,21 @@ def _supervise(
         return burst.result(status, reason, progress, **memory, **extra)
     finally:
         _clean_up(proc, sampler, read_fd=read_fd, write_fd=write_fd)
+
+
+def _deadlines(
+    *, started: float, running: float, timeout_s: float, compile_timeout_s: float | None
+) -> tuple[float, float | None]:
+    """When a burst begun at ``started`` is ended, and when a compiled one still in its
+    first step is (None: no such cap), its process running from ``running`` on. The whole
+    burst's time counts from ``started`` (the search's deadline holds it); the compile's
+    from ``running``: a zygote made for this trial (the imports, and for CUDA a forked
+    kernel, up to ``CUDA_CHECK_TIMEOUT_S``) is no part of the compile, where a fresh
+    process's imports are (a fresh one runs at once)."""
+    deadline = started + timeout_s
+    if compile_timeout_s is None:
+        return deadline, None
+    return deadline, min(running + compile_timeout_s, deadline)
 
 
 def _start(
