@@ -446,3 +446,16 @@ def test_the_playbook_scales_its_micro_batch_from_the_naive_on_cuda() -> None:
     scaled = playbook_config(space, spec, memory=memory)
     assert scaled.precision == "bf16" and scaled.compile != "off"
     assert 1 < scaled.micro_batch <= 8
+
+
+def test_a_trial_on_cuda_without_an_index_runs_on_the_first_gpu() -> None:
+    """``torch.cuda.set_device`` refuses ``cuda`` without an index (a ValueError, every
+    trial of a search run with ``device="cuda"`` through the API): the trial names
+    ``cuda:0``, the current GPU of a fresh process."""
+    import torch
+
+    from autotune.burst.trial import indexed_device
+
+    assert indexed_device("cuda") == torch.device("cuda", 0)
+    assert indexed_device("cuda:1") == torch.device("cuda", 1)
+    assert indexed_device("cpu") == torch.device("cpu")

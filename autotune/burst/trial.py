@@ -37,12 +37,28 @@ if TYPE_CHECKING:
     from autotune.engine.step import Stepper
     from autotune.train.distributed import DistInfo
 
-__all__ = ["Trial", "alloc_retries", "classify_exception", "sync_device", "timed_step"]
+__all__ = [
+    "Trial",
+    "alloc_retries",
+    "classify_exception",
+    "indexed_device",
+    "sync_device",
+    "timed_step",
+]
 
 T = TypeVar("T")
 
 
 # -- timing -----------------------------------------------------------------------------
+def indexed_device(name: str) -> torch.device:
+    """The device ``name`` names, a GPU with its index (``cuda`` is ``cuda:0``, the current
+    one of a fresh process): ``torch.cuda.set_device`` refuses a GPU without one."""
+    import torch
+
+    device = torch.device(name)
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
+
+
 def sync_device(device: torch.device) -> None:
     """Wait for the device's queued work, so a clock read after it means something."""
     import torch
@@ -158,15 +174,14 @@ class Trial:
         self.dist, device_name, config = join_ranks(req.config, req.device)
         seed = req.seed  # the same initial weights on every rank (FSDP2 does not broadcast)
         budget = req.budget_bytes
-        device = torch.device(device_name)
+        device = indexed_device(device_name)
         self.device = device
         self.cuda = device.type == "cuda"
         _set_up_allocator(config)  # before CUDA starts: the allocator reads it once
 
         used_before = None
         if self.cuda:
-            index = device.index if device.index is not None else 0
-            used_before = memory.nvml_device_used_bytes(index)
+            used_before = memory.nvml_device_used_bytes(device.index or 0)
 
         if req.threads:  # fewer than the cores: the machine is shared right now
             torch.set_num_threads(req.threads)
