@@ -540,3 +540,29 @@ def test_a_diverged_loss_stops_before_any_checkpoint_of_it(tmp_path: Path, data:
     with pytest.raises(AutotuneError, match=r"not finite at step 4.*checkpoint is step 2"):
         run(tmp_path, data, spec=spec, training=settings(checkpoint_interval=2, log_interval=5))
     assert [s for s, _ in list_checkpoints(tmp_path)] == [2]
+
+
+@pytest.mark.parametrize("synced", [True, False])
+def test_the_median_step_is_given_only_where_each_steps_end_was_waited_for(
+    tmp_path: Path, synced: bool
+) -> None:
+    """On a GPU the trainer queues steps and reads the loss at log steps: one step's time
+    is its launch or the queue's wait, so the median step (and its tokens/s) is None there,
+    while the figures over all the steps stand."""
+    from autotune.train.progress import TrainingProgress
+    from autotune.train.run_result import finish
+
+    config = TrainConfig(micro_batch=2, seq_len=8)
+    progress = TrainingProgress(tokens_per_sample=8, step_times=[5.0, 5.0] + [0.01, 0.5] * 10)
+    result = finish(
+        progress, spec=make_spec(), config=config, global_config=config, caps=None,
+        world_size=1, out_dir=tmp_path, start_step=0, steps=22, total=22,
+        best_eval_loss=None, checkpoint=None, oom_adaptations=0, interrupted=None,
+        wall_s=15.0, message=None, steps_synced=synced,
+    )  # fmt: skip
+    assert result.steady_tokens_per_s == pytest.approx(2 * 8 * 20 / 5.1)
+    if synced:
+        assert result.median_step_s == pytest.approx(0.255)
+        assert result.median_tokens_per_s == pytest.approx(16 / 0.255)
+    else:
+        assert result.median_step_s is None and result.median_tokens_per_s is None

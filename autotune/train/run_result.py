@@ -123,12 +123,14 @@ def finish(
     interrupted: str | None,
     wall_s: float,
     message: Callable[[str], None] | None,
+    steps_synced: bool = True,
 ) -> TrainResult:
     """The result of a run of ``spec`` that started at ``start_step``, reached ``steps`` of
     ``total`` and ran the steps ``progress`` holds, under ``config`` (one process's share
     of ``global_config``, the config it returns) on ``world_size`` processes. With
     ``message`` (rank 0, unless the run trained nothing) it is written to the run
-    folder's ``summary.json`` and said there."""
+    folder's ``summary.json`` and said there. ``steps_synced``: whether each step's time
+    ran to its end (False on a GPU, whose steps are queued: no median step then)."""
     cfg = config
     figures = steady_figures(
         progress.step_times,
@@ -153,8 +155,13 @@ def finish(
         config=global_config,
         oom_adaptations=oom_adaptations,
         wall_s=wall_s,
-        median_step_s=figures.median_step_s,
-        median_tokens_per_s=spec.pick_throughput(figures.median_tokens_per_s, None),
+        # None where a step's end was not waited for (a GPU's steps are queued; the loss
+        # is read at log steps): one step's time is then its launch or the queue's wait,
+        # while the figures over all the steps stand
+        median_step_s=figures.median_step_s if steps_synced else None,
+        median_tokens_per_s=spec.pick_throughput(figures.median_tokens_per_s, None)
+        if steps_synced
+        else None,
     )
     if message is not None:
         write_summary(

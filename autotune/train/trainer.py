@@ -440,6 +440,7 @@ class Trainer:
             interrupted=interrupted,
             wall_s=wall_s,
             message=self.display.message if summary and self.dist.is_main else None,
+            steps_synced=self.device.type != "cuda",
         )
 
     def _model_code(self) -> contextlib.AbstractContextManager[None]:
