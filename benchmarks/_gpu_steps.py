@@ -248,8 +248,10 @@ def _workers(ctx: Context) -> list[str]:
 
 
 def _tests_commands(ctx: Context) -> list[list[str]]:
-    return [[ctx.python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-             *_workers(ctx), *GPU_TEST_FILES]]  # fmt: skip
+    # pyproject's addopts name pytest-xdist's -n: replaced, so that a machine without
+    # xdist runs the tests in one process (-n only where more are asked for)
+    return [[ctx.python, "-m", "pytest", "-o", "addopts=--strict-markers -ra", "-m", "gpu",
+             "-q", "-p", "no:cacheprovider", *_workers(ctx), *GPU_TEST_FILES]]  # fmt: skip
 
 
 def _tests_report(ctx: Context, runs: list[Completed]) -> Report:

@@ -172,6 +172,8 @@ WHEELS: tuple[tuple[str, str, str], ...] = (
     ("pytest", "pytest", "9.2.0"),
     ("pluggy", "pluggy", "1.7.0"),
     ("iniconfig", "iniconfig", "2.3.1"),
+    ("xdist", "pytest-xdist", "3.8.0"),  # the tests' --test-workers above 1
+    ("execnet", "execnet", "2.1.2"),
 )
 PIP_DOWNLOAD = (
     "python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 "

@@ -34,6 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _pytest.runner._update_current_test_var = leave_unset  # type: ignore[assignment]
 
 
+@pytest.hookimpl(optionalhook=True)  # a machine without pytest-xdist runs the tests too
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many processes run the tests (``-n auto``, in pyproject.toml's addopts): the
     default tier in as many as the machine has cores (most of its time is spent waiting

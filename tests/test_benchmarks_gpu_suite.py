@@ -349,3 +349,18 @@ def test_the_suite_runs_every_test_file_that_has_gpu_tests() -> None:
         if "pytest.mark.gpu" in path.read_text(encoding="utf-8") and path != Path(__file__)
     }
     assert marked and marked == set(suite.GPU_TEST_FILES)
+
+
+def test_the_gpu_tests_command_runs_where_pytest_xdist_is_missing(tmp_path: Path) -> None:
+    """The gpu-tests step's command as built, run here with xdist blocked (a lent machine
+    may lack it): pyproject's addopts name its -n and the tests' conftest its hook, and
+    either made pytest refuse to start. Without a GPU every selected test skips."""
+    import subprocess
+    import sys
+
+    (step,) = [s for s in suite.STEPS if s.name == "gpu-tests"]
+    (argv,) = step.commands(suite.Context(work=tmp_path, python=sys.executable))
+    done = subprocess.run([*argv[:3], "-p", "no:xdist", *argv[3:]], cwd=suite.ROOT,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "skipped" in done.stdout and "passed" not in done.stdout
