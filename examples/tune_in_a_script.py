@@ -31,4 +31,6 @@ if __name__ == "__main__":  # the trials get Net and the loss by value: nothing 
         output="tuned.yaml",
     )
     print(result.config)
-    print(f"{result.speedup:.2f}x the naive config; preset in {result.search.preset_path}")
+    # None where the race measured no clean round (its speedup_reason says why)
+    speedup = "not measured" if result.speedup is None else f"{result.speedup:.2f}x"
+    print(f"{speedup} the naive config; preset in {result.search.preset_path}")

@@ -241,7 +241,9 @@ def test_a_cuda_trials_zygote_that_cannot_use_cuda_in_a_fork_leaves_them_to_fres
         env = _light_env(tmp_path)
         assert ours.spawn(env, compiled=False, cuda=True, **fds) is None
         (reason,) = ours.failures().values()
-        assert "could not use CUDA" in reason and "not compiled with CUDA" in reason
+        assert "could not use CUDA" in reason
+        # a CPU build of torch, or a CUDA build on a machine without a driver
+        assert "not compiled with CUDA" in reason or "no NVIDIA driver" in reason
         assert ours.pids() == set()
         assert ours.spawn(env, compiled=False, cuda=True, **fds) is None  # not tried again
         # nor another CUDA environment (each try: the imports and a CUDA context)
