@@ -21,7 +21,7 @@ carry="${GPU_LEASE_WHEELS:-.whl}"  # the carried wheels' folder
 shopt -s nullglob
 carried=("$carry"/*.whl)
 if ((${#carried[@]})); then
-    mapfile -t wheels < <(python3 benchmarks/lease_wheels.py "$carry")
+    mapfile -t wheels < <(python3 benchmarks/_lease_wheels.py "$carry")
     if ((${#wheels[@]})); then
         python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}"
     fi

@@ -56,7 +56,7 @@ command with carry ``[".whl"]`` and a 600-second limit::
     bash benchmarks/gpu_lease.sh
 
 It installs the carried wheels whose distribution the machine lacks
-(``benchmarks/lease_wheels.py``) into ``/tmp/site``, first on ``PYTHONPATH``, and runs the
+(``benchmarks/_lease_wheels.py``) into ``/tmp/site``, first on ``PYTHONPATH``, and runs the
 suite within 9 minutes, its files under ``$OUT`` (the step logs in ``$OUT/logs``). In 9
 minutes the default search (its 340 s limit, up to 374 s with the race and the preset) and
 the training run take nearly all the time, so the knobs, mu's search and the tests are

@@ -1,7 +1,7 @@
 """What benchmarks/gpu_suite.py needs on a lent GPU whose Python has torch but not optuna:
 the wheels it names (every package autotune needs beyond torch's own), the versions it
 pins, its import check, and benchmarks/gpu_lease.sh, which installs the carried wheels the
-machine lacks (benchmarks/lease_wheels.py) and runs it."""
+machine lacks (benchmarks/_lease_wheels.py) and runs it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from tests.fake_gpu_suite import FakeRunner, suite
 
-lease_wheels = load_benchmark("lease_wheels")
+lease_wheels = load_benchmark("_lease_wheels")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The lent machine: CPython 3.12 on x86-64 Linux (the markers of a requirement are read
@@ -167,13 +167,13 @@ def test_a_lease_installs_only_the_wheels_whose_distribution_is_absent(tmp_path:
 
 def test_gpu_lease_sh_installs_the_absent_wheels_then_runs_the_suite(tmp_path: Path) -> None:
     """The script run from a copy of the repository, with a ``python3`` that records how it
-    is called (and runs lease_wheels.py for real): of the carried wheels, only the one
+    is called (and runs _lease_wheels.py for real): of the carried wheels, only the one
     whose distribution this Python lacks is installed beside the system's packages, then
     the suite runs within 9 minutes writing under $OUT, with the script's further
     arguments."""
     repo = tmp_path / "repo"
     (repo / "benchmarks").mkdir(parents=True)
-    for name in ("gpu_lease.sh", "lease_wheels.py"):
+    for name in ("gpu_lease.sh", "_lease_wheels.py"):
         shutil.copy(ROOT / "benchmarks" / name, repo / "benchmarks")
     (repo / ".whl").mkdir()
     for name in ("optuna-5.0.0-py3-none-any.whl", "autotune_absent-1.0-py3-none-any.whl"):
@@ -183,7 +183,7 @@ def test_gpu_lease_sh_installs_the_absent_wheels_then_runs_the_suite(tmp_path: P
     shim = bin_dir / "python3"
     shim.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = benchmarks/lease_wheels.py ]; then exec {sys.executable} "$@"; fi\n'
+        f'if [ "$1" = benchmarks/_lease_wheels.py ]; then exec {sys.executable} "$@"; fi\n'
         f'echo "$PYTHONPATH | $*" >> {tmp_path / "calls"}\n'
     )
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)

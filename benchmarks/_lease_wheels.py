@@ -12,7 +12,7 @@ replaced beside the packages built against it.
 
 Standard library only: it runs before anything is installed.
 
-    python3 benchmarks/lease_wheels.py .whl
+    python3 benchmarks/_lease_wheels.py .whl
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def to_install(wheels: Iterable[Path], *, has: Callable[[str], bool] = installed
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python3 benchmarks/lease_wheels.py WHEEL_FOLDER", file=sys.stderr)
+        print("usage: python3 benchmarks/_lease_wheels.py WHEEL_FOLDER", file=sys.stderr)
         return 2
     folder = Path(args[0])
     for wheel in to_install(folder.glob("*.whl")):
