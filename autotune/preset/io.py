@@ -120,7 +120,7 @@ def preset_from_dict(data: Any, *, source: str = "<preset>") -> Preset:
         raise preset_error(
             f"{source} has preset schema version {version}, newer than this autotune reads "
             f"(versions {OLDEST_SCHEMA_VERSION} to {PRESET_SCHEMA_VERSION}); upgrade "
-            "autotune (pip install -U autotune) to use it"
+            "autotune (pip install -U autotune-train) to use it"
         )
     if version < OLDEST_SCHEMA_VERSION:
         raise preset_error(

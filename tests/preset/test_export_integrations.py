@@ -42,6 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is depr
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_hf_training_arguments(tmp_path: Path, nproc: int) -> None:
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # TrainingArguments needs it (the hf extra has none)
     text = export_preset(cpu_preset(), "hf", nproc=nproc).text
     args = transformers.TrainingArguments(output_dir=str(tmp_path), **yaml.safe_load(text))
     assert args.per_device_train_batch_size == 8
@@ -58,6 +59,7 @@ def test_hf_training_arguments(tmp_path: Path, nproc: int) -> None:
 
 def test_hf_fp32_and_checkpointing(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
     preset = make_preset(config=make_config(activation_checkpointing=True))
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), **export_preset(preset, "hf").data
