@@ -47,6 +47,7 @@ __all__ = [
     "causal_attention",
     "check_attention",
     "checkpoint_every_knob",
+    "check_sizes",
     "generate",
     "init_weights",
     "lm_batch",
@@ -164,6 +165,17 @@ def sdpa_backend_context(backend: str) -> contextlib.AbstractContextManager[Any]
     }[backend]
     ctx: contextlib.AbstractContextManager[Any] = sdpa_kernel(kernel)
     return ctx
+
+
+def check_sizes(**sizes: int | None) -> None:
+    """A ValueError naming the first of ``sizes`` (a model's layer count, widths, vocabulary)
+    that is not a positive integer; None passes (a size left to its default). A model of
+    ``n_layers=-3`` built, trained and was written to a preset as the fastest config."""
+    for name, value in sizes.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_attention(impl: str) -> str:
@@ -289,6 +301,7 @@ class TiedCausalLM(nn.Module):
         loss: str = "full",
     ) -> None:
         super().__init__()
+        check_sizes(vocab_size=vocab_size, d_model=d_model, max_seq_len=max_seq_len)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing=}")
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):

@@ -27,6 +27,7 @@ from ._common import (
     RMSNorm,
     SwiGLU,
     TiedCausalLM,
+    check_sizes,
     checkpoint_every_knob,
     generate,
     init_weights,
@@ -74,6 +75,7 @@ class GPT(TiedCausalLM):
         checkpoint_every: int = 1,
         loss: str = "full",
     ) -> None:
+        check_sizes(n_layers=n_layers, n_heads=n_heads, mlp_hidden=mlp_hidden)
         super().__init__(
             vocab_size=vocab_size,
             d_model=d_model,

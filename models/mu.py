@@ -47,6 +47,7 @@ from ._common import (
     TiedCausalLM,
     causal_attention,
     check_attention,
+    check_sizes,
     checkpoint_every_knob,
     generate,
     init_weights,
@@ -148,6 +149,7 @@ class MU(TiedCausalLM):
         checkpoint_every: int = 1,
         loss: str = "full",
     ) -> None:
+        check_sizes(n_layers=n_layers, cell_dim=cell_dim, n_heads=n_heads, mlp_hidden=mlp_hidden)
         super().__init__(
             vocab_size=vocab_size,
             d_model=64 * cell_dim,

@@ -30,6 +30,7 @@ from autotune.contract.spec import Batch, ModelSpec
 from ._common import (
     RMSNorm,
     SwiGLU,
+    check_sizes,
     init_weights,
     meta_param_counts,
     run_layers,
@@ -96,6 +97,9 @@ class TextRegressor(nn.Module):
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        check_sizes(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                    max_seq_len=max_seq_len, n_numeric=n_numeric,
+                    numeric_hidden=numeric_hidden)  # fmt: skip
         self.max_seq_len = max_seq_len
         self.huber_delta = huber_delta
         self.log_target = log_target

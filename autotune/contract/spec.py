@@ -267,12 +267,20 @@ class ModelSpec:
 
         A spec whose other fields follow from its args (a Hugging Face architecture: its
         length limit, knobs and head come from the config) makes itself again through its
-        ``extras["with_args"](spec, args)``."""
+        ``extras["with_args"](spec, args)``; a ``max_seq_len`` arg, where the size has one
+        (the built-in models), is the spec's limit too."""
         merged = {**self.args, **args}
         remake = self.extras.get("with_args")
         if callable(remake):
             remade: ModelSpec = remake(self, merged)
             return remade
+        longest = args.get("max_seq_len")
+        if "max_seq_len" in self.args and type(longest) is int and longest > 0:
+            # the built model's limit is the spec's (a search of mu with max_seq_len=64 ran
+            # every trial at its default 128, which the model refused), and so is the
+            # default length where it no longer fits
+            return dataclasses.replace(self, args=merged, max_seq_len=longest,
+                                       seq_len=min(self.seq_len, longest))  # fmt: skip
         return dataclasses.replace(self, args=merged)
 
     # -- data and loss ----------------------------------------------------------------
@@ -375,6 +383,15 @@ def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
     except (KeyboardInterrupt, AutotuneError, MemoryError, torch.cuda.OutOfMemoryError):
         raise
     except BaseException as exc:
+        from autotune.models.registry import HF_PREFIX, builtin_names
+
+        ref = spec.source or spec.name
+        ours = ref in builtin_names() or ref.startswith(HF_PREFIX)
+        if function == "build_fn" and ours:  # our code: what failed is the user's arguments
+            raise ModelLoadError(
+                f"model {ref!r} refused its arguments: {describe_exception(exc)}; check the "
+                f"--model-arg values (autotune models show {ref} lists its arguments)"
+            ) from exc
         contract = _CONTRACTS.get(function, "")
         raise ModelLoadError(
             f"model {spec.source or spec.name!r}: its {function} failed: "

@@ -40,3 +40,38 @@ def test_an_unknown_kernel_is_refused() -> None:
     q = torch.zeros(1, 1, 2, 4)
     with pytest.raises(ValueError, match="attention must be one of"):
         causal_attention(q, q, q, impl="flash")
+
+
+@pytest.mark.parametrize("model", ["mu", "gpt-small", "text-regressor"])
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True])
+def test_a_built_in_model_refuses_a_size_that_is_not_a_positive_integer(
+    model: str, bad: object
+) -> None:
+    """``n_layers=-3`` built a model of no layers, which trained, raced and was written to
+    a preset as the fastest config; 0 divided by zero in its init."""
+    from autotune.contract.spec import user_code
+    from autotune.core.errors import ModelLoadError
+    from autotune.models import get_model
+
+    spec = get_model(model).with_args(n_layers=bad)
+    with pytest.raises(ModelLoadError) as refused, user_code(spec, "build_fn"):
+        spec.param_counts()
+    message = str(refused.value)
+    assert message.startswith(f"model {model!r} refused its arguments: ValueError: ")
+    assert f"n_layers must be a positive integer, got {bad!r}" in message
+    assert "--model-arg values" in message
+    assert "fix build_fn" not in message  # a user of a built-in model cannot
+
+
+def test_a_smaller_max_seq_len_is_the_specs_limit_and_default_too() -> None:
+    """``--model-arg max_seq_len=64`` for mu: every trial ran at the spec's default 128,
+    which the model built with 64 refused."""
+    from autotune.models import get_model
+
+    mu = get_model("mu")
+    assert (mu.seq_len, mu.max_seq_len) == (128, 512)
+    short = mu.with_args(max_seq_len=64)
+    assert (short.seq_len, short.max_seq_len, short.args["max_seq_len"]) == (64, 64, 64)
+    longer = mu.with_args(max_seq_len=1024)
+    assert (longer.seq_len, longer.max_seq_len) == (128, 1024)
+    assert mu.with_args(n_layers=2).max_seq_len == 512
