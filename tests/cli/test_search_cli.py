@@ -500,3 +500,23 @@ def test_the_console_script_notes_its_process_start(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cli_main, "process_started", lambda: 123.0)
     cli_main.main()
     assert state.started == 123.0
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [("n_layers=0", "n_layers must be a positive integer, got 0"),
+     ("n_layers=1.5", "n_layers must be a positive integer, got 1.5")],
+)  # fmt: skip
+def test_a_model_size_its_code_refuses_stops_the_search_before_any_trial(
+    env: tuple[str, FakeBurst], tmp_path: Path, arg: str, said: str
+) -> None:
+    """mu with ``n_layers=0`` ran 108 failing trials to "no config ran successfully within
+    the budget": the model is built once on the meta device first, and its refusal is the
+    answer, with nothing written."""
+    _model, burst = env
+    result = invoke("--model", "mu", "--budget", "1GB", "--model-arg", arg, "--trials", "5")
+    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+    assert "model 'mu' refused its arguments" in result.stderr and said in result.stderr  # type: ignore[attr-defined]
+    assert "--model-arg values" in result.stderr  # type: ignore[attr-defined]
+    assert not burst.calls and not (tmp_path / "autotune_runs").exists()
+    assert not (tmp_path / "best.yaml").exists()

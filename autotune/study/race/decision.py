@@ -396,8 +396,9 @@ def _edge_notes(winner: Entrant, fastest: Entrant | None) -> list[str]:
 def nothing_ran(log: TrialLog, limit: float | None) -> AutotuneError:
     """Why the race has no config to race: each finished trial's status, counted; where a
     time limit stopped every one, that the limit was too short for a single burst (mu
-    with ``--timeout 8s``: its naive trial stopped, which read as a budget problem).
-    ``limit``: the search's time limit (None: none)."""
+    with ``--timeout 8s``: its naive trial stopped, which read as a budget problem); where
+    trials failed, the most common failure. ``limit``: the search's time limit (None:
+    none)."""
     finished = [r for r in log.records.values() if r.finished]
     statuses = Counter(r.status for r in finished)
     shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no trials"
@@ -408,6 +409,11 @@ def nothing_ran(log: TrialLog, limit: float | None) -> AutotuneError:
             f"the longest still running after {longest:.0f} s; give a longer --timeout, or "
             "none (the default limit measures and races several configs)"
         )
+    failed = Counter(r.reason for r in finished if r.status in ("error", "crash") and r.reason)
+    if failed:  # one cause behind them all says more than their count (mu, n_layers=0)
+        reason, count = failed.most_common(1)[0]
+        which = "every one" if count == len(finished) else f"{count} of them"
+        return AutotuneError(f"no config ran successfully ({shown}); {which} failed with: {reason}")
     return AutotuneError(
         f"no config ran successfully within the budget ({shown}); see the study's trials "
         "for the reasons"

@@ -253,6 +253,29 @@ def test_a_search_whose_time_limit_stopped_every_burst_says_so_not_the_budget() 
     assert "budget" in str(nothing_ran(*state(None, "timeout")))
 
 
+def test_a_search_whose_trials_all_failed_alike_names_the_failure() -> None:
+    """mu with a size its code refused in each trial: 108 errors said only "within the
+    budget"; the one failure behind them is the answer."""
+    from types import SimpleNamespace
+
+    from autotune.study.race.decision import nothing_ran
+
+    refused = "ValueError: sequence length 128 exceeds max_seq_len 64"
+    records = {
+        i: SimpleNamespace(finished=True, status=status, wall_s=1.0, reason=reason)
+        for i, (status, reason) in enumerate(
+            [("error", refused)] * 3 + [("oom", "out of memory"), ("error", "other")]
+        )
+    }
+    message = str(nothing_ran(SimpleNamespace(records=records), None))
+    assert message == (
+        "no config ran successfully (4 error, 1 oom); 3 of them failed with: " + refused
+    )
+    records = {i: records[i] for i in range(3)}
+    message = str(nothing_ran(SimpleNamespace(records=records), 300.0))
+    assert message.endswith("(3 error); every one failed with: " + refused)
+
+
 def test_a_race_without_naive_says_the_time_limit_ran_out_before_it() -> None:
     from types import SimpleNamespace
 
