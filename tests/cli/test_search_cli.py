@@ -520,3 +520,29 @@ def test_a_model_size_its_code_refuses_stops_the_search_before_any_trial(
     assert "--model-arg values" in result.stderr  # type: ignore[attr-defined]
     assert not burst.calls and not (tmp_path / "autotune_runs").exists()
     assert not (tmp_path / "best.yaml").exists()
+
+
+def test_the_output_replaces_a_preset_but_never_a_file_of_the_users(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    """``-o notes.txt`` wrote a preset over the user's notes without a word. A file that
+    is not a preset (nor empty) is refused before anything runs; an earlier preset is
+    replaced, as the docs say."""
+    model, burst = env
+    notes = tmp_path / "notes.txt"
+    for text in ("my precious notes\n", "- a list\n", "schema_version: 2\n", "\x00\xff binary"):
+        notes.write_text(text)
+        result = invoke("--model", model, "--budget", "1GB", "--trials", "3", "-o", str(notes))
+        assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+        assert "exists and is not an autotune preset" in result.stderr  # type: ignore[attr-defined]
+        assert notes.read_text() == text and not burst.calls
+    first = invoke("--model", model, "--budget", "1GB", "--trials", "3", "-o", "best.yaml")
+    assert first.exit_code == 0, first.output  # type: ignore[attr-defined]
+    again = invoke("--model", model, "--budget", "1GB", "--trials", "4", "-o", "best.yaml",
+                   "--study", "again")  # fmt: skip
+    assert again.exit_code == 0, again.output  # type: ignore[attr-defined]
+    (tmp_path / "empty.yaml").write_text("")
+    empty = invoke("--model", model, "--budget", "1GB", "--trials", "3", "-o", "empty.yaml",
+                   "--study", "third")  # fmt: skip
+    assert empty.exit_code == 0, empty.output  # type: ignore[attr-defined]
+    assert "schema_version" in (tmp_path / "empty.yaml").read_text()

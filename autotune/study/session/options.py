@@ -369,7 +369,32 @@ def _output_problems(output: str | Path) -> list[str]:
     problem = _unwritable(target.parent)
     if problem:
         return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
+    if target.is_file() and not _replaceable(target):
+        return [
+            f"output {str(output)!r} exists and is not an autotune preset, which the search "
+            "would replace; give another path, or move that file away first"
+        ]
     return []
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether the search may write its preset over the file at ``path``: an empty file
+    or a preset (a YAML mapping with a schema version and a config), as an earlier
+    search wrote there. Anything else is the user's (notes.txt was replaced silently)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False  # unreadable: not known to be ours
+    if not head.strip():
+        return True
+    try:
+        import yaml
+
+        data = yaml.safe_load(head.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and "config" in data
 
 
 def _unwritable(folder: Path) -> str | None:
