@@ -17,7 +17,7 @@ import typer
 from autotune.cli._common import cli_command, print_json
 from autotune.cli._tables import keep_column_whole
 from autotune.cli.bench import check_burst_numbers
-from autotune.core.errors import AutotuneError, PresetError, UsageError
+from autotune.core.errors import AutotuneError, ConfigError, PresetError, UsageError
 from autotune.core.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -467,6 +467,25 @@ def _comparison_table(rows: list[dict[str, Any]], *, elsewhere: bool) -> str:
 
 
 # -- export --------------------------------------------------------------------------------
+def _check_model(loaded: Preset) -> None:
+    """A preset's config against its model, as ``train`` holds it, before it is exported
+    for another trainer (a knob of 999, a sequence past the model's limit, a model that
+    does not exist were exported, then refused by ``train``). A user's model file is not
+    run here (``train --trust-model`` runs it), so its config is exported as it is."""
+    from autotune.config.train_config import model_problems
+    from autotune.models.registry import is_user_code
+
+    if is_user_code(loaded.model.name):
+        _echo(f"note: {loaded.model.name!r} is user code, not run here: its knobs are not "
+              "checked", err=True)  # fmt: skip
+        return
+    spec = loaded.model.load(trust=False, notes=[], again=False)
+    problems = model_problems(loaded.config, spec=spec)
+    if loaded.config.seq_len > spec.max_seq_len:  # check_config's seq_len rule, device-free
+        problems.insert(0, f"config.seq_len: model {spec.name!r} accepts at most "
+                           f"{spec.max_seq_len}, got {loaded.config.seq_len}")  # fmt: skip
+    if problems:
+        raise ConfigError(problems, context=f"the preset's config does not fit {spec.name!r}")
 
 
 @app.command("export")
@@ -520,6 +539,7 @@ def export(
         except UsageError as exc:
             raise UsageError(f"--output {exc}") from None
     path, loaded = _load(preset)
+    _check_model(loaded)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
     for line in exported.unmapped:
         _echo(f"note: not mapped: {line}", err=True)

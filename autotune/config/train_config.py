@@ -73,6 +73,7 @@ __all__ = [
     "check_config",
     "did_you_mean",
     "machine_problems",
+    "model_problems",
     "usable_cores",
     "worker_limit",
 ]
@@ -564,6 +565,19 @@ def check_config(
     cores = usable_cores() if cores is None else cores
     problems = device_problems(config, Where(spec=spec, device=device, cores=cores))
     problems += machine_problems(config, device, cores=cores)
+    problems += model_problems(config, spec=spec, device=device)
+    if problems:
+        raise ConfigError(problems, context=f"config not runnable on {device.device}")
+
+
+def model_problems(
+    config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps | None = None
+) -> list[str]:
+    """What the model's knobs refuse in ``config`` on any machine: a knob it has not, a
+    value its knob does not take; with ``device``, a value that device cannot run too.
+    ``presets export`` asks this of a preset for a machine it does not know (it wrote
+    presets that ``train`` then refused)."""
+    problems = []
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:
@@ -575,10 +589,9 @@ def check_config(
         elif value not in known[name].values:
             allowed = ", ".join(map(str, known[name].values))
             problems.append(f"config.knobs.{name}: expected one of {allowed}; got {value!r}")
-        elif problem := known[name].value_problem(value, device, config):
+        elif device is not None and (problem := known[name].value_problem(value, device, config)):
             problems.append(f"config.knobs.{name}: {problem}")
-    if problems:
-        raise ConfigError(problems, context=f"config not runnable on {device.device}")
+    return problems
 
 
 KNOBS = registry(TrainConfig)  # the registry: one entry per field, in field order

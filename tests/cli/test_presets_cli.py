@@ -392,6 +392,31 @@ def test_check_runs_a_real_burst(places: dict[str, Path]) -> None:
 # -- export --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"knobs": {"block_group": 999}}, "config.knobs.block_group: expected one of 1, 2, 4"),
+        ({"knobs": {"nope": 1}}, "config.knobs.nope: model 'mu' has no such knob"),
+        ({"seq_len": 100_000}, "config.seq_len: model 'mu' accepts at most 512, got 100000"),
+    ],
+)
+def test_export_refuses_a_config_its_model_refuses(
+    places: dict[str, Path], change: dict[str, Any], said: str
+) -> None:
+    """``presets export`` said "validated" and wrote settings for configs that ``train``
+    then refused: a knob value the model has not, a knob it has not, a sequence past its
+    limit. Nothing is written."""
+    import dataclasses
+
+    preset = make_preset()
+    preset = dataclasses.replace(preset, config=dataclasses.replace(preset.config, **change))
+    path = save_preset(preset, places["cwd"] / "best.yaml")
+    out = invoke("export", str(path), "--format", "hf", "--output", "hf.yaml")
+    assert out.exit_code == 2, out.output
+    assert "the preset's config does not fit 'mu'" in out.output and said in out.output
+    assert not (places["cwd"] / "hf.yaml").exists()
+
+
 def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
     path = save_preset(make_preset(), places["cwd"] / "best.yaml")
     out = invoke("export", str(path), "--format", "json")
