@@ -383,11 +383,12 @@ def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
     except (KeyboardInterrupt, AutotuneError, MemoryError, torch.cuda.OutOfMemoryError):
         raise
     except BaseException as exc:
-        from autotune.models.registry import HF_PREFIX, builtin_names
-
         ref = spec.source or spec.name
-        ours = ref in builtin_names() or ref.startswith(HF_PREFIX)
-        if function == "build_fn" and ours:  # our code: what failed is the user's arguments
+        # a built-in model ("mu", the loader's source) or a Hugging Face architecture
+        # ("hf:llama"): our code, so what failed is the arguments the user gave it
+        # (models.registry.is_user_code's rule; a spec made in Python has no source)
+        ours = bool(spec.source) and (":" not in spec.source or spec.source.startswith("hf:"))
+        if function == "build_fn" and ours:
             raise ModelLoadError(
                 f"model {ref!r} refused its arguments: {describe_exception(exc)}; check the "
                 f"--model-arg values (autotune models show {ref} lists its arguments)"

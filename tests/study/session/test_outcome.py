@@ -84,11 +84,12 @@ def test_a_winner_that_fails_its_eval_and_checkpoint_round_cannot_win(tmp_path: 
 
 def test_when_every_verification_fails_no_preset_is_written(tmp_path: Path) -> None:
     out = tmp_path / "best.yaml"
-    out.write_text("an earlier preset\n")
+    earlier = "schema_version: 2\nconfig: {}\n"  # an earlier preset, as far as the search asks
+    out.write_text(earlier)
     burst = FakeBurst(verify_fail=lambda c: True)
     with pytest.raises(AutotuneError, match="no config passed the race"):
         run(tmp_path, burst, trials=6)
-    assert out.read_text() == "an earlier preset\n"
+    assert out.read_text() == earlier
 
 
 def test_the_preset_notes_say_when_the_race_left_its_winner_no_figure() -> None:
