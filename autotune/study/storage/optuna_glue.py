@@ -460,12 +460,51 @@ def open_storage(url: str, *, create: bool = True) -> Any:
         elif isinstance(exc, ImportError) and url.startswith("mysql"):
             hint = " (MySQL needs a driver: pip install PyMySQL, and a mysql+pymysql:// URL)"
         why = scrub(" ".join(str(exc).split()).rstrip("."), url)  # one paragraph, no secret
+        sqlite = _sqlite_problem(url, why)
+        if sqlite is not None:
+            raise UsageError(
+                f"cannot open the study storage {redact(url)!r}: {sqlite}; nothing was written"
+            ) from exc
         raise UsageError(
             f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
             f"{why}{hint}. Give an Optuna storage URL (sqlite:///path/study.db, "
             "postgresql://user@host/db, mysql://...) or journal:PATH for a journal file; "
             "nothing was written"
         ) from exc
+
+
+SQLITE_MAX_PATH = 512  # SQLite's longest file name on Unix (SQLITE_MAX_PATHLEN)
+
+
+def _sqlite_problem(url: str, why: str) -> str | None:
+    """What is wrong with a SQLite study file that would not open, where it is the file
+    and not the URL: a damaged file, or a path longer than SQLite opens (from a folder
+    3,000 characters deep, the default study file failed with "unable to open database
+    file" and advice to give another URL). None: not a SQLite file problem."""
+    if not url.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database or ""
+    except Exception:
+        return None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = Path(database).expanduser().absolute()
+    for damage in ("file is not a database", "database disk image is malformed"):
+        if damage in why:
+            return (
+                f"{str(path)!r} is damaged (SQLite: {damage}): move it away to start the "
+                "study again, or give another --study or --storage"
+            )
+    if "unable to open database file" in why and len(str(path)) > SQLITE_MAX_PATH:
+        return (
+            f"its path is {len(str(path)):,} characters, longer than SQLite opens "
+            f"({SQLITE_MAX_PATH}); run from a shorter folder, or give --storage "
+            "sqlite:///SHORT/PATH.db or journal:PATH"
+        )
+    return None
 
 
 def _stops_held_in(storage: Any) -> Any:

@@ -239,3 +239,32 @@ def test_a_second_search_on_a_study_a_live_search_holds_is_refused(tmp_path: Pat
         live.wait()
     again = run(tmp_path, FakeBurst(), trials=5)  # the holder died: the study is free
     assert again.study_name == first.study_name
+
+
+def test_a_damaged_study_file_is_called_damaged(tmp_path: Path) -> None:
+    """A garbage or truncated study.db was met with advice to give an Optuna storage URL:
+    the URL was fine, the file is not."""
+    from autotune.study.storage.optuna_glue import open_storage
+
+    bad = tmp_path / "study.db"
+    bad.write_bytes(b"garbage " * 100)
+    with pytest.raises(UsageError) as refused:
+        open_storage(f"sqlite:///{bad}")
+    message = str(refused.value)
+    assert f"{str(bad)!r} is damaged (SQLite: file is not a database)" in message
+    assert "move it away" in message and "Give an Optuna storage URL" not in message
+    assert bad.read_bytes() == b"garbage " * 100  # left as it was
+
+
+def test_a_study_file_too_deep_for_sqlite_says_so(tmp_path: Path) -> None:
+    from autotune.study.storage.optuna_glue import SQLITE_MAX_PATH, open_storage
+
+    deep = tmp_path.joinpath(*["d" * 200] * 4)
+    deep.mkdir(parents=True)
+    db = deep / "study.db"
+    assert len(str(db)) > SQLITE_MAX_PATH
+    with pytest.raises(UsageError) as refused:
+        open_storage(f"sqlite:///{db}")
+    assert f"its path is {len(str(db)):,} characters, longer than SQLite opens" in str(
+        refused.value
+    )
