@@ -207,6 +207,7 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--model", "/dev/zero:spec"], "model file '/dev/zero' is a character device"),
         (["--warm-start", "/dev/zero"], "preset file '/dev/zero' is a character device"),
         (["--study", ".."], "--study '..': expected a plain name"),
+        (["--study", "s" * 300], "--study name of 300 bytes: expected at most 200"),
         (["--storage", "sqlite:///:memory:"], "an in-memory SQLite study cannot be resumed"),
         (["--storage", "sqlite:///"], "names no database file"),
         (["--storage", "journal:nope/j.log"], "the folder 'nope' does not exist"),

@@ -317,6 +317,15 @@ class SearchStudy(_Options):
                     ("study",),
                 )
             )
+        elif name is not None and len(name.encode()) > MAX_STUDY_NAME_BYTES:
+            problems.append(
+                Problem(
+                    f"study name of {len(name.encode())} bytes: expected at most "
+                    f"{MAX_STUDY_NAME_BYTES} (it names a folder, and a file system takes "
+                    "255)",
+                    ("study",),
+                )
+            )
         if self.storage is not None:
             storage = self.storage
             problems += _refused(lambda: check_storage_url(storage), "storage")
@@ -353,6 +362,9 @@ class SearchOutput(_Options):
                 Problem(f"progress must be callable, got {self.progress!r}", ("progress",))
             )
         return problems
+
+
+MAX_STUDY_NAME_BYTES = 200  # a folder's name, with room for the suffixes of its files
 
 
 def _output_problems(output: str | Path) -> list[str]:
