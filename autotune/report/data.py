@@ -219,6 +219,8 @@ def preset_data(path: Path, *, storage: str | None = None) -> ReportData:
             raise UsageError(problem)
         found = study_data(summary.study_name, url)
     except AutotuneError as exc:
+        if storage is not None:  # the user's own --storage: their mistake, said as one
+            raise
         problem = str(exc)
     else:
         return dataclasses.replace(

@@ -331,3 +331,16 @@ def test_dollar_signs_in_a_preset_are_text_in_the_plots_not_mathtext(
     result = report(str(preset), "--out", str(out), "--png", str(png))
     assert result.exit_code == 0, result.output
     assert out.is_file() and png.is_file()
+
+
+def test_a_storage_given_for_a_preset_that_cannot_be_opened_is_exit_2(
+    searched: Searched, tmp_path: Path
+) -> None:
+    """The storage a preset names may have moved (a note, the preset alone on the page);
+    one the user gave with --storage is theirs to fix: ``--storage bogus://`` wrote the
+    page and exited 0 with a note."""
+    out = tmp_path / "r.html"
+    result = report(str(searched.preset), "--storage", "bogus://", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "cannot open the study storage 'bogus://'" in result.stderr
+    assert not out.exists()
