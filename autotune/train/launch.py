@@ -205,7 +205,15 @@ def prepare_training(
         training, name = TrainingDefaults(), spec.name
 
     training = _with_changes(training, max_steps=max_steps, lr=lr, eval_interval=eval_interval)
+    before = config.micro_batch * config.grad_accum
     config, training = apply_overrides(config, training, overrides)
+    after = config.micro_batch * config.grad_accum
+    if warn is not None and report is not None and after != before:  # a preset's batch
+        warn(
+            f"--set changes the global batch from {before} to {after} samples a step "
+            f"(micro-batch {config.micro_batch} x accumulation {config.grad_accum}): "
+            "the learning rate and the preset's figures were for the former"
+        )
 
     caps = profile.device(rank_device(wanted))
     check_config(config, spec=spec, device=caps)

@@ -72,6 +72,23 @@ def test_train_with_a_preset_into_the_default_folder(tmp_path: Path) -> None:
     assert "resumed from" in more.output and "step 3/3" in more.output
 
 
+@pytest.mark.parametrize(
+    ("sets", "warned"),
+    [(["config.micro_batch=1"], True), (["config.micro_batch=1", "config.grad_accum=4"], False)],
+)
+def test_a_set_that_changes_a_presets_global_batch_says_so(
+    tmp_path: Path, sets: list[str], warned: bool
+) -> None:
+    """``--set config.micro_batch=7`` turned the searched global batch of 32 into 7 without
+    a word; one that keeps it (a micro-batch and its accumulation together) says nothing."""
+    preset = write_preset(tmp_path / "tiny.yaml")
+    flags = [arg for s in sets for arg in ("--set", s)]
+    result = invoke("--preset", str(preset), "--trust-model", "--max-steps", "1", *flags)
+    assert result.exit_code == 0, result.output
+    said = "--set changes the global batch from 4 to 2 samples a step" in result.output
+    assert said is warned
+
+
 def test_a_preset_this_device_cannot_run_is_refused(tmp_path: Path) -> None:
     preset = write_preset(
         tmp_path / "fp16.yaml",
