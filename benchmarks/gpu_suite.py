@@ -34,8 +34,9 @@ what they measured), then SIGKILL.
 
 A run cut short keeps what finished: after every step the suite writes, atomically, ``OUT``
 (the Markdown) and ``OUT`` with ``.json`` (the figures), and the search writes its preset
-(``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them; each
-command's output goes to ``logs/<step>-<n>.log`` there. ``--winner PATH`` takes gpt2-124m's
+(``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them, and
+each command's output is appended to ``steps.log`` there: six files at most, where a lent
+machine returns eight. ``--winner PATH`` takes gpt2-124m's
 winner from an earlier run (its ``gpt2-124m.yaml``): the search is left out and the other
 steps get its time. ``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
 ``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200) and
@@ -57,7 +58,7 @@ command with carry ``[".whl"]`` and a 600-second limit::
 
 It installs the carried wheels whose distribution the machine lacks
 (``benchmarks/_lease_wheels.py``) into ``/tmp/site``, first on ``PYTHONPATH``, and runs the
-suite within 9 minutes, its files under ``$OUT`` (the step logs in ``$OUT/logs``). In 9
+suite within 9 minutes, its files under ``$OUT`` (the commands' output in ``steps.log``). In 9
 minutes the default search (its 340 s limit, up to 374 s with the race and the preset) and
 the training run take nearly all the time, so the knobs, mu's search and the tests are
 skipped, each with the reason. With the machine still warm and 4 minutes of the lease
@@ -306,8 +307,8 @@ def run_suite(
 ) -> list[Outcome]:
     """Run ``steps`` in order within ``limit_s``, each with the time ``plan`` and
     ``granted`` give it; a failure is recorded and the next step runs. Each command's
-    output is kept in ``logs/`` beside the suite's files (``<step>-<n>.log``; the work
-    folder where there are none), and ``after_step`` sees the
+    output is appended to ``steps.log`` beside the suite's files (the work folder where
+    there are none), and ``after_step`` sees the
     outcomes so far after every step (the suite writes its files then, so a suite
     stopped from outside still leaves the steps it finished). Stopped from outside
     (KeyboardInterrupt), the step is recorded as interrupted and the stop goes on."""
@@ -358,7 +359,7 @@ def _run_step(outcome: Outcome, ctx: Context, runner: Runner, log: Callable[[str
         log(f"[{step.name}] $ {shlex.join(argv)}")
         done = runner(argv, timeout_s=max(left, 1.0), cwd=ROOT)
         outcome.runs.append(done)
-        _keep_log(_log_dir(ctx) / f"{step.name}-{len(outcome.runs)}.log", argv, done)
+        _keep_log(_log_path(ctx), f"{step.name}-{len(outcome.runs)}", argv, done)
         outcome.wall_s += done.wall_s
         left -= done.wall_s
         if done.timed_out:
@@ -396,22 +397,31 @@ def _failure_tail(run: Completed, lines: int = 8) -> list[str]:
     return (marked or (run.stderr or run.stdout).strip().splitlines())[-lines:]
 
 
-def _log_dir(ctx: Context) -> Path:
-    """Where a step's logs go: ``logs/`` beside the suite's files, which come back from a
-    lent machine (a failure read from its log, not found again on the next lease)."""
-    return ctx.work if ctx.out_dir is None else ctx.out_dir / "logs"
+STEPS_LOG = "steps.log"  # every command's output, one file (a lent machine returns 8)
+LOG_TAIL_CHARS = 200_000  # of each stream of each command: the end, where a failure is
 
 
-def _keep_log(path: Path, argv: Sequence[str], done: Completed) -> None:
+def _log_path(ctx: Context) -> Path:
+    """Where the commands' output goes: ``steps.log`` beside the suite's files, which come
+    back from a lent machine (a failure read there, not found again on the next lease),
+    in the work folder where there are none. One file: a lent machine returns at most 8
+    from its output folder, which the suite's own (at most 5) leave room for."""
+    return (ctx.work if ctx.out_dir is None else ctx.out_dir) / STEPS_LOG
+
+
+def _keep_log(path: Path, name: str, argv: Sequence[str], done: Completed) -> None:
+    """Append one command's output (the end of each stream) to the log, under ``name``."""
     code = "stopped at its limit, " if done.timed_out else ""
     code += "killed" if done.returncode is None else f"exit {done.returncode}"
     text = (
-        f"$ {shlex.join(argv)}\n# {code} after {done.wall_s:.1f} s\n"
-        f"## stdout\n{done.stdout}\n## stderr\n{done.stderr}\n"
+        f"==== {name}\n$ {shlex.join(argv)}\n# {code} after {done.wall_s:.1f} s\n"
+        f"## stdout\n{done.stdout[-LOG_TAIL_CHARS:]}\n"
+        f"## stderr\n{done.stderr[-LOG_TAIL_CHARS:]}\n"
     )
     with contextlib.suppress(OSError):  # a log helps read a failure, never causes one
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        with path.open("a", encoding="utf-8") as log:
+            log.write(text)
 
 
 # -- what the suite writes -----------------------------------------------------------------
@@ -525,6 +535,7 @@ print(json.dumps(problems))
 CHECKED_MODULES = ("autotune.cli.main", "optuna", "yaml", "rich", "psutil", "pynvml", "numpy",
                    "cloudpickle", "pytest")  # fmt: skip
 TORCHAO = ("torchao", "torchao", "0.17.0")  # optional: the float8 variant and its tests
+IMPORT_CHECK_TIMEOUT_S = 120.0  # its imports (no torch among them) on a loaded machine
 
 
 def import_problems() -> list[dict[str, str]]:
@@ -535,8 +546,13 @@ def import_problems() -> list[dict[str, str]]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
     }
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300, check=False)  # fmt: skip
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=IMPORT_CHECK_TIMEOUT_S,
+                              check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return [{"in": "the import check",
+                 "error": f"no answer within {IMPORT_CHECK_TIMEOUT_S:.0f} s"}]  # fmt: skip
     try:
         return list(json.loads(done.stdout.strip().splitlines()[-1]))
     except (IndexError, ValueError):
@@ -565,7 +581,7 @@ def missing_message(problems: Sequence[dict[str, str]], missing: Sequence[tuple[
         f"{p['in']}: " + (f"no module {p['module']!r}" if p.get("module") else p["error"])
         for p in problems
     )
-    return (
+    text = (
         f"the suite's commands cannot run here ({failed}). The packages to carry: "
         f"{', '.join(d for d, _ in missing) or 'none is missing; see the error'}. On a "
         f"machine with network, fetch every wheel the suite names into .whl/ of this "
@@ -574,6 +590,13 @@ def missing_message(problems: Sequence[dict[str, str]], missing: Sequence[tuple[
         "benchmarks/gpu_lease.sh\n\n(which installs the carried wheels this machine "
         "lacks; the module docstring of benchmarks/gpu_suite.py says more)"
     )
+    if any(p.get("error") for p in problems):  # there, but too old or broken
+        text += (
+            ". A package this machine has but cannot use is not replaced by gpu_lease.sh: "
+            "install its carried wheel in front of it, python3 -m pip install -q "
+            "--no-index --no-deps --upgrade --target /tmp/site .whl/NAME-*.whl"
+        )
+    return text
 
 
 def fetch_wheels(

@@ -74,8 +74,13 @@ def test_the_default_plan_is_the_issues_order(tmp_path: Path) -> None:
     assert set(statuses(text).values()) == {"ok"}
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
-        "gpt2-124m.yaml", "logs", "mu-8GB.yaml", "search-gpt2.json", "suite.json", "suite.md",
-    ]  # fmt: skip
+        "gpt2-124m.yaml",
+        "mu-8GB.yaml",
+        "search-gpt2.json",
+        "steps.log",
+        "suite.json",
+        "suite.md",
+    ]  # fmt: skip  (a lent machine returns at most 8 files from its output folder)
     figures = json.loads((out / "suite.json").read_text())
     assert [s["name"] for s in figures["steps"]] == list(suite.LEASE_PLAN)
     assert figures["not_run_yet"] == [] and figures["within_s"] == 3600
@@ -224,10 +229,12 @@ def test_the_file_is_written_after_each_step_with_each_commands_log(tmp_path: Pa
     assert seen[0] == ""  # nothing before the first step
     assert "| probe | ok " in seen[1] and "(1 of 2 not run yet: oom)" in seen[1]
     assert "not run yet" not in out.read_text()
-    logs = tmp_path / "logs"  # beside the suite's files: they come back from a lent machine
-    log = (logs / "oom-1.log").read_text()
-    assert log.startswith("$ ") and "gpt2-124m" in log and "## stderr\nsome progress" in log
-    assert (logs / "oom-2.log").exists() and (logs / "probe-1.log").exists()
+    # beside the suite's files, which come back from a lent machine: one file for all
+    log = (tmp_path / "steps.log").read_text()
+    names = [line[5:] for line in log.splitlines() if line.startswith("==== ")]
+    assert names == ["probe-1", "oom-1", "oom-2"]
+    oom = log.split("==== oom-1\n", 1)[1]
+    assert oom.startswith("$ ") and "gpt2-124m" in oom and "## stderr\nsome progress" in oom
 
 
 def test_a_failed_pytest_shows_its_failures_not_its_warnings(tmp_path: Path) -> None:
@@ -360,7 +367,8 @@ def test_the_gpu_tests_command_runs_where_pytest_xdist_is_missing(tmp_path: Path
 
     (step,) = [s for s in suite.STEPS if s.name == "gpu-tests"]
     (argv,) = step.commands(suite.Context(work=tmp_path, python=sys.executable))
-    done = subprocess.run([*argv[:3], "-p", "no:xdist", *argv[3:]], cwd=suite.ROOT,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    # collected only: on a machine with a GPU the tests would run (and take minutes)
+    done = subprocess.run([*argv[:3], "-p", "no:xdist", *argv[3:], "--collect-only"],
+                          cwd=suite.ROOT, capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "skipped" in done.stdout and "passed" not in done.stdout
+    assert "tests collected" in done.stdout and "test_gpu.py" in done.stdout

@@ -135,7 +135,10 @@ def test_the_import_check_runs_what_the_commands_import(monkeypatch: pytest.Monk
 def test_a_wheel_of_a_module_that_is_not_in_the_list_is_named_by_its_module() -> None:
     problems = [{"in": "autotune.cli.main", "module": "click.core"}, {"in": "x", "error": "boom"}]
     assert suite.missing_wheels(problems, lambda module: object()) == [("click", "")]
-    assert "or only these: " in suite.missing_message(problems, [("click", "")])
+    message = suite.missing_message(problems, [("click", "")])
+    assert "or only these: " in message
+    assert "cannot use is not replaced by gpu_lease.sh" in message  # the error: too old
+    assert "not replaced" not in suite.missing_message(problems[:1], [("click", "")])
 
 
 def test_fetch_wheels_downloads_every_wheel_the_suite_names() -> None:
