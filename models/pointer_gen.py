@@ -34,6 +34,7 @@ long. ``encode_example`` builds one sample from word lists.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator, Mapping
@@ -528,6 +529,7 @@ def pointer_gen_spec() -> ModelSpec:
         supports_checkpointing=True,
         throughput_unit="tokens",
         extras={
+            "with_args": _with_args,
             "metric": _metric,
             "greedy_decode": greedy_decode,
             "beam_search": beam_search,
@@ -535,6 +537,18 @@ def pointer_gen_spec() -> ModelSpec:
             "encode_example": encode_example,
         },
     )
+
+
+def _with_args(spec: ModelSpec, args: dict[str, Any]) -> ModelSpec:
+    """The spec with ``args``, its length limit the source the model takes (chunk_len *
+    max_chunks), and its default length where that no longer fits: with max_chunks=3 the
+    spec kept 768 and every trial's source was refused."""
+    chunk, chunks = args.get("chunk_len"), args.get("max_chunks")
+    if not (type(chunk) is int and type(chunks) is int and chunk > 0 and chunks > 0):
+        return dataclasses.replace(spec, args=args)  # the build says what is wrong
+    longest = chunk * chunks
+    return dataclasses.replace(spec, args=args, max_seq_len=longest,
+                               seq_len=min(spec.seq_len, longest))  # fmt: skip
 
 
 register("pointer-gen", pointer_gen_spec)

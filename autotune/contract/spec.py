@@ -267,15 +267,16 @@ class ModelSpec:
 
         A spec whose other fields follow from its args (a Hugging Face architecture: its
         length limit, knobs and head come from the config) makes itself again through its
-        ``extras["with_args"](spec, args)``; a ``max_seq_len`` arg, where the size has one
-        (the built-in models), is the spec's limit too."""
+        ``extras["with_args"](spec, args)``; a built-in model's ``max_seq_len`` arg is the
+        spec's limit too (a user's may mean something else, such as a cache's size)."""
         merged = {**self.args, **args}
         remake = self.extras.get("with_args")
         if callable(remake):
             remade: ModelSpec = remake(self, merged)
             return remade
         longest = args.get("max_seq_len")
-        if "max_seq_len" in self.args and type(longest) is int and longest > 0:
+        ours = builds_our_code(self)  # a user's max_seq_len may mean something else
+        if ours and "max_seq_len" in self.args and type(longest) is int and longest > 0:
             # the built model's limit is the spec's (a search of mu with max_seq_len=64 ran
             # every trial at its default 128, which the model refused), and so is the
             # default length where it no longer fits
@@ -368,6 +369,15 @@ def data_parts(source: Any, name: str) -> tuple[Any, Callable[[list[Any]], Any] 
     return source, None
 
 
+def builds_our_code(spec: ModelSpec) -> bool:
+    """Whether ``spec`` is a built-in model (``mu``, the loader's source) or a Hugging Face
+    architecture (``hf:llama``): code of ours or of transformers, built from arguments the
+    user gives. ``models.registry.is_user_code``'s rule, on the spec; a spec made in Python
+    (``autotune.tune``) has no source and is the user's."""
+    source = spec.source
+    return bool(source) and (":" not in source or source.startswith("hf:"))
+
+
 @contextmanager
 def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
     """Run one of a model's own functions (``"build_fn"``, ``"make_batch_fn"``, ...):
@@ -384,11 +394,10 @@ def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
         raise
     except BaseException as exc:
         ref = spec.source or spec.name
-        # a built-in model ("mu", the loader's source) or a Hugging Face architecture
-        # ("hf:llama"): our code, so what failed is the arguments the user gave it
-        # (models.registry.is_user_code's rule; a spec made in Python has no source)
-        ours = bool(spec.source) and (":" not in spec.source or spec.source.startswith("hf:"))
-        if function == "build_fn" and ours:
+        # our code refusing a value (not a device's or a library's failure in the same
+        # set-up, such as a missing torchao): the arguments the user gave it are wrong
+        refused = isinstance(exc, (ValueError, TypeError))
+        if function == "build_fn" and refused and builds_our_code(spec):
             raise ModelLoadError(
                 f"model {ref!r} refused its arguments: {describe_exception(exc)}; check the "
                 f"--model-arg values (autotune models show {ref} lists its arguments)"

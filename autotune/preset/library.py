@@ -19,6 +19,7 @@ from autotune.preset.io import load_preset, preset_error, read_yaml
 __all__ = [
     "builtin_preset_dir",
     "find_presets",
+    "looks_like_preset",
     "preset_ref",
     "resolve_preset",
     "user_preset_dir",
@@ -61,7 +62,9 @@ def _yaml_files(folder: Path, *, recursive: bool) -> Iterator[Path]:
     return iter(sorted(p for p in found if p.is_file() and not p.name.startswith(".")))
 
 
-def _looks_like_preset(path: Path) -> bool:
+def looks_like_preset(path: Path) -> bool:
+    """Whether ``path`` reads as a preset: YAML whose top holds ``schema_version`` and
+    ``config`` (what ``presets list`` shows, and what a search may write over)."""
     try:
         data = read_yaml(path)
     except PresetError:
@@ -87,7 +90,7 @@ def find_presets() -> list[tuple[str, Path]]:
         for path in _yaml_files(builtin, recursive=True):
             add("builtin", path)
     for path in _yaml_files(Path.cwd(), recursive=False):
-        if _looks_like_preset(path):
+        if looks_like_preset(path):
             add("cwd", path)
     for path in _yaml_files(user_preset_dir(), recursive=True):
         add("user", path)

@@ -207,7 +207,7 @@ def test_too_small_a_budget_exits_2_with_what_the_smallest_config_needed(
         (["--model", "/dev/zero:spec"], "model file '/dev/zero' is a character device"),
         (["--warm-start", "/dev/zero"], "preset file '/dev/zero' is a character device"),
         (["--study", ".."], "--study '..': expected a plain name"),
-        (["--study", "s" * 300], "--study name of 300 bytes: expected at most 200"),
+        (["--study", "s" * 300], "--study name of 300 characters: expected at most 200"),
         (["--storage", "sqlite:///:memory:"], "an in-memory SQLite study cannot be resumed"),
         (["--storage", "sqlite:///"], "names no database file"),
         (["--storage", "journal:nope/j.log"], "the folder 'nope' does not exist"),
@@ -547,3 +547,24 @@ def test_the_output_replaces_a_preset_but_never_a_file_of_the_users(
                    "--study", "third")  # fmt: skip
     assert empty.exit_code == 0, empty.output  # type: ignore[attr-defined]
     assert "schema_version" in (tmp_path / "empty.yaml").read_text()
+
+
+def test_a_users_model_that_cannot_be_built_on_the_meta_device_is_searched(
+    env: tuple[str, FakeBurst], tmp_path: Path
+) -> None:
+    """The up-front meta build is for built-in and hf: models: a user's build may need
+    real tensors (a stochastic depth list read with .item(), a .to() at the end), which
+    the trials give it; built on the meta device up front, it stopped the search."""
+    model, burst = env
+    path = tmp_path / "toy_model.py"
+    path.write_text(
+        path.read_text().replace(
+            "    return nn.Linear(width, width)",
+            "    drop = [x.item() for x in torch.linspace(0, 0.1, 2)]  # real tensors only\n"
+            "    return nn.Linear(width, width)",
+        )
+    )
+    assert ".item()" in path.read_text()
+    result = invoke("--model", model, "--budget", "1GB", "--trials", "3", "--steps", "3")
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    assert len(burst.calls) == 3

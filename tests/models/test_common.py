@@ -78,3 +78,26 @@ def test_a_smaller_max_seq_len_is_the_specs_limit_and_default_too() -> None:
     longer = mu.with_args(max_seq_len=1024)
     assert (longer.seq_len, longer.max_seq_len) == (128, 1024)
     assert mu.with_args(n_layers=2).max_seq_len == 512
+
+
+def test_only_a_refused_value_is_blamed_on_the_arguments() -> None:
+    """The trainer's set-up runs under the same ``user_code`` as the build (moving the
+    model, float8 layers): a missing library there is no argument of the user's."""
+    import dataclasses
+
+    from autotune.contract.spec import builds_our_code, user_code
+    from autotune.core.errors import ModelLoadError
+    from autotune.models import get_model
+
+    def needs_torchao(**_: object) -> torch.nn.Module:
+        raise ImportError("no module named 'torchao'")
+
+    mu = get_model("mu")
+    assert builds_our_code(mu) and builds_our_code(dataclasses.replace(mu, source="hf:llama"))
+    assert not builds_our_code(dataclasses.replace(mu, source="my/model.py:spec"))
+    assert not builds_our_code(dataclasses.replace(mu, source=""))  # made in Python
+    broken = dataclasses.replace(mu, build_fn=needs_torchao)
+    with pytest.raises(ModelLoadError) as failed, user_code(broken, "build_fn"):
+        broken.build()
+    assert "its build_fn failed: ImportError" in str(failed.value)
+    assert "refused its arguments" not in str(failed.value)

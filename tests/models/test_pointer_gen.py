@@ -229,3 +229,19 @@ def test_rouge_by_hand() -> None:
     assert rouge(ref, ["dog"]) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
     assert rouge([], []) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
     assert rouge(["a", "b", "c"], ["c", "b", "a"])["rougeL"] == pytest.approx(1 / 3)
+
+
+def test_fewer_chunks_are_the_specs_limit_and_default_too() -> None:
+    """``--model-arg max_chunks=3``: the spec kept its 768 tokens, and every trial's
+    source was refused by a model that takes 3 x 128."""
+    from autotune.models import get_model
+
+    spec = get_model("pointer-gen")
+    fewer = spec.with_args(max_chunks=3)
+    assert (fewer.max_seq_len, fewer.seq_len) == (384, 384)
+    small = fewer.with_args(vocab_size=64, emb_dim=8, hidden=8)
+    assert small.max_seq_len == 384
+    loss = small.loss(small.build(), small.make_batch(batch_size=2))  # at the default length
+    assert torch.isfinite(loss)
+    more = spec.with_args(max_chunks=8)
+    assert (more.max_seq_len, more.seq_len) == (1024, 768)

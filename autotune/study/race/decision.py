@@ -410,10 +410,13 @@ def nothing_ran(log: TrialLog, limit: float | None) -> AutotuneError:
             "none (the default limit measures and races several configs)"
         )
     failed = Counter(r.reason for r in finished if r.status in ("error", "crash") and r.reason)
-    if failed:  # one cause behind them all says more than their count (mu, n_layers=0)
-        reason, count = failed.most_common(1)[0]
+    reason, count = failed.most_common(1)[0] if failed else ("", 0)
+    if count > 1 or (count and count == len(finished)):  # one cause says more than a count
         which = "every one" if count == len(finished) else f"{count} of them"
-        return AutotuneError(f"no config ran successfully ({shown}); {which} failed with: {reason}")
+        return AutotuneError(
+            f"no config ran successfully ({shown}); {which} failed with: {reason} (the "
+            "study's trials hold each reason)"
+        )
     return AutotuneError(
         f"no config ran successfully within the budget ({shown}); see the study's trials "
         "for the reasons"

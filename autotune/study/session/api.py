@@ -525,13 +525,16 @@ def _build_space(
     """The space of configs: the model's and the device's knobs, narrowed by ``restrict``;
     with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun)."""
     from autotune.config.machine_limits import machine_problems
-    from autotune.contract.spec import user_code
+    from autotune.contract.spec import builds_our_code, user_code
 
-    # The model's arguments, built once on the meta device (no memory, no time): a size
-    # its code refuses fails here, in one paragraph, not in every trial of the search
-    # (n_layers=0 ran 108 trials to "no config ran successfully within the budget")
-    with user_code(spec, "build_fn"):
-        spec.param_counts()
+    # A built-in or hf: model's arguments, built once on the meta device (no memory, no
+    # time): a size its code refuses fails here, in one paragraph, not in every trial of
+    # the search (n_layers=0 ran 108 trials to "no config ran successfully within the
+    # budget"). Not a user's model: its build may need real tensors (an .item(), a .to()),
+    # which the trials give it.
+    if builds_our_code(spec):
+        with user_code(spec, "build_fn"):
+            spec.param_counts()
     seq_len = scope.seq_len
     seqs = None if seq_len is None else parse_seq_len(seq_len, max_seq_len=spec.max_seq_len)
     space = SearchSpace.for_model(

@@ -317,12 +317,13 @@ class SearchStudy(_Options):
                     ("study",),
                 )
             )
-        elif name is not None and len(name.encode()) > MAX_STUDY_NAME_BYTES:
+        elif name is not None and self.storage is None and len(name) > MAX_STUDY_NAME:
+            # the default storage's folder is the name made plain (ASCII, one byte a
+            # character at most), which a file system holds to 255 bytes
             problems.append(
                 Problem(
-                    f"study name of {len(name.encode())} bytes: expected at most "
-                    f"{MAX_STUDY_NAME_BYTES} (it names a folder, and a file system takes "
-                    "255)",
+                    f"study name of {len(name)} characters: expected at most "
+                    f"{MAX_STUDY_NAME}, as it names the study's folder (or give --storage)",
                     ("study",),
                 )
             )
@@ -364,7 +365,7 @@ class SearchOutput(_Options):
         return problems
 
 
-MAX_STUDY_NAME_BYTES = 200  # a folder's name, with room for the suffixes of its files
+MAX_STUDY_NAME = 200  # characters of a study name that names a folder
 
 
 def _output_problems(output: str | Path) -> list[str]:
@@ -391,22 +392,16 @@ def _output_problems(output: str | Path) -> list[str]:
 
 def _replaceable(path: Path) -> bool:
     """Whether the search may write its preset over the file at ``path``: an empty file
-    or a preset (a YAML mapping with a schema version and a config), as an earlier
-    search wrote there. Anything else is the user's (notes.txt was replaced silently)."""
+    or a preset (``looks_like_preset``), as an earlier search wrote there. Anything else
+    is the user's (notes.txt was replaced silently)."""
+    from autotune.preset.library import looks_like_preset
+
     try:
-        with path.open("rb") as f:
-            head = f.read(1 << 20)
+        if path.stat().st_size == 0:
+            return True
     except OSError:
         return False  # unreadable: not known to be ours
-    if not head.strip():
-        return True
-    try:
-        import yaml
-
-        data = yaml.safe_load(head.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and "schema_version" in data and "config" in data
+    return looks_like_preset(path)
 
 
 def _unwritable(folder: Path) -> str | None:
