@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from autotune.core.errors import UsageError
 from autotune.core.files import regular_file_size
-from autotune.study.storage.ownership import is_me, journal_path, owner_alive
+from autotune.study.storage.ownership import is_me, journal_path, owner_alive, storage_file
 
 __all__ = [
     "PRUNE_MIN_STEPS",
@@ -481,17 +481,10 @@ def _sqlite_problem(url: str, why: str) -> str | None:
     and not the URL: a damaged file, or a path longer than SQLite opens (from a folder
     3,000 characters deep, the default study file failed with "unable to open database
     file" and advice to give another URL). None: not a SQLite file problem."""
-    if not url.startswith("sqlite:"):
+    found = storage_file(url) if url.startswith("sqlite:") else None
+    if found is None or str(found).startswith("file:"):
         return None
-    from sqlalchemy.engine import make_url
-
-    try:
-        database = make_url(url).database or ""
-    except Exception:
-        return None
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    path = Path(database).expanduser().absolute()
+    path = found.absolute()
     for damage in ("file is not a database", "database disk image is malformed"):
         if damage in why:
             return (
