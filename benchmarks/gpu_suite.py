@@ -517,7 +517,7 @@ def write_results(
 # suite at once rather than a step in the middle of a lease. Not each module of WHEELS:
 # typer 0.29 needs pydantic, an older typer on the machine may not, and it works too.
 IMPORT_CHECK = """
-import importlib, json
+import importlib, json, sys
 problems = []
 def attempt(what, run):
     try:
@@ -526,7 +526,7 @@ def attempt(what, run):
         problems.append({"in": what, "module": exc.name})
     except Exception as exc:
         problems.append({"in": what, "error": f"{type(exc).__name__}: {exc}"})
-for name in MODULES:
+for name in sys.argv[1:]:
     attempt(name, lambda: importlib.import_module(name))
 attempt("optuna's SQLite storage",
         lambda: importlib.import_module("optuna").storages.RDBStorage("sqlite:///:memory:"))
@@ -541,15 +541,14 @@ IMPORT_CHECK_TIMEOUT_S = 120.0  # its imports (no torch among them) on a loaded 
 def import_problems() -> list[dict[str, str]]:
     """What fails to import here, as ``IMPORT_CHECK`` finds it: each a dict of ``in`` (the
     import tried) and ``module`` (the one missing) or ``error`` (any other failure)."""
-    code = IMPORT_CHECK.replace("MODULES", repr(CHECKED_MODULES))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
     }
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=IMPORT_CHECK_TIMEOUT_S,
-                              check=False)  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", IMPORT_CHECK, *CHECKED_MODULES],
+                              capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=IMPORT_CHECK_TIMEOUT_S, check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
         return [{"in": "the import check",
                  "error": f"no answer within {IMPORT_CHECK_TIMEOUT_S:.0f} s"}]  # fmt: skip
