@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.contract.spec import Batch, Knob, ModelSpec, count_parameters
+from autotune.contract.spec import HF_PREFIX, Batch, Knob, ModelSpec, count_parameters
 from autotune.core.errors import ModelLoadError, describe_exception
 from autotune.core.validator import did_you_mean
 
@@ -61,7 +61,6 @@ __all__ = [
     "is_hf_ref",
 ]
 
-HF_PREFIX = "hf:"
 HEAD_ARG = "head"  # not a config field: which model class to build
 HEADS = ("causal-lm", "masked-lm", "sequence-classification")
 _AUTO_CLASS = {

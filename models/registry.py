@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autotune.config.train_config import did_you_mean
-from autotune.contract.spec import ModelSpec
+from autotune.contract.spec import ModelSpec, is_user_code
 from autotune.core.errors import ModelLoadError
 from autotune.core.files import regular_file_size
 
@@ -287,14 +287,6 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
             "zero-argument callable returning one)"
         )
     return obj
-
-
-def is_user_code(ref: str) -> bool:
-    """Whether ``ref`` names user code (``pkg.mod:attr``, ``file.py:attr``) rather than a
-    built-in model or a Hugging Face architecture (``hf:llama``: transformers' own code,
-    built from a config, which is data). Neither of those reaches a file or a module
-    outside autotune and transformers."""
-    return ":" in ref and not ref.startswith(HF_PREFIX)
 
 
 def _is_file_ref(target: str) -> bool:

@@ -29,12 +29,15 @@ if TYPE_CHECKING:
     from autotune.machine.caps import DeviceCaps
 
 __all__ = [
+    "HF_PREFIX",
     "Batch",
     "Knob",
     "ModelSpec",
     "ParamCounts",
+    "builds_our_code",
     "count_parameters",
     "data_parts",
+    "is_user_code",
     "user_code",
 ]
 
@@ -369,13 +372,22 @@ def data_parts(source: Any, name: str) -> tuple[Any, Callable[[list[Any]], Any] 
     return source, None
 
 
+HF_PREFIX = "hf:"  # a Hugging Face architecture by name: hf:llama
+
+
+def is_user_code(ref: str) -> bool:
+    """Whether the model reference ``ref`` names user code (``pkg.mod:attr``,
+    ``file.py:attr``) rather than a built-in model or a Hugging Face architecture
+    (``hf:llama``: transformers' own code, built from a config, which is data). Neither
+    of those reaches a file or a module outside autotune and transformers."""
+    return ":" in ref and not ref.startswith(HF_PREFIX)
+
+
 def builds_our_code(spec: ModelSpec) -> bool:
     """Whether ``spec`` is a built-in model (``mu``, the loader's source) or a Hugging Face
-    architecture (``hf:llama``): code of ours or of transformers, built from arguments the
-    user gives. ``models.registry.is_user_code``'s rule, on the spec; a spec made in Python
-    (``autotune.tune``) has no source and is the user's."""
-    source = spec.source
-    return bool(source) and (":" not in source or source.startswith("hf:"))
+    architecture: code of ours or of transformers, built from arguments the user gives.
+    A spec made in Python (``autotune.tune``) has no source and is the user's."""
+    return bool(spec.source) and not is_user_code(spec.source)
 
 
 @contextmanager
