@@ -36,12 +36,12 @@ A run cut short keeps what finished: after every step the suite writes, atomical
 (the Markdown) and ``OUT`` with ``.json`` (the figures), and the search writes its preset
 (``gpt2-124m.yaml``, ``mu-8GB.yaml``) and its JSON (``search-gpt2.json``) beside them, and
 each command's output is appended to ``steps.log`` there: six files at most, where a lent
-machine returns eight. ``--winner PATH`` takes gpt2-124m's
-winner from an earlier run (its ``gpt2-124m.yaml``): the search is left out and the other
-steps get its time. ``--steps`` runs named steps, among them the older plan's (``oom``, ``train``,
-``compare-gpt2``, ``compare-mu``, ``knobs``: the steps of the first run on an H200) and
-``warm-start`` (``warm_start.py --device cuda``: a CUDA trial forked by a zygote against one
-started fresh, side by side; for a second lease: ``--steps gpu-tests,warm-start``).
+machine returns eight. ``--winner PATH`` takes gpt2-124m's winner from an earlier run (its
+``gpt2-124m.yaml``): the search is left out and the other steps get its time. ``--steps``
+runs named steps, among them the older plan's (``oom``, ``train``, ``compare-gpt2``,
+``compare-mu``, ``knobs``: the steps of the first run on an H200) and ``warm-start``
+(``warm_start.py --device cuda``: a CUDA trial forked by a zygote against one started
+fresh, side by side; for a second lease: ``--steps gpu-tests,warm-start``).
 
 Usage (from the repository root)::
 
@@ -79,7 +79,7 @@ SQLAlchemy, Mako, colorlog). Carry them all: on a machine with network,
 
 downloads into ``.whl/`` of the repository (ignored by git) the wheel of every package the
 suite names (``WHEELS``, at the versions autotune is tested with, and torchao for the
-float8 variant) for CPython 3.12 on x86-64 Linux, about 35 MB; ``gpu_lease.sh`` installs
+float8 variant) for CPython 3.12 on x86-64 Linux, about 31 MB; ``gpu_lease.sh`` installs
 only those the machine lacks. The command it runs::
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
@@ -185,15 +185,18 @@ PIP_DOWNLOAD = (
 
 
 # -- running a command ------------------------------------------------------------------
+def _with_root_on_path() -> dict[str, str]:
+    """This environment, the repository last on PYTHONPATH (autotune without an install)."""
+    path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run_command(argv: Sequence[str], *, timeout_s: float, cwd: Path) -> Completed:
     """Run ``argv`` in its own process group. At ``timeout_s`` less a grace the group gets
     SIGTERM (a search, a burst series and a training run stop cleanly and print what they
     have), at ``timeout_s`` SIGKILL (a search's trials included). Stopped from outside
     (Ctrl-C, SIGTERM to the suite), the group is killed and the stop goes on."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
-    }
+    env = _with_root_on_path()
     grace = min(STOP_GRACE_S, timeout_s / 4)
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -308,10 +311,10 @@ def run_suite(
     """Run ``steps`` in order within ``limit_s``, each with the time ``plan`` and
     ``granted`` give it; a failure is recorded and the next step runs. Each command's
     output is appended to ``steps.log`` beside the suite's files (the work folder where
-    there are none), and ``after_step`` sees the
-    outcomes so far after every step (the suite writes its files then, so a suite
-    stopped from outside still leaves the steps it finished). Stopped from outside
-    (KeyboardInterrupt), the step is recorded as interrupted and the stop goes on."""
+    there are none), and ``after_step`` sees the outcomes so far after every step (the
+    suite writes its files then, so a suite stopped from outside still leaves the steps
+    it finished). Stopped from outside (KeyboardInterrupt), the step is recorded as
+    interrupted and the stop goes on."""
     planned = plan(steps, limit_s)
     started = clock()
     outcomes: list[Outcome] = []
@@ -541,10 +544,7 @@ IMPORT_CHECK_TIMEOUT_S = 120.0  # its imports (no torch among them) on a loaded 
 def import_problems() -> list[dict[str, str]]:
     """What fails to import here, as ``IMPORT_CHECK`` finds it: each a dict of ``in`` (the
     import tried) and ``module`` (the one missing) or ``error`` (any other failure)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])),
-    }
+    env = _with_root_on_path()
     try:
         done = subprocess.run([sys.executable, "-c", IMPORT_CHECK, *CHECKED_MODULES],
                               capture_output=True, text=True, env=env, cwd=ROOT,

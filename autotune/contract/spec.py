@@ -416,6 +416,6 @@ def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
             ) from exc
         contract = _CONTRACTS.get(function, "")
         raise ModelLoadError(
-            f"model {spec.source or spec.name!r}: its {function} failed: "
+            f"model {ref!r}: its {function} failed: "
             f"{describe_exception(exc)}; fix {function}" + (f" ({contract})" if contract else "")
         ) from exc
