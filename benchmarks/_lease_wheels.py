@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python3 benchmarks/_lease_wheels.py WHEEL_FOLDER", file=sys.stderr)
         return 2
     folder = Path(args[0])
+    if not folder.is_dir():
+        print(f"_lease_wheels.py: no folder {str(folder)!r} of carried wheels", file=sys.stderr)
+        return 2
     for wheel in to_install(folder.glob("*.whl")):
         print(wheel)
     return 0

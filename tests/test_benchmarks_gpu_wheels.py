@@ -166,6 +166,8 @@ def test_a_lease_installs_only_the_wheels_whose_distribution_is_absent(tmp_path:
     assert lease_wheels.distribution(wheels[0]) == "sqlalchemy"
     assert lease_wheels.installed("SQLAlchemy") and lease_wheels.installed("typing_extensions")
     assert not lease_wheels.installed("autotune-no-such-distribution")
+    assert lease_wheels.main([str(tmp_path / "nowhere")]) == 2
+    assert lease_wheels.main([]) == 2
 
 
 def test_gpu_lease_sh_installs_the_absent_wheels_then_runs_the_suite(tmp_path: Path) -> None:
