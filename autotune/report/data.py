@@ -176,8 +176,10 @@ def _default_url(runs_dir: str | Path, study: str) -> str | None:
     creates a study file)."""
     if any(c in study for c in "/\\\0") or study.strip() in ("", ".", ".."):
         return None
-    db = Path(runs_dir).expanduser() / study / "study.db"
-    return f"sqlite:///{db}" if db.is_file() else None
+    from autotune.study.storage.search_study import default_storage, study_folder
+
+    db = Path(runs_dir).expanduser() / study_folder(runs_dir, study) / "study.db"
+    return default_storage(runs_dir, study) if db.is_file() else None
 
 
 def _known_studies(runs_dir: str | Path) -> str:

@@ -56,6 +56,14 @@ def test_a_study_with_one_trial_gives_a_page_that_skips_the_importances(tmp_path
     assert 'id="plot-history"' in page and 'id="plot-memory"' in page
 
 
+def test_a_study_whose_name_is_not_a_plain_file_name_is_found_by_it(tmp_path: Path) -> None:
+    run(tmp_path, FakeBurst(), trials=1, study="my study", output=None)
+    out = tmp_path / "r.html"
+    result = report("my study", "--runs-dir", str(tmp_path / "runs"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "autotune report: my study" in out.read_text(encoding="utf-8")
+
+
 def test_a_study_whose_trials_all_failed_gives_a_page_saying_so(tmp_path: Path) -> None:
     with pytest.raises(AutotuneError, match="no config ran successfully"):
         run(tmp_path, FakeBurst(fail=lambda c: "crash"), trials=3, study="bad", output=None)

@@ -57,6 +57,7 @@ from autotune.study.storage.ownership import describe_owner, exclusive_search, o
 from autotune.study.storage.search_study import (
     default_storage,
     default_study_name,
+    made_folder,
     model_name,
     open_search_study,
     require_study,
@@ -145,17 +146,14 @@ def search(
         progress=output.progress,
     )
     name = study.study or study_name_for(context, goal, shared=study.shared)
-    storage = (
-        study.storage
-        if study.storage is not None
-        else default_storage(study.runs_dir, name, make=not study.finish)
-    )
+    made = study.storage is None and not study.finish  # its folder, made by this search
+    storage = study.storage if study.storage is not None else default_storage(study.runs_dir, name)
     if study.finish:  # it races a study's trials, so the study must be there
         require_study(storage, name)
     bursts = _burst_runner(context, machine.burst_fn, limits, seed=study.seed)
     for message in notes:
         context.note(message)
-    with quiet_optuna():
+    with quiet_optuna(), made_folder(storage) if made else contextlib.nullcontext():
         opened, log = open_search_study(
             context,
             goal,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +39,11 @@ if TYPE_CHECKING:
 __all__ = [
     "default_storage",
     "default_study_name",
+    "made_folder",
     "model_name",
     "open_search_study",
     "require_study",
+    "study_folder",
     "study_name_for",
 ]
 
@@ -63,12 +67,18 @@ def default_study_name(
     seqs = space.seq_len
     seq = str(seqs[0]) if len(seqs) == 1 else f"{seqs[0]}-{seqs[-1]}"
     name = (
-        f"{_slug(model)}-{device.replace(':', '')}-{round(budget_bytes / 1e6)}MB"
+        f"{_slug(model)}-{device.replace(':', '')}-{_budget_tag(budget_bytes)}"
         f"-gb{space.global_batch}-seq{seq}"
     )
     if objective == "time-to-train":
         name += f"-ttt{train_steps}"
     return f"{name}-{space.fingerprint()}"
+
+
+def _budget_tag(budget_bytes: int) -> str:
+    """The budget in a study's name: whole MB (``8000MB``), or bytes below 1 MB, which
+    would round to a misleading ``0MB``."""
+    return f"{round(budget_bytes / 1e6)}MB" if budget_bytes >= 500_000 else f"{budget_bytes}B"
 
 
 def study_name_for(context: SearchContext, goal: Goal, *, shared: bool = False) -> str:
@@ -107,13 +117,45 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
 
 
-def default_storage(runs_dir: str | Path, study_name: str, *, make: bool = True) -> str:
-    """``sqlite:///<runs_dir>/<study>/study.db`` (its folder is made, unless not ``make``:
-    a search that only reads the study)."""
-    db = Path(runs_dir) / _slug(study_name) / "study.db"
-    if make:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{db}"
+def default_storage(runs_dir: str | Path, study_name: str) -> str:
+    """``sqlite:///<runs_dir>/<folder>/study.db``, the folder named by ``study_folder``.
+    Nothing is made here: ``made_folder`` makes it for a search that writes."""
+    return f"sqlite:///{Path(runs_dir) / study_folder(runs_dir, study_name) / 'study.db'}"
+
+
+def study_folder(runs_dir: str | Path, study_name: str) -> str:
+    """The folder of study ``study_name`` under ``runs_dir``: the name itself where it is
+    a plain file name, else its slug and a hash of the name, so that names that differ
+    only in what the slug drops (``café`` and ``cafè``; ``my study`` and ``my-study``) get
+    folders of their own. A folder in the older layout (the slug alone) that already holds
+    a study file is kept, so that an earlier search of that name resumes."""
+    slug = _slug(study_name)
+    if slug == study_name:
+        return slug
+    if (Path(runs_dir).expanduser() / slug / "study.db").is_file():
+        return slug
+    return f"{slug}-{hashlib.sha256(study_name.encode()).hexdigest()[:8]}"
+
+
+@contextmanager
+def made_folder(storage: str) -> Iterator[None]:
+    """The folders of a SQLite ``storage``'s file, made where they are missing, and taken
+    away again if what runs inside fails while they are still empty (a study that could
+    not be opened leaves no folder behind)."""
+    from autotune.study.storage.ownership import storage_file
+
+    found = storage_file(storage) if storage.startswith("sqlite:") else None
+    made = [] if found is None else [p for p in found.parents if not p.exists()]
+    if found is not None:
+        found.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # the innermost first
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+        raise
 
 
 def require_study(storage: str, name: str) -> None:

@@ -98,6 +98,52 @@ def test_a_study_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
     assert not list(tmp_path.rglob("study.db"))  # nothing written, inside or outside
 
 
+def test_names_the_folder_slug_would_merge_get_folders_of_their_own(tmp_path: Path) -> None:
+    first = run(tmp_path, FakeBurst(), trials=2, study="café", output=None)
+    second = run(tmp_path, FakeBurst(), trials=2, study="cafè", output=None)
+    plain = run(tmp_path, FakeBurst(), trials=2, study="caf-plain", output=None)
+    folders = {Path(r.storage.removeprefix("sqlite:///")).parent for r in (first, second, plain)}
+    assert len(folders) == 3
+    assert {f.name for f in folders} >= {"caf-plain"}  # a plain name is its own folder
+    assert all(f.parent == tmp_path / "runs" for f in folders)
+
+
+def test_a_study_in_the_older_folder_layout_is_resumed_there(tmp_path: Path) -> None:
+    from autotune.study.storage.search_study import study_folder
+
+    assert study_folder(tmp_path / "runs", "my study") != "my-study"
+    (tmp_path / "runs" / "my-study").mkdir(parents=True)
+    (tmp_path / "runs" / "my-study" / "study.db").touch()  # as a search before the hash wrote
+    assert study_folder(tmp_path / "runs", "my study") == "my-study"
+
+
+def test_a_study_that_cannot_be_opened_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.study.session import api
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise UsageError("the storage refused")
+
+    monkeypatch.setattr(api, "open_search_study", refused)
+    with pytest.raises(UsageError, match="the storage refused"):
+        run(tmp_path, FakeBurst(), study="gone", output=None)
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs").mkdir()  # a runs folder the user had stays
+    with pytest.raises(UsageError, match="the storage refused"):
+        run(tmp_path, FakeBurst(), study="gone", output=None)
+    assert (tmp_path / "runs").is_dir() and not any((tmp_path / "runs").iterdir())
+
+
+def test_a_budget_below_a_megabyte_is_not_named_0mb() -> None:
+    from autotune.study.storage.search_study import default_study_name
+
+    space: Any = types.SimpleNamespace(seq_len=(128,), global_batch=32, fingerprint=lambda: "f")
+    named = {b: default_study_name(model="mu", device="cpu", budget_bytes=b, space=space)
+             for b in (1000, 8_000_000_000)}  # fmt: skip
+    assert "-1000B-" in named[1000] and "-8000MB-" in named[8_000_000_000]
+
+
 def test_an_output_that_cannot_be_written_is_refused_before_any_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
