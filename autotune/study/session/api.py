@@ -61,6 +61,7 @@ from autotune.study.storage.search_study import (
     model_name,
     open_search_study,
     require_study,
+    study_folder,
     study_name_for,
 )
 from autotune.study.storage.workers import Workers, workers_root
@@ -146,14 +147,15 @@ def search(
         progress=output.progress,
     )
     name = study.study or study_name_for(context, goal, shared=study.shared)
-    made = study.storage is None and not study.finish  # its folder, made by this search
     storage = study.storage if study.storage is not None else default_storage(study.runs_dir, name)
+    folder = made_folder(Path(study.runs_dir) / study_folder(study.runs_dir, name))
     if study.finish:  # it races a study's trials, so the study must be there
         require_study(storage, name)
     bursts = _burst_runner(context, machine.burst_fn, limits, seed=study.seed)
     for message in notes:
         context.note(message)
-    with quiet_optuna(), made_folder(storage) if made else contextlib.nullcontext():
+    writes_default = study.storage is None and not study.finish  # in a folder made here
+    with quiet_optuna(), folder if writes_default else contextlib.nullcontext():
         opened, log = open_search_study(
             context,
             goal,

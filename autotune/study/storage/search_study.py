@@ -138,23 +138,19 @@ def study_folder(runs_dir: str | Path, study_name: str) -> str:
 
 
 @contextmanager
-def made_folder(storage: str) -> Iterator[None]:
-    """The folders of a SQLite ``storage``'s file, made where they are missing, and taken
-    away again if what runs inside fails while they are still empty (a study that could
-    not be opened leaves no folder behind)."""
-    from autotune.study.storage.ownership import storage_file
-
-    found = storage_file(storage) if storage.startswith("sqlite:") else None
-    made = [] if found is None else [p for p in found.parents if not p.exists()]
-    if found is not None:
-        found.parent.mkdir(parents=True, exist_ok=True)
+def made_folder(folder: Path) -> Iterator[None]:
+    """``folder`` (a study's, ``study_folder``), made with its parents where missing, and
+    taken away again if what runs inside fails while they are still empty: a study that
+    could not be opened leaves no folder behind."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
     try:
         yield
     except BaseException:
-        for folder in made:  # the innermost first
-            if not folder.is_dir() or any(folder.iterdir()):
+        for empty in made:  # the innermost first
+            if not empty.is_dir() or any(empty.iterdir()):
                 break
-            folder.rmdir()
+            empty.rmdir()
         raise
 
 
