@@ -87,6 +87,7 @@ from _common import (
 )
 
 from autotune.core.files import atomic_write_text
+from autotune.engine.mfu import mfu
 
 # the guides' configs: one owner, the search uses them too
 from autotune.study.plan.playbook import (
@@ -512,13 +513,10 @@ def _mfu_bf16(
 ) -> float | None:
     """Model FLOPs utilisation against the device's dense bf16 peak, whatever the
     config's precision (one yardstick for every row)."""
-    if best is None or best.samples_per_s is None or caps is None or not caps.peak_flops_bf16:
+    if best is None:
         return None
-    try:
-        flops = spec.flops_per_sample(config.seq_len)
-    except Exception:  # a user's FLOPs formula must not sink the measurement
-        return None
-    return flops * best.samples_per_s / caps.peak_flops_bf16 if flops and flops > 0 else None
+    bf16 = config.replace(precision="bf16")  # the bf16 peak, not the config's own
+    return mfu(spec, bf16, caps, samples_per_s=best.samples_per_s)
 
 
 # ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.core.plain import MEASURED, from_plain, to_plain
 from autotune.core.units import throughput_label
+from autotune.engine.mfu import mfu
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -197,8 +198,10 @@ def step_figures(
     step_times: list[float],
     warmup_times: list[float],
     caps: DeviceCaps | None,
+    world_size: int = 1,
 ) -> dict[str, Any]:
-    """Throughput, step-time median/p90, warm-up, compile seconds and MFU from step times."""
+    """Throughput, step-time median/p90, warm-up, compile seconds and MFU from step times
+    (the config's global batch a step, over ``world_size`` processes for the MFU)."""
     figures: dict[str, Any] = {
         "timed_steps": len(step_times),
         "warmup_steps": len(warmup_times),
@@ -219,22 +222,5 @@ def step_figures(
         share = min(1.0, FIRST_WARMUP_MICRO_BATCHES / config.grad_accum) if warmup_times else 1.0
         first = (warmup_times or step_times)[0]
         figures["compile_s"] = max(0.0, first - median * share)
-    figures["mfu"] = _mfu(spec, config, samples_per_s, caps)
+    figures["mfu"] = mfu(spec, config, caps, samples_per_s=samples_per_s, world_size=world_size)
     return figures
-
-
-def _mfu(
-    spec: ModelSpec, config: TrainConfig, samples_per_s: float | None, caps: DeviceCaps | None
-) -> float | None:
-    if samples_per_s is None or caps is None:
-        return None
-    peak = caps.peak_flops(config.precision)
-    if not peak:
-        return None
-    try:
-        flops = spec.flops_per_sample(config.seq_len)
-    except Exception:  # a user's FLOPs formula must not sink the measurement
-        return None
-    if not flops or flops <= 0:
-        return None
-    return flops * samples_per_s / peak

@@ -245,6 +245,7 @@ class _Burst:
             step_times=progress.step_times,
             warmup_times=progress.warmup_times,
             caps=self.caps,
+            world_size=self.nproc,
         )
         return BurstResult(
             status=status,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from autotune.core.errors import AutotuneError
+from autotune.engine.mfu import mfu
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,7 +26,6 @@ __all__ = [
     "OptimizerTimer",
     "TrainingProgress",
     "check_finite",
-    "mfu",
     "new_interval",
     "opening_lines",
     "train_record",
@@ -65,25 +65,6 @@ class OptimizerTimer:
 
     def _post(self, *_: Any) -> None:
         self.seconds += time.perf_counter() - self._start
-
-
-def mfu(
-    spec: ModelSpec,
-    config: TrainConfig,
-    caps: DeviceCaps | None,
-    *,
-    samples_per_s: float,
-    world_size: int,
-) -> float | None:
-    """Model FLOPs utilisation of ``samples_per_s`` over ``world_size`` devices; None
-    without the device's peak for the config's precision."""
-    if caps is None:
-        return None
-    peak = caps.peak_flops(config.precision)
-    if not peak:
-        return None
-    per_device = samples_per_s / world_size
-    return spec.flops_per_sample(config.seq_len) * per_device / peak
 
 
 def opening_lines(

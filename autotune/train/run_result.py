@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.config.train_config import TrainConfig
 from autotune.core.files import atomic_write_text
 from autotune.core.plain import to_plain
-from autotune.train.progress import mfu
+from autotune.engine.mfu import mfu
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
