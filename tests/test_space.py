@@ -262,6 +262,9 @@ def test_parse_seq_len() -> None:
             parse_seq_len(bad)
     with pytest.raises(UsageError, match="at most 256"):
         parse_seq_len("512", max_seq_len=256)
+    # lengths given outright are not dropped in silence: a range alone is cut at the limit
+    with pytest.raises(UsageError, match=r"seq_len \[128, 1024\]: the model accepts at most 256"):
+        parse_seq_len([128, 1024], max_seq_len=256)
 
 
 def test_seq_len_above_the_model_limit() -> None:

@@ -481,9 +481,6 @@ def _check_model(loaded: Preset) -> None:
         return
     spec = loaded.model.load(trust=False, notes=[], again=False)
     problems = model_problems(loaded.config, spec=spec)
-    if loaded.config.seq_len > spec.max_seq_len:  # check_config's seq_len rule, device-free
-        problems.insert(0, f"config.seq_len: model {spec.name!r} accepts at most "
-                           f"{spec.max_seq_len}, got {loaded.config.seq_len}")  # fmt: skip
     if problems:
         raise ConfigError(problems, context=f"the preset's config does not fit {spec.name!r}")
 

@@ -141,14 +141,11 @@ def micro_batches(where: Where) -> tuple[int, ...]:
     return tuple(out)
 
 
-def seq_len_problem(value: int, where: Where) -> str | None:
-    """A length the model does not accept."""
-    limit = where.spec.max_seq_len
-    return (
-        None
-        if value <= limit
-        else f"model {where.spec.name!r} accepts at most {limit}, got {value}"
-    )
+def seq_len_problem(value: int, spec: ModelSpec) -> str | None:
+    """A sequence length the model does not accept: past its ``max_seq_len``. The one
+    rule for a config (``model_problems``), a search's lengths and an export."""
+    limit = spec.max_seq_len
+    return None if value <= limit else f"model {spec.name!r} accepts at most {limit}, got {value}"
 
 
 def mapping_rule(value: Any) -> str | None:

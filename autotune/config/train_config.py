@@ -185,8 +185,7 @@ class TrainConfig:
     seq_len: int = knob(
         low=1,
         high=MAX_SIZE,
-        value_problem=seq_len_problem,
-        search=Search(order=1, values=lambda w: w.seq_lens),
+        search=Search(order=1, values=lambda w: w.seq_lens),  # the model's limit: model_problems
         applied_by="the data",
         help="Sequence length (default: the model's).",
         export_hint=None,  # an export's line for the task's sample size says it
@@ -573,11 +572,13 @@ def check_config(
 def model_problems(
     config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps | None = None
 ) -> list[str]:
-    """What the model's knobs refuse in ``config`` on any machine: a knob it has not, a
-    value its knob does not take; with ``device``, a value that device cannot run too.
-    ``presets export`` asks this of a preset for a machine it does not know (it wrote
-    presets that ``train`` then refused)."""
+    """What the model refuses in ``config`` on any machine: a sequence longer than it
+    accepts, a knob it has not, a value its knob does not take; with ``device``, a value
+    that device cannot run too. ``presets export`` asks this of a preset for a machine it
+    does not know (it wrote presets that ``train`` then refused)."""
     problems = []
+    if (too_long := seq_len_problem(config.seq_len, spec)) is not None:
+        problems.append(f"config.seq_len: {too_long}")
     known = {k.name: k for k in spec.knobs}
     for name, value in config.knobs.items():
         if name not in known:

@@ -42,8 +42,9 @@ def _powers_of_two(lo: int, hi: int) -> list[int]:
 def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = None) -> list[int]:
     """``"128"`` -> [128]; ``"64-256"`` -> the powers of two in [64, 256]: [64, 128, 256].
 
-    A list of ints is taken as given. Lengths above ``max_seq_len`` are a usage error, as
-    is a length beyond ``autotune.core.validator.SIZE``.
+    A list of ints is taken as given. A range is cut at ``max_seq_len`` (``"64-1024"`` for
+    a model of 256: up to 256), as long as some of it is left; a length given outright
+    above it is a usage error, as is a length beyond ``autotune.core.validator.SIZE``.
     """
     if isinstance(text, int) and not isinstance(text, bool):
         values = [text]
@@ -75,14 +76,18 @@ def parse_seq_len(text: str | int | Sequence[int], *, max_seq_len: int | None = 
             operator.index(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v
             for v in text
         ]
+    is_range = isinstance(text, str) and "-" in text
     if not values or any(SIZE.wanted(v) for v in values):
         wanted = next((SIZE.wanted(v) for v in values if SIZE.wanted(v)), "a positive integer")
         raise UsageError(f"seq_len {show(text)}: each length must be {wanted}")
     if max_seq_len is not None:
-        too_long = [v for v in values if v > max_seq_len]
-        if too_long == values:
-            raise UsageError(f"seq_len {text!r}: the model accepts at most {max_seq_len} tokens")
-        values = [v for v in values if v <= max_seq_len]
+        fits = [v for v in values if v <= max_seq_len]
+        if not fits or (len(fits) < len(values) and not is_range):
+            raise UsageError(
+                f"seq_len {show(text)}: the model accepts at most {max_seq_len} tokens; give "
+                "lengths within it (a range that starts within it is cut at the limit)"
+            )
+        values = fits
     return sorted(set(values))
 
 

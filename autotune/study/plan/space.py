@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import parallel as par
-from autotune.config.knobs import NO_PREFERENCE, KnobDef, Where, searched_knobs, searched_only_on
+from autotune.config.knobs import (
+    NO_PREFERENCE,
+    KnobDef,
+    Where,
+    searched_knobs,
+    searched_only_on,
+    seq_len_problem,
+)
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import UsageError
 from autotune.study.plan.knob_args import narrow, parse_knob_args, parse_seq_len
@@ -516,9 +523,8 @@ def _global_batch(spec: ModelSpec, global_batch: int | None) -> int:
 def _seq_lens(spec: ModelSpec, seq_len: Sequence[int] | None) -> tuple[int, ...]:
     """The lengths asked for (default: the model's), each within the model's limit."""
     seqs = tuple(sorted(set(seq_len))) if seq_len else (spec.seq_len,)
-    over = [s for s in seqs if s > spec.max_seq_len]
-    if over:
-        raise UsageError(f"seq_len {over}: model {spec.name!r} accepts at most {spec.max_seq_len}")
+    if (too_long := seq_len_problem(seqs[-1], spec)) is not None:
+        raise UsageError(f"seq_len: {too_long}")
     return seqs
 
 
