@@ -58,7 +58,6 @@ __all__ = [
     "MISSING_TRANSFORMERS",
     "build_recipe",
     "hf_model",
-    "is_hf_ref",
 ]
 
 HEAD_ARG = "head"  # not a config field: which model class to build
@@ -108,11 +107,6 @@ _RESERVED = {
 _FILE_METADATA = frozenset(
     {"architectures", "auto_map", "dtype", "model_type", "torch_dtype", "transformers_version"}
 )
-
-
-def is_hf_ref(ref: str) -> bool:
-    """Whether ``ref`` names a Hugging Face architecture (``hf:llama``, ``hf:cfg.json``)."""
-    return ref.startswith(HF_PREFIX)
 
 
 def _transformers(ref: str = "hf:") -> Any:

@@ -68,7 +68,6 @@ __all__ = [
     "plain_copy",
     "plain_data_problem",
     "positive",
-    "seed_range",
     "show",
     "type_name",
 ]
@@ -530,7 +529,6 @@ SEED = Bound(0, MAX_SEED, "numpy's seeding takes no larger seed")
 COUNT = Bound(1, MAX_INT, "a 64-bit count")  # trials, steps, rounds, intervals
 SIZE = Bound(1, MAX_SIZE, "a batch or a length: two of them multiply within a 64-bit count")
 PROCESSES = Bound(1, MAX_PROCESSES, "processes of one config on one machine")
-seed_range = SEED  # the rule of a random seed (a Section's ``_rules`` name it so)
 
 
 def bounded(default: Any, bound: Bound) -> Any:

@@ -172,13 +172,6 @@ def adamw_kwargs(preset: Preset) -> dict[str, Any]:
     return kwargs
 
 
-def compile_kwargs(config: TrainConfig) -> dict[str, Any] | None:
-    """``torch.compile`` arguments (None: not compiled), as ``engine.step.compile_model``."""
-    if config.compile == "off":
-        return None
-    return {"mode": _compile_mode(config.compile)}
-
-
 def _describe(preset: Preset, config: TrainConfig, nproc: int) -> str:
     world = f" x {nproc} processes" if nproc > 1 else ""
     return (
