@@ -32,7 +32,7 @@ def across_ranks(
     budget is each process's) and the first failure any rank saw."""
     if dist is None or not dist.enabled:
         return result
-    from autotune.core.units import format_bytes
+    from autotune.core.units import over_budget
     from autotune.train.distributed import all_gather_objects
 
     keys = ("status", "reason", "peak_bytes", "own_peak_rss_bytes")
@@ -45,12 +45,8 @@ def across_ranks(
     if failed:
         rank, first = failed[0]
         out["status"], out["reason"] = first["status"], f"rank {rank}: {first['reason']}"
-    elif budget is not None and out["peak_bytes"] is not None and out["peak_bytes"] > budget:
-        out["status"] = "oom"
-        out["reason"] = (
-            f"a rank's peak {format_bytes(out['peak_bytes'])} passed the budget of "
-            f"{format_bytes(budget)}"
-        )
+    elif (reason := over_budget(out["peak_bytes"], budget, whose="a rank's peak")) is not None:
+        out["status"], out["reason"] = "oom", reason
     out["ranks"] = dist.world_size
     return out
 

@@ -394,7 +394,7 @@ class Trial:
     ) -> dict[str, Any]:
         """The final result: ``ok``, or ``oom`` where the CUDA peak (the context measured
         again, kernels loaded during the steps grow it) passed the budget."""
-        from autotune.core.units import format_bytes
+        from autotune.core.units import format_bytes, over_budget
         from autotune.engine import memory
 
         status, reason = "ok", ""
@@ -402,13 +402,9 @@ class Trial:
             later = memory.measure_cuda_context(self.device, device_used_before=used_before)
             self.context_bytes = max(self.context_bytes, later.bytes)
             peak = self.cuda_peak()
-            if budget is not None and peak is not None and peak > budget:
-                status = "oom"
-                reason = (
-                    f"peak {format_bytes(peak)} (reserved plus a context of "
-                    f"{format_bytes(self.context_bytes)}) passed the budget of "
-                    f"{format_bytes(budget)}"
-                )
+            if (over := over_budget(peak, budget)) is not None:
+                context = format_bytes(self.context_bytes)
+                status, reason = "oom", f"{over} (reserved plus a context of {context})"
         return self.result(status, reason, **extra)
 
     def result(self, status: str, reason: str, **fields: Any) -> dict[str, Any]:

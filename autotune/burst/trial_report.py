@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from autotune.burst.result import Minimum
-from autotune.core.units import format_bytes
+from autotune.core.units import format_bytes, over_budget
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstStatus
@@ -213,10 +213,10 @@ def verdict(
     kept = ("eval_loss", "checkpoint_bytes", "verify_s", "breakdown")
     extra = {k: result[k] for k in kept if result.get(k) is not None}
     status, reason = result["status"], result.get("reason", "")
-    if status == "ok" and not on_cuda and budget_bytes and peak and peak > budget_bytes:
+    over = over_budget(peak, budget_bytes)
+    if status == "ok" and not on_cuda and over is not None:
         # Between two samples, but the trial's own high-water mark saw it.
-        status = "oom"
-        reason = f"peak {format_bytes(peak)} passed the budget of {format_bytes(budget_bytes)}"
+        status, reason = "oom", over
     return status, reason, extra
 
 

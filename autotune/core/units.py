@@ -9,7 +9,14 @@ import re
 from autotune.core.errors import BudgetError, UsageError
 from autotune.core.validator import duration_problem, show
 
-__all__ = ["format_bytes", "format_figure", "parse_budget", "parse_duration", "throughput_label"]
+__all__ = [
+    "format_bytes",
+    "format_figure",
+    "over_budget",
+    "parse_budget",
+    "parse_duration",
+    "throughput_label",
+]
 
 _UNITS = {
     "": 1,
@@ -85,6 +92,15 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
+
+
+def over_budget(peak: int | None, budget: int | None, *, whose: str = "peak") -> str | None:
+    """Why a measured ``peak`` fails the memory budget, in the words every stage gives it
+    (``peak 9.00 GiB over the budget of 8.00 GiB``); None where it is within it or either
+    figure is unknown."""
+    if peak is None or not budget or peak <= budget:
+        return None
+    return f"{whose} {format_bytes(peak)} over the budget of {format_bytes(budget)}"
 
 
 _DURATION = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|m|min|h|hr)?\s*$", re.I)

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.units import format_bytes, format_figure
+from autotune.core.units import format_figure, over_budget
 from autotune.study.race.decision import (
     CUT,
     CUT_ROUND,
@@ -584,12 +584,8 @@ def _run_one(
     problem = ""
     if not result.ok:
         problem = f"{result.status}: {result.reason}"
-    elif result.peak_memory_bytes is not None and result.peak_memory_bytes > bursts.budget_bytes:
-        problem = (
-            f"peak {format_bytes(result.peak_memory_bytes)} over the budget "
-            f"{format_bytes(bursts.budget_bytes)}"
-            + (" with eval and checkpointing" if first else "")
-        )
+    elif (over := over_budget(result.peak_memory_bytes, bursts.budget_bytes)) is not None:
+        problem = over + (" with eval and checkpointing" if first else "")
     throughput = score(config, result) if not problem else 0.0
     entrant.throughputs.append(throughput or None)
     if problem and not entrant.problem:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import optuna
 
-from autotune.core.units import format_bytes, format_figure
+from autotune.core.units import format_bytes, format_figure, over_budget
 from autotune.study.session.deadline import DEADLINE
 from autotune.study.storage.optuna_glue import PRUNE_RATIO, set_outcome
 from autotune.study.storage.ownership import trial_owner
@@ -398,13 +398,13 @@ class TrialObjective:
         budget = self.context.budget_bytes
         common.update(_memory_figures(result, budget, predicted=predicted, edge=edge))
         status = result.status
-        if status == "ok" and peak is not None and peak > budget:
+        if status == "ok" and (beyond := over_budget(peak, budget)) is not None:
             set_outcome(
                 trial,
                 **common,
                 status="over-budget",
-                reason=f"peak {format_bytes(peak)} over the budget {format_bytes(budget)}",
-                constraint=1.0 + (peak - budget) / budget,
+                reason=beyond,
+                constraint=_infeasible_constraint(peak, budget),
             )
             return INFEASIBLE_VALUE
         if status == "ok" and (throughput is None or throughput <= 0):
@@ -421,14 +421,13 @@ class TrialObjective:
             )
             return value
         if status == "oom":
-            over = max(0.0, (peak - budget) / budget) if peak is not None else 0.0
             reached = f" (peak {format_bytes(peak)})" if peak is not None else ""
             set_outcome(
                 trial,
                 **common,
                 status="oom",
                 reason=result.reason or f"out of memory{reached}",
-                constraint=1.0 + over,
+                constraint=_infeasible_constraint(peak, budget),
             )
             return INFEASIBLE_VALUE
         if status == "pruned":
@@ -573,13 +572,18 @@ def _memory_figures(
     return figures
 
 
+def _infeasible_constraint(peak: int | None, budget: int) -> float:
+    """The constraint of a config over the budget (Optuna's feasibility: above 0 is
+    infeasible): 1 plus its share over, so that the sampler learns how far past it was."""
+    return 1.0 + (max(0.0, (peak - budget) / budget) if peak is not None else 0.0)
+
+
 def _replayed_constraint(record: TrialRecord, budget: int) -> float:
     """The constraint a repeat of ``record`` gets: the one its outcome had."""
     if record.status in FAILED_STATUSES:
         return 1.0
     if record.infeasible:
-        peak = record.peak_memory_bytes
-        return 1.0 + (max(0.0, (peak - budget) / budget) if peak is not None else 0.0)
+        return _infeasible_constraint(record.peak_memory_bytes, budget)
     if record.status == "ok" and record.peak_memory_bytes is not None:
         return (record.peak_memory_bytes - budget) / budget
     return 0.0
