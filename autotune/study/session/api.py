@@ -524,7 +524,7 @@ def _build_space(
 ) -> SearchSpace:
     """The space of configs: the model's and the device's knobs, narrowed by ``restrict``;
     with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun)."""
-    from autotune.config.machine_limits import machine_problems
+    from autotune.config.machine_limits import machine_problems, usable_cores
     from autotune.contract.spec import builds_our_code, user_code
 
     # A built-in or hf: model's arguments, built once on the meta device (no memory, no
@@ -542,7 +542,9 @@ def _build_space(
         caps,
         global_batch=scope.global_batch,
         seq_len=seqs,
-        cpu_count=hardware.cpu.logical_cores,
+        # the cores this process may use (taskset, a cpuset), as check_config counts them,
+        # where the hardware is this machine's; a given profile's own count otherwise
+        cpu_count=usable_cores() if machine.hardware is None else hardware.cpu.logical_cores,
         restrict=restrict,
         nproc_per_node=machine.nproc_per_node,
     )

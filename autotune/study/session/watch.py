@@ -49,6 +49,7 @@ from typing import Any, Literal
 import psutil
 
 from autotune.burst.result import percentile
+from autotune.config.machine_limits import usable_cores
 from autotune.core.errors import describe_exception
 from autotune.core.plain import from_plain
 from autotune.engine.memory import nvml_handle
@@ -162,13 +163,6 @@ class _Sample:
     outside_cores: float
     gpu_others: tuple[int, ...] | None  # None: no GPU data in this sample
     gpu_util_idle: float | None  # None: a burst ran, ours was on the device, or no data
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def disturbed_steps(step_times: Sequence[float], *, ratio: float = DISTURBED_RATIO) -> bool:
@@ -344,7 +338,7 @@ class MachineWatch:
         load = self.window(self._clock() - last_s)
         if not load.busy:
             return None
-        cores = cores if cores is not None else _usable_cores()
+        cores = cores if cores is not None else usable_cores()
         free = round(cores - load.outside_cores_mean)
         return max(1, free) if free < cores else None
 

@@ -315,6 +315,23 @@ def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
     assert preset.measured.peak_memory_bytes is not None
 
 
+def test_the_space_counts_the_cores_this_process_may_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under taskset the machine has more cores than the search may use: the space is
+    built for the usable ones (as check_config counts them), not the machine's count."""
+    import autotune.config.machine_limits as limits
+    from autotune.study.session import api
+
+    monkeypatch.setattr(api, "_probe", lambda: cpu_profile(cores=2))
+    sizes = {}
+    for usable in (1, 2):
+        monkeypatch.setattr(limits, "usable_cores", lambda usable=usable: usable)
+        result = run(tmp_path / str(usable), FakeBurst(), hardware=None, trials=1, output=None)
+        sizes[usable] = result.space_size
+    assert sizes[1] < sizes[2]
+
+
 def test_a_process_count_above_the_usable_cores_is_refused_before_any_burst(
     tmp_path: Path,
 ) -> None:
