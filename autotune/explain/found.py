@@ -34,9 +34,13 @@ PROFILE_ATTR = "profile"  # the study's user attribute: a list of explain_to_dic
 
 
 def run_folder(result: SearchResult) -> Path | None:
-    """The search's folder: the SQLite study file's, else the preset's; None if neither."""
-    if result.storage.startswith("sqlite:///"):
-        return Path(result.storage[len("sqlite:///") :]).resolve().parent
+    """The search's folder: the study file's (SQLite or journal), else the preset's; None
+    if neither."""
+    from autotune.study.storage.ownership import storage_file
+
+    stored = storage_file(result.storage)
+    if stored is not None:
+        return stored.resolve().parent
     if result.preset_path:
         return Path(result.preset_path).parent
     return None

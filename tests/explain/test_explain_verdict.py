@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +97,21 @@ def test_round_trip_and_renderings() -> None:
     table = markdown([("naive", b, v), ("tuned", b, v)])
     assert table.splitlines()[0] == "| part | naive | tuned |"
     assert "| verdict | compute-bound | compute-bound |" in table
+
+
+def test_the_search_folder_is_the_study_file_s_whatever_its_kind(tmp_path: Path) -> None:
+    """Where --profile writes beside the study: a SQLite file's folder, a journal's
+    (it used to fall back to the preset's folder), else the preset's."""
+    import types
+
+    from autotune.explain.found import run_folder
+
+    def result(storage: str, preset: str | None = None) -> Any:
+        return types.SimpleNamespace(storage=storage, preset_path=preset)
+
+    assert run_folder(result(f"sqlite:///{tmp_path}/a/study.db")) == tmp_path.resolve() / "a"
+    assert run_folder(result(f"journal:{tmp_path}/b/j.log", "x/best.yaml")) == (
+        tmp_path.resolve() / "b"
+    )
+    assert run_folder(result("postgresql://u@h/db", str(tmp_path / "best.yaml"))) == tmp_path
+    assert run_folder(result("postgresql://u@h/db")) is None

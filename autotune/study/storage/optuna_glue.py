@@ -372,7 +372,7 @@ def check_storage_url(url: str) -> None:
                 f"storage {redact(url)!r}: the folder {redact(str(path.parent))!r} does not "
                 "exist; create it first (the search makes no folders outside its runs folder)"
             )
-        _storage_file(url, path)
+        _require_regular_file(url, path)
         return
     if not url.startswith("sqlite:"):
         return
@@ -392,10 +392,10 @@ def check_storage_url(url: str) -> None:
             "the search's trials run in other processes; give a file, e.g. sqlite:///study.db"
         )
     if not database.startswith("file:"):
-        _storage_file(url, Path(database).expanduser())
+        _require_regular_file(url, Path(database).expanduser())
 
 
-def _storage_file(url: str, path: Path) -> None:
+def _require_regular_file(url: str, path: Path) -> None:
     """A storage's file, where it exists, is a regular file, by the one rule for a user's
     path (``autotune.core.files``): Optuna reads a journal whole, so ``/dev/zero`` would
     grow until memory ran out and a FIFO would stop the search for good. Its size has no
