@@ -190,13 +190,11 @@ def _qualified_speedup(preset: Preset) -> str:
 def _speedup_said(preset: Preset) -> str:
     """What follows the headline: ``, 2.47x the naive config (95% interval 2.20-2.60)``,
     or ``; speedup: not measured (no quiet round ...)``; "" without a naive figure."""
+    from autotune.preset.figures import speedup_clause
+
     if preset.baseline is None and preset.race is None:
         return ""
-    text = _qualified_speedup(preset)
-    if _speedup_of(preset) is None:
-        return f"; speedup: {text}"
-    value, _, evidence = text.partition(" ")
-    return f", {value} the naive config" + (f" {evidence}" if evidence else "")
+    return speedup_clause(_qualified_speedup(preset))
 
 
 # -- show ----------------------------------------------------------------------------------

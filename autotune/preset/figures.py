@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CONFIDENCE", "qualified", "race_speedup"]
+__all__ = ["CONFIDENCE", "qualified", "race_speedup", "speedup_clause"]
 
 CONFIDENCE = 0.95  # the race's bootstrap interval
 
@@ -44,6 +44,15 @@ def race_speedup(race: Any, baseline_speedup: float | None = None) -> str:
     if not isinstance(speedup, (int, float)):
         speedup = None
     return qualified(speedup, interval=interval if _pair(interval) else None, reason=reason)
+
+
+def speedup_clause(text: str) -> str:
+    """What follows a headline's figure, from a ``qualified`` speedup: ``, 2.31x the naive
+    config (95% interval 2.20-2.40)``, or ``; speedup: not measured (no quiet round)``."""
+    if text.startswith("not measured"):
+        return f"; speedup: {text}"
+    value, _, evidence = text.partition(" ")
+    return f", {value} the naive config" + (f" {evidence}" if evidence else "")
 
 
 def _pair(interval: Any) -> bool:

@@ -126,13 +126,10 @@ def _headline(data: ReportData) -> str:
 def _speedup_said(data: ReportData) -> str:
     """The headline's end: ``, 2.31x the naive config (95% interval ...).``, or ``;
     speedup: not measured (why).`` when the race had no evidence for one."""
+    from autotune.preset.figures import speedup_clause
+
     text = _speedup_text(data)
-    if text is None:
-        return "."
-    if _speedup(data) is None:
-        return f"; speedup: {text}."
-    value, _, evidence = text.partition(" ")
-    return f", {value} the naive config" + (f" {evidence}" if evidence else "") + "."
+    return "." if text is None else speedup_clause(text) + "."
 
 
 def _speedup_text(data: ReportData) -> str | None:
