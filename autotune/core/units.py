@@ -7,7 +7,7 @@ import math
 import re
 
 from autotune.core.errors import BudgetError, UsageError
-from autotune.core.validator import duration_problem, show
+from autotune.core.validator import MAX_INT, duration_problem, show
 
 __all__ = [
     "format_bytes",
@@ -33,17 +33,25 @@ _UNITS = {
     "m": 10**6,
     "g": 10**9,
 }
-_MAX_BUDGET_BYTES = 2**63 - 1  # a byte count (a preset's budget_bytes takes no more)
+_MAX_BUDGET_BYTES = MAX_INT  # a byte count (a preset's budget_bytes takes no more)
 _PATTERN = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[a-zA-Z]*)\s*$")
 
 
-def parse_budget(text: str, *, device_memory_bytes: int | None) -> int:
+def parse_budget(text: str | int, *, device_memory_bytes: int | None) -> int:
     """Return a memory budget in bytes.
 
     ``text`` is a size with a unit (``8GB``, ``8GiB``, ``8000MB``) or a bare fraction of
     the device's memory in (0, 1] (``0.5``). A bare number above 1 is refused: it is
-    ambiguous (bytes? GB?), so the user must give a unit.
+    ambiguous (bytes? GB?), so the user must give a unit. An int (the Python API's) is a
+    byte count, held to the same bounds.
     """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise BudgetError(f"budget must be positive, got {text!r}")
+        if text > _MAX_BUDGET_BYTES:
+            raise BudgetError(f"budget {text} is too large: no device has that much memory")
+        return text
+    text = str(text)
     match = _PATTERN.match(text)
     if match is None:
         raise BudgetError(

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune.core.errors import BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
-from autotune.core.validator import MAX_INT
 from autotune.machine.compile_cache import shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.plan.planner import Planner
@@ -134,7 +133,7 @@ def search(
     spec = _resolve_model(model)
     hardware = machine.hardware if machine.hardware is not None else _probe()
     caps = hardware.device(machine.device)
-    budget_bytes = _budget_bytes(budget, caps)
+    budget_bytes = parse_budget(budget, device_memory_bytes=caps.total_memory_bytes)
     space = _build_space(spec, hardware, caps, restrict, scope=scope, machine=machine)
     notes = _device_notes(budget_bytes, caps)
     context = SearchContext.of(
@@ -501,16 +500,6 @@ def _probe() -> HardwareProfile:
     from autotune.machine.hardware import probe
 
     return probe()
-
-
-def _budget_bytes(budget: str | int, caps: DeviceCaps) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, int):  # text: parse_budget's checks
-        return parse_budget(str(budget), device_memory_bytes=caps.total_memory_bytes)
-    if budget <= 0:
-        raise BudgetError(f"budget must be positive, got {budget!r}")
-    if budget > MAX_INT:  # as parse_budget: a byte count of 64 bits
-        raise BudgetError(f"budget {budget} is too large: no device has that much memory")
-    return budget
 
 
 def _build_space(
