@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer.main
@@ -89,3 +90,42 @@ def test_an_error_on_a_field_names_its_flag(
     result = CliRunner().invoke(app, ["search", "--model", "mu", "--budget", "1GB", *args])
     assert result.exit_code == 2, result.output
     assert expected in result.output, result.output
+
+
+def test_each_flag_s_default_is_its_field_s() -> None:
+    """The command states its defaults (for --help) beside the records' own: a default
+    changed in the library and not on the command would change the API alone. A flag
+    left unset (None) takes the field's default; --finish's None is the field's False."""
+    import dataclasses
+
+    from autotune.core.units import parse_duration
+    from autotune.study.session import options
+
+    records: dict[str, Any] = {
+        "scope": options.SearchScope,
+        "machine": options.SearchMachine,
+        "limits": options.SearchLimits,
+        "race": options.SearchRace,
+        "study": options.SearchStudy,
+        "output": options.SearchOutput,
+    }
+    command = typer.main.get_command(app).commands["search"]  # type: ignore[attr-defined]
+    flag_defaults = {p.name: p.default for p in command.params}
+    for path, flag in FLAGS.items():
+        record, name = path.split(".")
+        default = {f.name: f.default for f in dataclasses.fields(records[record])}[name]
+        given = flag_defaults[flag.removeprefix("--").replace("-", "_")]
+        if given is None:
+            continue
+        if name == "burst_timeout":
+            given = parse_duration(given)
+        assert given == default, f"{flag}: {given!r} on the command, {default!r} in {path}"
+
+
+def test_the_report_looks_in_the_search_s_runs_folder_by_default() -> None:
+    from autotune.report.data import DEFAULT_RUNS_DIR as REPORT_RUNS_DIR
+    from autotune.study.session.options import DEFAULT_RUNS_DIR
+
+    command = typer.main.get_command(app).commands["report"]  # type: ignore[attr-defined]
+    runs_dir = next(p.default for p in command.params if p.name == "runs_dir")
+    assert runs_dir == REPORT_RUNS_DIR == DEFAULT_RUNS_DIR
