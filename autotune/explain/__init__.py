@@ -4,10 +4,10 @@ rendering (``render``) and the search's profiling of its naive config and winner
 (``found``)."""
 
 from autotune.explain.breakdown import PARTS, Breakdown, parse_events, profile_steps
-from autotune.explain.verdict import KNOBS, Finding, StepVerdict, classify, refine_order
+from autotune.explain.verdict import KNOBS_BY_LIMIT, Finding, StepVerdict, classify, refine_order
 
 __all__ = [
-    "KNOBS",
+    "KNOBS_BY_LIMIT",
     "PARTS",
     "Breakdown",
     "Finding",

@@ -24,7 +24,7 @@ from typing import Any
 from autotune.core.plain import to_plain
 from autotune.explain.breakdown import Breakdown
 
-__all__ = ["KNOBS", "Finding", "StepVerdict", "classify", "refine_order"]
+__all__ = ["KNOBS_BY_LIMIT", "Finding", "StepVerdict", "classify", "refine_order"]
 
 MEMORY_SHARE = 0.9
 INPUT_SHARE = 0.2
@@ -36,7 +36,7 @@ COMPUTE_MFU = 0.35
 OPS_SHARE = 0.7
 
 # The registry's knobs (autotune/config/knobs.py) that move each limit, first one first.
-KNOBS: dict[str, tuple[str, ...]] = {
+KNOBS_BY_LIMIT: dict[str, tuple[str, ...]] = {
     "memory-bound": ("activation_checkpointing", "micro_batch", "expandable_segments"),
     "input-bound": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"),
     "overhead-bound": ("compile", "micro_batch"),
@@ -73,7 +73,7 @@ class StepVerdict:
 
     def summary(self) -> str:
         """One line: the verdict, its evidence and its knobs."""
-        knobs = ", ".join(KNOBS.get(self.kind, ()))
+        knobs = ", ".join(KNOBS_BY_LIMIT.get(self.kind, ()))
         text = f"{self.kind}: {self.evidence}" if self.evidence else self.kind
         return text + (f" (try {knobs})" if knobs else "")
 
@@ -116,7 +116,7 @@ def classify(
 
 
 def _finding(kind: str, evidence: str) -> Finding:
-    return Finding(kind=kind, evidence=evidence, knobs=KNOBS[kind])
+    return Finding(kind=kind, evidence=evidence, knobs=KNOBS_BY_LIMIT[kind])
 
 
 def _compute_time(b: Breakdown) -> float:

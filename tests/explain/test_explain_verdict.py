@@ -9,7 +9,7 @@ import pytest
 
 from autotune.config.knobs import registry, searched_knobs
 from autotune.config.train_config import TrainConfig
-from autotune.explain import KNOBS, Breakdown, StepVerdict, classify, refine_order
+from autotune.explain import KNOBS_BY_LIMIT, Breakdown, StepVerdict, classify, refine_order
 from autotune.explain.render import compact, markdown, table_rows
 
 
@@ -26,7 +26,7 @@ def breakdown(**fields: Any) -> Breakdown:
 
 def test_every_knob_a_verdict_names_is_in_the_registry() -> None:
     names = {k.name for k in registry(TrainConfig)}
-    for kind, knobs in KNOBS.items():
+    for kind, knobs in KNOBS_BY_LIMIT.items():
         assert set(knobs) <= names, kind
 
 
@@ -74,7 +74,8 @@ def test_memory_bound_at_the_budget_comes_first() -> None:
 def test_refine_order_puts_the_verdicts_knobs_first(kind: str, first: str) -> None:
     from autotune.explain.verdict import Finding
 
-    v = StepVerdict(kind=kind, findings=(Finding(kind=kind, evidence="", knobs=KNOBS[kind]),))
+    finding = Finding(kind=kind, evidence="", knobs=KNOBS_BY_LIMIT[kind])
+    v = StepVerdict(kind=kind, findings=(finding,))
     order = refine_order(v)
     searched = [k.name for k in searched_knobs(TrainConfig)]
     assert order[0] == first
