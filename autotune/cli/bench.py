@@ -302,19 +302,16 @@ def _render_explained(breakdown: Breakdown, verdict: StepVerdict, *, console: Co
 
 
 def parse_knobs(items: list[str]) -> dict[str, Any]:
-    """``["block_group=4", "tie=true"]`` -> ``{"block_group": 4, "tie": True}`` (YAML scalars)."""
-    import yaml
+    """``["block_group=4", "tie=true"]`` -> ``{"block_group": 4, "tie": True}``: each value
+    read as ``train --set`` reads one (``overrides.parse_value``)."""
+    from autotune.config.overrides import parse_value
 
     knobs: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name.strip() or not text.strip():
             raise UsageError(f"--knob expects name=value (e.g. block_group=4), got {item!r}")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        knobs[name.strip()] = value
+        knobs[name.strip()] = parse_value(text)
     return knobs
 
 
