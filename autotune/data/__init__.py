@@ -23,8 +23,8 @@ from autotune.data.regression import prepare_regression_data
 from autotune.data.sampling import ResumableSampler, seeded_generator
 from autotune.data.seq2seq import prepare_seq2seq_data
 from autotune.data.tasks import format_help, load_data
-from autotune.data.token_cache import CACHE_VERSION, DataStats, default_cache_dir
-from autotune.data.train_data import VAL_FRACTION, TrainData
+from autotune.data.token_cache import CACHE_VERSION, default_cache_dir
+from autotune.data.train_data import VAL_FRACTION, DataStats, TrainData
 
 __all__ = [
     "CACHE_VERSION",

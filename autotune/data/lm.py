@@ -16,9 +16,9 @@ from torch.utils.data import Dataset
 
 from autotune.core.errors import DataError
 from autotune.data.corpus import DEFAULT_CORPUS
-from autotune.data.token_cache import DataStats, cached_tokens
+from autotune.data.token_cache import cached_tokens
 from autotune.data.tokenizer import ByteTokenizer
-from autotune.data.train_data import VAL_FRACTION, Log, TrainData, quiet
+from autotune.data.train_data import VAL_FRACTION, DataStats, Log, TrainData, quiet
 
 __all__ = ["LMDataset", "prepare_lm_data", "unigram_entropy"]
 

@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ import numpy as np
 
 from autotune.core.errors import DataError
 from autotune.core.files import atomic_write_text, dir_mode
-from autotune.core.plain import to_plain
 from autotune.data.corpus import (
     Document,
     default_corpus,
@@ -39,7 +37,6 @@ from autotune.data.train_data import VAL_FRACTION, Log, quiet
 
 __all__ = [
     "CACHE_VERSION",
-    "DataStats",
     "cached_tokens",
     "default_cache_dir",
     "read_cache",
@@ -77,38 +74,6 @@ def sources_fingerprint(data: Path | None) -> list[Any]:
             raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror}") from None
         out.append([str(file.resolve()), st.st_size, st.st_mtime_ns])
     return out
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataStats:
-    documents: int
-    train_documents: int
-    val_documents: int
-    train_tokens: int
-    val_tokens: int
-    min_doc_tokens: int
-    avg_doc_tokens: float
-    max_doc_tokens: int
-    train_chunks: int = 0
-    val_chunks: int = 0
-    source: str = ""
-    cached: bool = False
-
-    def lines(self) -> list[str]:
-        where = "token cache hit" if self.cached else "tokenized"
-        return [
-            f"data: {self.source} ({where})",
-            f"  documents: {self.documents} ({self.train_documents} train, "
-            f"{self.val_documents} validation)",
-            f"  tokens: {self.train_tokens + self.val_tokens:,} ({self.train_tokens:,} train, "
-            f"{self.val_tokens:,} validation)",
-            f"  document length in tokens: min {self.min_doc_tokens:,}, "
-            f"avg {self.avg_doc_tokens:,.0f}, max {self.max_doc_tokens:,}",
-            f"  chunks: {self.train_chunks:,} train, {self.val_chunks:,} validation",
-        ]
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_plain(self)
 
 
 def write_cache(
