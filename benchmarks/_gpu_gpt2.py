@@ -191,7 +191,7 @@ def _text(value: Any) -> str:
 
 def fp8_capable(capability: str | None) -> bool:
     """Whether a card of compute ``capability`` (a preset's ``"9.0"``) has FP8 tensor cores."""
-    from autotune.machine.caps import FP8_CAPABILITY
+    from autotune.core.device_caps import FP8_CAPABILITY
 
     try:
         major, minor = (int(part) for part in str(capability).split("."))

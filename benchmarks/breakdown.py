@@ -25,9 +25,9 @@ from _common import command_line, hardware_lines, load_average, utc_now
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
+    from autotune.core.device_caps import DeviceCaps
     from autotune.explain.breakdown import Breakdown
     from autotune.explain.verdict import StepVerdict
-    from autotune.machine.caps import DeviceCaps
 
 # One model of each built-in family, the smallest.
 DEFAULT_MODELS = ("mu", "gpt-small", "pointer-gen", "text-regressor")

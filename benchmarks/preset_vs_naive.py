@@ -34,7 +34,7 @@ from _common import (
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.preset import Preset
 

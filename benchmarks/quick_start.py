@@ -29,9 +29,9 @@ from model_knobs import Cell, measure, table
 
 from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
+from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import AutotuneError
 from autotune.core.units import parse_budget
-from autotune.machine.caps import DeviceCaps
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model
 from autotune.study.plan.playbook import CPU_MICRO_BATCH_SHARE, naive_config, quick_start

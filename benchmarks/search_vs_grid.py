@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
     from autotune.study import SearchEvent, SearchResult, TrialRecord
     from autotune.study.plan.space import SearchSpace

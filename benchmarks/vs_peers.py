@@ -82,7 +82,7 @@ from autotune.study.session.deadline import OVERRUN_SHARE
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
 
 PEERS = ("lightning-power", "lightning-binsearch", "hf-trainer", "accelerate", "deepspeed")

@@ -15,8 +15,8 @@ from benchmark_modules import load_benchmark
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig, check_config
+from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import UsageError
-from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import builtin_names, get_model
 from autotune.study.plan.playbook import fit_global_batch
 from autotune.testing.fake_caps import cpu_caps, cuda_caps

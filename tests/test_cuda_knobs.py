@@ -23,6 +23,7 @@ from autotune.burst.supervisor import run_burst
 from autotune.burst.trial import _build
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import ModelSpec
+from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import ConfigError, UsageError
 from autotune.engine import step as step_module
 from autotune.engine.step import (
@@ -33,7 +34,6 @@ from autotune.engine.step import (
     compile_model,
     prepare_model,
 )
-from autotune.machine.caps import DeviceCaps
 from autotune.models.registry import get_model, load_model
 from autotune.preset.export import export_preset
 from autotune.preset.io import preset_from_dict, preset_to_dict

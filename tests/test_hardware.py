@@ -13,9 +13,9 @@ import pytest
 import torch
 import yaml
 
+from autotune.core.device_caps import parse_device, peak_flops
 from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
 from autotune.machine import hardware
-from autotune.machine.caps import parse_device, peak_flops
 from autotune.machine.hardware import parse_cpu_family, parse_cpuinfo, probe
 from autotune.machine.profile import ISA_FLAGS, SCHEMA_VERSION, HardwareProfile
 from autotune.testing.fake_caps import cpu_caps, cuda_caps

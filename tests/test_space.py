@@ -7,8 +7,8 @@ import pytest
 
 from autotune.config.train_config import TrainConfig, check_config
 from autotune.contract.spec import Knob, ModelSpec
+from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import ConfigError, UsageError
-from autotune.machine.caps import DeviceCaps
 from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
 from autotune.testing.fake_caps import cpu_caps, cuda_caps
 from autotune.testing.toy import toy_spec

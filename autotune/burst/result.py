@@ -21,7 +21,7 @@ from autotune.engine.mfu import mfu
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "STABLE_MIN_STEPS",

@@ -78,7 +78,7 @@ from autotune.engine.memory import ProcessTreeSampler
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = ["run_burst"]
 

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
+    from autotune.core.device_caps import DeviceCaps
     from autotune.explain.breakdown import Breakdown
     from autotune.explain.verdict import StepVerdict
-    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "ProfileOption",

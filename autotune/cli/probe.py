@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import GPUInfo, HardwareProfile
 
 __all__ = ["probe", "render"]

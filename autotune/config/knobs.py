@@ -25,7 +25,7 @@ from autotune.core.validator import did_you_mean, show
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "EXPORT_FRAMEWORKS",

@@ -16,7 +16,7 @@ from autotune.config.parallel import config_problems as parallel_problems
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = ["WORKERS_PER_CORE", "machine_problems", "usable_cores", "worker_limit"]
 

@@ -39,7 +39,7 @@ from autotune.core.validator import MAX_PROCESSES, Rule, Section, positive
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "BUCKET_CAP_CHOICES",

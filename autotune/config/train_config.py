@@ -41,6 +41,7 @@ from autotune.config.machine_limits import (
 )
 from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
+from autotune.core.device_caps import PRECISIONS, DeviceCaps
 from autotune.core.errors import ConfigError, PresetError
 from autotune.core.validator import (
     MAX_PROCESSES,
@@ -58,7 +59,6 @@ from autotune.core.validator import (
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
 
 __all__ = [
     "COMPILE_MODES",
@@ -78,7 +78,6 @@ __all__ = [
     "worker_limit",
 ]
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # The last three (CUDA graphs, Triton autotuning) are searched on CUDA only.
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

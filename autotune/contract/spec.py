@@ -26,7 +26,7 @@ from autotune.core.units import throughput_label
 from autotune.core.validator import SIZE
 
 if TYPE_CHECKING:
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "HF_PREFIX",

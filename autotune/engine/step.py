@@ -26,8 +26,8 @@ from torch import nn
 
 from autotune.config.knobs import backend_settings, env_settings, environment
 from autotune.config.train_config import TrainConfig
+from autotune.core.device_caps import torchao_problem
 from autotune.core.errors import ConfigError
-from autotune.machine.caps import torchao_problem
 from autotune.machine.compile_cache import keep_precompiled_headers, trust_vector_isa_check
 
 if TYPE_CHECKING:

@@ -1,9 +1,10 @@
-"""What the machine is: the probe, device capabilities, OpenMP's wait policy, the compile cache.
+"""What the machine is: the probe, the profile it returns, OpenMP's wait policy, the compile cache.
 
 - ``hardware``: ``probe()``, which measures this machine (GPUs through NVML or torch.cuda,
   the CPU, the software stack);
-- ``profile``: ``HardwareProfile``, the record it returns, and its JSON schema;
-- ``caps``: ``DeviceCaps``, what one device can run (precisions, compile, peak FLOP/s);
+- ``profile``: ``HardwareProfile``, the record it returns, and its JSON schema; its
+  ``device(name)`` gives the ``DeviceCaps`` of one device (``autotune.core.device_caps``,
+  re-exported here), the record the config and the model contract check against;
 - ``omp``: OpenMP's wait policy for a config; ``compile_cache``: torch.compile's cache.
 
 Nothing here imports torch until ``probe()`` runs.
@@ -11,7 +12,7 @@ Nothing here imports torch until ``probe()`` runs.
 
 from __future__ import annotations
 
-from autotune.machine.caps import DeviceCaps, parse_device, peak_flops
+from autotune.core.device_caps import DeviceCaps, parse_device, peak_flops
 from autotune.machine.hardware import probe
 from autotune.machine.profile import CPUInfo, GPUInfo, GPUProcess, HardwareProfile, SoftwareInfo
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from autotune.core.device_caps import DeviceCaps, parse_device, peak_flops
 from autotune.core.errors import HardwareMismatchError, UsageError
 from autotune.core.plain import from_plain, to_plain
-from autotune.machine.caps import DeviceCaps, parse_device, peak_flops
 
 __all__ = [
     "CPUInfo",

@@ -17,7 +17,7 @@ from autotune.core.units import format_bytes
 from autotune.preset.sections import Fingerprint, Preset, find_device
 
 if TYPE_CHECKING:
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
 
 __all__ = ["PortabilityReport", "check_portability", "default_device_for", "same_device"]

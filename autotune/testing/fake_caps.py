@@ -3,7 +3,7 @@ known (a probed profile depends on the machine running the tests)."""
 
 from __future__ import annotations
 
-from autotune.machine.caps import DeviceCaps
+from autotune.core.device_caps import DeviceCaps
 
 __all__ = ["cpu_caps", "cuda_caps"]
 

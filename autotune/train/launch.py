@@ -41,7 +41,7 @@ from autotune.preset import (
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.machine.profile import HardwareProfile
 
 __all__ = ["PreparedRun", "prepare_training"]

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
 
     from autotune.contract.spec import Batch
+    from autotune.core.device_caps import DeviceCaps
     from autotune.engine.step import Stepper
-    from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Preset
 
 __all__ = ["PresetLoop"]

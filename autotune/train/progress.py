@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from autotune.config.train_config import TrainConfig, TrainingDefaults
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "OptimizerTimer",

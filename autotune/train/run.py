@@ -23,7 +23,7 @@ from autotune.train.trainer import OnOOM, Trainer
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = ["train"]
 

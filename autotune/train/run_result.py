@@ -19,7 +19,7 @@ from autotune.engine.mfu import mfu
 
 if TYPE_CHECKING:
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.train.progress import TrainingProgress
 
 __all__ = ["SteadyFigures", "TrainResult", "finish", "steady_figures", "write_summary"]

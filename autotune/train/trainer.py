@@ -92,7 +92,7 @@ if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LRScheduler
 
     from autotune.contract.spec import Batch, ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "OnOOM",

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.config.train_config import TrainConfig
+    from autotune.core.device_caps import DeviceCaps
     from autotune.explain.verdict import StepVerdict
-    from autotune.machine.caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
     from autotune.study.plan.memory_model import MemoryModel, MemoryVerdict
     from autotune.study.session.context import SearchContext

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
     from autotune.study.plan.memory_model import MemoryModel
     from autotune.study.plan.space import SearchSpace

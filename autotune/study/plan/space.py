@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.contract.spec import ModelSpec
-    from autotune.machine.caps import DeviceCaps
+    from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
     "BUILTIN_KNOBS",

@@ -13,10 +13,18 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from autotune.config.train_config import PRECISIONS
 from autotune.core.errors import UsageError
 
-__all__ = ["FP8_CAPABILITY", "DeviceCaps", "parse_device", "peak_flops", "torchao_problem"]
+__all__ = [
+    "FP8_CAPABILITY",
+    "PRECISIONS",
+    "DeviceCaps",
+    "parse_device",
+    "peak_flops",
+    "torchao_problem",
+]
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # TrainConfig.precision's values, in this order
 
 # FP8 tensor cores: Ada (L4, RTX 4090) and Hopper (H100, H200) onwards.
 FP8_CAPABILITY = (8, 9)
