@@ -35,8 +35,8 @@ from autotune.data import (
 )
 from autotune.data.loader import worker_init
 from autotune.data.tokenizer import ByteTokenizer, WordVocab, load_tokenizer, split_words
+from autotune.engine.distributed import DistInfo
 from autotune.train.batches import BatchStream
-from autotune.train.distributed import DistInfo
 
 
 def lm(path: Path | None, cache: Path, seq_len: int = 8, vocab_size: int = 260) -> object:

@@ -18,8 +18,8 @@ from fake_lm import FAKE_LM, make_spec
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.core.errors import ConfigError
+from autotune.engine.distributed import per_rank_config
 from autotune.train.checkpoint import list_checkpoints, load_checkpoint
-from autotune.train.distributed import per_rank_config
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

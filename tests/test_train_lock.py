@@ -17,7 +17,7 @@ from fake_lm import make_spec
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.core.errors import UsageError
 from autotune.data import TrainData, prepare_lm_data
-from autotune.train.distributed import DistInfo
+from autotune.engine.distributed import DistInfo
 from autotune.train.run_folder import HOLDER_FILE, RunFolder
 from autotune.train.trainer import Trainer
 
@@ -56,7 +56,7 @@ HOLD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from autotune.train.distributed import DistInfo
+    from autotune.engine.distributed import DistInfo
     from autotune.train.run_folder import RunFolder
 
     with RunFolder(Path(sys.argv[1]), dist=DistInfo(), keep_last=1, message=print).locked():

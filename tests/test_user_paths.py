@@ -31,12 +31,12 @@ from autotune.core.errors import (
 from autotune.core.files import read_capped
 from autotune.data.corpus import load_documents
 from autotune.data.tokenizer import load_tokenizer
+from autotune.engine.distributed import DistInfo
 from autotune.models.registry import load_model
 from autotune.preset import load_preset, resolve_preset, save_preset
 from autotune.report.data import load_report_data
 from autotune.study.storage.optuna_glue import check_storage_url, open_storage
 from autotune.train.checkpoint import load_checkpoint
-from autotune.train.distributed import DistInfo
 from autotune.train.log import Display
 from autotune.train.run_folder import LOCK_FILE, RunFolder
 

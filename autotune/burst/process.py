@@ -243,7 +243,7 @@ def spawn_child(
     trial to remove it; torchrun's ranks read it by its path in the folder made for them.
     (A one-process trial is forked by a zygote instead where one can serve:
     ``autotune.burst.zygote``.)"""
-    from autotune.train.distributed import torchrun_command
+    from autotune.engine.distributed import torchrun_command
 
     fds: tuple[int, ...] = ()
     workdir: Path | None = None

@@ -1,4 +1,4 @@
-"""A trial of several processes under torchrun (``autotune/train/distributed.py``): each
+"""A trial of several processes under torchrun (``autotune/engine/distributed.py``): each
 rank's place and config, its state for a checkpoint, and rank 0's result gathered from
 every rank.
 """
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from autotune.config.train_config import TrainConfig
-    from autotune.train.distributed import DistInfo
+    from autotune.engine.distributed import DistInfo
 
 __all__ = ["across_ranks", "join_ranks", "rank_state"]
 
@@ -19,7 +19,7 @@ __all__ = ["across_ranks", "join_ranks", "rank_state"]
 def join_ranks(config: TrainConfig, device: str) -> tuple[DistInfo, str, TrainConfig]:
     """This rank's place (a world of one outside torchrun), its device and the config it
     runs: ``grad_accum / world size`` micro-batches, so the global batch is the config's."""
-    from autotune.train.distributed import init_distributed, per_rank_config
+    from autotune.engine.distributed import init_distributed, per_rank_config
 
     info, device = init_distributed(device)
     return info, device, per_rank_config(config, info.world_size)
@@ -33,7 +33,7 @@ def across_ranks(
     if dist is None or not dist.enabled:
         return result
     from autotune.core.units import over_budget
-    from autotune.train.distributed import all_gather_objects
+    from autotune.engine.distributed import all_gather_objects
 
     keys = ("status", "reason", "peak_bytes", "own_peak_rss_bytes")
     ranks = all_gather_objects(dist, {k: result.get(k) for k in keys})

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import Batch, ModelSpec
     from autotune.engine.build import Built
+    from autotune.engine.distributed import DistInfo
     from autotune.engine.step import Stepper
-    from autotune.train.distributed import DistInfo
 
 __all__ = [
     "Trial",

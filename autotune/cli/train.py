@@ -156,7 +156,7 @@ def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     on one it cannot make with a traceback)."""
     import shlex
 
-    from autotune.train.distributed import torchrun_command
+    from autotune.engine.distributed import torchrun_command
     from autotune.train.run_folder import create_run_folder
 
     create_run_folder(out_dir, "--out")

@@ -16,12 +16,12 @@ strategy and its knobs.
 
 The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run's, so
 ``micro_batch x grad_accum`` stays the global batch; each process accumulates
-``grad_accum / nproc_per_node`` micro-batches (``autotune.train.distributed.per_rank_config``).
+``grad_accum / nproc_per_node`` micro-batches (``autotune.engine.distributed.per_rank_config``).
 
 This module is the record and its checks (torch only to count a CUDA machine's GPUs).
 The knobs are applied by ``autotune.engine.wrapping.wrap_model`` (the burst child and the
 trainer both call it, so what was measured is what trains), and processes are started by
-``autotune.train.distributed.torchrun_command``. ``space_choices`` names the values a
+``autotune.engine.distributed.torchrun_command``. ``space_choices`` names the values a
 search tries (``SearchSpace`` holds them as one categorical dimension, ``parallel``, whose
 values are ``ParallelConfig.label()`` texts such as ``ddp-b100-view`` or
 ``fsdp-keep-bf16``); ``config_problems`` is ``check_config``'s part.

@@ -1,1 +1,1 @@
-"""What the burst and the trainer share: the step function, model wrapping, memory."""
+"""What the burst and the trainer share: the step, model wrapping, memory, MFU, torchrun."""

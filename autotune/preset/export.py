@@ -17,7 +17,7 @@ Which key each knob is in a format, and what to do where a format has none, come
 knob registry (``export_names``, each entry's ``export_hint``): the mappers name no knob,
 so a knob added to the registry is exported, or listed as not mapped, with no code here.
 The DataLoader arguments come from ``autotune.data.loader.loader_kwargs`` and the per-process
-accumulation from ``autotune.train.distributed.per_rank_config``, the rules the burst and the
+accumulation from ``autotune.engine.distributed.per_rank_config``, the rules the burst and the
 trainer use, so an export says what was measured.
 """
 
@@ -138,7 +138,7 @@ def export_preset(
         raise UsageError(f"nproc: expected a positive number of processes, got {nproc!r}")
     if format in ("json", "yaml"):
         return _plain(preset, format)
-    from autotune.train.distributed import per_rank_config
+    from autotune.engine.distributed import per_rank_config
 
     rank_config = per_rank_config(preset.config, nproc)
     if format == "torchrun":

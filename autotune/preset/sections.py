@@ -600,7 +600,7 @@ class Preset(_PresetSection):
 
     def _cross_problems(self) -> list[str]:
         # The config is the whole run's: under DDP each process takes grad_accum / world
-        # size of it (autotune/train/distributed.py), so micro_batch x grad_accum is the global
+        # size of it (autotune/engine/distributed.py), so micro_batch x grad_accum is the global
         # batch whatever the process count (autotune/study/session/outcome.py writes it so).
         config, task = self.config, self.task
         if config.global_batch != task.global_batch:

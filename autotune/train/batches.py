@@ -17,7 +17,7 @@ from autotune.core.errors import DataError
 from autotune.data.loader import loader_kwargs
 from autotune.data.sampling import ResumableSampler, seeded_generator
 from autotune.data.train_data import TrainData
-from autotune.train.distributed import DistInfo
+from autotune.engine.distributed import DistInfo
 
 if TYPE_CHECKING:
     from autotune.contract.spec import Batch

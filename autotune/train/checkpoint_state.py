@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig, TrainingDefaults
     from autotune.contract.spec import ModelSpec
     from autotune.data.tokenizer import ByteTokenizer, WordVocab
+    from autotune.engine.distributed import DistInfo
     from autotune.engine.step import Stepper
     from autotune.train.batches import BatchStream
-    from autotune.train.distributed import DistInfo
 
 __all__ = [
     "CHECKPOINT_FORMAT",

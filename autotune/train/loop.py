@@ -59,7 +59,7 @@ class PresetLoop:
     """A config (one process's share of it under DDP) applied to a loop you write.
 
     ``world_size`` > 1 keeps the preset's global batch: each process accumulates
-    ``grad_accum / world_size`` micro-batches (``autotune.train.distributed.per_rank_config``).
+    ``grad_accum / world_size`` micro-batches (``autotune.engine.distributed.per_rank_config``).
     A config this machine cannot run (more DataLoader workers than it allows per usable
     core, more processes than cores or GPUs) is a ``ConfigError`` here, before anything
     starts; ``device_caps`` is the device's probe, where the caller has one.
@@ -76,8 +76,8 @@ class PresetLoop:
     ) -> None:
         import torch
 
+        from autotune.engine.distributed import per_rank_config
         from autotune.engine.step import apply_allocator_settings
-        from autotune.train.distributed import per_rank_config
 
         _check_machine(config, torch.device(device), device_caps)
         self.global_config = config

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.data.tasks import load_data
 from autotune.data.train_data import TrainData
-from autotune.train.distributed import barrier, destroy_distributed, init_distributed
+from autotune.engine.distributed import barrier, destroy_distributed, init_distributed
 from autotune.train.run_result import TrainResult
 from autotune.train.trainer import OnOOM, Trainer
 

@@ -30,6 +30,7 @@ from filelock import FileLock, Timeout
 
 from autotune.core.errors import AutotuneError, UsageError
 from autotune.core.files import atomic_write_text, read_capped, regular_file_size
+from autotune.engine.distributed import DistInfo, all_gather_objects, barrier
 from autotune.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -42,7 +43,6 @@ from autotune.train.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
-from autotune.train.distributed import DistInfo, all_gather_objects, barrier
 from autotune.train.log import CURVES_FILE
 
 __all__ = ["HOLDER_FILE", "LOCK_FILE", "RunFolder", "create_run_folder"]

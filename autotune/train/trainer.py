@@ -53,6 +53,13 @@ from autotune.core.errors import TrainingOOMError, UsageError
 from autotune.data.loader import loader_kwargs
 from autotune.data.train_data import TrainData
 from autotune.engine.build import build_training
+from autotune.engine.distributed import (
+    DistInfo,
+    any_flag,
+    barrier,
+    broadcast_object,
+    per_rank_config,
+)
 from autotune.engine.step import apply_allocator_settings, to_device
 from autotune.engine.wrapping import full_state, is_sharded
 from autotune.machine import omp
@@ -63,13 +70,6 @@ from autotune.train.checkpoint_state import (
     TrainedParts,
     checkpoint_state,
     restore_state,
-)
-from autotune.train.distributed import (
-    DistInfo,
-    any_flag,
-    barrier,
-    broadcast_object,
-    per_rank_config,
 )
 from autotune.train.evaluation import evaluate_model
 from autotune.train.log import Display
