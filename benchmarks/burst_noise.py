@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from autotune.burst.supervisor import run_burst
-    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.config.checks import check_config
+    from autotune.config.train_config import TrainConfig
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model
 

@@ -56,8 +56,9 @@ from _common import (
 )
 
 from autotune.burst.supervisor import run_burst
+from autotune.config.checks import check_config
 from autotune.config.overrides import parse_value
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import AutotuneError, ConfigError, UsageError
 from autotune.core.units import format_bytes, parse_budget, parse_duration

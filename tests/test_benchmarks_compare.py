@@ -14,7 +14,8 @@ import pytest
 from benchmark_modules import load_benchmark
 
 from autotune.burst.result import BurstResult
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import UsageError
 from autotune.models.registry import builtin_names, get_model

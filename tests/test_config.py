@@ -11,10 +11,12 @@ from fake_lm import FAKE_LM
 from fake_models import FAKES
 from typer.testing import CliRunner
 
+import autotune.config.checks
 import autotune.config.machine_limits
-import autotune.config.train_config
 from autotune.cli.main import app
-from autotune.config.train_config import MAX_NUM_WORKERS, TrainConfig, check_config, usable_cores
+from autotune.config.checks import check_config
+from autotune.config.machine_limits import usable_cores
+from autotune.config.train_config import MAX_NUM_WORKERS, TrainConfig
 from autotune.core.errors import ConfigError
 from autotune.machine.hardware import probe
 from autotune.preset import Fingerprint, Measured, ModelRef, Preset, Task, save_preset
@@ -28,7 +30,7 @@ runner = CliRunner()
 @pytest.fixture
 def one_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has one usable core (so at most 4 workers), and forks no DataLoader."""
-    monkeypatch.setattr(autotune.config.train_config, "usable_cores", lambda: 1)
+    monkeypatch.setattr(autotune.config.checks, "usable_cores", lambda: 1)
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a DataLoader was built before the config was checked")

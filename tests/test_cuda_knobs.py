@@ -21,7 +21,8 @@ from fake_presets import gpu_fingerprint, make_config, make_preset
 
 from autotune.burst.supervisor import run_burst
 from autotune.burst.trial import _build
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import ConfigError, UsageError

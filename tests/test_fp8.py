@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 from autotune.burst.trial import _build
 from autotune.cli.main import app
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import ConfigError, HardwareMismatchError, UsageError
 from autotune.engine.step import place_model, prepare_model

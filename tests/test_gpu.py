@@ -23,7 +23,8 @@ from fake_models import FAKES
 from autotune.burst.result import BurstResult
 from autotune.burst.supervisor import run_burst
 from autotune.burst.zygote import _driver_loaded, zygotes
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import ModelSpec
 from autotune.machine.hardware import probe
 from autotune.models.registry import get_model, load_model

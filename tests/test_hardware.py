@@ -524,7 +524,8 @@ def test_without_a_cxx_compiler_cpu_compile_is_off(monkeypatch: pytest.MonkeyPat
     assert not profile.device("cpu").compile
     assert not profile.software.compile_available  # the CPU is the default device here
     # A config that compiles is refused with the probe's reason, not a bare "cannot run".
-    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.config.checks import check_config
+    from autotune.config.train_config import TrainConfig
     from autotune.testing.toy import toy_spec
 
     caps = profile.device("cpu")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli.bench import config_options
+from autotune.config.checks import check_config
 from autotune.config.knobs import (
     EXPORT_FRAMEWORKS,
     BackendFlag,
@@ -25,7 +26,7 @@ from autotune.config.knobs import (
     registry,
     searched_knobs,
 )
-from autotune.config.train_config import KNOBS, TrainConfig, check_config
+from autotune.config.train_config import KNOBS, TrainConfig
 from autotune.core.errors import ConfigError, UsageError
 from autotune.study.plan.space import BUILTIN_KNOBS, CPU_KNOBS, CUDA_KNOBS, SWITCHES, SearchSpace
 from autotune.testing.fake_caps import cpu_caps, cuda_caps

@@ -10,7 +10,7 @@ import torch
 from fake_presets import make_config, make_preset
 from torch import nn
 
-import autotune.config.machine_limits
+import autotune.config.checks
 from autotune.config.parallel import ParallelConfig
 from autotune.config.train_config import MAX_NUM_WORKERS
 from autotune.core.errors import ConfigError
@@ -86,7 +86,7 @@ def test_a_preset_with_more_workers_than_this_machine_allows_is_refused(
 ) -> None:
     """The machine's limits that ``autotune train`` applies (``machine_problems``) hold for
     the Python API too: no loader with 1024 workers on a one-core machine."""
-    monkeypatch.setattr(autotune.config.machine_limits, "usable_cores", lambda: 1)
+    monkeypatch.setattr(autotune.config.checks, "usable_cores", lambda: 1)
     preset = make_preset(config=make_config(num_workers=MAX_NUM_WORKERS))
     path = save_preset(preset, tmp_path / "best.yaml")
     with pytest.raises(ConfigError) as info:
@@ -100,7 +100,7 @@ def test_a_preset_with_more_workers_than_this_machine_allows_is_refused(
 def test_more_processes_than_cores_are_refused_with_every_problem(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(autotune.config.machine_limits, "usable_cores", lambda: 2)
+    monkeypatch.setattr(autotune.config.checks, "usable_cores", lambda: 2)
     config = make_config(num_workers=9, parallel=ParallelConfig(nproc_per_node=4))
     with pytest.raises(ConfigError) as info:
         PresetLoop(config, world_size=4, device_caps=cpu_caps())

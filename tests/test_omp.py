@@ -15,7 +15,8 @@ from fake_conv import CONV
 from fake_lm import FAKE_LM
 
 from autotune.burst.supervisor import run_burst
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
 from autotune.machine import omp
 from autotune.models.registry import load_model

@@ -17,13 +17,10 @@ from fake_lm import FAKE_LM
 from typer.testing import CliRunner
 
 from autotune.burst.supervisor import run_burst
+from autotune.config.checks import check_config
 from autotune.config.overrides import apply_overrides
 from autotune.config.parallel import ParallelConfig, parse_label, space_choices
-from autotune.config.train_config import (
-    TrainConfig,
-    TrainingDefaults,
-    check_config,
-)
+from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.core.errors import ConfigError, UsageError
 from autotune.machine.hardware import probe
 from autotune.models.registry import load_model

@@ -5,7 +5,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.contract.spec import Knob, ModelSpec
 from autotune.core.device_caps import DeviceCaps
 from autotune.core.errors import ConfigError, UsageError

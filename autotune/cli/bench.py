@@ -134,7 +134,8 @@ def bench(
 ) -> None:
     """Run one isolated training burst of one config and print what it measured."""
     check_burst_numbers(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
-    from autotune.config.train_config import TrainConfig, check_config
+    from autotune.config.checks import check_config
+    from autotune.config.train_config import TrainConfig
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model, parse_model_args

@@ -470,7 +470,7 @@ def _check_model(loaded: Preset) -> None:
     for another trainer (a knob of 999, a sequence past the model's limit, a model that
     does not exist were exported, then refused by ``train``). A user's model file is not
     run here (``train --trust-model`` runs it), so its config is exported as it is."""
-    from autotune.config.train_config import model_problems
+    from autotune.config.checks import model_problems
     from autotune.models.registry import is_user_code
 
     if is_user_code(loaded.model.name):

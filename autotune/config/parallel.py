@@ -18,13 +18,14 @@ The config's ``micro_batch`` is per process and ``grad_accum`` is the whole run'
 ``micro_batch x grad_accum`` stays the global batch; each process accumulates
 ``grad_accum / nproc_per_node`` micro-batches (``autotune.engine.distributed.per_rank_config``).
 
-This module is the record and its checks (torch only to count a CUDA machine's GPUs).
+This module is the record and the checks of the record alone.
 The knobs are applied by ``autotune.engine.wrapping.wrap_model`` (the burst child and the
 trainer both call it, so what was measured is what trains), and processes are started by
 ``autotune.engine.distributed.torchrun_command``. ``space_choices`` names the values a
 search tries (``SearchSpace`` holds them as one categorical dimension, ``parallel``, whose
 values are ``ParallelConfig.label()`` texts such as ``ddp-b100-view`` or
-``fsdp-keep-bf16``); ``config_problems`` is ``check_config``'s part.
+``fsdp-keep-bf16``); ``autotune.config.checks.parallel_problems`` holds a config's record
+to a device and this machine.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from autotune.core.plain import from_plain, to_plain
 from autotune.core.validator import MAX_PROCESSES, Rule, Section, positive
 
 if TYPE_CHECKING:
-    from autotune.config.train_config import TrainConfig
     from autotune.core.device_caps import DeviceCaps
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "STRATEGIES",
     "ParallelConfig",
     "coerce",
-    "config_problems",
     "parse_label",
     "space_choices",
     "split_problems",
@@ -204,36 +203,3 @@ def space_choices(device: DeviceCaps) -> tuple[str, ...]:
         for r in (True, False)
     ]
     return tuple(out)
-
-
-def config_problems(config: TrainConfig, device: DeviceCaps, *, cores: int) -> list[str]:
-    """What keeps ``config.parallel`` from running on ``device`` with ``cores`` usable CPU
-    cores (``check_config``'s part): at most one process per GPU, or per core on a CPU."""
-    par = config.parallel
-    if par is None:
-        return []
-    out = split_problems(config.grad_accum, par)
-    if device.kind == "cpu" and par.nproc_per_node > cores:
-        out.append(
-            f"config.parallel.nproc_per_node: {par.nproc_per_node} processes on a CPU need as "
-            f"many usable cores, this process may use {cores}"
-        )
-    if par.strategy == "fsdp" and config.precision == "fp16":
-        out.append(
-            "config.parallel.strategy: fsdp runs with fp32 or bf16 here, not fp16 (its "
-            "GradScaler would need sharded gradients); use precision bf16 or strategy ddp"
-        )
-    if par.mixed_precision == "bf16":
-        problem = device.precision_problem("bf16")
-        if problem is not None:
-            out.append(f"config.parallel.mixed_precision: bf16 on {device.device}: {problem}")
-    if device.kind == "cuda":
-        import torch
-
-        count = torch.cuda.device_count()
-        if par.nproc_per_node > count:
-            out.append(
-                f"config.parallel.nproc_per_node: {par.nproc_per_node} processes need as "
-                f"many GPUs, this machine has {count}"
-            )
-    return out

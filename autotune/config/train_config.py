@@ -23,7 +23,6 @@ from autotune.config.knobs import (
     checkpointing,
     convolutional,
     default_config,
-    device_problems,
     field_problems,
     knob,
     mapping_rule,
@@ -31,17 +30,11 @@ from autotune.config.knobs import (
     on_cpu,
     on_cuda,
     registry,
-    seq_len_problem,
 )
-from autotune.config.machine_limits import (
-    WORKERS_PER_CORE,
-    machine_problems,
-    usable_cores,
-    worker_limit,
-)
+from autotune.config.machine_limits import WORKERS_PER_CORE, worker_limit
 from autotune.config.parallel import ParallelConfig
 from autotune.config.parallel import coerce as coerce_parallel
-from autotune.core.device_caps import PRECISIONS, DeviceCaps
+from autotune.core.device_caps import PRECISIONS
 from autotune.core.errors import ConfigError, PresetError
 from autotune.core.validator import (
     MAX_PROCESSES,
@@ -58,7 +51,7 @@ from autotune.core.validator import (
 )
 
 if TYPE_CHECKING:
-    from autotune.contract.spec import ModelSpec
+    pass
 
 __all__ = [
     "COMPILE_MODES",
@@ -70,11 +63,7 @@ __all__ = [
     "WORKERS_PER_CORE",
     "TrainConfig",
     "TrainingDefaults",
-    "check_config",
     "did_you_mean",
-    "machine_problems",
-    "model_problems",
-    "usable_cores",
     "worker_limit",
 ]
 
@@ -551,47 +540,6 @@ class TrainingDefaults(Section):
         if self.max_steps is None and self.epochs is None:
             return ["training: set max_steps or epochs (or both: whichever ends first)"]
         return []
-
-
-def check_config(
-    config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps, cores: int | None = None
-) -> None:
-    """Reject what this model, device or machine (``cores``: default this process's usable
-    cores) cannot run, all problems at once: each knob's conditions (the registry's
-    ``runs`` and ``value_problem``), the machine's limits (``machine_problems``), and the
-    model's knobs."""
-    cores = usable_cores() if cores is None else cores
-    problems = device_problems(config, Where(spec=spec, device=device, cores=cores))
-    problems += machine_problems(config, device, cores=cores)
-    problems += model_problems(config, spec=spec, device=device)
-    if problems:
-        raise ConfigError(problems, context=f"config not runnable on {device.device}")
-
-
-def model_problems(
-    config: TrainConfig, *, spec: ModelSpec, device: DeviceCaps | None = None
-) -> list[str]:
-    """What the model refuses in ``config`` on any machine: a sequence longer than it
-    accepts, a knob it has not, a value its knob does not take; with ``device``, a value
-    that device cannot run too. ``presets export`` asks this of a preset for a machine it
-    does not know (it wrote presets that ``train`` then refused)."""
-    problems = []
-    if (too_long := seq_len_problem(config.seq_len, spec)) is not None:
-        problems.append(f"config.seq_len: {too_long}")
-    known = {k.name: k for k in spec.knobs}
-    for name, value in config.knobs.items():
-        if name not in known:
-            names = ", ".join(known) or "none"
-            problems.append(
-                f"config.knobs.{name}: model {spec.name!r} has no such knob "
-                f"(its knobs: {names}){did_you_mean(name, list(known))}"
-            )
-        elif value not in known[name].values:
-            allowed = ", ".join(map(str, known[name].values))
-            problems.append(f"config.knobs.{name}: expected one of {allowed}; got {value!r}")
-        elif device is not None and (problem := known[name].value_problem(value, device, config)):
-            problems.append(f"config.knobs.{name}: {problem}")
-    return problems
 
 
 KNOBS = registry(TrainConfig)  # the registry: one entry per field, in field order

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autotune.config.checks import check_config
 from autotune.config.overrides import apply_overrides
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.train_config import TrainConfig
 from autotune.core.errors import UsageError
 from autotune.core.validator import COUNT, show
 from autotune.preset import (

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.config.machine_limits import machine_problems
+from autotune.config.checks import machine_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
 from autotune.machine import omp

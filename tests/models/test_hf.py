@@ -23,7 +23,8 @@ from fake_presets import make_config, make_preset
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ModelLoadError, UsageError
 from autotune.engine.step import Stepper, make_optimizer, prepare_model
 from autotune.models.registry import is_user_code, load_model, parse_model_args

@@ -9,7 +9,8 @@ import torch
 from _tiny_models import TINY
 from torch import nn
 
-from autotune.config.train_config import TrainConfig, check_config
+from autotune.config.checks import check_config
+from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError
 from autotune.models import _common, get_model
 from autotune.models._common import checkpoint_every_knob, run_layers

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.train_config import check_config
+from autotune.config.checks import check_config
 from autotune.core.device_caps import DeviceCaps
 from autotune.preset import Preset, find_presets, load_preset, preset_from_dict, preset_to_dict
 

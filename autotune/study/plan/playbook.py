@@ -180,7 +180,7 @@ def naive_config(spec: ModelSpec, *, global_batch: int, seq_len: int) -> Recipe:
 
 def device_refusal(config: TrainConfig, spec: ModelSpec, caps: DeviceCaps) -> str | None:
     """Why ``config`` cannot (or should not) run on the device; None if it can."""
-    from autotune.config.train_config import check_config
+    from autotune.config.checks import check_config
     from autotune.core.errors import ConfigError
 
     try:

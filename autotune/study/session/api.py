@@ -513,7 +513,8 @@ def _build_space(
 ) -> SearchSpace:
     """The space of configs: the model's and the device's knobs, narrowed by ``restrict``;
     with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun)."""
-    from autotune.config.machine_limits import machine_problems, usable_cores
+    from autotune.config.checks import machine_problems
+    from autotune.config.machine_limits import usable_cores
     from autotune.contract.spec import builds_our_code, user_code
 
     # A built-in or hf: model's arguments, built once on the meta device (no memory, no
