@@ -39,7 +39,6 @@ from autotune.cli._common import (
 from autotune.cli.bench import ProfileOption
 from autotune.cli.search_view import LiveView, render_result
 from autotune.core.errors import UsageError
-from autotune.explain.found import profile_into_preset
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -353,7 +352,11 @@ def _after_search(
     result: SearchResult, model: str | ModelSpec, err: Console, *, report: bool, profile: bool
 ) -> list[dict[str, Any]]:
     """``--profile``'s breakdowns (into the preset's notes), then ``--report``'s page."""
-    explained = profile_into_preset(result, model, console=err) if profile else []
+    explained: list[dict[str, Any]] = []
+    if profile:
+        from autotune.study.session.profile_found import profile_into_preset
+
+        explained = profile_into_preset(result, model, console=err)
     if report and result.preset_path:
         from autotune.report import page_beside, write_report
 

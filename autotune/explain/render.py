@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autotune.explain.breakdown import PARTS, Breakdown
 from autotune.explain.verdict import StepVerdict, classify
-
-if TYPE_CHECKING:
-    from autotune.burst.result import BurstResult
 
 __all__ = ["compact", "explain_result", "explain_to_dict", "markdown", "table_rows"]
 
@@ -26,8 +23,21 @@ _LABELS = {
 }
 
 
+class ProfiledBurst(Protocol):
+    """What ``explain_result`` reads of a burst's result (``autotune.burst.result``)."""
+
+    @property
+    def breakdown(self) -> Any: ...
+    @property
+    def compile_s(self) -> float | None: ...
+    @property
+    def mfu(self) -> float | None: ...
+    @property
+    def peak_memory_bytes(self) -> int | None: ...
+
+
 def explain_result(
-    result: BurstResult, *, budget_bytes: int | None = None
+    result: ProfiledBurst, *, budget_bytes: int | None = None
 ) -> tuple[Breakdown, StepVerdict] | None:
     """The breakdown of a profiled burst (its compile seconds from the burst) and its
     verdict; None for a burst that brought no breakdown back."""

@@ -105,7 +105,7 @@ def test_the_search_folder_is_the_study_file_s_whatever_its_kind(tmp_path: Path)
     (it used to fall back to the preset's folder), else the preset's."""
     import types
 
-    from autotune.explain.found import run_folder
+    from autotune.study.session.profile_found import run_folder
 
     def result(storage: str, preset: str | None = None) -> Any:
         return types.SimpleNamespace(storage=storage, preset_path=preset)
