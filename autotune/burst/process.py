@@ -44,6 +44,7 @@ import psutil
 
 from autotune.burst import sweeper
 from autotune.burst.sweeper import FOLDER_PREFIX
+from autotune.core.signals import prctl
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -57,7 +58,6 @@ __all__ = [
     "kill_group",
     "make_workdir",
     "orphans_ended",
-    "prctl",
     "reap_tree",
     "remove_orphaned_workdirs",
     "spawn_child",
@@ -284,22 +284,10 @@ def _alive(proc: psutil.Process) -> bool:
 
 # -- what leaves the trial's session (see the module's docstring) ---------------------------
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _ADOPTED_ROUNDS = 5  # an ended orphan's own children come to this process in turn
 _SWEEPER = str(Path(sweeper.__file__).resolve())
-
-
-def prctl(option: int, value: int) -> bool:
-    """Linux's ``prctl(option, value)`` for this process; False where there is none or
-    it failed."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def _is_subreaper() -> bool:

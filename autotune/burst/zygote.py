@@ -430,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     env = dict(os.environ)  # its trials' environment, as it was before the imports
     sock = socket.socket(fileno=int(args[0]))
-    from autotune.burst.process import PR_SET_PDEATHSIG, prctl, trust_tmpdir
+    from autotune.burst.process import trust_tmpdir
+    from autotune.core.signals import PR_SET_PDEATHSIG, prctl
 
     # Stopped when its parent dies, it would never read the end of file: SIGCONT then
     # (SIGKILL would also come when only the thread that started it ends).

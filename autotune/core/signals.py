@@ -14,12 +14,20 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["STOP_SIGNALS", "HeldStops", "ignore_stop_signals", "stops_held"]
+__all__ = [
+    "PR_SET_PDEATHSIG",
+    "STOP_SIGNALS",
+    "HeldStops",
+    "ignore_stop_signals",
+    "prctl",
+    "stops_held",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -200,3 +208,21 @@ def stops_held(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
 
     return run
+
+
+# -- Linux's prctl ----------------------------------------------------------------------------
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal this process gets when its parent dies
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux's ``prctl(option, value)`` for this process; False where there is none or
+    it failed."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False

@@ -8,18 +8,15 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.signals import ignore_stop_signals
+from autotune.core.signals import PR_SET_PDEATHSIG, ignore_stop_signals, prctl
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
 
 __all__ = ["die_with_parent", "loader_kwargs", "worker_init"]
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent() -> None:
@@ -30,18 +27,12 @@ def die_with_parent() -> None:
     is the one ``multiprocessing`` started this process from; the kernel follows the
     thread that forked it, so the loader's iterator must be made by a thread that lives
     as long as it (the main thread: the burst's, the trainer's)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
     import multiprocessing
 
     parent = multiprocessing.parent_process()
     if parent is None:  # not a multiprocessing child: nothing to follow
         return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # no libc prctl: PyTorch's watchdog remains
+    if not prctl(PR_SET_PDEATHSIG, signal.SIGKILL):  # no prctl: PyTorch's watchdog remains
         return
     if os.getppid() != parent.pid:  # it died before prctl: no signal will come
         os.kill(os.getpid(), signal.SIGKILL)
