@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune.study.plan.space import SearchSpace, first_allowed
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
@@ -54,7 +56,6 @@ if TYPE_CHECKING:
     from autotune.core.device_caps import DeviceCaps
     from autotune.preset.sections import Fingerprint
     from autotune.study.plan.memory_model import MemoryModel
-    from autotune.study.plan.space import SearchSpace
 
 __all__ = [
     "HAND_TUNED",
@@ -224,11 +225,6 @@ _PRECISIONS_CUDA = ("bf16", "fp16", "tf32", "fp32")
 CPU_MICRO_BATCH_SHARE = 4  # no guide on a CPU: a quarter of the global batch per micro-batch
 
 
-def _first(allowed: tuple[Any, ...], order: tuple[Any, ...]) -> Any:
-    """The first of ``order`` that ``allowed`` holds, else ``allowed[0]``."""
-    return next((v for v in order if v in allowed), allowed[0])
-
-
 def project(space: SearchSpace, config: TrainConfig) -> tuple[TrainConfig, list[str]]:
     """``config`` moved into ``space``: each knob the space does not allow takes the
     space's guess instead (the micro-batch: the largest allowed one not above it), with a
@@ -264,11 +260,11 @@ def playbook_config(
     """The playbook's config for this space (the rules are in the module docstring)."""
     cuda = space.device_kind == "cuda"
     if cuda:
-        precision = _first(space.precision, _PRECISIONS_CUDA)
+        precision = first_allowed(space.precision, _PRECISIONS_CUDA)
     elif space.low_precision_saves_memory:  # a CPU with bf16 units
-        precision = _first(space.precision, ("bf16", "fp32"))
+        precision = first_allowed(space.precision, ("bf16", "fp32"))
     else:
-        precision = _first(space.precision, ("fp32",))
+        precision = first_allowed(space.precision, ("fp32",))
     modes = [m for m in space.compile if m != "off"]
     # The space's guess holds the rest: the workers, checkpointing off, and each switch as
     # its registry entry's ``Search.guess`` prefers (fused AdamW, cuDNN autotuning and

@@ -57,6 +57,7 @@ __all__ = [
     "CUDA_KNOBS",
     "SWITCHES",
     "SearchSpace",
+    "first_allowed",
     "parse_knob_args",
     "parse_seq_len",
 ]
@@ -370,7 +371,7 @@ class SearchSpace:
         for k in self._knobs:
             wanted = getattr(k.search, prefer, NO_PREFERENCE) if prefer else NO_PREFERENCE
             order = (k.default,) if wanted is NO_PREFERENCE else (wanted, k.default)
-            out[k.name] = _prefer(self.builtin[k.name], order)
+            out[k.name] = first_allowed(self.builtin[k.name], order)
         for name, values in self.knobs.items():
             default = self.knob_defaults.get(name)
             out[f"knobs.{name}"] = default if default in values else values[0]
@@ -393,7 +394,7 @@ class SearchSpace:
             {
                 **self._start("smallest"),
                 "seq_len": self.seq_len[0],
-                "precision": _prefer(self.precision, order),
+                "precision": first_allowed(self.precision, order),
             }
         )
 
@@ -413,8 +414,8 @@ class SearchSpace:
                 **self._start("guess"),
                 "micro_batch": fitting[-1] if fitting else self.micro_batch[0],
                 "seq_len": self._default_seq_len(),
-                "precision": _prefer(self.precision, order),
-                "num_workers": _prefer(self.num_workers, (2, 1, 0) if cuda else (0,)),
+                "precision": first_allowed(self.precision, order),
+                "num_workers": first_allowed(self.num_workers, (2, 1, 0) if cuda else (0,)),
             }
         )
 
@@ -472,7 +473,7 @@ class SearchSpace:
                 continue
             if new["num_workers"] > 0 and new.get("prefetch_factor") is None:
                 new["prefetch_factor"] = self.prefetch_factor[0]
-                new["pin_memory"] = _prefer(self.pin_memory, (False,))
+                new["pin_memory"] = first_allowed(self.pin_memory, (False,))
             try:
                 cand = self.make_config(new)
             except Exception:
@@ -499,11 +500,10 @@ def _ordinal(values: Sequence[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _prefer(allowed: Sequence[Any], order: Sequence[Any]) -> Any:
-    for value in order:
-        if value in allowed:
-            return value
-    return allowed[0]
+def first_allowed(allowed: Sequence[Any], order: Sequence[Any]) -> Any:
+    """The first of ``order`` that ``allowed`` holds, else ``allowed[0]``: a guess kept
+    within the space."""
+    return next((v for v in order if v in allowed), allowed[0])
 
 
 def _jsonable(value: Any) -> Any:
