@@ -46,6 +46,7 @@ def write_report(
     data = load_report_data(source, storage=storage, runs_dir=runs_dir)
     _refuse_inputs(data, out=out, png=png)
     _check_folders(out=out, png=png)  # before the plots are drawn (seconds)
+    _refuse_others(out=out, png=png)
     if out is not None:
         text = page.render_html(data)
         with _writing(out, "--out"):
@@ -91,6 +92,53 @@ def _check_folders(*, out: str | Path | None, png: str | Path | None) -> None:
         if not folder.is_dir():
             why = "Not a directory" if folder.exists() else "No such file or directory"
             raise _cannot_write(path, flag, why)
+
+
+def _refuse_others(*, out: str | Path | None, png: str | Path | None) -> None:
+    """``--out`` and ``--png`` replace only what a report wrote there before (or an empty
+    file): ``report -o ckpt.pt`` turned a checkpoint into a page, ``--png mine.yaml`` a
+    preset into an image. A path that is a folder, a device or ends with a slash is
+    refused as every output is (``check_output_path``)."""
+    from autotune.core.files import check_output_path
+
+    for path, flag, ours in ((out, "--out", _is_report_page), (png, "--png", _is_report_png)):
+        if path is None:
+            continue
+        try:
+            check_output_path(path)
+        except UsageError as exc:
+            raise UsageError(f"{flag} {exc}") from None
+        target = Path(path).expanduser()
+        if target.is_file() and target.stat().st_size and not ours(target):
+            raise UsageError(
+                f"{flag} {str(path)!r} exists and is not a page or image autotune report "
+                "wrote, which the report would replace; give another path, or move that "
+                "file away first"
+            )
+
+
+def _head(path: Path, size: int = 4096) -> bytes:
+    try:
+        with path.open("rb") as file:
+            return file.read(size)
+    except OSError:
+        return b""
+
+
+def _is_report_page(path: Path) -> bool:
+    """An HTML page of ``autotune report`` (its title says so, in every version)."""
+    head = _head(path)
+    return (
+        head.lstrip().lower().startswith(b"<!doctype html>") and b"<title>autotune report" in head
+    )
+
+
+def _is_report_png(path: Path) -> bool:
+    """A PNG of ``autotune report``: its ``Software`` text (``plots.PNG_SOFTWARE``)."""
+    from autotune.report.plots import PNG_SOFTWARE
+
+    head = _head(path, 1 << 16)
+    return head.startswith(b"\x89PNG") and b"Software\x00" + PNG_SOFTWARE.encode() in head
 
 
 @contextlib.contextmanager

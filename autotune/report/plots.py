@@ -41,6 +41,9 @@ __all__ = [
     "summary_png",
 ]
 
+# The PNG's "Software" text: how a rerun knows the image at --png is a report's to replace.
+PNG_SOFTWARE = "autotune report"
+
 # The look of each kind of trial, the same in every plot.
 _OK = {"marker": "o", "color": "#1f77b4", "label": "measured"}
 _INFEASIBLE = {"marker": "x", "color": "#d62728", "label": "infeasible (OOM, over budget)"}
@@ -108,7 +111,7 @@ def figure_png(fig: Figure, path: Any, *, dpi: int = 110) -> None:
     import matplotlib
 
     with matplotlib.rc_context({"text.parse_math": False}):
-        _plain_text(fig).savefig(path, format="png", dpi=dpi, metadata={"Software": None})
+        _plain_text(fig).savefig(path, format="png", dpi=dpi, metadata={"Software": PNG_SOFTWARE})
 
 
 def _kind(t: TrialRecord) -> Mapping[str, str]:

@@ -148,6 +148,37 @@ def test_a_missing_folder_is_refused_before_the_page_is_drawn(
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def test_out_and_png_replace_only_a_report_s_own_files(searched: Searched, tmp_path: Path) -> None:
+    """report -o ckpt.pt turned a checkpoint into a page and --png mine.yaml a preset
+    into an image, with exit 0; now only an earlier report's page or image is replaced."""
+    ckpt, mine = tmp_path / "ckpt.pt", tmp_path / "mine.yaml"
+    ckpt.write_bytes(b"PK\x03\x04 a checkpoint")
+    mine.write_text("schema_version: 2\nconfig: {}\n", encoding="utf-8")
+    page, image = tmp_path / "r.html", tmp_path / "s.png"
+    for args, kept in (
+        (["--out", str(ckpt)], ckpt),
+        (["--out", str(page), "--png", str(mine)], mine),
+    ):
+        before = kept.read_bytes()
+        result = report(str(searched.preset), *args)
+        assert result.exit_code == 2, result.output
+        assert "exists and is not a page or image autotune report wrote" in result.output
+        assert kept.read_bytes() == before and not page.exists()
+    for _ in range(2):  # a rerun replaces its own page and image
+        result = report(str(searched.preset), "--out", str(page), "--png", str(image))
+        assert result.exit_code == 0, result.output
+    (tmp_path / "empty.html").touch()
+    assert report(str(searched.preset), "--out", str(tmp_path / "empty.html")).exit_code == 0
+
+
+def test_an_out_that_names_a_folder_is_refused_and_makes_nothing(
+    searched: Searched, tmp_path: Path
+) -> None:
+    result = report(str(searched.preset), "--out", f"{tmp_path / 'newdir'}/")
+    assert result.exit_code == 2 and "names a folder, not a file" in result.output
+    assert not (tmp_path / "newdir").exists()
+
+
 def test_out_or_png_on_the_report_s_own_input_is_exit_2_and_keeps_it(
     searched: Searched, tmp_path: Path
 ) -> None:
