@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -31,8 +32,20 @@ from autotune.train.checkpoint import (
 )
 
 
-def state(step: int) -> dict[str, object]:
-    return {"step": step, "model": {"w": torch.full((4,), float(step))}, "config": {"a": 1}}
+def state(step: int, **parts: object) -> dict[str, object]:
+    """A whole checkpoint's parts (as checkpoint_state writes them), its weights ``step``."""
+    return {
+        "format": 1,
+        "step": step,
+        "model": {"w": torch.full((4,), float(step))},
+        "optimizer": {"state": {}, "param_groups": []},
+        "scheduler": {},
+        "stepper": {},
+        "rng": [capture_rng_state()],
+        "data": {"epoch": 0, "offset": 0},
+        "config": {"a": 1},
+        **parts,
+    }
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
@@ -99,10 +112,13 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys, time, torch
     from pathlib import Path
-    from autotune.train.checkpoint import checkpoint_path, save_checkpoint
+    from autotune.train.checkpoint import capture_rng_state, checkpoint_path, save_checkpoint
 
     folder = Path(sys.argv[1])
-    save_checkpoint({"step": 1, "model": {"w": torch.ones(3)}}, checkpoint_path(folder, 1))
+    whole = {"optimizer": {"state": {}, "param_groups": []}, "scheduler": {}, "stepper": {},
+             "rng": [capture_rng_state()], "data": {"epoch": 0, "offset": 0}, "config": {}}
+    save_checkpoint({"step": 1, "model": {"w": torch.ones(3)}, **whole},
+                    checkpoint_path(folder, 1))
     real_save = torch.save
 
     def slow_save(obj, f):
@@ -207,8 +223,42 @@ def test_rng_states_round_trip_through_a_weights_only_file(tmp_path: Path) -> No
     np.random.seed(1)
     torch.manual_seed(1)
     random.gauss(0, 1)  # leaves a cached gaussian in python's state
-    save_checkpoint({"step": 0, "model": {}, "rng": capture_rng_state()}, tmp_path / "r.pt")
+    save_checkpoint(state(0, rng=[capture_rng_state()]), tmp_path / "r.pt")
     expected = (random.random(), random.gauss(0, 1), np.random.rand(), torch.rand(3))
-    restore_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
+    restore_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"][0])
     got = (random.random(), random.gauss(0, 1), np.random.rand(), torch.rand(3))
     assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"optimizer": None}, "it holds no optimizer"),  # weights alone, shared without it
+        ({"scheduler": None, "rng": None}, "it holds no scheduler, rng"),
+        ({"format": 99}, "its format is 99 and this autotune reads format 1"),
+        ({"step": -5}, "its step is -5, not a count of steps"),
+        ({"step": "forty"}, "its step is 'forty'"),
+        ({"data": {"epoch": 0, "offset": -100}}, "is not an epoch and an offset"),
+        ({"rng": [{"python": torch.zeros(3)}]}, "its random states ('rng') lack the parts"),
+        ({"optimizer": [1, 2]}, "its optimizer is not a mapping"),
+    ],
+)
+def test_a_checkpoint_a_run_cannot_continue_from_is_named_and_skipped(
+    tmp_path: Path, change: dict[str, object], said: str
+) -> None:
+    """A checkpoint that loads but lacks what a resume restores ended in a KeyError
+    traceback, and --resume auto stopped at it instead of the good one before it."""
+    broken = state(2)
+    for key, value in change.items():
+        if value is None:
+            del broken[key]
+        else:
+            broken[key] = value
+    save_checkpoint(state(1), checkpoint_path(tmp_path, 1))
+    save_checkpoint(broken, checkpoint_path(tmp_path, 2))
+    with pytest.raises(CheckpointError, match=re.escape(said)):
+        load_checkpoint(checkpoint_path(tmp_path, 2))
+    warned: list[str] = []
+    found = find_resumable(tmp_path, warn=warned.append)
+    assert found is not None and found[1]["step"] == 1
+    assert len(warned) == 1 and "skipping ckpt-step00000002.pt" in warned[0]

@@ -29,6 +29,7 @@ from autotune.core.files import atomic_writer, fsync_dir, regular_file_size
 
 __all__ = [
     "BEST_NAME",
+    "CHECKPOINT_FORMAT",
     "CheckpointError",
     "capture_rng_state",
     "checkpoint_path",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 BEST_NAME = "best.pt"
+CHECKPOINT_FORMAT = 1  # what checkpoint_state writes; a newer file is refused, not misread
 _STEP_RE = re.compile(r"^ckpt-step(\d+)\.pt$")
 
 
@@ -140,6 +142,9 @@ def load_checkpoint(
         ) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise CheckpointError(f"{str(path)!r} is not an autotune training checkpoint")
+    problem = _shape_problem(state)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot resume a run: {problem}")
     broken = None if mmap else _non_finite_weight(state["model"])
     if broken is not None:  # a run never saves a diverged model: the file was damaged
         raise CheckpointError(
@@ -148,6 +153,52 @@ def load_checkpoint(
             "(--resume FILE) or start afresh"
         )
     return state
+
+
+# What a resume reads of a checkpoint besides its weights (checkpoint_state.restore_state)
+_PARTS = ("optimizer", "scheduler", "stepper", "rng", "data", "config")
+_RNG_KEYS = ("python_version", "python", "python_gauss", "torch")
+
+
+def _shape_problem(state: Mapping[str, Any]) -> str | None:
+    """Why ``state`` is not a whole checkpoint a run can continue from (None: it is): a
+    newer format, a part missing (a file of weights alone, shared without its optimizer),
+    a step or data position that is not a count, an RNG state without its parts."""
+    version = state.get("format", CHECKPOINT_FORMAT)
+    if not _count(version) or version > CHECKPOINT_FORMAT:
+        return (
+            f"its format is {version!r} and this autotune reads format {CHECKPOINT_FORMAT} "
+            "(pip install -U autotune-train, or resume it where it was written)"
+        )
+    missing = [part for part in _PARTS if part not in state]
+    if missing:
+        return (
+            f"it holds no {', '.join(missing)} (a file of the weights alone has lost the "
+            "optimizer's state, the schedule and the data position a resume continues)"
+        )
+    if not _count(state["step"]):
+        return f"its step is {state['step']!r}, not a count of steps"
+    wrong = [p for p in ("model", "optimizer", "scheduler", "stepper", "data", "config")
+             if not isinstance(state[p], Mapping)]  # fmt: skip
+    if wrong:
+        return f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not a mapping"
+    data = state["data"]
+    if not (_count(data.get("epoch")) and _count(data.get("offset"))):
+        return f"its data position {dict(data)!r} is not an epoch and an offset of samples"
+    rngs = state["rng"]
+    if (
+        not isinstance(rngs, list)
+        or not rngs
+        or not all(isinstance(r, Mapping) and all(k in r for k in _RNG_KEYS) for r in rngs)
+    ):
+        return (
+            f"its random states ('rng') lack the parts a resume restores ({', '.join(_RNG_KEYS)})"
+        )
+    return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _non_finite_weight(model: Any) -> str | None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from autotune.engine.wrapping import load_full_state
-from autotune.train.checkpoint import CheckpointError, restore_rng_state
+from autotune.train.checkpoint import CHECKPOINT_FORMAT, CheckpointError, restore_rng_state
 from autotune.train.schedule import set_peak_lr
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ __all__ = [
     "plain",
     "restore_state",
 ]
-
-CHECKPOINT_FORMAT = 1
 
 
 def plain(value: Any) -> Any:
@@ -145,7 +143,14 @@ def _load_weights(
             f"{state.get('model_args')}): {_mismatch(exc)}"
         ) from None
     if not sharded:
-        parts.optimizer.load_state_dict(state["optimizer"])
+        try:
+            parts.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(
+                "the checkpoint's optimizer state does not fit this run's optimizer (another "
+                f"optimizer or other parameters): {_mismatch(exc)}; resume with the settings "
+                "it was written with, or start afresh in a new --out"
+            ) from None
 
 
 def _mismatch(exc: Exception, limit: int = 240) -> str:
