@@ -167,6 +167,32 @@ def test_a_checkpoint_with_nan_weights_is_named_not_blamed_on_the_learning_rate(
         assert "lr" not in text, text
 
 
+def test_an_optimizer_state_that_does_not_fit_is_a_checkpoint_error_not_a_traceback(
+    tmp_path: Path, data: TrainData
+) -> None:
+    run(tmp_path, data)
+    path = tmp_path / "ckpt-step00000003.pt"
+    state = torch.load(path, weights_only=True)
+    state["optimizer"]["param_groups"] = []  # a ValueError inside torch before the fix
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="optimizer state does not fit this run's optimizer"):
+        run(tmp_path, data, resume=path, training=settings(max_steps=6))
+
+
+def test_a_refused_resume_leaves_no_run_folder_behind(tmp_path: Path, data: TrainData) -> None:
+    """A failed --resume FILE into a new --out left the folder with its lock file."""
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    for resume in (tmp_path / "nosuch.pt", broken):
+        with pytest.raises((CheckpointError, UsageError)):
+            run(tmp_path / "new", data, resume=resume, training=settings(max_steps=6))
+        assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()  # a folder the user made stays, as it was
+    with pytest.raises((CheckpointError, UsageError)):
+        run(tmp_path / "mine", data, resume=tmp_path / "nosuch.pt")
+    assert (tmp_path / "mine").is_dir()
+
+
 # -- a fresh run into a folder that holds another run's checkpoints ---------------------------
 
 

@@ -110,6 +110,7 @@ class RunFolder:
         if not self.dist.is_main:
             yield
             return
+        made = not self.path.exists()
         self._create()
         self._check_side_files()
         lock = FileLock(self.path / LOCK_FILE)
@@ -118,14 +119,29 @@ class RunFolder:
         except Timeout:
             raise UsageError(self._in_use()) from None
         holder = self.path / HOLDER_FILE
+        failed = False
         try:
             started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
             who = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
             atomic_write_text(holder, json.dumps(who) + "\n")
             yield
+        except BaseException:
+            failed = True
+            raise
         finally:
             holder.unlink(missing_ok=True)
             lock.release()
+            if failed and made:  # a run refused before it wrote anything leaves no folder
+                self._remove_if_unused()
+
+    def _remove_if_unused(self) -> None:
+        """Take away the folder this run made, where it holds nothing but the lock."""
+        try:
+            if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+                self.path.rmdir()
+        except OSError:  # another run took it meanwhile, or it cannot be read: leave it
+            pass
 
     def _check_side_files(self) -> None:
         """The files the run keeps beside its checkpoints (its lock, its metrics...) are
