@@ -163,3 +163,25 @@ def test_a_worker_still_ends_when_its_parent_exits(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
+
+
+def test_a_second_stop_signal_of_any_kind_stops_at_once() -> None:
+    """A step that hangs (a user's forward) ended only on a second Ctrl-C: a second
+    SIGTERM, what a scheduler sends, was a no-op, and the message told it to press Ctrl-C."""
+    from autotune.core.signals import StopSignal
+    from autotune.train.stop import StopSignals
+
+    said: list[str] = []
+    term = StopSignals(said.append)
+    term._on_signal(signal.SIGTERM, None)
+    assert term.received == signal.SIGTERM
+    assert said[0].endswith("(a second SIGTERM stops at once)") and "Ctrl-C" not in said[0]
+    with pytest.raises(StopSignal) as info:
+        term._on_signal(signal.SIGTERM, None)
+    assert info.value.signum == signal.SIGTERM
+    ctrl_c = StopSignals(said.append)
+    ctrl_c._on_signal(signal.SIGINT, None)
+    assert said[-1].endswith("(press Ctrl-C again to stop at once)")
+    with pytest.raises(KeyboardInterrupt) as raised:
+        ctrl_c._on_signal(signal.SIGINT, None)
+    assert not isinstance(raised.value, StopSignal)  # Ctrl-C's exit: 130

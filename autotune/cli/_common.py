@@ -17,6 +17,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from autotune.core.errors import AutotuneError, UsageError
+from autotune.core.signals import StopSignal
 from autotune.core.text import terminal_safe
 
 __all__ = [
@@ -110,6 +111,11 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 # a message may quote a file's strings: nothing in it acts on the terminal
                 typer.echo(terminal_safe(f"error: {exc}"), err=True)
                 raise typer.Exit(exc.exit_code) from None
+            except StopSignal as stop:  # SIGTERM or SIGHUP, stopping at once
+                if state.debug:
+                    raise
+                typer.echo(f"stopped by {stop}", err=True)
+                raise typer.Exit(128 + stop.signum) from None
             except KeyboardInterrupt:
                 if state.debug:
                     raise

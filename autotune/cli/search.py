@@ -39,6 +39,7 @@ from autotune.cli._common import (
 from autotune.cli.bench import ProfileOption
 from autotune.cli.search_view import LiveView, render_result
 from autotune.core.errors import UsageError
+from autotune.core.signals import StopSignal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -403,15 +404,6 @@ def _without(args: list[str], *flags: str) -> list[str]:
         elif not any(arg.startswith(f"{flag}=") for flag in flags):
             kept.append(arg)
     return kept
-
-
-class StopSignal(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, taking Ctrl-C's path through the search: the running trial is
-    marked failed, its burst's process group ended, the study left consistent."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _stop_signals_as_interrupt() -> Callable[[], None]:

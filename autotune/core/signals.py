@@ -24,6 +24,7 @@ __all__ = [
     "PR_SET_PDEATHSIG",
     "STOP_SIGNALS",
     "HeldStops",
+    "StopSignal",
     "ignore_stop_signals",
     "prctl",
     "stops_held",
@@ -226,3 +227,14 @@ def prctl(option: int, value: int) -> bool:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taking Ctrl-C's path: through the search (the running trial is
+    marked failed, its burst's process group ended, the study left consistent), and out of
+    a training step that a first stop signal could not end. The CLI exits with 128 plus
+    its number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum

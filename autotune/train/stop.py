@@ -1,12 +1,14 @@
 """The clean stop of a training run: SIGINT, SIGTERM or SIGHUP finishes the current step.
 
 ``StopSignals`` records the first stop signal (``received``) for the loop to see; a second
-SIGINT stops at once (KeyboardInterrupt). A signal the parent had ignored stays ignored:
-``nohup`` ignores SIGHUP so that closing the terminal leaves the run alone, and a shell
-without job control starts ``cmd &`` with SIGINT ignored; Python honours both, so does the
-trainer. A signal mask is inherited through fork and exec too: a parent that blocked a
-stop signal would leave it pending for the whole run, so the handled ones are unblocked
-while the handlers are installed, and the mask restored after.
+stops at once: SIGINT as KeyboardInterrupt, SIGTERM or SIGHUP as ``StopSignal`` (a step
+that hangs, in a user's ``forward``, ends only so, and a scheduler sends SIGTERM, not
+Ctrl-C). A signal the parent had ignored stays ignored: ``nohup`` ignores SIGHUP so that
+closing the terminal leaves the run alone, and a shell without job control starts
+``cmd &`` with SIGINT ignored; Python honours both, so does the trainer. A signal mask is
+inherited through fork and exec too: a parent that blocked a stop signal would leave it
+pending for the whole run, so the handled ones are unblocked while the handlers are
+installed, and the mask restored after.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from autotune.core.signals import STOP_SIGNALS
+from autotune.core.signals import STOP_SIGNALS, StopSignal
 
 __all__ = ["StopSignals"]
 
@@ -31,13 +33,18 @@ class StopSignals:
         self._old_handlers: dict[int, Any] = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if self.received is not None:  # a second stop: at once, out of the step it is in
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise StopSignal(signum)
         self.received = signum
-        self.message(
-            f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
-            "(press Ctrl-C again to stop at once)"
+        name = signal.Signals(signum).name
+        again = (
+            "press Ctrl-C again to stop at once"
+            if signum == signal.SIGINT
+            else f"a second {name} stops at once"
         )
+        self.message(f"{name}: stopping after this step and saving a checkpoint ({again})")
 
     def install(self) -> None:
         """Handle SIGINT, SIGTERM and SIGHUP (those not ignored) with the clean stop and

@@ -165,3 +165,25 @@ def test_a_full_or_closed_stdout_in_a_fresh_process(tmp_path: Path) -> None:
     )
     assert closed.returncode == 1
     assert closed.stderr.decode().startswith("error: cannot write to standard output: it is")
+
+
+def test_a_stop_signal_out_of_a_command_is_its_exit_code_not_a_traceback() -> None:
+    """A second SIGTERM stops a training step at once (train/stop.py): the boundary
+    exits 128 + its number, as the first one's clean stop does."""
+    import signal
+
+    import typer
+
+    from autotune.cli._common import cli_command
+    from autotune.core.signals import StopSignal
+
+    tiny = typer.Typer()
+
+    @tiny.command()
+    @cli_command
+    def hang() -> None:
+        raise StopSignal(signal.SIGTERM)
+
+    result = CliRunner().invoke(tiny, [])
+    assert result.exit_code == 143 and "stopped by SIGTERM" in result.output
+    assert "Traceback" not in result.output

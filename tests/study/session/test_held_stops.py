@@ -24,8 +24,8 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from autotune.cli.search import StopSignal, _stop_signals_as_interrupt
-from autotune.core.signals import HeldStops, stops_held
+from autotune.cli.search import _stop_signals_as_interrupt
+from autotune.core.signals import HeldStops, StopSignal, stops_held
 from autotune.study.storage.optuna_glue import open_storage, quiet_optuna, storage_failures
 from autotune.testing.burst import FakeBurst, run
 
