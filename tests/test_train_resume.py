@@ -221,3 +221,17 @@ def test_a_fresh_run_is_told_whose_checkpoints_a_folder_holds(
     # this run could continue them: the advice is to
     with pytest.raises(UsageError, match="continue it with --resume auto"):
         run(tmp_path, data)
+
+
+def test_a_resume_from_another_model_s_checkpoint_says_so_before_the_data(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """Another model's checkpoint (with another seq_len too) was refused for its seq_len,
+    and the advice to resume with the checkpoint's seq_len led to a second refusal."""
+    run(tmp_path, data)
+    other = dataclasses.replace(make_spec(), name="other-lm")
+    for spec in (other, make_spec(dim=8)):
+        with pytest.raises(CheckpointError) as info:
+            run(tmp_path, data, spec=spec, resume="auto", cfg=config(seq_len=SEQ // 2))
+        text = str(info.value)
+        assert "it is a checkpoint of model" in text and "seq_len" not in text, text

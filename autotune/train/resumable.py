@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.core.errors import UsageError
+from autotune.core.errors import CheckpointError, UsageError
 from autotune.engine.step import prepare_model
 from autotune.train.checkpoint_state import plain
 
@@ -41,6 +41,7 @@ __all__ = [
     "batch_changes",
     "foreign_checkpoints",
     "refuse_other_batches",
+    "refuse_other_model",
 ]
 
 
@@ -123,6 +124,26 @@ def refuse_other_batches(path: Path, state: Mapping[str, Any], run: RunIdentity)
         f"at its data position ({where}) would mix two data streams in one loss curve. "
         f"Resume with the checkpoint's values ({_keep_advice(changes, run)}), or start "
         f"a new run from step 0 in a new folder ({out} NEW_FOLDER, without --resume)"
+    )
+
+
+def refuse_other_model(path: Path, state: Mapping[str, Any], run: RunIdentity) -> None:
+    """Refuse (``CheckpointError``) to resume ``run`` from ``state``, the checkpoint
+    ``path``, where it holds another model's weights: said before the data is compared,
+    whose advice (another seq_len) would only lead to this refusal next."""
+    name = state.get("model_name")
+    if name is not None and name != run.spec.name:
+        what = f"a checkpoint of model {name!r}, and this run trains model {run.spec.name!r}"
+    elif not _weights_fit(state.get("model") or {}, run):
+        what = (
+            f"a checkpoint of model {name or run.spec.name!r} with other weights than this "
+            f"run's ({_args_diff(state, run)})"
+        )
+    else:
+        return
+    raise CheckpointError(
+        f"cannot resume from {path}: it is {what}; resume from a checkpoint of this model, "
+        f"or train into a new folder with {run.out_name}"
     )
 
 

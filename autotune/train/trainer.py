@@ -82,7 +82,12 @@ from autotune.train.progress import (
     opening_lines,
     train_record,
 )
-from autotune.train.resumable import RunIdentity, foreign_checkpoints, refuse_other_batches
+from autotune.train.resumable import (
+    RunIdentity,
+    foreign_checkpoints,
+    refuse_other_batches,
+    refuse_other_model,
+)
 from autotune.train.run_folder import RunFolder
 from autotune.train.run_result import TrainResult, finish
 from autotune.train.schedule import make_scheduler
@@ -360,7 +365,8 @@ class Trainer:
         """Prepare the run folder, build the run (from a checkpoint when resuming) and say
         what it is; returns the step it starts from and the total steps."""
         resumed = self.folder.find_resume(self.resume)
-        if resumed:  # the batches from its data position on must be its run's
+        if resumed:  # its model's weights, then its batches from its data position on
+            refuse_other_model(*resumed, self._identity())
             refuse_other_batches(*resumed, self._identity())
         if self.dist.is_main:  # whose its checkpoints are
             judge = functools.partial(foreign_checkpoints, self._identity())
