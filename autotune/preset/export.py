@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.config.knobs import describe_value, export_names, registry
 from autotune.core.errors import UsageError
 from autotune.core.text import control_problem, one_line
+from autotune.core.validator import PROCESSES, show
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -134,9 +135,9 @@ def export_preset(
         raise UsageError(f"format: expected one of {', '.join(EXPORT_FORMATS)}; got {format!r}")
     if nproc is None:
         nproc = preset.config.parallel.nproc_per_node if preset.config.parallel else 1
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise UsageError(f"nproc: expected a positive number of processes, got {nproc!r}")
-    if format in ("json", "yaml"):
+    if (wanted := PROCESSES.wanted(nproc)) is not None:
+        raise UsageError(f"nproc: expected {wanted}, got {show(nproc)}")
+    if format in ("json", "yaml"):  # the preset as it is: its own processes, if any
         return _plain(preset, format)
     from autotune.engine.distributed import per_rank_config
 

@@ -161,3 +161,11 @@ def test_cli_export_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "autotune train: --set config.grad_accum" in odd.output.replace("\n", " ")
     run = runner.invoke(app, ["presets", "export", "best.yaml", "--format", "torchrun"])
     assert run.exit_code == 0 and "--preset best.yaml" in run.stdout
+    # a process count past the bound of one machine, or one a format does not use
+    for fmt, nproc, said in (
+        ("torchrun", "1073741824", "expected an integer of at most 1024"),
+        ("json", "2", "--format json writes the preset as it is"),
+    ):
+        refused = runner.invoke(app, ["presets", "export", "best.yaml", "--format", fmt,
+                                      "--nproc", nproc])  # fmt: skip
+        assert refused.exit_code == 2 and said in refused.output, refused.output
