@@ -54,11 +54,18 @@ def _differences(there: Fingerprint, here: Fingerprint) -> list[str]:
     out = []
     for f in dataclasses.fields(Fingerprint):
         a, b = getattr(there, f.name), getattr(here, f.name)
+        if f.name == "memory_bytes" and _about_the_same(a, b):
+            continue  # the kernel's count moves by some KiB between boots and versions
         if a != b:
             shown_a = format_bytes(a) if f.name == "memory_bytes" else a
             shown_b = format_bytes(b) if f.name == "memory_bytes" else b
             out.append(f"{f.name}: preset {shown_a!s} vs here {shown_b!s}")
     return out
+
+
+def _about_the_same(a: int | None, b: int | None) -> bool:
+    """Two memory sizes within 1% of each other, as ``format_bytes`` shows them alike."""
+    return a is not None and b is not None and abs(a - b) <= 0.01 * max(a, b)
 
 
 def same_device(there: Fingerprint, here: Fingerprint, *, on_gpu: bool) -> bool:

@@ -162,3 +162,17 @@ def test_an_explicit_device_is_checked() -> None:
     assert check_portability(preset, profile, "cpu").device == "cpu"
     with pytest.raises(HardwareMismatchError, match="does not exist here"):
         check_portability(preset, profile, "cuda:7")
+
+
+def test_a_few_kib_of_memory_are_no_difference_but_another_size_is() -> None:
+    """presets check said 'memory_bytes: preset 23.54 GiB vs here 23.54 GiB': the kernel's
+    count of the same RAM moves by some KiB between boots."""
+    import dataclasses
+
+    preset = make_preset()
+    near = dataclasses.replace(preset.fingerprint, memory_bytes=16 * GiB - 300 * 1024)
+    report = check_portability(dataclasses.replace(preset, fingerprint=near), make_profile())
+    assert not any(d.startswith("memory_bytes") for d in report.differences)
+    far = dataclasses.replace(preset.fingerprint, memory_bytes=32 * GiB)
+    report = check_portability(dataclasses.replace(preset, fingerprint=far), make_profile())
+    assert "memory_bytes: preset 32.00 GiB vs here 16.00 GiB" in report.differences
