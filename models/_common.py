@@ -167,15 +167,26 @@ def sdpa_backend_context(backend: str) -> contextlib.AbstractContextManager[Any]
     return ctx
 
 
+# The most layers a built-in model is built with (the deepest trained transformers have a
+# few hundred).
+MAX_LAYERS = 4096
+
+
 def check_sizes(**sizes: int | None) -> None:
     """A ValueError naming the first of ``sizes`` (a model's layer count, widths, vocabulary)
-    that is not a positive integer; None passes (a size left to its default). A model of
-    ``n_layers=-3`` built, trained and was written to a preset as the fastest config."""
+    that is not a positive integer, or a layer count above ``MAX_LAYERS``; None passes (a
+    size left to its default). A model of ``n_layers=-3`` built, trained and was written
+    to a preset as the fastest config; one of ``n_layers=10**12`` built layers for hours."""
     for name, value in sizes.items():
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if name == "n_layers" and value > MAX_LAYERS:
+            raise ValueError(
+                f"n_layers must be at most {MAX_LAYERS} (deeper than any trained transformer: "
+                f"a typo, whose modules would take hours to build), got {value}"
+            )
 
 
 def check_attention(impl: str) -> str:

@@ -412,7 +412,8 @@ def user_code(spec: ModelSpec, function: str) -> Iterator[None]:
         if function == "build_fn" and refused and builds_our_code(spec):
             raise ModelLoadError(
                 f"model {ref!r} refused its arguments: {describe_exception(exc)}; check the "
-                f"--model-arg values (autotune models show {ref} lists its arguments)"
+                "--model-arg values or the preset's model.args (autotune models show "
+                f"{ref} lists its arguments)"
             ) from exc
         contract = _CONTRACTS.get(function, "")
         raise ModelLoadError(

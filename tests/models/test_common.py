@@ -66,6 +66,22 @@ def test_a_built_in_model_refuses_a_size_that_is_not_a_positive_integer(
     assert "fix build_fn" not in message  # a user of a built-in model cannot
 
 
+@pytest.mark.parametrize("model", ["mu", "gpt-small"])
+def test_a_layer_count_past_any_real_model_is_refused_before_it_is_built(model: str) -> None:
+    """A preset with ``n_layers: 10**12`` had train build layers for minutes on end."""
+    from autotune.contract.spec import user_code
+    from autotune.core.errors import ModelLoadError
+    from autotune.models import get_model
+
+    spec = get_model(model).with_args(n_layers=10**12)
+    with (
+        pytest.raises(ModelLoadError, match="n_layers must be at most 4096"),
+        user_code(spec, "build_fn"),
+    ):
+        spec.param_counts()
+    assert get_model(model).with_args(n_layers=2).param_counts().total > 0
+
+
 def test_a_smaller_max_seq_len_is_the_specs_limit_and_default_too() -> None:
     """``--model-arg max_seq_len=64`` for mu: every trial ran at the spec's default 128,
     which the model built with 64 refused."""
