@@ -541,6 +541,25 @@ def test_a_diverged_loss_stops_before_any_checkpoint_of_it(tmp_path: Path, data:
     assert [s for s, _ in list_checkpoints(tmp_path)] == [2]
 
 
+def test_a_loss_not_finite_from_the_first_step_blames_the_loss_not_the_lr(
+    tmp_path: Path, data: TrainData
+) -> None:
+    """A user's loss of NaN from step 1 was told to lower the learning rate (at step 10,
+    the log line's) though no update had run."""
+    spec = make_spec()
+    inner = spec.loss_fn
+
+    def nan_always(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inner(module, batch) * float("nan")
+
+    spec = dataclasses.replace(spec, loss_fn=nan_always)
+    with pytest.raises(AutotuneError) as info:
+        run(tmp_path, data, spec=spec, training=settings(log_interval=5))
+    text = str(info.value)
+    assert "not finite at the run's first step" in text and "before any update" in text, text
+    assert "lr" not in text, text
+
+
 @pytest.mark.parametrize("synced", [True, False])
 def test_the_median_step_is_given_only_where_each_steps_end_was_waited_for(
     tmp_path: Path, synced: bool

@@ -147,11 +147,19 @@ def train_record(
 def check_finite(values: Sequence[float], *, step: int, last_saved: int | None) -> None:
     """Stop the run at a training loss that is not finite (``values``: the losses read at
     ``step``), naming the last checkpoint and what to change."""
-    if not values or all(math.isfinite(v) for v in values):
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is None:
         return
+    first = step - len(values) + 1 + bad  # the step whose loss first was not finite
+    if first == 1:  # before any update: no learning rate or precision made it so
+        raise AutotuneError(
+            f"the training loss is not finite at the run's first step ({values[bad]}), "
+            "before any update: the model's loss or its data gives it; check the loss "
+            "function and the batches (autotune models show lists the model's contract)"
+        )
     last = f"; the last checkpoint is step {last_saved}" if last_saved else ""
     raise AutotuneError(
-        f"the training loss is not finite at step {step} ({values[-1]})"
+        f"the training loss is not finite at step {first} ({values[bad]})"
         f"{last}; lower training.lr (--lr), use fp32 or bf16 rather than fp16, "
         "or check the data"
     )
