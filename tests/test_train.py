@@ -225,6 +225,11 @@ def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -
     run(tmp_path / "run", data, training=settings(max_steps=3))
     with pytest.raises(UsageError, match=r"train into a new folder with out_dir$"):
         run(tmp_path / "run", data)
+    # what is there, where the OS says only "File exists"
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for where, said in (("/dev/null", "a character device"), (tmp_path / "dangling", "a symbolic link")):
+        with pytest.raises(UsageError, match=f"run folder: it is {said}"):
+            run(Path(where), data)
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path: Path, data: TrainData) -> None:

@@ -73,11 +73,23 @@ def create_run_folder(path: Path, out_name: str = "--out") -> None:
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(errno.EACCES, "not writable")
     except OSError as exc:
-        what = "it is a file" if path.is_file() else (exc.strerror or str(exc))
+        what = "it is a file" if path.is_file() else _what_is_there(path, exc)
         raise UsageError(
             f"cannot use {str(path)!r} as the run folder: {what}; give {out_name} a folder "
             "you can write to"
         ) from None
+
+
+def _what_is_there(path: Path, exc: OSError) -> str:
+    """Why ``path`` is no folder to make, in words: what is there (``/dev/null``: a
+    character device; a dangling link) where the OS said only ``File exists``."""
+    from autotune.core.files import path_kind
+
+    try:
+        kind = path_kind(path)
+    except OSError:
+        kind = None
+    return f"it is {kind}" if kind and kind != "a directory" else (exc.strerror or str(exc))
 
 
 class RunFolder:
