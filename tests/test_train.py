@@ -227,7 +227,10 @@ def test_run_folder_errors_name_the_parameter(tmp_path: Path, data: TrainData) -
         run(tmp_path / "run", data)
     # what is there, where the OS says only "File exists"
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
-    for where, said in (("/dev/null", "a character device"), (tmp_path / "dangling", "a symbolic link")):
+    for where, said in (
+        ("/dev/null", "a character device"),
+        (tmp_path / "dangling", "a symbolic link"),
+    ):
         with pytest.raises(UsageError, match=f"run folder: it is {said}"):
             run(Path(where), data)
 

@@ -5,6 +5,7 @@ checkpoints are another run's to continue only where this run could resume them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,16 @@ def refusal(
     return str(info.value)
 
 
+def edited_checkpoint(out: Path, data: TrainData, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A run of 3 steps into ``out``, its checkpoint then changed by ``edit``."""
+    run(out, data)
+    path = out / "ckpt-step00000003.pt"
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    torch.save(state, path)
+    return path
+
+
 # -- a resume whose batches would differ ------------------------------------------------------
 
 
@@ -139,11 +150,7 @@ def test_an_older_checkpoint_without_a_field_is_not_refused_on_it(
 ) -> None:
     """A checkpoint written before the training split's size was kept resumes on other
     data (nothing says it differs); what it does keep (the seed) is still checked."""
-    run(tmp_path, data)
-    path = tmp_path / "ckpt-step00000003.pt"
-    state = torch.load(path, weights_only=True)
-    state["data"].pop("samples", None)  # before the fix: never written
-    torch.save(state, path)
+    edited_checkpoint(tmp_path, data, lambda state: state["data"].pop("samples", None))
     with pytest.raises(UsageError, match=r"training\.seed"):
         run(tmp_path, data, resume="auto", training=settings(max_steps=6, seed=2))
     half = dataclasses.replace(data, train=Subset(data.train, range(len(data.train) // 2)))  # type: ignore[arg-type]
@@ -153,12 +160,12 @@ def test_an_older_checkpoint_without_a_field_is_not_refused_on_it(
 def test_a_checkpoint_with_nan_weights_is_named_not_blamed_on_the_learning_rate(
     tmp_path: Path, data: TrainData
 ) -> None:
-    run(tmp_path, data)
-    path = tmp_path / "ckpt-step00000003.pt"
-    state = torch.load(path, weights_only=True)
-    name = next(k for k, v in state["model"].items() if v.is_floating_point())
-    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
-    torch.save(state, path)
+
+    def nan_weights(state: dict[str, Any]) -> None:
+        name = next(k for k, v in state["model"].items() if v.is_floating_point())
+        state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+
+    path = edited_checkpoint(tmp_path, data, nan_weights)
     for resume in (path, "auto"):
         with pytest.raises(CheckpointError) as info:
             run(tmp_path, data, resume=resume, training=settings(max_steps=6))
@@ -170,11 +177,9 @@ def test_a_checkpoint_with_nan_weights_is_named_not_blamed_on_the_learning_rate(
 def test_an_optimizer_state_that_does_not_fit_is_a_checkpoint_error_not_a_traceback(
     tmp_path: Path, data: TrainData
 ) -> None:
-    run(tmp_path, data)
-    path = tmp_path / "ckpt-step00000003.pt"
-    state = torch.load(path, weights_only=True)
-    state["optimizer"]["param_groups"] = []  # a ValueError inside torch before the fix
-    torch.save(state, path)
+    path = edited_checkpoint(  # a ValueError inside torch before the fix
+        tmp_path, data, lambda state: state["optimizer"].update(param_groups=[])
+    )
     with pytest.raises(CheckpointError, match="optimizer state does not fit this run's optimizer"):
         run(tmp_path, data, resume=path, training=settings(max_steps=6))
 
