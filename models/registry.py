@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from autotune.config.train_config import did_you_mean
 from autotune.contract.spec import ModelSpec, is_user_code
-from autotune.core.errors import ModelLoadError
+from autotune.core.errors import AutotuneError, ModelLoadError
 from autotune.core.files import regular_file_size
 
 from .hf import HF_PREFIX, hf_model  # transformers is imported by hf_model, not here
@@ -232,7 +232,7 @@ def _import_file(target: str, ref: str) -> Any:
         spec.loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(module_name, None)
-        if isinstance(exc, KeyboardInterrupt | _ExitCalled):
+        if isinstance(exc, KeyboardInterrupt | _ExitCalled | AutotuneError):
             raise
         raise ModelLoadError(
             f"importing {str(path)!r} failed: {describe_exception(exc)}; " + _import_fix(exc)
@@ -248,7 +248,7 @@ def _import_module(target: str, ref: str) -> Any:
         return importlib.import_module(target)
     except ImportError as exc:
         raise ModelLoadError(f"cannot import module {target!r} (from {ref!r}): {exc}") from exc
-    except (KeyboardInterrupt, _ExitCalled):
+    except (KeyboardInterrupt, _ExitCalled, AutotuneError):
         raise
     except BaseException as exc:
         raise ModelLoadError(
@@ -273,7 +273,7 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
     if callable(obj) and not isinstance(obj, ModelSpec):
         try:
             obj = obj()
-        except (KeyboardInterrupt, _ExitCalled):
+        except (KeyboardInterrupt, _ExitCalled, AutotuneError):
             raise
         except BaseException as exc:
             raise ModelLoadError(

@@ -28,6 +28,7 @@ __all__ = [
     "ignore_stop_signals",
     "prctl",
     "stops_held",
+    "time_bound",
 ]
 
 T = TypeVar("T")
@@ -238,3 +239,29 @@ class StopSignal(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+@contextlib.contextmanager
+def time_bound(seconds: float | None, error: Callable[[], BaseException]) -> Iterator[None]:
+    """Raise ``error()`` where what runs inside takes more than ``seconds`` (SIGALRM, in
+    the main thread): a user's module that waits at import, in Python or in a sleep, is
+    stopped; a C call that retries on EINTR is not. No bound without ``seconds``, off the
+    main thread, or where the OS has no interval timer."""
+    if (
+        seconds is None
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def expired(signum: int, frame: FrameType | None) -> None:
+        raise error()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

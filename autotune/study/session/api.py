@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune.core.errors import BudgetError, UsageError
+from autotune.core.errors import AutotuneError, BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
@@ -130,7 +130,7 @@ def search(
     study, output = _record("study", study, SearchStudy), _record("output", output, SearchOutput)
     goal = Goal(scope.objective, scope.train_steps)
     restrict = _restrictions(scope.knobs)
-    spec = _resolve_model(model)
+    spec = _resolve_model(model, within_s=limits.time_limit_s)
     hardware = machine.hardware if machine.hardware is not None else _probe()
     caps = hardware.device(machine.device)
     budget_bytes = parse_budget(budget, device_memory_bytes=caps.total_memory_bytes)
@@ -488,12 +488,23 @@ def _restrictions(
 # -- build the space ------------------------------------------------------------------------
 
 
-def _resolve_model(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, str):
-        from autotune.models.registry import load_model
+def _resolve_model(model: str | ModelSpec, *, within_s: float | None) -> ModelSpec:
+    """The spec ``model`` names, loaded within the search's time limit ``within_s``: a
+    user's module that waits at import would otherwise outlast any --timeout."""
+    if not isinstance(model, str):
+        return model
+    from autotune.core.signals import time_bound
+    from autotune.models.registry import load_model
 
+    def too_long() -> AutotuneError:
+        return AutotuneError(
+            f"model {model!r} did not load within the search's time limit ({within_s:.0f} s): "
+            "its module waits or works at import; make the import quick (build the model "
+            "in its build function), or give a longer --timeout"
+        )
+
+    with time_bound(within_s, too_long):
         return load_model(model)
-    return model
 
 
 def _probe() -> HardwareProfile:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from autotune.config.train_config import TrainConfig
-from autotune.core.errors import BudgetError, UsageError
+from autotune.core.errors import AutotuneError, BudgetError, UsageError
 from autotune.core.units import parse_duration
 from autotune.study import (
     SearchLimits,
@@ -142,6 +142,20 @@ def test_a_budget_below_a_megabyte_is_not_named_0mb() -> None:
     named = {b: default_study_name(model="mu", device="cpu", budget_bytes=b, space=space)
              for b in (1000, 8_000_000_000)}  # fmt: skip
     assert "-1000B-" in named[1000] and "-8000MB-" in named[8_000_000_000]
+
+
+def test_a_model_that_waits_at_import_is_stopped_at_the_search_s_time_limit(
+    tmp_path: Path,
+) -> None:
+    """A user's module that slept at import outlasted --timeout 60s by minutes, and the
+    search then said finished trials were saved, though none had run."""
+    model = tmp_path / "sleepy.py"  # unbounded, it loads after 2 minutes and has no spec
+    model.write_text("import time\ntime.sleep(120)\n", encoding="utf-8")
+    burst = FakeBurst()
+    with pytest.raises(AutotuneError, match=r"did not load within the search's time limit"):
+        run(tmp_path, burst, spec=f"{model}:spec", timeout="2s")
+    assert not burst.calls
+    assert not (tmp_path / "runs").exists()
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_any_trial(
