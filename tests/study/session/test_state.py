@@ -215,9 +215,9 @@ def test_the_time_limit_counts_from_the_call(
             states.append(made)
             return made
 
-    def timed_resolve(model: Any) -> ModelSpec:
+    def timed_resolve(model: Any, **kwargs: Any) -> ModelSpec:
         loaded_at.append(time.monotonic())
-        return resolve(model)
+        return resolve(model, **kwargs)
 
     monkeypatch.setattr(api, "SearchContext", Recorded)
     monkeypatch.setattr(api, "_resolve_model", timed_resolve)
