@@ -162,9 +162,11 @@ def load_report_data(
     try:
         found = resolve_preset(text)
     except PresetError:
+        from autotune.study.storage.search_study import study_database
+
         raise UsageError(
             f"no study named {text!r} in {str(runs_dir)!r} (looked for "
-            f"{str(Path(runs_dir) / text / 'study.db')!r}) and no preset of that name: give a "
+            f"{str(study_database(runs_dir, text))!r}) and no preset of that name: give a "
             "preset file (best.yaml), a study's name with --runs-dir DIR, or --storage URL"
             + _known_studies(runs_dir)
         ) from None
@@ -176,16 +178,21 @@ def _default_url(runs_dir: str | Path, study: str) -> str | None:
     creates a study file)."""
     if any(c in study for c in "/\\\0") or study.strip() in ("", ".", ".."):
         return None
-    from autotune.study.storage.search_study import default_storage, study_folder
+    from autotune.study.storage.search_study import study_database
 
-    db = Path(runs_dir).expanduser() / study_folder(runs_dir, study) / "study.db"
-    return default_storage(runs_dir, study) if db.is_file() else None
+    db = study_database(runs_dir, study)
+    return f"sqlite:///{db}" if db.is_file() else None
 
 
 def _known_studies(runs_dir: str | Path) -> str:
+    """The names of the studies in the runs folder's study files (a folder's name is not
+    always its study's: ``my study`` lives in ``my-study-<hash>``)."""
+    from autotune.study.storage.search_study import studies_in
+
     folder = Path(runs_dir).expanduser()
-    names = sorted(p.parent.name for p in folder.glob("*/study.db")) if folder.is_dir() else []
-    return f" (studies there: {', '.join(names[:10])})" if names else ""
+    files = folder.glob("*/study.db") if folder.is_dir() else ()
+    names = sorted({name for db in files for name in studies_in(db)})
+    return f" (studies there: {', '.join(repr(n) for n in names[:10])})" if names else ""
 
 
 # -- a preset -------------------------------------------------------------------------------

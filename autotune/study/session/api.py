@@ -60,7 +60,7 @@ from autotune.study.storage.search_study import (
     model_name,
     open_search_study,
     require_study,
-    study_folder,
+    study_database,
     study_name_for,
 )
 from autotune.study.storage.workers import Workers, workers_root
@@ -147,7 +147,7 @@ def search(
     )
     name = study.study or study_name_for(context, goal, shared=study.shared)
     storage = study.storage if study.storage is not None else default_storage(study.runs_dir, name)
-    folder = made_folder(Path(study.runs_dir) / study_folder(study.runs_dir, name))
+    folder = made_folder(study_database(study.runs_dir, name).parent)
     if study.finish:  # it races a study's trials, so the study must be there
         require_study(storage, name)
     bursts = _burst_runner(context, machine.burst_fn, limits, seed=study.seed)

@@ -8,6 +8,7 @@ each searching on a device of its own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -43,6 +44,8 @@ __all__ = [
     "model_name",
     "open_search_study",
     "require_study",
+    "studies_in",
+    "study_database",
     "study_folder",
     "study_name_for",
 ]
@@ -78,7 +81,7 @@ def default_study_name(
 def _budget_tag(budget_bytes: int) -> str:
     """The budget in a study's name: whole MB (``8000MB``), or bytes below 1 MB, which
     would round to a misleading ``0MB``."""
-    return f"{round(budget_bytes / 1e6)}MB" if budget_bytes >= 500_000 else f"{budget_bytes}B"
+    return f"{round(budget_bytes / 1e6)}MB" if budget_bytes >= 1_000_000 else f"{budget_bytes}B"
 
 
 def study_name_for(context: SearchContext, goal: Goal, *, shared: bool = False) -> str:
@@ -118,23 +121,49 @@ def _slug(text: str) -> str:
 
 
 def default_storage(runs_dir: str | Path, study_name: str) -> str:
-    """``sqlite:///<runs_dir>/<folder>/study.db``, the folder named by ``study_folder``.
-    Nothing is made here: ``made_folder`` makes it for a search that writes."""
-    return f"sqlite:///{Path(runs_dir) / study_folder(runs_dir, study_name) / 'study.db'}"
+    """``sqlite:///<runs_dir>/<folder>/study.db``, the folder named by ``study_folder``
+    (``~`` expanded). Nothing is made here: ``made_folder`` makes it for a search that
+    writes."""
+    return f"sqlite:///{study_database(runs_dir, study_name)}"
+
+
+def study_database(runs_dir: str | Path, study_name: str) -> Path:
+    """The default SQLite file of study ``study_name``: ``<runs_dir>/<folder>/study.db``."""
+    runs = Path(runs_dir).expanduser()
+    return runs / study_folder(runs, study_name) / "study.db"
 
 
 def study_folder(runs_dir: str | Path, study_name: str) -> str:
     """The folder of study ``study_name`` under ``runs_dir``: the name itself where it is
     a plain file name, else its slug and a hash of the name, so that names that differ
     only in what the slug drops (``café`` and ``cafè``; ``my study`` and ``my-study``) get
-    folders of their own. A folder in the older layout (the slug alone) that already holds
-    a study file is kept, so that an earlier search of that name resumes."""
+    folders of their own. A folder of the older layout (the slug alone) is kept where its
+    study file holds a study of this very name, so that an earlier search of it resumes;
+    a study named as the slug itself is another study, and keeps its folder to itself."""
     slug = _slug(study_name)
     if slug == study_name:
         return slug
-    if (Path(runs_dir).expanduser() / slug / "study.db").is_file():
+    runs = Path(runs_dir).expanduser()
+    hashed = f"{slug}-{hashlib.sha256(study_name.encode()).hexdigest()[:8]}"
+    if not (runs / hashed).exists() and study_name in studies_in(runs / slug / "study.db"):
         return slug
-    return f"{slug}-{hashlib.sha256(study_name.encode()).hexdigest()[:8]}"
+    return hashed
+
+
+def studies_in(database: Path) -> list[str]:
+    """The names of the studies a SQLite study file holds, read without writing to it
+    (none where it is missing or cannot be read)."""
+    import sqlite3
+
+    if not database.is_file():
+        return []
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            return [row[0] for row in db.execute("SELECT study_name FROM studies")]
+    except sqlite3.Error:
+        return []
 
 
 @contextmanager

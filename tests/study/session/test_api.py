@@ -111,10 +111,33 @@ def test_names_the_folder_slug_would_merge_get_folders_of_their_own(tmp_path: Pa
 def test_a_study_in_the_older_folder_layout_is_resumed_there(tmp_path: Path) -> None:
     from autotune.study.storage.search_study import study_folder
 
-    assert study_folder(tmp_path / "runs", "my study") != "my-study"
-    (tmp_path / "runs" / "my-study").mkdir(parents=True)
-    (tmp_path / "runs" / "my-study" / "study.db").touch()  # as a search before the hash wrote
-    assert study_folder(tmp_path / "runs", "my study") == "my-study"
+    runs = tmp_path / "runs"
+    assert study_folder(runs, "my study") != "my-study"
+    import optuna
+
+    old = run(tmp_path, FakeBurst(), trials=2, study="my-study", output=None)
+    optuna.create_study(study_name="my study", storage=old.storage)  # as searches once wrote
+    assert study_folder(runs, "my study") == "my-study"
+
+
+def test_a_study_named_as_another_s_slug_never_takes_its_folder(tmp_path: Path) -> None:
+    """'my study' (in my-study-<hash>), then a study named 'my-study' (in my-study): a
+    rerun of 'my study' went to the second's file and started over there."""
+    first = run(tmp_path, FakeBurst(), trials=2, study="my study", output=None)
+    run(tmp_path, FakeBurst(), trials=2, study="my-study", output=None)
+    again = run(tmp_path, FakeBurst(), trials=3, study="my study", output=None)
+    assert again.storage == first.storage  # resumed in its own file, not begun in the other
+
+
+def test_the_runs_folder_may_start_with_a_tilde(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.report.data import load_report_data
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = run(tmp_path, FakeBurst(), trials=2, study="s1", runs_dir="~/runs", output=None)
+    assert result.storage == f"sqlite:///{tmp_path / 'runs' / 's1' / 'study.db'}"
+    assert load_report_data("s1", runs_dir="~/runs").study_name == "s1"
 
 
 def test_a_study_that_cannot_be_opened_leaves_no_folder_behind(
