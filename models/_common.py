@@ -47,6 +47,7 @@ __all__ = [
     "causal_attention",
     "check_attention",
     "checkpoint_every_knob",
+    "check_layers",
     "check_sizes",
     "generate",
     "init_weights",
@@ -182,11 +183,20 @@ def check_sizes(**sizes: int | None) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if name == "n_layers" and value > MAX_LAYERS:
-            raise ValueError(
-                f"n_layers must be at most {MAX_LAYERS} (deeper than any trained transformer: "
-                f"a typo, whose modules would take hours to build), got {value}"
-            )
+        if name.endswith("layers"):
+            check_layers(name, value)
+
+
+def check_layers(name: str, value: int, *, least: int = 1) -> None:
+    """A ValueError where layer count ``name`` is not a whole number from ``least`` to
+    ``MAX_LAYERS``: a deeper model is a typo, whose modules would take hours to build."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
+    if value > MAX_LAYERS:
+        raise ValueError(
+            f"{name} must be at most {MAX_LAYERS} (deeper than any trained model: a typo, "
+            f"whose modules would take hours to build), got {value}"
+        )
 
 
 def check_attention(impl: str) -> str:

@@ -48,7 +48,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autotune.contract.spec import Batch, ModelSpec
 
-from ._common import IGNORE_INDEX, unwrap
+from ._common import IGNORE_INDEX, check_sizes, unwrap
 from ._summaries import (
     BOS,
     EOS,
@@ -105,6 +105,7 @@ class PointerGenerator(nn.Module):
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        check_sizes(enc_layers=enc_layers, emb_dim=emb_dim, hidden=hidden)
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
         self.vocab_size = vocab_size

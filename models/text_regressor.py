@@ -30,6 +30,7 @@ from autotune.contract.spec import Batch, ModelSpec
 from ._common import (
     RMSNorm,
     SwiGLU,
+    check_layers,
     check_sizes,
     init_weights,
     meta_param_counts,
@@ -100,9 +101,8 @@ class TextRegressor(nn.Module):
         check_sizes(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads,
                     max_seq_len=max_seq_len, n_numeric=n_numeric,
                     numeric_hidden=numeric_hidden)  # fmt: skip
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
-            # 0 is a size: pooled embeddings and the numeric path (_flops counts it so)
-            raise ValueError(f"n_layers must be a whole number, got {n_layers!r}")
+        # 0 is a size: pooled embeddings and the numeric path (_flops counts it so)
+        check_layers("n_layers", n_layers, least=0)
         self.max_seq_len = max_seq_len
         self.huber_delta = huber_delta
         self.log_target = log_target

@@ -66,20 +66,26 @@ def test_a_built_in_model_refuses_a_size_that_is_not_a_positive_integer(
     assert "fix build_fn" not in message  # a user of a built-in model cannot
 
 
-@pytest.mark.parametrize("model", ["mu", "gpt-small"])
-def test_a_layer_count_past_any_real_model_is_refused_before_it_is_built(model: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "arg"),
+    [("mu", "n_layers"), ("gpt-small", "n_layers"), ("text-regressor", "n_layers"),
+     ("pointer-gen", "enc_layers")],
+)  # fmt: skip
+def test_a_layer_count_past_any_real_model_is_refused_before_it_is_built(
+    model: str, arg: str
+) -> None:
     """A preset with ``n_layers: 10**12`` had train build layers for minutes on end."""
     from autotune.contract.spec import user_code
     from autotune.core.errors import ModelLoadError
     from autotune.models import get_model
 
-    spec = get_model(model).with_args(n_layers=10**12)
+    spec = get_model(model).with_args(**{arg: 10**12})
     with (
-        pytest.raises(ModelLoadError, match="n_layers must be at most 4096"),
+        pytest.raises(ModelLoadError, match=f"{arg} must be at most 4096"),
         user_code(spec, "build_fn"),
     ):
         spec.param_counts()
-    assert get_model(model).with_args(n_layers=2).param_counts().total > 0
+    assert get_model(model).with_args(**{arg: 2}).param_counts().total > 0
 
 
 def test_a_smaller_max_seq_len_is_the_specs_limit_and_default_too() -> None:
