@@ -176,6 +176,8 @@ def test_a_second_stop_signal_of_any_kind_stops_at_once() -> None:
     term._on_signal(signal.SIGTERM, None)
     assert term.received == signal.SIGTERM
     assert said[0].endswith("(a second SIGTERM stops at once)") and "Ctrl-C" not in said[0]
+    term._on_signal(signal.SIGTERM, None)  # the same stop delivered twice: the clean stop
+    term._first_at -= 2.0  # a second SIGTERM, seconds later
     with pytest.raises(StopSignal) as info:
         term._on_signal(signal.SIGTERM, None)
     assert info.value.signum == signal.SIGTERM

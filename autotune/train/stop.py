@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from autotune.core.signals import STOP_SIGNALS, StopSignal
 
-__all__ = ["StopSignals"]
+__all__ = ["REPEAT_S", "StopSignals"]
+
+# A SIGTERM or SIGHUP this soon after the first is the same stop delivered twice (SLURM
+# signals every process of a step, torchrun forwards to its ranks): the clean stop stands.
+REPEAT_S = 1.0
 
 
 class StopSignals:
@@ -29,6 +34,7 @@ class StopSignals:
     def __init__(self, message: Callable[[str], None]) -> None:
         self.message = message
         self.received: int | None = None  # the first stop signal that arrived
+        self._first_at = 0.0  # when it arrived (time.monotonic)
         self._old_mask: set[int | signal.Signals] | None = None
         self._old_handlers: dict[int, Any] = {}
 
@@ -36,8 +42,11 @@ class StopSignals:
         if self.received is not None:  # a second stop: at once, out of the step it is in
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
+            if time.monotonic() - self._first_at < REPEAT_S:
+                return  # one stop delivered twice (a scheduler's and a launcher's copy)
             raise StopSignal(signum)
         self.received = signum
+        self._first_at = time.monotonic()
         name = signal.Signals(signum).name
         again = (
             "press Ctrl-C again to stop at once"
