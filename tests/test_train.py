@@ -565,7 +565,11 @@ def test_a_loss_not_finite_from_the_first_step_blames_the_loss_not_the_lr(
         run(tmp_path, data, spec=spec, training=settings(log_interval=5))
     text = str(info.value)
     assert "not finite at the run's first step" in text and "before any update" in text, text
-    assert "lr" not in text, text
+    assert "lr" not in text and "fp16" not in text, text
+    from autotune.train.progress import check_finite
+
+    with pytest.raises(AutotuneError, match=r"fp16's range gives it.*use bf16 or fp32"):
+        check_finite([float("inf")], step=1, last_saved=None, precision="fp16")
 
 
 @pytest.mark.parametrize("synced", [True, False])

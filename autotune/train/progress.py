@@ -144,18 +144,25 @@ def train_record(
     }
 
 
-def check_finite(values: Sequence[float], *, step: int, last_saved: int | None) -> None:
+def check_finite(
+    values: Sequence[float], *, step: int, last_saved: int | None, precision: str = "fp32"
+) -> None:
     """Stop the run at a training loss that is not finite (``values``: the losses read at
     ``step``), naming the last checkpoint and what to change."""
     bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
     if bad is None:
         return
     first = step - len(values) + 1 + bad  # the step whose loss first was not finite
-    if first == 1:  # before any update: no learning rate or precision made it so
+    if first == 1:  # before any update: no learning rate made it so (fp16 may overflow)
+        fp16 = precision == "fp16"
+        cause = (
+            "the model's loss, its data or fp16's range" if fp16 else "the model's loss or its data"
+        )
+        fix = "; or use bf16 or fp32, which do not overflow there" if fp16 else ""
         raise AutotuneError(
             f"the training loss is not finite at the run's first step ({values[bad]}), "
-            "before any update: the model's loss or its data gives it; check the loss "
-            "function and the batches (autotune models show lists the model's contract)"
+            f"before any update: {cause} gives it; check the loss function and the batches "
+            f"(autotune models show lists the model's contract){fix}"
         )
     last = f"; the last checkpoint is step {last_saved}" if last_saved else ""
     raise AutotuneError(

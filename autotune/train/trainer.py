@@ -534,7 +534,8 @@ class Trainer:
             self._log_values(progress, values, total)
         else:
             self.display.advance(self.step)
-        check_finite(values, step=self.step, last_saved=self.folder.last_saved)
+        saved, precision = self.folder.last_saved, self.config.precision
+        check_finite(values, step=self.step, last_saved=saved, precision=precision)
         improved = False
         if evaluate:
             progress.last_eval = self._run_eval()
