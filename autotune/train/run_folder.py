@@ -89,7 +89,8 @@ def _what_is_there(path: Path, exc: OSError) -> str:
         kind = path_kind(path)
     except OSError:
         kind = None
-    return f"it is {kind}" if kind and kind != "a directory" else (exc.strerror or str(exc))
+    folder = kind is None or kind.endswith("a directory")  # a link to one too: the OS says why
+    return (exc.strerror or str(exc)) if folder else f"it is {kind}"
 
 
 class RunFolder:
@@ -142,9 +143,9 @@ class RunFolder:
             raise
         finally:
             holder.unlink(missing_ok=True)
-            lock.release()
             if failed and made:  # a run refused before it wrote anything leaves no folder
-                self._remove_if_unused()
+                self._remove_if_unused()  # while the lock is held: no run starts in it
+            lock.release()
 
     def _remove_if_unused(self) -> None:
         """Take away the folder this run made, where it holds nothing but the lock."""
@@ -152,7 +153,7 @@ class RunFolder:
             if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
                 (self.path / LOCK_FILE).unlink(missing_ok=True)
                 self.path.rmdir()
-        except OSError:  # another run took it meanwhile, or it cannot be read: leave it
+        except OSError:  # another run opened it meanwhile, or it cannot be read: leave it
             pass
 
     def _check_side_files(self) -> None:
