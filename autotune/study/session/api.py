@@ -134,7 +134,9 @@ def search(
     hardware = machine.hardware if machine.hardware is not None else _probe()
     caps = hardware.device(machine.device)
     budget_bytes = parse_budget(budget, device_memory_bytes=caps.total_memory_bytes)
-    space = _build_space(spec, hardware, caps, restrict, scope=scope, machine=machine)
+    space = _build_space(
+        spec, hardware, caps, restrict, scope=scope, machine=machine, shared=study.shared
+    )
     notes = _device_notes(budget_bytes, caps)
     context = SearchContext.of(
         spec=spec,
@@ -521,9 +523,12 @@ def _build_space(
     *,
     scope: SearchScope,
     machine: SearchMachine,
+    shared: bool = False,
 ) -> SearchSpace:
     """The space of configs: the model's and the device's knobs, narrowed by ``restrict``;
-    with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun)."""
+    with ``nproc_per_node`` > 1, the DDP/FSDP settings too (bursts under torchrun). Its
+    CPU knobs count the cores this process may use, as ``check_config`` does; a shared
+    study's, the machine's, so that workers pinned to other cores record one space."""
     from autotune.config.checks import machine_problems
     from autotune.config.machine_limits import usable_cores
     from autotune.contract.spec import builds_our_code, user_code
@@ -543,9 +548,11 @@ def _build_space(
         caps,
         global_batch=scope.global_batch,
         seq_len=seqs,
-        # the cores this process may use (taskset, a cpuset), as check_config counts them,
-        # where the hardware is this machine's; a given profile's own count otherwise
-        cpu_count=usable_cores() if machine.hardware is None else hardware.cpu.logical_cores,
+        cpu_count=(
+            usable_cores()
+            if machine.hardware is None and not shared
+            else hardware.cpu.logical_cores
+        ),
         restrict=restrict,
         nproc_per_node=machine.nproc_per_node,
     )
