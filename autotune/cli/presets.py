@@ -527,12 +527,6 @@ def export(
         raise UsageError(f"--format: expected one of {', '.join(EXPORT_FORMATS)}; got {format_!r}")
     if nproc is not None and (wanted := PROCESSES.wanted(nproc)) is not None:
         raise UsageError(f"--nproc: expected {wanted}, got {nproc}")
-    if nproc is not None and format_ in ("json", "yaml"):
-        raise UsageError(
-            f"--nproc: --format {format_} writes the preset as it is, for the processes its "
-            "config.parallel names; give --nproc with hf, lightning, accelerate, deepspeed "
-            "or torchrun"
-        )
     if output is not None:
         # a str, not a Path: "newdir/" keeps its slash, so it is refused (it names a
         # folder, which cp would say too) rather than written as a file named newdir

@@ -133,6 +133,12 @@ def export_preset(
     """
     if format not in EXPORT_FORMATS:
         raise UsageError(f"format: expected one of {', '.join(EXPORT_FORMATS)}; got {format!r}")
+    if nproc is not None and format in ("json", "yaml"):
+        raise UsageError(
+            f"nproc: the {format} format writes the preset as it is, for the processes its "
+            "config.parallel names; give nproc with hf, lightning, accelerate, deepspeed or "
+            "torchrun"
+        )
     if nproc is None:
         nproc = preset.config.parallel.nproc_per_node if preset.config.parallel else 1
     if (wanted := PROCESSES.wanted(nproc)) is not None:

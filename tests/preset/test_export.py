@@ -164,7 +164,7 @@ def test_cli_export_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     # a process count past the bound of one machine, or one a format does not use
     for fmt, nproc, said in (
         ("torchrun", "1073741824", "expected an integer of at most 1024"),
-        ("json", "2", "--format json writes the preset as it is"),
+        ("json", "2", "the json format writes the preset as it is"),
     ):
         refused = runner.invoke(app, ["presets", "export", "best.yaml", "--format", fmt,
                                       "--nproc", nproc])  # fmt: skip
