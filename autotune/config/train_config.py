@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from autotune.config.knobs import (
     Applies,
@@ -49,9 +49,6 @@ from autotune.core.validator import (
     non_negative,
     positive,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "COMPILE_MODES",
