@@ -28,8 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
+from autotune._version import __version__
 from autotune.core.errors import (
     AutotuneError,
     BudgetError,

@@ -362,7 +362,7 @@ def parse_cpu_family(text: str) -> tuple[int | None, int | None]:
 def _probe_software(
     torch_version: str, torch_cuda_version: str | None, gpus: tuple[GPUInfo, ...]
 ) -> SoftwareInfo:
-    import autotune
+    from autotune._version import __version__
 
     cpu_ok, cpu_reason = compile_check_cpu()
     if gpus:
@@ -376,7 +376,7 @@ def _probe_software(
         compile_available=ok,
         compile_reason=reason,
         optuna_version=_distribution_version("optuna"),
-        autotune_version=autotune.__version__,
+        autotune_version=__version__,
         compile_cpu_available=cpu_ok,
         compile_cpu_reason=cpu_reason,
         platform=platform.platform(),
