@@ -114,6 +114,26 @@ def load_model(ref: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
     return spec.with_args(**args)
 
 
+def load_within(
+    ref: str, seconds: float | None, load: Callable[[], ModelSpec], *, limit: str
+) -> ModelSpec:
+    """``load()``, the model ``ref`` names, stopped after ``seconds`` (the command's
+    ``limit``, in words) with what to change: a user's module that waits at import (a
+    sleep, a download that hangs) would otherwise outlast any --timeout. No bound without
+    ``seconds``."""
+    from autotune.core.signals import time_bound
+
+    def too_long() -> AutotuneError:
+        return AutotuneError(
+            f"model {ref!r} did not load within {limit} ({seconds:.0f} s): its module "
+            "waits or works at import; make the import quick (build the model in its "
+            "build function), or give a longer --timeout"
+        )
+
+    with time_bound(seconds, too_long):
+        return load()
+
+
 def parse_model_args(items: Sequence[str]) -> dict[str, Any]:
     """``--model-arg NAME=VALUE`` texts as a mapping, each value a YAML scalar as ``--set``
     reads it (``4``, ``3e-4``, ``true``, ``silu``); ``UsageError`` listing every bad one."""

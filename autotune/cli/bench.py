@@ -138,11 +138,12 @@ def bench(
     from autotune.config.train_config import TrainConfig
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
-    from autotune.models.registry import load_model, parse_model_args
+    from autotune.models.registry import load_model, load_within, parse_model_args
 
     if trace is not None:
         _check_trace(trace)
-    spec = load_model(model, parse_model_args(model_arg or []))
+    args = parse_model_args(model_arg or [])
+    spec = load_within(model, timeout, lambda: load_model(model, args), limit="--timeout")
     caps = probe().device(device)
     if settings.get("seq_len") is None:
         settings["seq_len"] = spec.seq_len  # the model's length unless --seq-len says

@@ -400,7 +400,14 @@ def check(
     if not json_out:
         _echo("\n".join(render_portability(report)))
     notes: list[str] = []
-    spec = loaded.model.load(trust=trust_model, notes=notes, again=False)  # no --model here
+    from autotune.models.registry import load_within
+
+    spec = load_within(  # no --model here
+        loaded.model.name,
+        timeout,
+        lambda: loaded.model.load(trust=trust_model, notes=notes, again=False),
+        limit="--timeout",
+    )
     for text in notes:
         _echo(f"warning: {text}", err=True)
     if not json_out:

@@ -4,6 +4,7 @@ refusal (exit 2) before any trial process starts."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fake_models import FAKES
@@ -78,3 +79,12 @@ def test_parse_knobs_reads_yaml_scalars() -> None:
         "name": "abc",
     }
     assert parse_knobs([]) == {}
+
+
+def test_a_model_that_waits_at_import_is_stopped_at_the_timeout(tmp_path: Path) -> None:
+    """bench --timeout 10 waited on a model file that slept at import until killed."""
+    model = tmp_path / "sleepy.py"  # unbounded: loads after 2 minutes, no spec
+    model.write_text("import time\ntime.sleep(120)\n", encoding="utf-8")
+    result = runner.invoke(app, ["bench", "--model", f"{model}:spec", "--timeout", "2"])
+    assert result.exit_code == 1, result.output
+    assert "did not load within --timeout (2 s)" in result.output

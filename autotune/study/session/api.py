@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune.core.errors import AutotuneError, BudgetError, UsageError
+from autotune.core.errors import BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
 from autotune.machine.compile_cache import shared_compile_cache
@@ -495,18 +495,10 @@ def _resolve_model(model: str | ModelSpec, *, within_s: float | None) -> ModelSp
     user's module that waits at import would otherwise outlast any --timeout."""
     if not isinstance(model, str):
         return model
-    from autotune.core.signals import time_bound
-    from autotune.models.registry import load_model
+    from autotune.models.registry import load_model, load_within
 
-    def too_long() -> AutotuneError:
-        return AutotuneError(
-            f"model {model!r} did not load within the search's time limit ({within_s:.0f} s): "
-            "its module waits or works at import; make the import quick (build the model "
-            "in its build function), or give a longer --timeout"
-        )
-
-    with time_bound(within_s, too_long):
-        return load_model(model)
+    ref = model
+    return load_within(ref, within_s, lambda: load_model(ref), limit="the search's time limit")
 
 
 def _probe() -> HardwareProfile:
