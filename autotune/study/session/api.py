@@ -54,7 +54,6 @@ from autotune.study.session.search_result import SearchResult
 from autotune.study.storage.optuna_glue import quiet_optuna, redact, storage_failures
 from autotune.study.storage.ownership import describe_owner, exclusive_search, owner_alive
 from autotune.study.storage.search_study import (
-    default_storage,
     default_study_name,
     made_folder,
     model_name,
@@ -148,15 +147,22 @@ def search(
         progress=output.progress,
     )
     name = study.study or study_name_for(context, goal, shared=study.shared)
-    storage = study.storage if study.storage is not None else default_storage(study.runs_dir, name)
-    folder = made_folder(study_database(study.runs_dir, name).parent)
+    folder: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if study.storage is not None:
+        storage = study.storage
+    else:
+        database = study_database(study.runs_dir, name)
+        storage = f"sqlite:///{database}"
+        # its folder is made by a search that writes it, and taken away again where the
+        # study cannot be opened
+        if not study.finish:
+            folder = made_folder(database.parent)
     if study.finish:  # it races a study's trials, so the study must be there
         require_study(storage, name)
     bursts = _burst_runner(context, machine.burst_fn, limits, seed=study.seed)
     for message in notes:
         context.note(message)
-    writes_default = study.storage is None and not study.finish  # in a folder made here
-    with quiet_optuna(), folder if writes_default else contextlib.nullcontext():
+    with quiet_optuna(), folder:
         opened, log = open_search_study(
             context,
             goal,

@@ -13,7 +13,6 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from autotune.study.trials.burst_runner import BurstRunner, Goal
 
 __all__ = [
-    "default_storage",
     "default_study_name",
     "made_folder",
     "model_name",
@@ -120,15 +118,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
 
 
-def default_storage(runs_dir: str | Path, study_name: str) -> str:
-    """``sqlite:///<runs_dir>/<folder>/study.db``, the folder named by ``study_folder``
-    (``~`` expanded). Nothing is made here: ``made_folder`` makes it for a search that
-    writes."""
-    return f"sqlite:///{study_database(runs_dir, study_name)}"
-
-
 def study_database(runs_dir: str | Path, study_name: str) -> Path:
-    """The default SQLite file of study ``study_name``: ``<runs_dir>/<folder>/study.db``."""
+    """The default SQLite file of study ``study_name``: ``<runs_dir>/<folder>/study.db``
+    (``~`` expanded), the folder named by ``study_folder``. Nothing is made here:
+    ``made_folder`` makes it for a search that writes."""
     runs = Path(runs_dir).expanduser()
     return runs / study_folder(runs, study_name) / "study.db"
 
@@ -166,7 +159,7 @@ def studies_in(database: Path) -> list[str]:
         return []
 
 
-@contextmanager
+@contextlib.contextmanager
 def made_folder(folder: Path) -> Iterator[None]:
     """``folder`` (a study's, ``study_folder``), made with its parents where missing, and
     taken away again if what runs inside fails while they are still empty: a study that
