@@ -37,7 +37,7 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
     cfg = TrainConfig(micro_batch=2, grad_accum=4, seq_len=8)
     assert per_rank_config(cfg, 2).grad_accum == 2
     assert per_rank_config(cfg, 1) == cfg
-    with pytest.raises(ConfigError, match="not divisible by the world size 3"):
+    with pytest.raises(ConfigError, match="4 does not split over 3 processes"):
         per_rank_config(cfg, 3)
 
 
@@ -144,5 +144,5 @@ def test_torchrun_cli(tmp_path: Path) -> None:
     proc = subprocess.run(bad, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0  # torchrun reports its own failure after the workers' exit 2
     assert "error: the preset's global batch does not split" in proc.stderr
-    assert "not divisible by the world size 2" in proc.stderr
+    assert "does not split over 2 processes" in proc.stderr
     assert "autotune/train/trainer.py" not in proc.stderr  # a message, not a traceback of ours

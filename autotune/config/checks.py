@@ -95,7 +95,7 @@ def parallel_problems(config: TrainConfig, device: DeviceCaps, *, cores: int) ->
     par = config.parallel
     if par is None:
         return []
-    out = split_problems(config.grad_accum, par)
+    out = split_problems(config.grad_accum, par.nproc_per_node, config.micro_batch)
     if device.kind == "cpu" and par.nproc_per_node > cores:
         out.append(
             f"config.parallel.nproc_per_node: {par.nproc_per_node} processes on a CPU need as "

@@ -135,15 +135,20 @@ def coerce(value: Any, path: str = "config.parallel") -> tuple[ParallelConfig | 
         return None, exc.problems
 
 
-def split_problems(grad_accum: int, par: ParallelConfig) -> list[str]:
-    """The whole run's accumulation must split evenly over the processes (a config as a
-    preset or a search holds it, before ``per_rank_config``)."""
-    if grad_accum % par.nproc_per_node == 0:
+def split_problems(grad_accum: int, processes: int, micro_batch: int) -> list[str]:
+    """The whole run's accumulation must split evenly over the processes, so that the
+    global batch stays the config's: each process accumulates ``grad_accum / processes``
+    micro-batches (``per_rank_config``). The one rule and wording for a config that names
+    its processes (``config.parallel``) and for the world a run was started in."""
+    if processes <= 1 or grad_accum % processes == 0:
         return []
     return [
-        f"config.grad_accum: {grad_accum} does not split over nproc_per_node "
-        f"{par.nproc_per_node} processes (each accumulates grad_accum / nproc_per_node "
-        "micro-batches); use a grad_accum that the process count divides"
+        f"config.grad_accum: {grad_accum} does not split over {processes} processes, so the "
+        f"global batch of {micro_batch * grad_accum} samples (micro_batch {micro_batch} x "
+        f"grad_accum {grad_accum}) cannot be kept: each process accumulates grad_accum / "
+        f"{processes} micro-batches; use a process count that divides {grad_accum}, or a "
+        f"grad_accum that {processes} divides with micro_batch x grad_accum kept (autotune "
+        "train: --set config.grad_accum=... --set config.micro_batch=...)"
     ]
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import ConfigError, UsageError
 
@@ -121,18 +122,10 @@ def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
     """
     if world_size <= 1:
         return config
-    if config.grad_accum % world_size != 0:
+    problems = split_problems(config.grad_accum, world_size, config.micro_batch)
+    if problems:
         raise ConfigError(
-            [
-                f"config.grad_accum: {config.grad_accum} is not divisible by the world size "
-                f"{world_size}, so the global batch of {config.global_batch} samples "
-                f"(micro_batch {config.micro_batch} x grad_accum {config.grad_accum}) cannot "
-                f"be kept over {world_size} processes; use a process count that divides "
-                f"{config.grad_accum}, or change config.grad_accum and config.micro_batch "
-                "so that micro_batch x grad_accum stays the same (autotune train: --set "
-                "config.grad_accum=... --set config.micro_batch=...)"
-            ],
-            context="the preset's global batch does not split over the processes",
+            problems, context="the preset's global batch does not split over the processes"
         )
     return config.replace(grad_accum=config.grad_accum // world_size)
 
