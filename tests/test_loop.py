@@ -66,7 +66,7 @@ def test_the_step_is_autotunes_stepper() -> None:
 def test_the_global_batch_is_kept_over_processes() -> None:
     loop = PresetLoop(make_config(micro_batch=8, grad_accum=4), world_size=2)
     assert (loop.micro_batch, loop.grad_accum) == (8, 2)
-    with pytest.raises(ConfigError, match="world size 3"):
+    with pytest.raises(ConfigError, match="4 does not split over 3 processes"):
         PresetLoop(make_config(micro_batch=8, grad_accum=4), world_size=3)
 
 
