@@ -114,8 +114,10 @@ def test_should_stop_waits_for_a_compiled_configs_first_step(compiled: bool) -> 
         return "outside load arrived"
 
     config = TrainConfig(micro_batch=1, seq_len=8, compile="default" if compiled else "off")
+    # 30 steps: the stop comes after the first, so they cost nothing; 3 were once all done
+    # (0.3-0.7 s) before a loaded machine's supervisor asked
     result = run_burst(
-        fake_models.fake_spec, config, steps=3, warmup=1, timeout_s=300, should_stop=always
+        fake_models.fake_spec, config, steps=30, warmup=1, timeout_s=300, should_stop=always
     )
     assert result.status == "pruned" and result.reason.startswith("outside load arrived")
     assert (result.warmup_s is not None) is compiled, config.compile

@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 import pytest
+from virtual_clock import VirtualClock
 
 from autotune.burst.result import BurstResult
 from autotune.config.train_config import TrainConfig
@@ -226,15 +227,16 @@ def test_the_time_limit_counts_from_the_call(
     assert states[0].deadline.started <= loaded_at[0]
 
 
-def test_time_limit_stops_the_search(tmp_path: Path) -> None:
+def test_time_limit_stops_the_search(tmp_path: Path, clock: VirtualClock) -> None:
     class Slow(FakeBurst):
         def __call__(self, spec: ModelSpec, config: TrainConfig, **kw: Any) -> BurstResult:
-            time.sleep(0.3)
+            clock.sleep(3.0)
             return super().__call__(spec, config, **kw)
 
     burst = Slow()
-    # 2 s: under 1 s, a loaded 2-core machine (the whole suite beside it) once spent the
-    # limit on the quick start (out of memory in the fake) and started no naive burst
-    result = run(tmp_path, burst, trials=None, timeout="2s", output=None)
+    # Bursts of 3 s on the virtual clock in a 20 s limit: with a real limit of 2 s, a
+    # loaded 2-core machine (the whole suite beside it, a cold worker's imports) spent it
+    # on the quick start (out of memory in the fake) and started no naive burst.
+    result = run(tmp_path, burst, trials=None, timeout="20s", output=None)
     assert "time limit" in result.stopped
     assert 1 <= len(burst.calls) <= 9

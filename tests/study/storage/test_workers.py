@@ -161,7 +161,7 @@ def _wait(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[tupl
 
 
 def test_two_workers_finish_the_study_once(tmp_path: Path, storage: str) -> None:
-    procs = [_worker(tmp_path, storage) for _ in range(2)]
+    procs = [_worker(tmp_path, storage, FAKE_BURST_PEERS="2") for _ in range(2)]
     outputs = _wait(procs)
     assert [p.returncode for p in procs] == [0, 0], outputs
     presets = [json.loads(out.strip().splitlines()[-1])["preset"] for out, _ in outputs]
@@ -258,7 +258,7 @@ def test_devices_run_one_worker_per_device_and_never_share_one(
     fakes)."""
     from autotune.study.storage.workers import WorkerSlot, run_workers
 
-    for name, value in _env().items():
+    for name, value in _env(FAKE_BURST_PEERS="2").items():
         monkeypatch.setenv(name, value)
     storage = f"journal:{tmp_path / 'study.log'}"
     command = [sys.executable, str(SCRIPT), str(tmp_path), storage, str(2 * N)]
