@@ -177,11 +177,34 @@ def dump_preset(preset: Preset) -> str:
     return "".join(f"# {one_line(line)}\n" for line in header) + body
 
 
+def looks_like_preset(path: Path) -> bool:
+    """Whether ``path`` reads as a preset: YAML whose top holds ``schema_version`` and
+    ``config`` (what ``presets list`` shows, and what a search may write over)."""
+    try:
+        data = read_yaml(path)
+    except PresetError:
+        return False
+    return isinstance(data, Mapping) and "schema_version" in data and "config" in data
+
+
+def replaceable_by_preset(path: Path) -> bool:
+    """Whether a preset may be written over the file at ``path``: an empty file or a preset
+    (``looks_like_preset``), as an earlier search or save wrote there. Anything else is the
+    user's (a search replaced notes.txt silently, ``save_preset`` a checkpoint)."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+    except OSError:
+        return False  # unreadable: not known to be ours
+    return looks_like_preset(path)
+
+
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write ``preset`` to ``path`` atomically (``autotune.core.files.atomic_write_text``): a
     crash leaves the old file or the new one, never half of one. Its first line names the
     installed JSON Schema (from the file's folder), so an editor with the YAML language
-    server checks the file."""
+    server checks the file. ``overwrite`` replaces a preset (or an empty file), never
+    another file."""
     target = Path(path).expanduser()
     text = schema_comment(target.parent) + dump_preset(preset)  # a failure writes nothing
     if target.is_dir():
@@ -193,6 +216,11 @@ def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> 
     if not overwrite and target.exists():
         raise preset_error(
             f"preset file {str(target)!r} already exists (overwrite it, or pick a name)"
+        )
+    if target.is_file() and not replaceable_by_preset(target):
+        raise preset_error(
+            f"{str(target)!r} exists and is not an autotune preset, which saving would "
+            "replace; give another path, or move that file away first"
         )
     try:
         atomic_write_text(target, text, overwrite=overwrite)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from autotune.core.errors import PresetError
 from autotune.core.validator import did_you_mean
-from autotune.preset.io import load_preset, preset_error, read_yaml
+from autotune.preset.io import load_preset, looks_like_preset, preset_error
 
 __all__ = [
     "builtin_preset_dir",
@@ -60,16 +60,6 @@ def _yaml_files(folder: Path, *, recursive: bool) -> Iterator[Path]:
     patterns = ("*.yaml", "*.yml")
     found = {p for pat in patterns for p in (folder.rglob(pat) if recursive else folder.glob(pat))}
     return iter(sorted(p for p in found if p.is_file() and not p.name.startswith(".")))
-
-
-def looks_like_preset(path: Path) -> bool:
-    """Whether ``path`` reads as a preset: YAML whose top holds ``schema_version`` and
-    ``config`` (what ``presets list`` shows, and what a search may write over)."""
-    try:
-        data = read_yaml(path)
-    except PresetError:
-        return False
-    return isinstance(data, Mapping) and "schema_version" in data and "config" in data
 
 
 def find_presets() -> list[tuple[str, Path]]:

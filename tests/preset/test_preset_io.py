@@ -192,6 +192,24 @@ def test_save_preset_overwrite_flag(tmp_path: Path) -> None:
         save_preset(make_preset(), tmp_path)
 
 
+def test_save_preset_replaces_a_preset_or_an_empty_file_never_another_file(
+    tmp_path: Path,
+) -> None:
+    # save_preset(p, "c.pt") turned a checkpoint into YAML, where a search refuses the path
+    checkpoint = tmp_path / "c.pt"
+    checkpoint.write_bytes(b"PK\x03\x04 weights")
+    with pytest.raises(PresetError, match="'.*c.pt' exists and is not an autotune preset"):
+        save_preset(make_preset(), checkpoint)
+    assert checkpoint.read_bytes() == b"PK\x03\x04 weights"
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("shopping: [milk]\n")
+    with pytest.raises(PresetError, match="not an autotune preset"):
+        save_preset(make_preset(), notes)
+    empty = tmp_path / "empty.yaml"
+    empty.touch()
+    assert load_preset(save_preset(make_preset(name="e"), empty)).name == "e"
+
+
 def test_no_clobber_save_without_hard_links(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -382,26 +382,14 @@ def _output_problems(output: str | Path) -> list[str]:
     problem = _unwritable(target.parent)
     if problem:
         return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
-    if target.is_file() and not _replaceable(target):
+    from autotune.preset.io import replaceable_by_preset
+
+    if target.is_file() and not replaceable_by_preset(target):
         return [
             f"output {str(output)!r} exists and is not an autotune preset, which the search "
             "would replace; give another path, or move that file away first"
         ]
     return []
-
-
-def _replaceable(path: Path) -> bool:
-    """Whether the search may write its preset over the file at ``path``: an empty file
-    or a preset (``looks_like_preset``), as an earlier search wrote there. Anything else
-    is the user's (notes.txt was replaced silently)."""
-    from autotune.preset.library import looks_like_preset
-
-    try:
-        if path.stat().st_size == 0:
-            return True
-    except OSError:
-        return False  # unreadable: not known to be ours
-    return looks_like_preset(path)
 
 
 def _unwritable(folder: Path) -> str | None:
