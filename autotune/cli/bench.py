@@ -196,15 +196,29 @@ def check_burst_numbers(*, steps: int, warmup: int, timeout: float, seed: int | 
 def _check_trace(trace: str) -> None:
     """The trace is written by the burst's process at its end, so a path it cannot take
     is refused before the burst: a folder there (torch replaced an empty one with the
-    file), or a folder that does not exist or cannot be written."""
+    file), a device or a path ending with a slash (``check_output_path``), a folder that
+    does not exist or cannot be written, and a file that is not a trace (a preset given
+    by mistake became a 7 MB trace)."""
+    from autotune.core.files import check_output_path
+    from autotune.explain.breakdown import is_chrome_trace
+
     path = Path(trace).expanduser()
     folder = path.parent
     if path.is_dir():
         raise UsageError(f"--trace {trace!r} is a folder; give a file such as trace.json")
+    try:
+        check_output_path(trace)
+    except UsageError as exc:
+        raise UsageError(f"--trace {exc}") from None
     if not folder.is_dir():
         raise UsageError(f"--trace {trace!r}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--trace {trace!r}: cannot write in the folder {str(folder)!r}")
+    if path.is_file() and path.stat().st_size and not is_chrome_trace(path):
+        raise UsageError(
+            f"--trace {trace!r} exists and is not a Chrome trace, which the trace would "
+            "replace; give another path, or move that file away first"
+        )
 
 
 def _run_with_progress(

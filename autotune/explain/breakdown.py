@@ -18,9 +18,12 @@ overhead.
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.plain import MEASURED, from_plain, to_plain
@@ -160,7 +163,7 @@ def profile_steps(
     finally:
         stepper.profile = False
     if trace_path:
-        prof.export_chrome_trace(trace_path)
+        _export_trace(prof, Path(trace_path))
     breakdown = parse_events(
         list(prof.events()), step_times=times, device=str(device), modules=not note
     )
@@ -347,3 +350,35 @@ def _descendants(event: FunctionEvent) -> Iterator[FunctionEvent]:
     for child in event.cpu_children:
         yield child
         yield from _descendants(child)
+
+
+def _export_trace(prof: Any, path: Path) -> None:
+    """The profiler's Chrome trace at ``path``, written beside it and renamed into place:
+    the profiler wrote through a link at ``path`` to its target, and over a device node,
+    which it replaced with a file (``/dev/null``, as root)."""
+    from autotune.core.files import check_output_path, file_mode
+
+    check_output_path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{path.name}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        prof.export_chrome_trace(str(tmp))
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def is_chrome_trace(path: Path) -> bool:
+    """Whether ``path`` holds a Chrome trace, as the profiler writes one (JSON whose first
+    kilobytes name ``traceEvents`` or ``schemaVersion``): what ``--trace`` may replace."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and (
+        b'"traceEvents"' in head or b'"schemaVersion"' in head
+    )

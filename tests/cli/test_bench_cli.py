@@ -55,6 +55,8 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
         (["--trace", "/"], "--trace '/' is a folder"),
         (["--trace", "/no/such/folder/t.json"], "the folder '/no/such/folder' does not exist"),
+        (["--trace", "/dev/null"], "--trace '/dev/null' is a character device"),
+        (["--trace", "newdir/"], "--trace 'newdir/' ends with '/'"),
         (["--channels-last"], "config.channels_last: model 'fake' is not declared convolutional"),
         (["--expandable-segments"], "config.expandable_segments: a setting of the CUDA"),
     ],
@@ -64,6 +66,16 @@ def test_refusals_exit_2_without_a_burst(args: list[str], message: str) -> None:
     assert result.exit_code == 2, result.output
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_trace_replaces_a_trace_or_an_empty_file_never_another_file(tmp_path: Path) -> None:
+    # --trace keep.yaml turned a preset into a 7 MB trace, exit 0
+    keep = tmp_path / "keep.yaml"
+    keep.write_text("schema_version: 2\n")
+    result = runner.invoke(app, [*BASE, "--model", f"{FAKES}:fake_spec", "--trace", str(keep)])
+    assert result.exit_code == 2, result.output
+    assert "exists and is not a Chrome trace" in result.stderr
+    assert keep.read_text() == "schema_version: 2\n"
 
 
 def test_unknown_model_exits_2() -> None:

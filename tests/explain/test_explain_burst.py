@@ -25,6 +25,32 @@ from autotune.models.registry import load_model
 from autotune.testing.burst import FakeBurst, cpu_profile
 
 
+class _Profiler:
+    def export_chrome_trace(self, path: str) -> None:
+        Path(path).write_text('{"schemaVersion": 1, "traceEvents": []}')
+
+
+def test_the_trace_is_renamed_into_place_not_written_through_the_path(tmp_path: Path) -> None:
+    """The profiler wrote through a link to its target, and replaced /dev/null (as root)
+    with a file: the trace is written beside the path and renamed over it."""
+    from autotune.core.errors import UsageError
+    from autotune.explain.breakdown import _export_trace, is_chrome_trace
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine")
+    link = tmp_path / "trace.json"
+    link.symlink_to(precious)
+    _export_trace(_Profiler(), link)
+    assert precious.read_text() == "mine" and not link.is_symlink() and is_chrome_trace(link)
+    assert not is_chrome_trace(precious)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt", "trace.json"]
+    device = tmp_path / "device"
+    device.symlink_to("/dev/null")
+    with pytest.raises(UsageError, match="character device"):
+        _export_trace(_Profiler(), device)
+    assert Path("/dev/null").is_char_device()
+
+
 def test_the_profiled_steps_come_after_the_timed_ones(tmp_path: Path) -> None:
     spec = load_model(f"{FAKES}:fake_spec")
     config = TrainConfig(micro_batch=2, grad_accum=2, seq_len=8)

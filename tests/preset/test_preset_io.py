@@ -198,7 +198,7 @@ def test_save_preset_replaces_a_preset_or_an_empty_file_never_another_file(
     # save_preset(p, "c.pt") turned a checkpoint into YAML, where a search refuses the path
     checkpoint = tmp_path / "c.pt"
     checkpoint.write_bytes(b"PK\x03\x04 weights")
-    with pytest.raises(PresetError, match="'.*c.pt' exists and is not an autotune preset"):
+    with pytest.raises(PresetError, match=r"'.*c\.pt' exists and is not an autotune preset"):
         save_preset(make_preset(), checkpoint)
     assert checkpoint.read_bytes() == b"PK\x03\x04 weights"
     notes = tmp_path / "notes.yaml"
