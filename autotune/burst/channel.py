@@ -15,6 +15,8 @@ import select
 from pathlib import Path
 from typing import Any, TextIO
 
+from autotune.core import launch_env
+
 __all__ = ["Channel", "FailuresOnly", "LineReader", "ParentGone", "connect", "open_channel"]
 
 
@@ -116,5 +118,5 @@ def connect(arg: str) -> Channel:
     """The parent's pipe: a descriptor number, or under torchrun (whose workers inherit no
     descriptors) the path of a FIFO every rank opens; ranks other than 0 filtered."""
     fd = int(arg) if arg.isdigit() else os.open(arg, os.O_WRONLY)
-    rank = int(os.environ.get("RANK", "0") or 0)
+    rank = launch_env.rank()
     return Channel(fd) if rank == 0 else FailuresOnly(fd, rank)

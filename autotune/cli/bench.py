@@ -136,10 +136,12 @@ def bench(
     check_burst_numbers(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     from autotune.config.checks import check_config
     from autotune.config.train_config import TrainConfig
+    from autotune.core import launch_env
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model, load_within, parse_model_args
 
+    launch_env.check()
     if trace is not None:
         _check_trace(trace)
     args = parse_model_args(model_arg or [])

@@ -302,6 +302,9 @@ def search(
     flags = dict(locals())  # the flags' values, by parameter name
     from rich.console import Console
 
+    from autotune.core import launch_env
+
+    launch_env.check()
     if devices is not None or cpu_workers is not None:
         raise typer.Exit(_launch_workers(devices or "", cpu_workers, study=study))
     study = _finished_study(study, finish)

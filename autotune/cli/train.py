@@ -31,6 +31,7 @@ from typing import Annotated
 import typer
 
 from autotune.cli._common import ModelArgOption, cli_command
+from autotune.core import launch_env
 from autotune.core.errors import UsageError
 from autotune.machine import omp
 
@@ -44,7 +45,7 @@ def _slug(name: str) -> str:
 
 
 def _warn(text: str) -> None:
-    if int(os.environ.get("RANK", "0") or 0) == 0:
+    if launch_env.rank() == 0:
         typer.echo(f"warning: {text}", err=True)
 
 

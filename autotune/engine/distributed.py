@@ -21,7 +21,6 @@ racing on one cache entry keep the first complete copy.)
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch.distributed as dist
 
 from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
+from autotune.core import launch_env
 from autotune.core.errors import ConfigError, UsageError
 
 __all__ = [
@@ -64,27 +64,19 @@ class DistInfo:
         return self.rank == 0
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInfo, str]:
     """Join the torchrun process group if there is one; return it and this rank's device.
 
     ``device`` is the requested kind (``cpu``, ``cuda``, ``cuda:N``); under torchrun on CUDA
     each process takes ``cuda:LOCAL_RANK``.
     """
-    world = _env_int("WORLD_SIZE", 1)
+    world = launch_env.world_size()
     if world <= 1:
         return DistInfo(), device
-    rank = _env_int("RANK", 0)
-    local_rank = _env_int("LOCAL_RANK", rank)
+    rank = launch_env.rank()
+    local_rank = launch_env.env_int("LOCAL_RANK", rank)
+    if problem := launch_env.rendezvous_problem():
+        raise UsageError(problem)
     if not dist.is_available():
         raise UsageError("this torch build has no torch.distributed; run without torchrun")
     cuda = device.startswith("cuda")

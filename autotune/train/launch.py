@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 from autotune.config.checks import check_config
 from autotune.config.overrides import apply_overrides
 from autotune.config.train_config import TrainConfig
+from autotune.core import launch_env
 from autotune.core.errors import UsageError
 from autotune.core.validator import COUNT, show
 from autotune.preset import (
@@ -63,8 +63,8 @@ class PreparedRun:
 
 def rank_device(device: str) -> str:
     """The device this process trains on: under torchrun on CUDA, ``cuda:LOCAL_RANK``."""
-    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}"
+    if device.startswith("cuda") and launch_env.world_size() > 1:
+        return f"cuda:{launch_env.env_int('LOCAL_RANK', 0)}"
     return device
 
 
