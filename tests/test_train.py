@@ -415,6 +415,22 @@ def test_apply_overrides() -> None:
     assert tr.lr == 1e-3 and tr.schedule == "constant" and tr.grad_clip is None
 
 
+def test_a_yaml_alias_bomb_in_set_is_refused_in_a_short_message() -> None:
+    # eight levels of ten aliases: 10**8 items when printed whole (a MemoryError after 60 s
+    # and 358 MB of message), as the same value in a preset file is not
+    bomb = (
+        "[&a [1,1,1,1,1,1,1,1,1,1]"
+        + "".join(
+            f", &{b} [{', '.join([f'*{a}'] * 10)}]" for a, b in itertools.pairwise("abcdefgh")
+        )
+        + "]"
+    )
+    for key in ("config.micro_batch", "config.compile", "config.precision"):
+        with pytest.raises(ConfigError) as refused:
+            apply_overrides(config(), settings(), [f"{key}={bomb}"])
+        assert len(str(refused.value)) < 500, key
+
+
 @pytest.mark.parametrize(
     ("item", "match"),
     [

@@ -15,7 +15,7 @@ from autotune.config.knobs import Where, device_problems, seq_len_problem
 from autotune.config.machine_limits import WORKERS_PER_CORE, usable_cores, worker_limit
 from autotune.config.parallel import split_problems
 from autotune.core.errors import ConfigError
-from autotune.core.validator import did_you_mean
+from autotune.core.validator import did_you_mean, show
 
 if TYPE_CHECKING:
     from autotune.config.train_config import TrainConfig
@@ -60,7 +60,7 @@ def model_problems(
             )
         elif value not in known[name].values:
             allowed = ", ".join(map(str, known[name].values))
-            problems.append(f"config.knobs.{name}: expected one of {allowed}; got {value!r}")
+            problems.append(f"config.knobs.{name}: expected one of {allowed}; got {show(value)}")
         elif device is not None and (problem := known[name].value_problem(value, device, config)):
             problems.append(f"config.knobs.{name}: {problem}")
     return problems

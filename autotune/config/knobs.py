@@ -464,21 +464,21 @@ def _value_problem(k: KnobDef, value: Any) -> str | None:
     if optional or k.type not in (int, bool, str, int | None):
         return None
     if k.is_bool:
-        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+        return None if isinstance(value, bool) else f"expected true or false, got {show(value)}"
     if k.choices is not None:
         if value in k.choices:
             return None
         hint = did_you_mean(value, [str(c) for c in k.choices]) if isinstance(value, str) else ""
-        return f"expected one of {', '.join(map(str, k.choices))}; got {value!r}{hint}"
+        return f"expected one of {', '.join(map(str, k.choices))}; got {show(value)}{hint}"
     low = 1 if k.low is None else k.low
     if _is_int(value) and value >= low and (k.high is None or value <= k.high):
         return None
     too_large = _is_int(value) and value > low
     if k.high is not None and (too_large or low != 1):
         what = f" ({k.help.rstrip('.')})" if k.help else ""
-        return f"expected an integer from {low} to {k.high}{what}, got {value!r}"
+        return f"expected an integer from {low} to {k.high}{what}, got {show(value)}"
     null = " or null" if k.type == int | None else ""
-    return f"expected a positive integer{null}, got {value!r}"
+    return f"expected a positive integer{null}, got {show(value)}"
 
 
 def field_problems(config: Any, *, path: str = "config") -> list[str]:
