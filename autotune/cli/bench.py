@@ -136,6 +136,7 @@ def bench(
     check_burst_numbers(steps=steps, warmup=warmup, timeout=timeout, seed=seed)
     from autotune.config.checks import check_config
     from autotune.config.train_config import TrainConfig
+    from autotune.contract.spec import check_built_arguments
     from autotune.core import launch_env
     from autotune.core.units import parse_budget
     from autotune.machine.hardware import probe
@@ -146,6 +147,7 @@ def bench(
         _check_trace(trace)
     args = parse_model_args(model_arg or [])
     spec = load_within(model, timeout, lambda: load_model(model, args), limit="--timeout")
+    check_built_arguments(spec)
     caps = probe().device(device)
     if settings.get("seq_len") is None:
         settings["seq_len"] = spec.seq_len  # the model's length unless --seq-len says

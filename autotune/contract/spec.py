@@ -35,6 +35,7 @@ __all__ = [
     "ModelSpec",
     "ParamCounts",
     "builds_our_code",
+    "check_built_arguments",
     "count_parameters",
     "data_parts",
     "is_user_code",
@@ -388,6 +389,17 @@ def builds_our_code(spec: ModelSpec) -> bool:
     architecture: code of ours or of transformers, built from arguments the user gives.
     A spec made in Python (``autotune.tune``) has no source and is the user's."""
     return bool(spec.source) and not is_user_code(spec.source)
+
+
+def check_built_arguments(spec: ModelSpec) -> None:
+    """A built-in or hf: model's arguments, built once on the meta device (no memory, no
+    time): a size its code refuses fails here, in one paragraph, not in every burst (a
+    search's n_layers=0 ran 108 trials to "no config ran successfully within the budget";
+    bench blamed its burst, exit 1). Not a user's model: its build may need real tensors
+    (an ``.item()``, a ``.to()``), which the bursts give it."""
+    if builds_our_code(spec):
+        with user_code(spec, "build_fn"):
+            spec.param_counts()
 
 
 @contextmanager

@@ -100,3 +100,11 @@ def test_a_model_that_waits_at_import_is_stopped_at_the_timeout(tmp_path: Path) 
     result = runner.invoke(app, ["bench", "--model", f"{model}:spec", "--timeout", "2"])
     assert result.exit_code == 1, result.output
     assert "did not load within --timeout (2 s)" in result.output
+
+
+def test_a_built_in_models_refused_argument_exits_2_before_its_burst() -> None:
+    # "burst error: ValueError: n_layers must be a positive integer", exit 1, where
+    # search, train and models show exit 2 naming the argument
+    result = runner.invoke(app, [*BASE, "--model", "mu", "--model-arg", "n_layers=0"])
+    assert result.exit_code == 2, result.output
+    assert "model 'mu' refused its arguments" in result.stderr and "burst" not in result.stderr

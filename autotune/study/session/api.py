@@ -529,16 +529,9 @@ def _build_space(
     study's, the machine's, so that workers pinned to other cores record one space."""
     from autotune.config.checks import machine_problems
     from autotune.config.machine_limits import usable_cores
-    from autotune.contract.spec import builds_our_code, user_code
+    from autotune.contract.spec import check_built_arguments
 
-    # A built-in or hf: model's arguments, built once on the meta device (no memory, no
-    # time): a size its code refuses fails here, in one paragraph, not in every trial of
-    # the search (n_layers=0 ran 108 trials to "no config ran successfully within the
-    # budget"). Not a user's model: its build may need real tensors (an .item(), a .to()),
-    # which the trials give it.
-    if builds_our_code(spec):
-        with user_code(spec, "build_fn"):
-            spec.param_counts()
+    check_built_arguments(spec)
     seq_len = scope.seq_len
     seqs = None if seq_len is None else parse_seq_len(seq_len, max_seq_len=spec.max_seq_len)
     space = SearchSpace.for_model(
