@@ -55,11 +55,19 @@ def user_preset_dir() -> Path:
 
 
 def _yaml_files(folder: Path, *, recursive: bool) -> Iterator[Path]:
-    if not folder.is_dir():
-        return iter(())
+    """The YAML files in ``folder``; none where it cannot be read (a user folder that
+    ``AUTOTUNE_CONFIG_DIR`` points at without access stopped ``presets list`` and a
+    built-in's export with an error about writing)."""
     patterns = ("*.yaml", "*.yml")
-    found = {p for pat in patterns for p in (folder.rglob(pat) if recursive else folder.glob(pat))}
-    return iter(sorted(p for p in found if p.is_file() and not p.name.startswith(".")))
+    try:
+        if not folder.is_dir():
+            return iter(())
+        found = {
+            p for pat in patterns for p in (folder.rglob(pat) if recursive else folder.glob(pat))
+        }
+        return iter(sorted(p for p in found if p.is_file() and not p.name.startswith(".")))
+    except OSError:
+        return iter(())
 
 
 def find_presets() -> list[tuple[str, Path]]:

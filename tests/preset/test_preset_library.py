@@ -90,3 +90,22 @@ def test_user_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     assert library.user_preset_dir() == tmp_path / "autotune" / "presets"
     monkeypatch.delenv("XDG_CONFIG_HOME")
     assert library.user_preset_dir() == Path.home() / ".config" / "autotune" / "presets"
+
+
+def test_an_unreadable_user_folder_hides_its_presets_not_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AUTOTUNE_CONFIG_DIR=/proc/1/root stopped presets list with an error about writing
+    locked = tmp_path / "locked"
+    (locked / "presets").mkdir(parents=True)
+    monkeypatch.setenv("AUTOTUNE_CONFIG_DIR", str(locked))
+    real_is_dir = Path.is_dir
+
+    def denied(self: Path) -> bool:
+        if self == locked / "presets":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_dir(self)
+
+    monkeypatch.setattr(Path, "is_dir", denied)  # root ignores chmod 0
+    found = find_presets()
+    assert found and {origin for origin, _ in found} <= {"builtin", "cwd"}
