@@ -90,6 +90,16 @@ def load_model(ref: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
     A name it does not have is a ``ModelLoadError`` (exit 2) naming the ones it has.
 
     For user code, ``attr`` is a ``ModelSpec`` or a zero-argument callable returning one."""
+    if not isinstance(ref, str):
+        raise ModelLoadError(
+            f"load_model: the model must be a name or reference such as 'mu', "
+            f"'my_model.py:spec' or 'hf:gpt2', got {type(ref).__name__}"
+        )
+    if args is not None and not isinstance(args, Mapping):
+        raise ModelLoadError(
+            f"load_model: args must be a mapping of argument names to values (such as "
+            f"{{'n_layers': 4}}), got {type(args).__name__}"
+        )
     if ref.startswith(HF_PREFIX):
         return hf_model(ref, args)
     spec = _load(ref)

@@ -12,6 +12,7 @@ redacts the study's storage URL by ``autotune.core.redact``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,11 @@ def _yaml_problem(exc: Exception) -> str:
 
 def load_preset(path: str | Path) -> Preset:
     """Read and validate a preset file. Any problem is a ``PresetError`` (exit code 2)."""
+    if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
+        raise preset_error(
+            f"load_preset: expected the preset file's path (a str or Path), got "
+            f"{type(path).__name__}"
+        )
     target = Path(path).expanduser()
     data = read_yaml(target)
     if data is None:

@@ -499,8 +499,16 @@ def _restrictions(
 def _resolve_model(model: str | ModelSpec, *, within_s: float | None) -> ModelSpec:
     """The spec ``model`` names, loaded within the search's time limit ``within_s``: a
     user's module that waits at import would otherwise outlast any --timeout."""
-    if not isinstance(model, str):
+    from autotune.contract.spec import ModelSpec
+
+    if isinstance(model, ModelSpec):
         return model
+    if not isinstance(model, str):
+        raise UsageError(
+            f"model must be a model's name or reference (such as 'mu', 'gpt2-124m', "
+            f"'my_model.py:spec' or 'hf:gpt2') or a ModelSpec, got {type(model).__name__}; "
+            "autotune.tune() searches a torch module of your own"
+        )
     from autotune.models.registry import load_model, load_within
 
     ref = model

@@ -1,0 +1,35 @@
+"""The public API given a value of the wrong type: an ``AutotuneError`` that names the
+argument and what it takes (exit 2 at the CLI's boundary), never an AttributeError or a
+TypeError from deep inside (found by a hostile-input round)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import autotune
+from autotune.core.errors import AutotuneError
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: autotune.search(None, budget="1GB"), "model must be a model's name"),
+        (lambda: autotune.search(123, budget="1GB"), "got int"),
+        (lambda: autotune.search(torch.nn.Linear(2, 2), budget="1GB"), "autotune.tune()"),
+        (lambda: autotune.load_model(None), "load_model: the model must be a name"),
+        (lambda: autotune.load_model("mu", 5), "args must be a mapping"),
+        (lambda: autotune.load_model("mu", ["n_layers"]), "got list"),
+        (lambda: autotune.load_preset(5), "load_preset: expected the preset file's path"),
+        (lambda: autotune.load_preset(b"p.yaml"), "got bytes"),
+    ],
+)
+def test_a_wrong_type_is_an_autotune_error_naming_the_argument(
+    call: Callable[[], Any], message: str
+) -> None:
+    with pytest.raises(AutotuneError) as refused:
+        call()
+    assert message in str(refused.value)
