@@ -297,3 +297,15 @@ def test_a_changed_model_gets_a_study_of_its_own(tmp_path: Path) -> None:
     assert len(burst.calls) == calls + 2  # the fixed model was measured, not the old trials
     named = autotune.tune(loss=half_mse, study="mine", **common).search
     assert named.study_name == "mine"  # a name the user gives is kept as given
+
+
+def test_an_output_ending_with_a_slash_is_refused_as_search_refuses_it(tmp_path: Path) -> None:
+    # Path("x.yaml/") dropped the slash: tune wrote x.yaml where search refuses the path
+    import autotune
+
+    with pytest.raises(UsageError, match="ends with '/'"):
+        autotune.tune(
+            build=build_linear, loss=mse, batch={"x": torch.zeros(2, 4), "y": torch.zeros(2, 1)},
+            budget="1GB", output=f"{tmp_path}/x.yaml/", trials=1,
+        )  # fmt: skip
+    assert not (tmp_path / "x.yaml").exists()

@@ -325,13 +325,20 @@ def parse_knobs(items: list[str]) -> dict[str, Any]:
     """``["block_group=4", "tie=true"]`` -> ``{"block_group": 4, "tie": True}``: each value
     read as ``train --set`` reads one (``overrides.parse_value``)."""
     from autotune.config.overrides import parse_value
+    from autotune.core.validator import show
 
     knobs: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name.strip() or not text.strip():
             raise UsageError(f"--knob expects name=value (e.g. block_group=4), got {item!r}")
-        knobs[name.strip()] = parse_value(text)
+        value = parse_value(text)
+        if (key := name.strip()) in knobs:  # the last one silently won
+            raise UsageError(
+                f"--knob {key} is given twice ({show(knobs[key])} and {show(value)}); "
+                "bench measures one value: keep one"
+            )
+        knobs[key] = value
     return knobs
 
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from autotune.cli.bench import parse_knobs
 from autotune.cli.main import app
+from autotune.core.errors import UsageError
 
 runner = CliRunner()
 
@@ -91,6 +92,8 @@ def test_parse_knobs_reads_yaml_scalars() -> None:
         "name": "abc",
     }
     assert parse_knobs([]) == {}
+    with pytest.raises(UsageError, match="--knob tie is given twice"):  # the last one won
+        parse_knobs(["tie=true", "tie=false"])
 
 
 def test_a_model_that_waits_at_import_is_stopped_at_the_timeout(tmp_path: Path) -> None:

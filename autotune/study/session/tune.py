@@ -383,7 +383,8 @@ def tune(
         flops=flops,
     )
     with tempfile.TemporaryDirectory(prefix="autotune-tune-") as scratch:
-        target = Path(scratch) / "best.yaml" if output is None else Path(output)
+        # the path as given: Path() would drop the slash of "x.yaml/", which names a folder
+        target = Path(scratch) / "best.yaml" if output is None else output
         options = search_options(device=device, output=target, **search_kwargs)
         result = search(spec, budget=budget, **options)
         preset = load_preset(target)
