@@ -4,6 +4,7 @@ TypeError from deep inside (found by a hostile-input round)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 
 import autotune
 from autotune.core.errors import AutotuneError
+from autotune.study import search_options
 
 
 @pytest.mark.parametrize(
@@ -25,6 +27,11 @@ from autotune.core.errors import AutotuneError
         (lambda: autotune.load_model("mu", ["n_layers"]), "got list"),
         (lambda: autotune.load_preset(5), "load_preset: expected the preset file's path"),
         (lambda: autotune.load_preset(b"p.yaml"), "got bytes"),
+        (lambda: search_options(since=math.nan), "since must be a time.monotonic() reading"),
+        (lambda: search_options(since=math.inf), "(a finite number) or None, got inf"),
+        (lambda: search_options(worker="yes"), "worker must be true or false, got 'yes'"),
+        (lambda: search_options(study=5), "study must be a text, got 5"),
+        (lambda: search_options(storage=5), "storage must be a text, got 5"),
     ],
 )
 def test_a_wrong_type_is_an_autotune_error_naming_the_argument(

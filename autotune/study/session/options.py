@@ -13,6 +13,7 @@ shows the flag instead (``autotune.cli.search.flag_of``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from autotune.core.validator import (
     bounded,
     did_you_mean,
     field_bound_problems,
+    show,
 )
 from autotune.study.plan.knob_args import parse_seq_len
 from autotune.study.race.finalist_race import DEFAULT_FINALISTS, DEFAULT_ROUNDS
@@ -244,6 +246,19 @@ class SearchLimits(_Options):
         problems: list[Problem] = []
         if self.timeout is not None:
             problems += _duration("timeout", self.timeout)
+        since = self.since
+        if since is not None and (
+            isinstance(since, bool)
+            or not isinstance(since, int | float)
+            or not math.isfinite(since)
+        ):  # nan ran no burst ("nothing fit the budget"); inf turned the time limit off
+            problems.append(
+                Problem(
+                    f"since must be a time.monotonic() reading (a finite number) or None, "
+                    f"got {show(since)}",
+                    ("since",),
+                )
+            )
         return problems + _duration("burst_timeout", self.burst_timeout)
 
     @property
@@ -304,7 +319,18 @@ class SearchStudy(_Options):
     write the preset (taking over from a finisher that died)."""
 
     def _problems(self) -> list[Problem]:
-        problems: list[Problem] = []
+        problems: list[Problem] = [
+            Problem(f"{flag} must be true or false, got {show(value)}", (flag,))
+            for flag, value in (("worker", self.worker), ("finish", self.finish))
+            if not isinstance(value, bool)
+        ]
+        problems += [
+            Problem(f"{field} must be a text, got {show(value)}", (field,))
+            for field, value in (("study", self.study), ("storage", self.storage))
+            if value is not None and not isinstance(value, str)
+        ]
+        if problems:
+            return problems
         name = self.study
         if name is not None and (
             name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")
