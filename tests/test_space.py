@@ -210,6 +210,10 @@ def test_unknown_value_is_a_usage_error_listing_the_values() -> None:
         SearchSpace.for_model(_spec(), cpu_caps(), restrict={"micro_batch": ["3"]})
     with pytest.raises(UsageError, match=r"block_group.*unknown value '3'.*1, 2, 4"):
         SearchSpace.for_model(_spec(knobs=(BLOCK,)), cpu_caps(), restrict={"block_group": ["3"]})
+    # True == 1 in Python: [True] was taken as micro_batch 1
+    with pytest.raises(UsageError, match=r"micro_batch: unknown value True"):
+        SearchSpace.for_model(_spec(), cpu_caps(), restrict={"micro_batch": [True]})
+    assert SearchSpace.for_model(_spec(), cpu_caps(), restrict={"micro_batch": [1]}).micro_batch
 
 
 def test_a_value_this_device_cannot_run_says_why() -> None:

@@ -178,6 +178,11 @@ def _turned(k: KnobDef, full: Mapping[str, tuple[Any, ...]]) -> bool:
     return k.search is not None and (not k.search.switch or full[k.name] != (k.default,))
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and both booleans or neither."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
 def _pick_values(
     raw_name: str,
     values: Sequence[Any],
@@ -194,9 +199,12 @@ def _pick_values(
     shown = ", ".join(describe_value(v) for v in here)
     picked: list[Any] = []
     for text in values:
-        ok, value = _match_value(text, exists) if isinstance(text, str) else (text in exists, text)
+        if isinstance(text, str):
+            ok, value = _match_value(text, exists)
+        else:  # True == 1 in Python: [True] was taken as micro_batch 1
+            ok, value = any(_same(text, e) for e in exists), text
         if not ok:
-            raise UsageError(f"knobs {raw_name}: unknown value {text!r}; allowed here: {shown}")
+            raise UsageError(f"knobs {raw_name}: unknown value {show(text)}; allowed here: {shown}")
         if value not in here:
             reason = why_not.get(value, "not available here")
             raise UsageError(f"knobs {raw_name}={text}: {reason}; allowed here: {shown}")
