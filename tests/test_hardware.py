@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 
 import psutil
@@ -548,6 +549,17 @@ def test_cxx_environment_variable_picks_the_compiler(monkeypatch: pytest.MonkeyP
     assert ok == os.path.exists(
         os.path.join(__import__("sysconfig").get_paths()["include"], "Python.h")
     )
+
+
+def test_a_compiler_that_does_not_run_turns_compile_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CXX=/bin/false was reported as "can build with /bin/false"
+    false = shutil.which("false")
+    if false is None:
+        pytest.skip("no false(1) here")
+    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
+    monkeypatch.setenv("CXX", false)
+    ok, reason = hardware.compile_check_cpu()
+    assert not ok and f"the C++ compiler {false} does not run" in reason
 
 
 def test_without_triton_gpu_compile_is_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -417,12 +417,32 @@ def compile_check_cpu() -> tuple[bool, str]:
             f"no C++ compiler for the CPU backend (looked for {', '.join(candidates)}); "
             "install g++ or set CXX"
         )
+    if problem := _does_not_run(compiler):  # CXX=/bin/false was "can build with /bin/false"
+        return False, problem
     header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
     if not os.path.exists(header):
         return False, (
             f"{header} is missing; install the Python development headers (e.g. python3-dev)"
         )
     return True, f"Inductor's C++ backend can build with {compiler}"
+
+
+def _does_not_run(compiler: str) -> str | None:
+    """Why ``compiler --version`` fails (a few milliseconds for a real compiler), or None."""
+    import subprocess
+
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return (
+            f"the C++ compiler {compiler} does not run ({_describe(exc)}); install g++ or set CXX"
+        )
+    if done.returncode != 0:
+        return (
+            f"the C++ compiler {compiler} does not run (`{compiler} --version` exited "
+            f"{done.returncode}); install g++ or set CXX to one that works"
+        )
+    return None
 
 
 def compile_check_cuda() -> tuple[bool, str]:
