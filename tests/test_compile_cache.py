@@ -244,3 +244,22 @@ def test_a_compiled_burst_leaves_its_precompiled_header_in_the_cache(
     if claimed:
         record = json.loads((tmp_path / "cache" / VECTOR_ISA_FILE).read_text())
         assert record["key"]["claimed"] == claimed and record["found"] == claimed
+
+
+def test_a_cache_variable_naming_a_file_is_refused_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TORCHINDUCTOR_CACHE_DIR=/dev/null failed every burst's build with FileExistsError,
+    # and a search's own build with torch's "already registered in mega-cache"
+    from autotune.core.errors import UsageError
+    from autotune.machine.compile_cache import check_user_cache
+
+    a_file = tmp_path / "cache"
+    a_file.write_text("")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(a_file))
+    with pytest.raises(UsageError, match=r"TORCHINDUCTOR_CACHE_DIR='.*cache' is not a folder"):
+        check_user_cache()
+    a_file.unlink()
+    check_user_cache()  # missing: Inductor makes it
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    check_user_cache()

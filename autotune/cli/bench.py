@@ -139,10 +139,12 @@ def bench(
     from autotune.contract.spec import check_built_arguments
     from autotune.core import launch_env
     from autotune.core.units import parse_budget
+    from autotune.machine.compile_cache import check_user_cache
     from autotune.machine.hardware import probe
     from autotune.models.registry import load_model, load_within, parse_model_args
 
     launch_env.check()
+    check_user_cache()
     if trace is not None:
         _check_trace(trace)
     args = parse_model_args(model_arg or [])

@@ -37,6 +37,7 @@ __all__ = [
     "compile_cache_dir",
     "keep_precompiled_headers",
     "shared_compile_cache",
+    "check_user_cache",
     "torch_default_dir",
     "trust_vector_isa_check",
 ]
@@ -56,11 +57,29 @@ def shared_compile_cache(runs_dir: str | Path) -> Iterator[Path]:
     folder's for the duration; a cache the user chose (the variable set) is kept."""
     before = os.environ.get(CACHE_ENV)
     if before and not _torchs_default(before):
+        check_user_cache()
         yield Path(before)
         return
     folder = compile_cache_dir(runs_dir).resolve()
     with compile_cache_at(folder):
         yield folder
+
+
+def check_user_cache() -> None:
+    """A UsageError naming ``$TORCHINDUCTOR_CACHE_DIR`` where it names something that is
+    not a folder (``/dev/null`` failed every burst's build with ``FileExistsError``)."""
+    folder = os.environ.get(CACHE_ENV)
+    if not folder or _torchs_default(folder):
+        return
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        from autotune.core.errors import UsageError
+
+        raise UsageError(
+            f"{CACHE_ENV}={folder!r} is not a folder: Inductor keeps its compiled code "
+            f"there; point it at a folder, or unset it (autotune then keeps the cache in "
+            "its runs folder)"
+        )
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from autotune.core.errors import BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
-from autotune.machine.compile_cache import shared_compile_cache
+from autotune.machine.compile_cache import check_user_cache, shared_compile_cache
 from autotune.preset.sections import Fingerprint
 from autotune.study.plan.planner import Planner
 from autotune.study.plan.space import SearchSpace, parse_knob_args, parse_seq_len
@@ -129,6 +129,7 @@ def search(
     study, output = _record("study", study, SearchStudy), _record("output", output, SearchOutput)
     goal = Goal(scope.objective, scope.train_steps)
     restrict = _restrictions(scope.knobs)
+    check_user_cache()  # before the model's build imports Inductor
     spec = _resolve_model(model, within_s=limits.time_limit_s)
     hardware = machine.hardware if machine.hardware is not None else _probe()
     caps = hardware.device(machine.device)
