@@ -51,6 +51,17 @@ def test_exactly_one_data_source() -> None:
         )
     with pytest.raises(UsageError, match="dict of batch-first tensors"):
         model_spec(build=build_linear, loss=mse, batch=[torch.zeros(2, 4)])  # type: ignore[arg-type]
+    # an AttributeError and an IndexError from inside, an OSError for the study's folder
+    with pytest.raises(UsageError, match="'x' is int, not a tensor with a batch dimension"):
+        model_spec(build=build_linear, loss=mse, batch={"x": 5})  # type: ignore[dict-item]
+    with pytest.raises(UsageError, match="'x' is a 0-d tensor"):
+        model_spec(build=build_linear, loss=mse, batch={"x": torch.tensor(1.0)})
+    with pytest.raises(UsageError, match="'y' has 3 rows where the first entry has 2"):
+        model_spec(
+            build=build_linear, loss=mse, batch={"x": torch.zeros(2, 4), "y": torch.zeros(3, 1)}
+        )
+    with pytest.raises(UsageError, match="name= must be at most 100 characters"):
+        model_spec(build=build_linear, loss=mse, batch={"x": torch.zeros(2, 4)}, name="x" * 5000)
 
 
 def test_the_spec_travels_by_value() -> None:

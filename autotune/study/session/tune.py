@@ -261,11 +261,37 @@ def _takes_checkpointing(build: Callable[..., Any]) -> bool:
     return "activation_checkpointing" in params
 
 
+MAX_NAME = 100  # characters of a model's name: it names the study and its folder
+
+
+def _check_batch(batch: Mapping[Any, Any]) -> None:
+    """``UsageError`` naming each entry of an example batch that is not a tensor with a
+    batch dimension, or whose rows differ from the first entry's (each trial draws rows)."""
+    import torch
+
+    problems = []
+    rows: int | None = None
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            kind = "a 0-d tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+            problems.append(f"{key!r} is {kind}, not a tensor with a batch dimension")
+        elif rows is None:
+            rows = value.shape[0]
+        elif value.shape[0] != rows:
+            problems.append(f"{key!r} has {value.shape[0]} rows where the first entry has {rows}")
+    if problems:
+        raise UsageError(
+            "tune: batch= must be a dict of batch-first tensors: " + "; ".join(problems)
+        )
+
+
 def _check_sizes(*, name: Any, global_batch: Any, size: Any, size_name: Any) -> None:
     """``UsageError`` naming every argument of ``model_spec`` that is not of its kind."""
     problems = []
     if not isinstance(name, str) or not name.strip():
-        problems.append(f"name= must be a non-empty text, got {name!r}")
+        problems.append(f"name= must be a non-empty text, got {show(name)}")
+    elif len(name) > MAX_NAME:  # the study's folder is named after it (OSError at 5,000)
+        problems.append(f"name= must be at most {MAX_NAME} characters, got {len(name)}")
     for key, value in (("global_batch", global_batch), ("size", size)):
         if wanted := SIZE.wanted(value):  # the bound of a batch or a length
             problems.append(f"{key}= must be {wanted}, got {show(value)}")
@@ -310,6 +336,7 @@ def model_spec(
             raise UsageError(
                 f"tune: batch= must be a dict of batch-first tensors, got {type(batch).__name__}"
             )
+        _check_batch(batch)
         make_batch_fn: Any = _ByValue(_RowsOf(batch))
     else:
         data_fn = _ByValue(_Data(dataloader))
