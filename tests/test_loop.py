@@ -4,6 +4,7 @@ DataLoader arguments, autocast and step function as the burst that measured it."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from torch import nn
 import autotune.config.checks
 from autotune.config.parallel import ParallelConfig
 from autotune.config.train_config import MAX_NUM_WORKERS
-from autotune.core.errors import ConfigError
+from autotune.core.errors import ConfigError, UsageError
 from autotune.data import loader_kwargs
 from autotune.preset import ModelRef, save_preset
 from autotune.testing.fake_caps import cpu_caps
@@ -61,6 +62,22 @@ def test_the_step_is_autotunes_stepper() -> None:
     assert not torch.equal(before, model.weight)
     with loop.autocast():
         assert model(torch.zeros(2, 4)).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"world_size": 0}, "world_size must be a positive integer, got 0"),
+        ({"world_size": True}, "world_size must be a positive integer, got True"),
+        ({"device": "tpu"}, "device 'tpu' is not a device torch knows"),
+    ],
+)
+def test_a_loop_refuses_a_world_or_device_that_is_none(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    # 0, -2 and True were taken as one process, "tpu" ended in torch's RuntimeError
+    with pytest.raises(UsageError, match=message):
+        PresetLoop(make_config(micro_batch=8, grad_accum=4), **kwargs)
 
 
 def test_the_global_batch_is_kept_over_processes() -> None:

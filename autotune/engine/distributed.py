@@ -34,6 +34,7 @@ from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
 from autotune.core.errors import ConfigError, UsageError
+from autotune.core.validator import PROCESSES, show
 
 __all__ = [
     "DistInfo",
@@ -112,6 +113,8 @@ def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
     ``micro_batch * grad_accum`` samples per step on one process become ``micro_batch *
     grad_accum / world_size`` per rank: the accumulation is divided by the world size.
     """
+    if wanted := PROCESSES.wanted(world_size):  # 0, -2 and True were taken as one process
+        raise UsageError(f"world_size must be {wanted}, got {show(world_size)}")
     if world_size <= 1:
         return config
     problems = split_problems(config.grad_accum, world_size, config.micro_batch)

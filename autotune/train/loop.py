@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.config.checks import machine_problems
 from autotune.config.train_config import TrainConfig
-from autotune.core.errors import ConfigError
+from autotune.core.errors import ConfigError, UsageError
 from autotune.machine import omp
 
 if TYPE_CHECKING:
@@ -79,6 +79,12 @@ class PresetLoop:
         from autotune.engine.distributed import per_rank_config
         from autotune.engine.step import apply_allocator_settings
 
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as exc:  # "tpu": torch's RuntimeError
+            raise UsageError(
+                f"device {device!r} is not a device torch knows ({exc}); give cpu, cuda or cuda:N"
+            ) from None
         _check_machine(config, torch.device(device), device_caps)
         self.global_config = config
         self.config = per_rank_config(config, world_size)
