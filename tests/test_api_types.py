@@ -32,6 +32,10 @@ from autotune.study import search_options
         (lambda: search_options(worker="yes"), "worker must be true or false, got 'yes'"),
         (lambda: search_options(study=5), "study must be a text, got 5"),
         (lambda: search_options(storage=5), "storage must be a text, got 5"),
+        (lambda: search_options(output=5), "output must be a path (a str or Path) or None"),
+        (lambda: search_options(warm_start=5), "warm_start must be a preset's path"),
+        (lambda: search_options(hardware="x"), "hardware must be a HardwareProfile"),
+        (lambda: search_options(watch="yes"), "watch must be true, false, a MachineWatch"),
     ],
 )
 def test_a_wrong_type_is_an_autotune_error_naming_the_argument(

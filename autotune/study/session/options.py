@@ -218,6 +218,25 @@ class SearchMachine(_Options):
             problems.append(
                 Problem(f"burst_fn must be callable, got {self.burst_fn!r}", ("burst_fn",))
             )
+        from autotune.machine.profile import HardwareProfile
+
+        if self.hardware is not None and not isinstance(self.hardware, HardwareProfile):
+            problems.append(
+                Problem(
+                    "hardware must be a HardwareProfile (autotune.machine.hardware.probe()) or "
+                    f"None, got {type(self.hardware).__name__}",
+                    ("hardware",),
+                )
+            )
+        watch = self.watch
+        is_watch = all(callable(getattr(watch, name, None)) for name in ("burst", "window"))
+        if watch is not None and not isinstance(watch, bool) and not is_watch:
+            problems.append(
+                Problem(
+                    f"watch must be true, false, a MachineWatch or None, got {show(self.watch)}",
+                    ("watch",),
+                )
+            )
         return problems
 
 
@@ -329,6 +348,14 @@ class SearchStudy(_Options):
             for field, value in (("study", self.study), ("storage", self.storage))
             if value is not None and not isinstance(value, str)
         ]
+        if self.warm_start is not None and not isinstance(self.warm_start, str | Path):
+            problems.append(
+                Problem(
+                    f"warm_start must be a preset's path (a str or Path) or None, got "
+                    f"{show(self.warm_start)}",
+                    ("warm_start",),
+                )
+            )
         if problems:
             return problems
         name = self.study
@@ -378,6 +405,13 @@ class SearchOutput(_Options):
     carry no profiler) and refine first the knobs its verdict names (autotune.explain)."""
 
     def _problems(self) -> list[Problem]:
+        if self.output is not None and not isinstance(self.output, str | Path):
+            return [
+                Problem(
+                    f"output must be a path (a str or Path) or None, got {show(self.output)}",
+                    ("output",),
+                )
+            ]
         output = [] if self.output is None else _output_problems(self.output)
         problems = [Problem(text, ("output",)) for text in output]
         if not isinstance(self.profile, bool):
