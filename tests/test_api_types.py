@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from autotune.study import search_options
         (lambda: search_options(worker="yes"), "worker must be true or false, got 'yes'"),
         (lambda: search_options(study=5), "study must be a text, got 5"),
         (lambda: search_options(storage=5), "storage must be a text, got 5"),
-        (lambda: search_options(output=5), "output must be a path (a str or Path) or None"),
+        (lambda: search_options(output=5), "output must be a path (a str or os.PathLike) or None"),
         (lambda: search_options(warm_start=5), "warm_start must be a preset's path"),
         (lambda: search_options(hardware="x"), "hardware must be a HardwareProfile"),
         (lambda: search_options(watch="yes"), "watch must be true, false, a MachineWatch"),
@@ -44,3 +45,20 @@ def test_a_wrong_type_is_an_autotune_error_naming_the_argument(
     with pytest.raises(AutotuneError) as refused:
         call()
     assert message in str(refused.value)
+
+
+def test_a_path_like_output_is_a_path(tmp_path: Path) -> None:
+    class Where:  # an os.PathLike that is no pathlib.Path
+        def __fspath__(self) -> str:
+            return str(tmp_path / "best.yaml")
+
+    assert search_options(output=Where(), warm_start=Where())["output"] is not None
+
+
+def test_a_search_refuses_a_malformed_rank_before_any_burst(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # each burst read RANK in its own process and crashed
+    monkeypatch.setenv("RANK", "abc")
+    with pytest.raises(AutotuneError, match="RANK='abc' is not a whole number"):
+        autotune.search("mu", budget="1GB", **search_options(trials=1))

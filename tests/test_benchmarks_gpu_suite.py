@@ -260,8 +260,8 @@ def test_a_command_past_its_limit_gets_sigterm_then_sigkill(tmp_path: Path) -> N
     # on a loaded 2-core machine, where 0.75 s left a margin of three)
     done = suite.run_command([sys.executable, "-c", polite], timeout_s=4.0, cwd=tmp_path)
     assert done.stopped and done.returncode == 143 and done.stdout == "table\n"
-    done = suite.run_command([sys.executable, "-c", deaf], timeout_s=1.0, cwd=tmp_path)
-    assert done.timed_out and done.returncode is None and done.wall_s < 4
+    done = suite.run_command([sys.executable, "-c", deaf], timeout_s=4.0, cwd=tmp_path)
+    assert done.timed_out and done.returncode is None and done.wall_s < 7
 
 
 # -- the command line ------------------------------------------------------------------------

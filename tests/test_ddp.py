@@ -37,6 +37,8 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
     cfg = TrainConfig(micro_batch=2, grad_accum=4, seq_len=8)
     assert per_rank_config(cfg, 2).grad_accum == 2
     assert per_rank_config(cfg, 1) == cfg
+    many = TrainConfig(micro_batch=1, grad_accum=2048, seq_len=8)  # a world of many machines
+    assert per_rank_config(many, 2048).grad_accum == 1
     with pytest.raises(ConfigError, match="4 does not split over 3 processes"):
         per_rank_config(cfg, 3)
 

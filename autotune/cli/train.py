@@ -208,6 +208,7 @@ def train(
     from autotune.train.launch import prepare_training
     from autotune.train.run import train as run_training
 
+    launch_env.check()  # RANK=abc was read only by a warning, when there was one
     if on_oom not in ("fail", "adapt"):
         raise UsageError(f"--on-oom: expected 'fail' or 'adapt', got {on_oom!r}")
     run = prepare_training(

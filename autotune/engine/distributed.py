@@ -34,7 +34,7 @@ from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.validator import PROCESSES, show
+from autotune.core.validator import COUNT, show
 
 __all__ = [
     "DistInfo",
@@ -76,8 +76,6 @@ def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInf
         return DistInfo(), device
     rank = launch_env.rank()
     local_rank = launch_env.env_int("LOCAL_RANK", rank)
-    if problem := launch_env.rendezvous_problem():
-        raise UsageError(problem)
     if not dist.is_available():
         raise UsageError("this torch build has no torch.distributed; run without torchrun")
     cuda = device.startswith("cuda")
@@ -93,6 +91,8 @@ def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInf
         device = f"cuda:{local_rank}"
     backend = "nccl" if cuda else "gloo"
     if not dist.is_initialized():
+        if problem := launch_env.rendezvous_problem():  # env:// needs both
+            raise UsageError(problem)
         dist.init_process_group(
             backend=backend,
             rank=rank,
@@ -113,7 +113,7 @@ def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
     ``micro_batch * grad_accum`` samples per step on one process become ``micro_batch *
     grad_accum / world_size`` per rank: the accumulation is divided by the world size.
     """
-    if wanted := PROCESSES.wanted(world_size):  # 0, -2 and True were taken as one process
+    if wanted := COUNT.wanted(world_size):  # 0, -2 and True were taken as one process
         raise UsageError(f"world_size must be {wanted}, got {show(world_size)}")
     if world_size <= 1:
         return config

@@ -359,7 +359,9 @@ def _export_trace(prof: Any, path: Path) -> None:
     from autotune.core.files import check_output_path, file_mode
 
     check_output_path(path)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{path.name}")
+    # the ending kept (torch writes gzip for .gz), the name once (a long one was too long)
+    ending = "".join(path.suffixes[-2:])
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=".trace.", suffix=f".tmp{ending}")
     os.close(fd)
     tmp = Path(name)
     try:
@@ -373,11 +375,17 @@ def _export_trace(prof: Any, path: Path) -> None:
 
 def is_chrome_trace(path: Path) -> bool:
     """Whether ``path`` holds a Chrome trace, as the profiler writes one (JSON whose first
-    kilobytes name ``traceEvents`` or ``schemaVersion``): what ``--trace`` may replace."""
+    kilobytes name ``traceEvents`` or ``schemaVersion``; gzipped for a name ending .gz):
+    what ``--trace`` may replace."""
+    import gzip
+
     try:
         with path.open("rb") as file:
             head = file.read(4096)
-    except OSError:
+        if head.startswith(b"\x1f\x8b"):
+            with gzip.open(path, "rb") as file:
+                head = file.read(4096)
+    except (OSError, EOFError):
         return False
     return head.lstrip().startswith(b"{") and (
         b'"traceEvents"' in head or b'"schemaVersion"' in head

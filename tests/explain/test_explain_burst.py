@@ -44,6 +44,15 @@ def test_the_trace_is_renamed_into_place_not_written_through_the_path(tmp_path: 
     assert precious.read_text() == "mine" and not link.is_symlink() and is_chrome_trace(link)
     assert not is_chrome_trace(precious)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt", "trace.json"]
+    # torch writes gzip for a name ending .gz: a rerun replaces its own trace
+    import gzip
+
+    zipped = tmp_path / "t.json.gz"
+    zipped.write_bytes(gzip.compress(b'{"schemaVersion": 1, "traceEvents": []}'))
+    assert is_chrome_trace(zipped)
+    long_name = tmp_path / ("t" * 200 + ".json")  # its temporary name held it twice
+    _export_trace(_Profiler(), long_name)
+    assert is_chrome_trace(long_name)
     device = tmp_path / "device"
     device.symlink_to("/dev/null")
     with pytest.raises(UsageError, match="character device"):

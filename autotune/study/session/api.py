@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from autotune.core import launch_env
 from autotune.core.errors import BudgetError, UsageError
 from autotune.core.signals import HeldStops
 from autotune.core.units import format_bytes, parse_budget
@@ -130,6 +131,7 @@ def search(
     goal = Goal(scope.objective, scope.train_steps)
     restrict = _restrictions(scope.knobs)
     check_user_cache()  # before the model's build imports Inductor
+    launch_env.check()  # each burst reads RANK: a malformed one crashed them all
     spec = _resolve_model(model, within_s=limits.time_limit_s)
     hardware = machine.hardware if machine.hardware is not None else _probe()
     caps = hardware.device(machine.device)

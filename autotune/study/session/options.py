@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -348,10 +349,10 @@ class SearchStudy(_Options):
             for field, value in (("study", self.study), ("storage", self.storage))
             if value is not None and not isinstance(value, str)
         ]
-        if self.warm_start is not None and not isinstance(self.warm_start, str | Path):
+        if self.warm_start is not None and not _is_path(self.warm_start):
             problems.append(
                 Problem(
-                    f"warm_start must be a preset's path (a str or Path) or None, got "
+                    f"warm_start must be a preset's path (a str or os.PathLike) or None, got "
                     f"{show(self.warm_start)}",
                     ("warm_start",),
                 )
@@ -405,10 +406,11 @@ class SearchOutput(_Options):
     carry no profiler) and refine first the knobs its verdict names (autotune.explain)."""
 
     def _problems(self) -> list[Problem]:
-        if self.output is not None and not isinstance(self.output, str | Path):
+        if self.output is not None and not _is_path(self.output):
             return [
                 Problem(
-                    f"output must be a path (a str or Path) or None, got {show(self.output)}",
+                    "output must be a path (a str or os.PathLike) or None, got "
+                    f"{show(self.output)}",
                     ("output",),
                 )
             ]
@@ -426,6 +428,11 @@ class SearchOutput(_Options):
 
 
 MAX_STUDY_NAME = 200  # characters of a study name that names a folder
+
+
+def _is_path(value: Any) -> bool:
+    """A path as ``open`` takes one: a str or an ``os.PathLike`` of text."""
+    return isinstance(value, str | os.PathLike) and isinstance(os.fspath(value), str)
 
 
 def _output_problems(output: str | Path) -> list[str]:

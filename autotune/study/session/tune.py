@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import sys
 import tempfile
 import types
@@ -411,7 +412,7 @@ def tune(
     )
     with tempfile.TemporaryDirectory(prefix="autotune-tune-") as scratch:
         # the path as given: Path() would drop the slash of "x.yaml/", which names a folder
-        target = Path(scratch) / "best.yaml" if output is None else output
+        target = Path(scratch) / "best.yaml" if output is None else os.fspath(output)
         options = search_options(device=device, output=target, **search_kwargs)
         result = search(spec, budget=budget, **options)
         preset = load_preset(target)

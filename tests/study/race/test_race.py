@@ -162,7 +162,9 @@ def test_the_race_counts_inside_the_time_limit(tmp_path: Path, clock: VirtualClo
     result = run(tmp_path, Slow(), trials=None, timeout="30s")
     wall = clock.monotonic() - t0
     assert result.race is not None and result.race.rounds >= 1
-    assert wall < 30.0 + 1.5  # the race did not run past the limit by more than a burst
+    # the race did not run past the limit by more than a burst (and the search's own
+    # real time, a few seconds at most)
+    assert wall < 30.0 + 1.5 + 2.0
     assert "race" in result.stopped or "time limit" in result.stopped
 
 
