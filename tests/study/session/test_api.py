@@ -346,7 +346,14 @@ def test_end_to_end_with_the_real_burst_runner(tmp_path: Path) -> None:
     assert result.best is not None and result.verified is not None and result.verified.ok
     assert result.verified.eval_loss is not None
     assert result.naive is not None and result.naive.status == "ok"
-    assert result.speedup is not None and result.speedup > 0
+    # a machine loaded by something else marks the race's rounds busy: then no speedup is
+    # published, and the reason says so (the race's rule), which is no failure of the search
+    race = result.race
+    assert race is not None
+    if result.speedup is None:
+        assert "quiet" in race.speedup_reason, race.speedup_reason
+    else:
+        assert result.speedup > 0 and race.paired
     preset = load_preset(tmp_path / "tiny.yaml")
     assert preset.config == result.best.train_config()
     assert preset.measured.peak_memory_bytes is not None
