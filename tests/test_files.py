@@ -90,3 +90,23 @@ def test_a_device_node_is_not_replaced(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="character device"):
         atomic_write_text(node, "x")
     assert node.is_char_device()
+
+
+def test_an_output_replaces_only_an_empty_file_or_one_of_its_own(tmp_path: Path) -> None:
+    from autotune.core.files import not_ours_problem
+
+    def ours(path: Path) -> bool:
+        return path.read_text().startswith("ours")
+
+    def problem(path: Path) -> str | None:
+        return not_ours_problem(path, ours, what="a thing of ours", by="the writer")
+
+    (empty := tmp_path / "empty").touch()
+    (mine := tmp_path / "mine").write_text("ours: v1")
+    (theirs := tmp_path / "theirs").write_text("notes")
+    assert problem(tmp_path / "missing") is None and problem(empty) is None
+    assert problem(mine) is None and problem(tmp_path) is None  # a folder: not this rule's
+    assert problem(theirs) == (
+        "exists and is not a thing of ours, which the writer would replace; give another "
+        "path, or move that file away first"
+    )

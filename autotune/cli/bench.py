@@ -205,7 +205,7 @@ def _check_trace(trace: str) -> None:
     file), a device or a path ending with a slash (``check_output_path``), a folder that
     does not exist or cannot be written, and a file that is not a trace (a preset given
     by mistake became a 7 MB trace)."""
-    from autotune.core.files import check_output_path
+    from autotune.core.files import check_output_path, not_ours_problem
     from autotune.explain.breakdown import is_chrome_trace
 
     path = Path(trace).expanduser()
@@ -220,11 +220,8 @@ def _check_trace(trace: str) -> None:
         raise UsageError(f"--trace {trace!r}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--trace {trace!r}: cannot write in the folder {str(folder)!r}")
-    if path.is_file() and path.stat().st_size and not is_chrome_trace(path):
-        raise UsageError(
-            f"--trace {trace!r} exists and is not a Chrome trace, which the trace would "
-            "replace; give another path, or move that file away first"
-        )
+    if problem := not_ours_problem(path, is_chrome_trace, what="a Chrome trace", by="the trace"):
+        raise UsageError(f"--trace {trace!r} {problem}")
 
 
 def _run_with_progress(

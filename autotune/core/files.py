@@ -30,8 +30,10 @@ __all__ = [
     "atomic_writer",
     "check_output_path",
     "dir_mode",
+    "file_head",
     "file_mode",
     "fsync_dir",
+    "not_ours_problem",
     "path_kind",
     "read_capped",
     "regular_file_size",
@@ -123,6 +125,43 @@ def check_output_path(path: str | Path) -> None:
             f"{where!r} is {kind}; autotune writes its outputs only as regular files: "
             "choose another path"
         )
+
+
+def not_ours_problem(
+    path: str | Path, ours: Callable[[Path], bool], *, what: str, by: str
+) -> str | None:
+    """Why an output may not be written over the file at ``path``: it holds something that
+    ``ours`` does not take for what an earlier run wrote (``what``, as ``an autotune
+    preset``), and ``by`` (``the search``) would replace it. None where it may be: no
+    regular file there, an empty one, or one of ours. An unreadable file is not known to
+    be ours. The one rule of every output that replaces only its own files (a preset, a
+    report, a trace): a search's output replaced notes.txt, ``report -o ckpt.pt`` a
+    checkpoint, ``bench --trace`` a preset."""
+    target = Path(path).expanduser()
+    if not target.is_file():
+        return None  # missing, or no regular file: check_output_path's to refuse
+    try:
+        if target.stat().st_size == 0:
+            return None
+    except OSError:
+        pass
+    else:
+        if ours(target):
+            return None
+    return (
+        f"exists and is not {what}, which {by} would replace; give another path, or move "
+        "that file away first"
+    )
+
+
+def file_head(path: Path, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of ``path`` (b"" where it cannot be read): enough to tell
+    whose file it is."""
+    try:
+        with path.open("rb") as file:
+            return file.read(size)
+    except OSError:
+        return b""
 
 
 def _link_new(tmp: Path, target: Path) -> None:

@@ -379,14 +379,15 @@ def is_chrome_trace(path: Path) -> bool:
     what ``--trace`` may replace."""
     import gzip
 
-    try:
-        with path.open("rb") as file:
-            head = file.read(4096)
-        if head.startswith(b"\x1f\x8b"):
+    from autotune.core.files import file_head
+
+    head = file_head(path)
+    if head.startswith(b"\x1f\x8b"):
+        try:
             with gzip.open(path, "rb") as file:
                 head = file.read(4096)
-    except (OSError, EOFError):
-        return False
+        except (OSError, EOFError):
+            return False
     return head.lstrip().startswith(b"{") and (
         b'"traceEvents"' in head or b'"schemaVersion"' in head
     )

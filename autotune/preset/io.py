@@ -19,7 +19,12 @@ from typing import Any
 
 from autotune.config.train_config import TrainConfig
 from autotune.core.errors import PresetError, UsageError
-from autotune.core.files import atomic_write_text, check_output_path, read_capped
+from autotune.core.files import (
+    atomic_write_text,
+    check_output_path,
+    not_ours_problem,
+    read_capped,
+)
 from autotune.core.redact import redact
 from autotune.core.text import one_line
 from autotune.core.units import format_bytes
@@ -178,6 +183,9 @@ def dump_preset(preset: Preset) -> str:
     return "".join(f"# {one_line(line)}\n" for line in header) + body
 
 
+A_PRESET = "an autotune preset"  # what only a preset output replaces (not_ours_problem)
+
+
 def looks_like_preset(path: Path) -> bool:
     """Whether ``path`` reads as a preset: YAML whose top holds ``schema_version`` and
     ``config`` (what ``presets list`` shows, and what a search may write over)."""
@@ -186,18 +194,6 @@ def looks_like_preset(path: Path) -> bool:
     except PresetError:
         return False
     return isinstance(data, Mapping) and "schema_version" in data and "config" in data
-
-
-def replaceable_by_preset(path: Path) -> bool:
-    """Whether a preset may be written over the file at ``path``: an empty file or a preset
-    (``looks_like_preset``), as an earlier search or save wrote there. Anything else is the
-    user's (a search replaced notes.txt silently, ``save_preset`` a checkpoint)."""
-    try:
-        if path.stat().st_size == 0:
-            return True
-    except OSError:
-        return False  # unreadable: not known to be ours
-    return looks_like_preset(path)
 
 
 def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> Path:
@@ -218,11 +214,8 @@ def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> 
         raise preset_error(
             f"preset file {str(target)!r} already exists (overwrite it, or pick a name)"
         )
-    if target.is_file() and not replaceable_by_preset(target):
-        raise preset_error(
-            f"{str(target)!r} exists and is not an autotune preset, which saving would "
-            "replace; give another path, or move that file away first"
-        )
+    if problem := not_ours_problem(target, looks_like_preset, what=A_PRESET, by="saving"):
+        raise preset_error(f"{str(target)!r} {problem}")
     try:
         atomic_write_text(target, text, overwrite=overwrite)
     except FileExistsError:

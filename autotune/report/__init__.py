@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autotune.core.errors import UsageError
+from autotune.core.files import file_head
 from autotune.report.data import ReportData, load_report_data
 
 __all__ = ["ReportData", "load_report_data", "page_beside", "write_report"]
@@ -99,7 +100,7 @@ def _refuse_others(*, out: str | Path | None, png: str | Path | None) -> None:
     file): ``report -o ckpt.pt`` turned a checkpoint into a page, ``--png mine.yaml`` a
     preset into an image. A path that is a folder, a device or ends with a slash is
     refused as every output is (``check_output_path``)."""
-    from autotune.core.files import check_output_path
+    from autotune.core.files import check_output_path, not_ours_problem
 
     for path, flag, ours in ((out, "--out", _is_report_page), (png, "--png", _is_report_png)):
         if path is None:
@@ -108,26 +109,14 @@ def _refuse_others(*, out: str | Path | None, png: str | Path | None) -> None:
             check_output_path(path)
         except UsageError as exc:
             raise UsageError(f"{flag} {exc}") from None
-        target = Path(path).expanduser()
-        if target.is_file() and target.stat().st_size and not ours(target):
-            raise UsageError(
-                f"{flag} {str(path)!r} exists and is not a page or image autotune report "
-                "wrote, which the report would replace; give another path, or move that "
-                "file away first"
-            )
-
-
-def _head(path: Path, size: int = 4096) -> bytes:
-    try:
-        with path.open("rb") as file:
-            return file.read(size)
-    except OSError:
-        return b""
+        what = "a page or image autotune report wrote"
+        if problem := not_ours_problem(path, ours, what=what, by="the report"):
+            raise UsageError(f"{flag} {str(path)!r} {problem}")
 
 
 def _is_report_page(path: Path) -> bool:
     """An HTML page of ``autotune report`` (its title says so, in every version)."""
-    head = _head(path)
+    head = file_head(path)
     return (
         head.lstrip().lower().startswith(b"<!doctype html>") and b"<title>autotune report" in head
     )
@@ -137,7 +126,7 @@ def _is_report_png(path: Path) -> bool:
     """A PNG of ``autotune report``: its ``Software`` text (``plots.PNG_SOFTWARE``)."""
     from autotune.report.plots import PNG_SOFTWARE
 
-    head = _head(path, 1 << 16)
+    head = file_head(path, 1 << 16)
     return head.startswith(b"\x89PNG") and b"Software\x00" + PNG_SOFTWARE.encode() in head
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.files import check_output_path
+from autotune.core.files import check_output_path, not_ours_problem
 from autotune.core.units import parse_duration
 from autotune.core.validator import (
     COUNT,
@@ -449,13 +449,10 @@ def _output_problems(output: str | Path) -> list[str]:
     problem = _unwritable(target.parent)
     if problem:
         return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
-    from autotune.preset.io import replaceable_by_preset
+    from autotune.preset.io import A_PRESET, looks_like_preset
 
-    if target.is_file() and not replaceable_by_preset(target):
-        return [
-            f"output {str(output)!r} exists and is not an autotune preset, which the search "
-            "would replace; give another path, or move that file away first"
-        ]
+    if problem := not_ours_problem(target, looks_like_preset, what=A_PRESET, by="the search"):
+        return [f"output {str(output)!r} {problem}"]
     return []
 
 
