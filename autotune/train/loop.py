@@ -80,15 +80,15 @@ class PresetLoop:
         from autotune.engine.step import apply_allocator_settings
 
         try:
-            torch.device(device)
-        except (RuntimeError, TypeError) as exc:  # "tpu": torch's RuntimeError
+            where = torch.device(device)
+        except (RuntimeError, TypeError):  # "tpu": torch's RuntimeError, listing its backends
             raise UsageError(
-                f"device {device!r} is not a device torch knows ({exc}); give cpu, cuda or cuda:N"
+                f"device {device!r} is not a device torch knows; give cpu, cuda or cuda:N"
             ) from None
-        _check_machine(config, torch.device(device), device_caps)
+        _check_machine(config, where, device_caps)
         self.global_config = config
         self.config = per_rank_config(config, world_size)
-        self.device = torch.device(device)
+        self.device = where
         self.grad_clip = grad_clip
         apply_allocator_settings(self.config)  # expandable segments, before CUDA starts
         if (problem := omp.mismatch(self.config)) is not None:
