@@ -33,6 +33,7 @@ __all__ = [
     "file_head",
     "file_mode",
     "fsync_dir",
+    "is_text_path",
     "not_ours_problem",
     "path_kind",
     "read_capped",
@@ -152,6 +153,12 @@ def not_ours_problem(
         f"exists and is not {what}, which {by} would replace; give another path, or move "
         "that file away first"
     )
+
+
+def is_text_path(value: object) -> bool:
+    """A path as ``open`` takes one for a name: a str or an ``os.PathLike`` of text (not
+    bytes, not a number)."""
+    return isinstance(value, str | os.PathLike) and isinstance(os.fspath(value), str)
 
 
 def file_head(path: Path, size: int = 4096) -> bytes:

@@ -12,7 +12,6 @@ redacts the study's storage URL by ``autotune.core.redact``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from autotune.core.errors import PresetError, UsageError
 from autotune.core.files import (
     atomic_write_text,
     check_output_path,
+    is_text_path,
     not_ours_problem,
     read_capped,
 )
@@ -317,7 +317,7 @@ def _yaml_problem(exc: Exception) -> str:
 
 def load_preset(path: str | Path) -> Preset:
     """Read and validate a preset file. Any problem is a ``PresetError`` (exit code 2)."""
-    if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
+    if not is_text_path(path):
         raise preset_error(
             f"load_preset: expected the preset file's path (a str or Path), got "
             f"{type(path).__name__}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.files import check_output_path, not_ours_problem
+from autotune.core.files import check_output_path, is_text_path, not_ours_problem
 from autotune.core.units import parse_duration
 from autotune.core.validator import (
     COUNT,
@@ -349,7 +348,7 @@ class SearchStudy(_Options):
             for field, value in (("study", self.study), ("storage", self.storage))
             if value is not None and not isinstance(value, str)
         ]
-        if self.warm_start is not None and not _is_path(self.warm_start):
+        if self.warm_start is not None and not is_text_path(self.warm_start):
             problems.append(
                 Problem(
                     f"warm_start must be a preset's path (a str or os.PathLike) or None, got "
@@ -406,7 +405,7 @@ class SearchOutput(_Options):
     carry no profiler) and refine first the knobs its verdict names (autotune.explain)."""
 
     def _problems(self) -> list[Problem]:
-        if self.output is not None and not _is_path(self.output):
+        if self.output is not None and not is_text_path(self.output):
             return [
                 Problem(
                     "output must be a path (a str or os.PathLike) or None, got "
@@ -428,11 +427,6 @@ class SearchOutput(_Options):
 
 
 MAX_STUDY_NAME = 200  # characters of a study name that names a folder
-
-
-def _is_path(value: Any) -> bool:
-    """A path as ``open`` takes one: a str or an ``os.PathLike`` of text."""
-    return isinstance(value, str | os.PathLike) and isinstance(os.fspath(value), str)
 
 
 def _output_problems(output: str | Path) -> list[str]:
