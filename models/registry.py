@@ -133,11 +133,15 @@ def load_within(
     ``seconds``."""
     from autotune.core.signals import time_bound
 
+    builtin = ref in builtin_names()  # its import is quick: the limit is what is short
+
     def too_long() -> AutotuneError:
+        within = f"model {ref!r} did not load within {limit} ({seconds:g} s)"
+        if builtin:
+            return AutotuneError(f"{within}: give a longer --timeout")
         return AutotuneError(
-            f"model {ref!r} did not load within {limit} ({seconds:.0f} s): its module "
-            "waits or works at import; make the import quick (build the model in its "
-            "build function), or give a longer --timeout"
+            f"{within}: its module waits or works at import; make the import quick "
+            "(build the model in its build function), or give a longer --timeout"
         )
 
     with time_bound(seconds, too_long):

@@ -105,6 +105,14 @@ def test_a_model_that_waits_at_import_is_stopped_at_the_timeout(tmp_path: Path) 
     assert "did not load within --timeout (2 s)" in result.output
 
 
+def test_a_built_in_model_is_not_blamed_for_a_limit_too_short_to_load_it() -> None:
+    # "did not load within --timeout (0 s): its module waits or works at import"
+    result = runner.invoke(app, ["bench", "--model", "mu", "--timeout", "1e-9"])
+    assert result.exit_code == 1, result.output
+    assert "did not load within --timeout (1e-09 s): give a longer --timeout" in result.output
+    assert "its module" not in result.output
+
+
 def test_a_built_in_models_refused_argument_exits_2_before_its_burst() -> None:
     # "burst error: ValueError: n_layers must be a positive integer", exit 1, where
     # search, train and models show exit 2 naming the argument
