@@ -526,7 +526,7 @@ def export(
     What a format cannot carry (a model knob, the budget, the data's length) is listed in
     the file as comments where the format has them, and printed as notes on stderr.
     """
-    from autotune.core.files import atomic_write_text, check_output_path
+    from autotune.core.files import atomic_write_text
     from autotune.core.validator import PROCESSES
     from autotune.preset.export import EXPORT_FORMATS, export_preset
 
@@ -535,12 +535,7 @@ def export(
     if nproc is not None and (wanted := PROCESSES.wanted(nproc)) is not None:
         raise UsageError(f"--nproc: expected {wanted}, got {nproc}")
     if output is not None:
-        # a str, not a Path: "newdir/" keeps its slash, so it is refused (it names a
-        # folder, which cp would say too) rather than written as a file named newdir
-        try:
-            check_output_path(output)
-        except UsageError as exc:
-            raise UsageError(f"--output {exc}") from None
+        _check_export_output(output, overwrite=overwrite)
     path, loaded = _load(preset)
     _check_model(loaded)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
@@ -551,10 +546,6 @@ def export(
         sys.stdout.write(text)
         return
     target = Path(output).expanduser()
-    if target.is_dir():
-        raise UsageError(f"--output {str(target)!r} is a directory")
-    if target.exists() and not overwrite:
-        raise UsageError(f"--output {str(target)!r} already exists (add --overwrite to replace it)")
     try:
         atomic_write_text(target, text, overwrite=overwrite)
     except FileExistsError:
@@ -562,3 +553,25 @@ def export(
     except OSError as exc:
         raise PresetError([], context=f"cannot write {str(target)!r}: {exc}") from None
     _echo(f"wrote {target} ({format_}, from {path})", err=True)
+
+
+def _check_export_output(output: str, *, overwrite: bool) -> None:
+    """Refuse ``--output`` before the preset is read and converted: a folder, a device or
+    a path ending with a slash (``newdir/``, which names a folder: kept as a str for its
+    slash), a folder that cannot be made or written in (``p.yaml/x``), and a file there
+    without ``--overwrite``."""
+    from autotune.core.files import check_output_path, unwritable_folder
+
+    target = Path(output).expanduser()
+    if target.is_dir():
+        raise UsageError(f"--output {output!r} is a directory; give a file such as trainer.json")
+    try:
+        check_output_path(output)
+    except UsageError as exc:
+        raise UsageError(f"--output {exc}") from None
+    if problem := unwritable_folder(target.parent):
+        raise UsageError(
+            f"--output {output!r}: {problem}; give a path in a folder you can write to"
+        )
+    if target.exists() and not overwrite:
+        raise UsageError(f"--output {output!r} already exists (add --overwrite to replace it)")

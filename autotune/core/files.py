@@ -38,6 +38,7 @@ __all__ = [
     "path_kind",
     "read_capped",
     "regular_file_size",
+    "unwritable_folder",
 ]
 
 
@@ -126,6 +127,22 @@ def check_output_path(path: str | Path) -> None:
             f"{where!r} is {kind}; autotune writes its outputs only as regular files: "
             "choose another path"
         )
+
+
+def unwritable_folder(folder: Path) -> str | None:
+    """Why no file can be made in ``folder`` or the folders it would need (its nearest
+    existing folder is probed with an unnamed temporary file): ``'p.yaml' is not a
+    folder``, ``cannot write in '/' (Permission denied)``; None where one can."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{str(folder)!r} is not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"cannot write in {str(folder)!r} ({exc.strerror or exc})"
+    return None
 
 
 def not_ours_problem(

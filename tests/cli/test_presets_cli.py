@@ -439,6 +439,21 @@ def test_export_json_to_stdout_and_file(places: dict[str, Path]) -> None:
     )
 
 
+def test_export_to_a_path_under_a_file_says_the_file_is_no_folder(places: dict[str, Path]) -> None:
+    # "-o best.yaml/x --overwrite" said "already exists", after printing the notes of a
+    # conversion it could not write
+    save_preset(make_preset(), places["cwd"] / "best.yaml")
+    before = (places["cwd"] / "best.yaml").read_bytes()
+    for extra in ([], ["--overwrite"]):
+        out = invoke("export", "best.yaml", "--format", "hf", "--output", "best.yaml/x", *extra)
+        assert out.exit_code == 2, out.output
+        assert out.output.startswith(
+            "error: --output 'best.yaml/x': 'best.yaml' is not a folder; give a path in a "
+            "folder you can write to"
+        ), out.output
+    assert (places["cwd"] / "best.yaml").read_bytes() == before
+
+
 # -- hostile presets -------------------------------------------------------------------------
 
 

@@ -15,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.files import check_output_path, is_text_path, not_ours_problem
+from autotune.core.files import (
+    check_output_path,
+    is_text_path,
+    not_ours_problem,
+    unwritable_folder,
+)
 from autotune.core.units import parse_duration
 from autotune.core.validator import (
     COUNT,
@@ -440,7 +444,7 @@ def _output_problems(output: str | Path) -> list[str]:
         check_output_path(output)  # a device, a FIFO; newdir/, which names a folder
     except UsageError as exc:
         return [f"output {exc}"]
-    problem = _unwritable(target.parent)
+    problem = unwritable_folder(target.parent)
     if problem:
         return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
     from autotune.preset.io import A_PRESET, looks_like_preset
@@ -450,27 +454,12 @@ def _output_problems(output: str | Path) -> list[str]:
     return []
 
 
-def _unwritable(folder: Path) -> str | None:
-    """Why nothing can be made in ``folder`` (its nearest existing folder is probed with an
-    unnamed temporary file), or None."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{str(folder)!r} is not a folder"
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        return f"cannot write in {str(folder)!r} ({exc.strerror or exc})"
-    return None
-
-
 def _runs_dir_problems(runs_dir: Any) -> list[str]:
     """The runs folder must be one this process can write in: the compile cache, and the
     default study file, go there (a read-only working folder failed in ``mkdir``)."""
     if not isinstance(runs_dir, str | Path):
         return [f"runs_dir must be a path, got {runs_dir!r}"]
-    problem = _unwritable(Path(runs_dir).expanduser())
+    problem = unwritable_folder(Path(runs_dir).expanduser())
     if problem is None:
         return []
     return [
