@@ -217,6 +217,8 @@ def _check_trace(trace: str) -> None:
     except UsageError as exc:
         raise UsageError(f"--trace {exc}") from None
     if not folder.is_dir():
+        if folder.exists():
+            raise UsageError(f"--trace {trace!r}: {str(folder)!r} is not a folder")
         raise UsageError(f"--trace {trace!r}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--trace {trace!r}: cannot write in the folder {str(folder)!r}")

@@ -57,6 +57,7 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--trace", "/"], "--trace '/' is a folder"),
         (["--trace", "/no/such/folder/t.json"], "the folder '/no/such/folder' does not exist"),
         (["--trace", "/dev/null"], "--trace '/dev/null' is a character device"),
+        (["--trace", "/etc/passwd/t.json"], "t.json': '/etc/passwd' is not a folder"),
         (["--trace", "newdir/"], "--trace 'newdir/' ends with '/'"),
         (["--channels-last"], "config.channels_last: model 'fake' is not declared convolutional"),
         (["--expandable-segments"], "config.expandable_segments: a setting of the CUDA"),
