@@ -16,6 +16,9 @@ import autotune
 from autotune.core.errors import AutotuneError
 from autotune.study import search_options
 
+_PRESET = autotune.load_preset(Path(__file__).parents[1] / "presets" / "cpu" / "mu-epyc.yaml")
+_HERE = autotune.probe()
+
 
 @pytest.mark.parametrize(
     ("call", "message"),
@@ -37,6 +40,11 @@ from autotune.study import search_options
         (lambda: search_options(warm_start=5), "warm_start must be a preset's path"),
         (lambda: search_options(hardware="x"), "hardware must be a HardwareProfile"),
         (lambda: search_options(watch="yes"), "watch must be true, false, a MachineWatch"),
+        (lambda: autotune.probe(cpuinfo_text=5), "probe: cpuinfo_text must be the text of"),
+        (lambda: autotune.check_portability("best.yaml", None), "preset must be a Preset"),
+        (lambda: autotune.check_portability(_PRESET, None), "profile must be a HardwareProfile"),
+        (lambda: autotune.check_portability(_PRESET, _HERE, device=0), "device must be a str"),
+        (lambda: autotune.check_portability(_PRESET, _HERE, force="no"), "force must be True"),
     ],
 )
 def test_a_wrong_type_is_an_autotune_error_naming_the_argument(

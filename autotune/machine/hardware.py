@@ -48,6 +48,13 @@ def probe(
     """
     import torch
 
+    if cpuinfo_text is not None and not isinstance(cpuinfo_text, str):
+        from autotune.core.errors import UsageError
+
+        raise UsageError(
+            f"probe: cpuinfo_text must be the text of /proc/cpuinfo (a str) or None, got "
+            f"{type(cpuinfo_text).__name__}"
+        )
     notes: list[str] = []
     if cuda is None:
         cuda = torch.cuda

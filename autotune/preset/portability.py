@@ -89,6 +89,29 @@ def _same_generation(there: Fingerprint, here: Fingerprint) -> bool:
     return (there.cpu_family, there.cpu_model_number) == (here.cpu_family, here.cpu_model_number)
 
 
+def _check_arguments(preset: Any, profile: Any, device: Any, force: Any) -> None:
+    """A ``UsageError`` naming the argument of the wrong type: ``check_portability("best.yaml",
+    ...)`` was an AttributeError from inside."""
+    from autotune.core.errors import UsageError
+    from autotune.machine.profile import HardwareProfile
+
+    problems = []
+    if not isinstance(preset, Preset):
+        problems.append(f"preset must be a Preset (load_preset), got {type(preset).__name__}")
+    if not isinstance(profile, HardwareProfile):
+        problems.append(
+            f"profile must be a HardwareProfile (probe()), got {type(profile).__name__}"
+        )
+    if device is not None and not isinstance(device, str):
+        problems.append(
+            f"device must be a str (cpu, cuda, cuda:N) or None, got {type(device).__name__}"
+        )
+    if not isinstance(force, bool):
+        problems.append(f"force must be True or False, got {type(force).__name__}")
+    if problems:
+        raise UsageError("check_portability: " + "; ".join(problems))
+
+
 def check_portability(
     preset: Preset, profile: HardwareProfile, device: str | None = None, *, force: bool = False
 ) -> PortabilityReport:
@@ -101,6 +124,7 @@ def check_portability(
     do instead; ``force=True`` turns the memory refusal into a warning (an unrunnable
     precision or float8 is refused even then).
     """
+    _check_arguments(preset, profile, device, force)
     canonical, gpu = find_device(device or default_device_for(preset, profile), profile)
     here = Fingerprint.from_profile(profile, canonical)
     there = preset.fingerprint
