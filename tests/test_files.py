@@ -110,3 +110,24 @@ def test_an_output_replaces_only_an_empty_file_or_one_of_its_own(tmp_path: Path)
         "exists and is not a thing of ours, which the writer would replace; give another "
         "path, or move that file away first"
     )
+
+
+def test_an_output_path_problem_names_what_stands_in_the_way(tmp_path: Path) -> None:
+    # one rule for the search's --output, presets export's --output and bench --trace:
+    # export said "already exists" of best.yaml/x, the trace "the folder does not exist"
+    from autotune.core.files import output_problem
+
+    (tmp_path / "best.yaml").write_text("kept\n")
+    under_a_file = str(tmp_path / "best.yaml" / "x")
+    assert f"{str(tmp_path / 'best.yaml')!r} is not a folder" in (
+        output_problem(under_a_file, example="a.json") or ""
+    )
+    assert output_problem(tmp_path, example="a.json") == (
+        f"{str(tmp_path)!r} is a directory; give a file such as a.json"
+    )
+    assert "ends with '/'" in (output_problem(f"{tmp_path}/new/", example="a.json") or "")
+    missing = str(tmp_path / "new" / "a.json")
+    assert output_problem(missing, example="a.json") is None  # the folder is made
+    assert "does not exist" in (output_problem(missing, example="a", make_folders=False) or "")
+    assert output_problem(tmp_path / "best.yaml", example="a.json") is None  # the caller's
+    assert (tmp_path / "best.yaml").read_text() == "kept\n"

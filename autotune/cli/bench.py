@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -205,23 +204,12 @@ def _check_trace(trace: str) -> None:
     file), a device or a path ending with a slash (``check_output_path``), a folder that
     does not exist or cannot be written, and a file that is not a trace (a preset given
     by mistake became a 7 MB trace)."""
-    from autotune.core.files import check_output_path, not_ours_problem
+    from autotune.core.files import not_ours_problem, output_problem
     from autotune.explain.breakdown import is_chrome_trace
 
+    if problem := output_problem(trace, example="trace.json", make_folders=False):
+        raise UsageError(f"--trace {problem}")
     path = Path(trace).expanduser()
-    folder = path.parent
-    if path.is_dir():
-        raise UsageError(f"--trace {trace!r} is a folder; give a file such as trace.json")
-    try:
-        check_output_path(trace)
-    except UsageError as exc:
-        raise UsageError(f"--trace {exc}") from None
-    if not folder.is_dir():
-        if folder.exists():
-            raise UsageError(f"--trace {trace!r}: {str(folder)!r} is not a folder")
-        raise UsageError(f"--trace {trace!r}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--trace {trace!r}: cannot write in the folder {str(folder)!r}")
     if problem := not_ours_problem(path, is_chrome_trace, what="a Chrome trace", by="the trace"):
         raise UsageError(f"--trace {trace!r} {problem}")
 

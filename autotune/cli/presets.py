@@ -560,18 +560,9 @@ def _check_export_output(output: str, *, overwrite: bool) -> None:
     a path ending with a slash (``newdir/``, which names a folder: kept as a str for its
     slash), a folder that cannot be made or written in (``p.yaml/x``), and a file there
     without ``--overwrite``."""
-    from autotune.core.files import check_output_path, unwritable_folder
+    from autotune.core.files import output_problem
 
-    target = Path(output).expanduser()
-    if target.is_dir():
-        raise UsageError(f"--output {output!r} is a directory; give a file such as trainer.json")
-    try:
-        check_output_path(output)
-    except UsageError as exc:
-        raise UsageError(f"--output {exc}") from None
-    if problem := unwritable_folder(target.parent):
-        raise UsageError(
-            f"--output {output!r}: {problem}; give a path in a folder you can write to"
-        )
-    if target.exists() and not overwrite:
+    if problem := output_problem(output, example="trainer.json"):
+        raise UsageError(f"--output {problem}")
+    if Path(output).expanduser().exists() and not overwrite:
         raise UsageError(f"--output {output!r} already exists (add --overwrite to replace it)")

@@ -35,6 +35,7 @@ __all__ = [
     "fsync_dir",
     "is_text_path",
     "not_ours_problem",
+    "output_problem",
     "path_kind",
     "read_capped",
     "regular_file_size",
@@ -127,6 +128,28 @@ def check_output_path(path: str | Path) -> None:
             f"{where!r} is {kind}; autotune writes its outputs only as regular files: "
             "choose another path"
         )
+
+
+def output_problem(path: str | Path, *, example: str, make_folders: bool = True) -> str | None:
+    """Why an output file cannot be written at ``path``, in words that start with the path
+    (the caller puts its option's name before them), or None: a folder there (``example``
+    names a file to give instead), a device, a FIFO or ``newdir/`` (``check_output_path``),
+    a file standing where a folder should be (``p.yaml/x``), a folder that cannot be
+    written in, and, unless ``make_folders``, a folder that does not exist. Whether a file
+    there may be replaced is the caller's: ``not_ours_problem``, ``--overwrite``."""
+    where = os.fspath(path)  # a str keeps the slash of "newdir/"
+    target = Path(where).expanduser()
+    if target.is_dir():
+        return f"{where!r} is a directory; give a file such as {example}"
+    try:
+        check_output_path(where)
+    except UsageError as exc:
+        return str(exc)
+    if not make_folders and not target.parent.exists():
+        return f"{where!r}: the folder {str(target.parent)!r} does not exist"
+    if problem := unwritable_folder(target.parent):
+        return f"{where!r}: {problem}; give a path in a folder you can write to"
+    return None
 
 
 def unwritable_folder(folder: Path) -> str | None:

@@ -54,7 +54,7 @@ def test_failed_burst_prints_the_table_then_exits_1() -> None:
         (["--timeout", "0"], "--timeout must be a positive duration"),
         (["--timeout", "nan"], "--timeout must be a positive duration"),
         (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
-        (["--trace", "/"], "--trace '/' is a folder"),
+        (["--trace", "/"], "--trace '/' is a directory; give a file such as trace.json"),
         (["--trace", "/no/such/folder/t.json"], "the folder '/no/such/folder' does not exist"),
         (["--trace", "/dev/null"], "--trace '/dev/null' is a character device"),
         (["--trace", "/etc/passwd/t.json"], "t.json': '/etc/passwd' is not a folder"),

@@ -21,12 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from autotune.core.errors import ConfigError, UsageError
-from autotune.core.files import (
-    check_output_path,
-    is_text_path,
-    not_ours_problem,
-    unwritable_folder,
-)
+from autotune.core.files import is_text_path, not_ours_problem, output_problem, unwritable_folder
 from autotune.core.units import parse_duration
 from autotune.core.validator import (
     COUNT,
@@ -435,20 +430,12 @@ MAX_STUDY_NAME = 200  # characters of a study name that names a folder
 
 def _output_problems(output: str | Path) -> list[str]:
     """What keeps the preset from being written at ``output`` (the folders below its
-    nearest existing one are made when it is written). The probe is an unnamed temporary
-    file."""
-    target = Path(output).expanduser()
-    if target.is_dir():
-        return [f"output {str(output)!r} is a directory; give a file such as best.yaml"]
-    try:
-        check_output_path(output)  # a device, a FIFO; newdir/, which names a folder
-    except UsageError as exc:
-        return [f"output {exc}"]
-    problem = unwritable_folder(target.parent)
-    if problem:
-        return [f"output {str(output)!r}: {problem}; give a path in a folder you can write to"]
+    nearest existing one are made when it is written), or replacing what is there."""
+    if problem := output_problem(output, example="best.yaml"):
+        return [f"output {problem}"]
     from autotune.preset.io import A_PRESET, looks_like_preset
 
+    target = Path(output).expanduser()
     if problem := not_ours_problem(target, looks_like_preset, what=A_PRESET, by="the search"):
         return [f"output {str(output)!r} {problem}"]
     return []
