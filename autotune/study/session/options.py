@@ -477,10 +477,11 @@ def field_paths() -> dict[str, str]:
 
 
 def search_options(**options: Any) -> dict[str, Any]:
-    """``search()``'s option records from flat keyword arguments (``trials=5,
-        output=None``): each goes to the record with a field of its name; the records get
-        their defaults otherwise. ``UsageError`` for a name no record has; every problem of
-    every record at once."""
+    """``search()``'s option records from flat keyword arguments in the CLI's names
+    (``timeout="2m", trials=20, output=None``), to pass on as
+    ``search(model, budget=..., **search_options(...))``: each goes to the record with a
+    field of its name; the records get their defaults otherwise. ``UsageError`` for a
+    name no record has; every problem of every record at once."""
     owner = {name: path.split(".")[0] for name, path in field_paths().items()}
     unknown = [name for name in options if name not in owner]
     if unknown:
