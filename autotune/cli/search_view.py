@@ -110,11 +110,11 @@ def render_result(result: SearchResult, console: Console) -> None:
     """The end-of-search summary: top configs, speedup, skips, where the preset went."""
     from rich.markup import escape
 
+    from autotune.study.trials.records import counts_text
+
     counts = result.counts()
     console.print(
-        f"[bold]Search finished[/] ({escape(result.stopped)}): {counts['ran']} trials ran, "
-        f"{counts['measured']} measured, {counts['infeasible']} infeasible, {counts['pruned']} "
-        f"pruned, {counts['failed']} failed, {counts['duplicates']} repeats; "
+        f"[bold]Search finished[/] ({escape(result.stopped)}): {counts_text(counts)}; "
         f"{_fmt_s(result.wall_s)}; study {escape(result.study_name)!s} in {escape(result.storage)}"
     )
     if result.ledger is not None:

@@ -33,9 +33,11 @@ from autotune.report.blocks import table as _table
 from autotune.report.steps import STEPS_SECTION, section_steps
 from autotune.study.trials.records import (
     TrialRecord,
+    counts_text,
     distinct_best,
     memory_model_note,
     summarize_config,
+    trial_counts,
 )
 
 if TYPE_CHECKING:
@@ -95,16 +97,12 @@ def _section_summary(data: ReportData) -> list[Block]:
     if data.preset_path:
         rows.append(("preset", data.preset_path))
     done = data.finished()
-    if done:
-        counts = {
-            "measured": sum(1 for t in done if t.ran),
-            "infeasible": sum(1 for t in done if t.infeasible),
-            "pruned": sum(1 for t in done if t.state == "PRUNED"),
-            "failed": sum(1 for t in done if t.failed),
-        }
-        rows.append(
-            ("trials", f"{len(done)} (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")")
-        )
+    if done:  # in the search summary's words and figures
+        counts = trial_counts(done)
+        said = counts_text(counts)
+        if counts["skipped"]:
+            said += f"; {counts['skipped']} skipped without a burst"
+        rows.append(("trials", said))
     if data.ledger is not None:  # the study's last search
         rows.append(("where the time went", data.ledger.line().removeprefix("Time: ")))
     headline = _headline(data)
@@ -165,7 +163,8 @@ def _section_history(data: ReportData) -> list[Block]:
     caption = (
         "Every trial in the order it ran; the line is the best so far. Infeasible trials "
         "(out of memory, over the budget, or skipped as such) and failed ones sit at 0, "
-        "pruned ones at what they reached before they were stopped, each with its own marker."
+        "pruned ones (clearly slower) and ones the time limit stopped at what they reached, "
+        "each with its own marker; a trial skipped without a burst is in the table only."
     )
     return [_figure(plots.history_figure(data), "history", caption), _trial_table(data)]
 

@@ -48,6 +48,7 @@ PNG_SOFTWARE = "autotune report"
 _OK = {"marker": "o", "color": "#1f77b4", "label": "measured"}
 _INFEASIBLE = {"marker": "x", "color": "#d62728", "label": "infeasible (OOM, over budget)"}
 _PRUNED = {"marker": "v", "color": "#ff7f0e", "label": "pruned (clearly slower)"}
+_STOPPED = {"marker": "^", "color": "#9467bd", "label": "stopped (the time limit)"}
 _FAILED = {"marker": "s", "color": "#7f7f7f", "label": "failed (crash, timeout, NaN)"}
 _BEST = "#2ca02c"
 
@@ -114,7 +115,12 @@ def figure_png(fig: Figure, path: Any, *, dpi: int = 110) -> None:
         _plain_text(fig).savefig(path, format="png", dpi=dpi, metadata={"Software": PNG_SOFTWARE})
 
 
-def _kind(t: TrialRecord) -> Mapping[str, str]:
+def _kind(t: TrialRecord) -> Mapping[str, str] | None:
+    """How a trial is drawn; None for one skipped without a burst (nothing to draw)."""
+    if t.status == "skipped":
+        return None
+    if t.status == "stopped":
+        return _STOPPED
     if t.state == "PRUNED" or t.status == "pruned":
         return _PRUNED
     if t.infeasible:
@@ -127,7 +133,7 @@ def _kind(t: TrialRecord) -> Mapping[str, str]:
 def _shown(t: TrialRecord, kind: Mapping[str, str]) -> float:
     """Where a trial sits on a throughput axis: what it measured (a pruned trial: what it
     reached before it was stopped), else 0."""
-    if kind in (_OK, _PRUNED) and t.throughput is not None:
+    if kind in (_OK, _PRUNED, _STOPPED) and t.throughput is not None:
         return t.throughput
     return 0.0
 
@@ -141,11 +147,14 @@ def _gb(n: float | None) -> float | None:
 
 def draw_history(ax: Axes, data: ReportData) -> None:
     """Throughput of every trial in order, the best so far as a step line; infeasible and
-    failed trials drawn at 0, pruned ones at what they reached, each with its own marker."""
+    failed trials drawn at 0, pruned and stopped ones at what they reached, each with its
+    own marker; one skipped without a burst is not drawn."""
     trials = data.finished()
     groups: dict[str, tuple[Mapping[str, str], list[int], list[float]]] = {}
     for t in trials:
         kind = _kind(t)
+        if kind is None:
+            continue
         value = _shown(t, kind)
         entry = groups.setdefault(kind["label"], (kind, [], []))
         entry[1].append(t.number)
@@ -218,6 +227,8 @@ def draw_memory(ax: Axes, data: ReportData) -> None:
         if peak is None:
             continue
         kind = _kind(t)
+        if kind is None:
+            continue
         value = _shown(t, kind)
         entry = groups.setdefault(kind["label"], (kind, [], []))
         entry[1].append(peak)

@@ -159,6 +159,46 @@ def test_the_memory_plot_labels_the_starts_by_their_roles() -> None:
     assert labels == [("winner", 3), ("quick start", 0), ("naive", 1), ("hand-tuned", 2)]
 
 
+def test_the_report_counts_trials_as_the_search_summary_does() -> None:
+    """The report said "trials 35 (28 measured, 8 pruned)" where the search said "28
+    trials ran, 27 measured, 1 pruned": it counted the outdated refinements skipped
+    without a burst, and a trial the time limit stopped, as pruned (clearly slower)."""
+    from autotune.report.blocks import Table
+    from autotune.report.data import ReportData
+    from autotune.report.page import _section_summary
+    from autotune.report.plots import _kind
+    from autotune.study.trials.records import counts_text, trial_counts
+
+    def trial(n: int, state: str, status: str, tp: float | None, ran: bool) -> TrialRecord:
+        config = {"micro_batch": 2**n, "precision": "fp32"}
+        value = tp if state == "COMPLETE" else None
+        return TrialRecord(
+            number=n, state=state, status=status, config=config, value=value, throughput=tp, ran=ran
+        )
+
+    trials = (
+        trial(0, "COMPLETE", "ok", 10.0, True),
+        trial(1, "PRUNED", "pruned", 4.0, True),
+        trial(2, "PRUNED", "stopped", None, True),  # stopped while compiling
+        trial(3, "PRUNED", "skipped", None, False),
+        trial(4, "PRUNED", "skipped", None, False),
+    )
+    counts = trial_counts(trials)
+    assert (counts["ran"], counts["measured"], counts["pruned"], counts["skipped"]) == (3, 2, 2, 2)
+    blocks = _section_summary(ReportData(title="t", trials=trials))
+    rows = {
+        r.cells[0].text: r.cells[1].text for b in blocks if isinstance(b, Table) for r in b.rows
+    }
+    assert rows["trials"] == f"{counts_text(counts)}; 2 skipped without a burst"
+    assert [(_kind(t) or {}).get("label") for t in trials] == [
+        "measured",
+        "pruned (clearly slower)",
+        "stopped (the time limit)",
+        None,
+        None,
+    ]
+
+
 RACE: dict[str, Any] = {
     "rounds": 5,
     "unit": "tokens/s",

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.study.trials.records import memory_model_summary
+from autotune.study.trials.records import memory_model_summary, trial_counts
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
@@ -56,20 +56,8 @@ class SearchResult:
         return None if self.best is None else self.best.train_config()
 
     def counts(self) -> dict[str, int]:
-        """trials (all finished), ran (a burst ran), measured (a burst ran and gave a
-        figure: not one stopped before its first timed step, out of memory or failed),
-        infeasible, pruned (by the pruner or the time limit; not the outdated refinements
-        skipped without a burst), failed."""
-        done = [t for t in self.trials if t.finished]
-        return {
-            "trials": len(done),
-            "ran": sum(1 for t in done if t.ran),
-            "measured": sum(1 for t in done if t.ran and t.throughput is not None),
-            "infeasible": sum(1 for t in done if t.infeasible),
-            "pruned": sum(1 for t in done if t.state == "PRUNED" and t.status != "skipped"),
-            "failed": sum(1 for t in done if t.failed),
-            "duplicates": sum(1 for t in done if t.duplicate_of is not None),
-        }
+        """The trials counted by what became of them (``trial_counts``)."""
+        return trial_counts(self.trials)
 
     def memory_model(self) -> dict[str, Any]:
         """How the memory model did (``memory_model_summary`` of the trials)."""

@@ -292,6 +292,34 @@ def memory_model_note(records: Sequence[TrialRecord]) -> str | None:
     return "memory model: " + "; ".join(parts)
 
 
+def trial_counts(records: Sequence[TrialRecord]) -> dict[str, int]:
+    """trials (all finished), ran (a burst ran), measured (a burst ran and gave a figure:
+    not one stopped before its first timed step, out of memory or failed), infeasible,
+    pruned (by the pruner or the time limit), skipped (the outdated refinements passed
+    over without a burst), failed, duplicates (replays of a config measured before). The
+    search's summary and the report both count with this."""
+    done = [t for t in records if t.finished]
+    return {
+        "trials": len(done),
+        "ran": sum(1 for t in done if t.ran),
+        "measured": sum(1 for t in done if t.ran and t.throughput is not None),
+        "infeasible": sum(1 for t in done if t.infeasible),
+        "pruned": sum(1 for t in done if t.state == "PRUNED" and t.status != "skipped"),
+        "skipped": sum(1 for t in done if t.status == "skipped"),
+        "failed": sum(1 for t in done if t.failed),
+        "duplicates": sum(1 for t in done if t.duplicate_of is not None),
+    }
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``28 trials ran, 27 measured, 0 infeasible, 1 pruned, 0 failed, 0 repeats``."""
+    return (
+        f"{counts['ran']} trials ran, {counts['measured']} measured, {counts['infeasible']} "
+        f"infeasible, {counts['pruned']} pruned, {counts['failed']} failed, "
+        f"{counts['duplicates']} repeats"
+    )
+
+
 def skipped_reasons(records: Sequence[TrialRecord]) -> dict[str, int]:
     """Why configs were not kept, grouped: 'dominated by OOM trial #3' -> 4, ..."""
     out: dict[str, int] = {}
