@@ -8,7 +8,8 @@ time into those parts, from the figures every burst reports (``BurstResult``: it
 overhead before the first step, its warm-up steps, the compile inside them, its timed
 steps) and from the clock around the race and the preset's writing. A compile is a
 first one unless an earlier trial of the search compiled the same code
-(``trial_cost.compiled_code_key``): the compile cache then served it.
+(``trial_cost.compiled_code_key``): the compile cache then served it. A trial stopped
+before its compile ended counts its time after the process start as its compile.
 
 What no part claims is ``other``: the study's bookkeeping, the sampler, the machine
 watch's waits for a quiet moment, the naive profile, a burst's teardown.
@@ -106,7 +107,7 @@ def ledger_of(
             continue
         if record.throughput is not None:
             configs.add(json.dumps(record.config, sort_keys=True, default=str))
-        compile_s = record.compile_s or 0.0
+        compile_s = record.compile_s or _stopped_compiling_s(record)
         if compile_s > 0:
             code = compiled_code_key(record.config, device_kind)
             if code in seen_code:
@@ -133,6 +134,21 @@ def ledger_of(
         writing_s=writing_s,
         other_s=max(0.0, other),
     )
+
+
+def _stopped_compiling_s(record: TrialRecord) -> float:
+    """The time a compiled trial spent compiling when it was stopped before its compile
+    ended (the compile cap, the time limit): its wall time after the process start, since
+    no warm-up step finished. 0 for any other trial. Without it, a newcomer's 113 s trial
+    stopped while compiling went to ``other``."""
+    if (
+        record.config.get("compile", "off") == "off"
+        or record.warmup_s is not None
+        or record.timed_s is not None
+        or record.wall_s is None
+    ):
+        return 0.0
+    return max(0.0, record.wall_s - (record.overhead_s or 0.0))
 
 
 def _rounded(value: Any) -> Any:

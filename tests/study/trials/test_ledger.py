@@ -65,6 +65,34 @@ def test_on_a_cpu_another_micro_batch_of_a_code_compiles_from_the_cache() -> Non
     assert (cuda.first_compiles, cuda.cached_compiles_s) == (2, 0.0)
 
 
+def test_a_trial_stopped_while_compiling_counts_its_time_as_a_compile() -> None:
+    # a newcomer's trial stopped at the compile cap after 113 s went to "other"
+    stopped = TrialRecord(
+        number=0,
+        state="PRUNED",
+        status="stopped",
+        config=COMPILED.to_dict(),
+        ran=True,
+        wall_s=113.0,
+        overhead_s=3.0,
+    )
+    eager_stopped = TrialRecord(
+        number=1, state="PRUNED", status="stopped", config=EAGER.to_dict(), ran=True, wall_s=9.0
+    )
+    ledger = ledger_of(
+        [stopped, eager_stopped],
+        total_s=130.0,
+        trials_s=130.0,
+        race_s=0.0,
+        writing_s=0.0,
+        device_kind="cpu",
+    )
+    assert (ledger.first_compiles, ledger.first_compiles_s) == (1, pytest.approx(110.0))
+    assert ledger.process_starts_s == pytest.approx(3.0)
+    assert ledger.other_s == pytest.approx(17.0)  # the eager one: nothing compiled there
+    assert ledger.configs == 0
+
+
 def test_a_config_measured_twice_counts_once() -> None:
     again = [_record(0, EAGER, timed_s=4.0), _record(1, EAGER, timed_s=4.0)]
     ledger = ledger_of(
