@@ -268,21 +268,33 @@ def show(preset: PresetArg, json_out: JsonOpt = False) -> None:
 # -- diff ----------------------------------------------------------------------------------
 
 
+SECTION_BELOW = "(its fields below)"
+
+
 def diff_rows(a: Preset, b: Preset) -> list[dict[str, Any]]:
-    """Every field of two presets side by side (dotted paths), with ``differs`` set."""
+    """Every field of two presets side by side (dotted paths), with ``differs`` set. A
+    section one preset has and the other holds as null (a baseline the race did not
+    measure) is ``SECTION_BELOW`` on the side that has it: its fields are the rows below
+    (both sides showed "-")."""
     from autotune.preset import preset_to_dict
 
     left, right = _flatten(preset_to_dict(a)), _flatten(preset_to_dict(b))
     keys = list(left) + [k for k in right if k not in left]
     missing = object()
+
+    def shown(value: Any, side: dict[str, Any], key: str) -> Any:
+        if value is not missing:
+            return value
+        return SECTION_BELOW if any(k.startswith(f"{key}.") for k in side) else None
+
     rows = []
     for key in keys:
         va, vb = left.get(key, missing), right.get(key, missing)
         rows.append(
             {
                 "field": key,
-                "a": None if va is missing else va,
-                "b": None if vb is missing else vb,
+                "a": shown(va, left, key),
+                "b": shown(vb, right, key),
                 "differs": va != vb,
             }
         )

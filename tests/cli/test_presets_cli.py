@@ -216,6 +216,20 @@ def test_diff_marks_only_the_differing_fields(places: dict[str, Path]) -> None:
     assert same.exit_code == 0 and "identical" in same.output
 
 
+def test_diff_shows_a_section_one_preset_has_and_the_other_holds_as_null(
+    places: dict[str, Path],
+) -> None:
+    # "baseline │ - │ -" where B had a full baseline: its fields are the rows below
+    with_baseline = make_preset()
+    assert with_baseline.baseline is not None
+    a = save_preset(make_preset(baseline=None), places["cwd"] / "a.yaml")
+    b = save_preset(with_baseline, places["cwd"] / "b.yaml")
+    fields = json.loads(invoke("diff", str(a), str(b), "--json").stdout)["fields"]
+    row = next(f for f in fields if f["field"] == "baseline")
+    assert (row["a"], row["b"], row["differs"]) == (None, "(its fields below)", True)
+    assert any(f["field"].startswith("baseline.") and f["b"] is not None for f in fields)
+
+
 def test_diff_of_a_missing_preset_exits_2(places: dict[str, Path]) -> None:
     a = save_preset(make_preset(), places["cwd"] / "a.yaml")
     result = invoke("diff", str(a), "nope.yaml")
