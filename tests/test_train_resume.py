@@ -67,9 +67,8 @@ def run(
         training or settings(),
         data,
         out,
-        echo=lambda _: None,
         tensorboard=False,
-        **kwargs,
+        **{"echo": lambda _: None, **kwargs},
     )
     return trainer.run()
 
@@ -99,6 +98,25 @@ def edited_checkpoint(out: Path, data: TrainData, edit: Callable[[dict[str, Any]
     edit(state)
     torch.save(state, path)
     return path
+
+
+# -- a resume that changes the schedule --------------------------------------------------------
+
+
+def test_a_resume_with_another_schedule_says_so(tmp_path: Path, data: TrainData) -> None:
+    # --max-steps 210 after a run of 300 recomputed the cosine decay without a word
+    out = tmp_path / "run"
+    run(out, data)
+    said: list[str] = []
+    run(out, data, resume="auto", training=settings(max_steps=6, lr=1e-3), echo=said.append)
+    notes = [line for line in said if "schedule differs" in line]
+    assert notes == [
+        "note: the learning-rate schedule differs from the checkpoint's run (lr 0.0003 -> "
+        "0.001, max_steps 3 -> 6): from step 3 the rate follows this run's schedule"
+    ], said
+    again: list[str] = []
+    run(out, data, resume="auto", training=settings(max_steps=6, lr=1e-3), echo=again.append)
+    assert not any("schedule differs" in line for line in again)  # nothing to train, same
 
 
 # -- a resume whose batches would differ ------------------------------------------------------

@@ -161,6 +161,34 @@ def _mismatch(exc: Exception, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# The training settings that shape the learning-rate schedule a resume continues.
+SCHEDULE_FIELDS = ("lr", "schedule", "warmup_steps", "min_lr_ratio", "max_steps", "epochs")
+
+
+def schedule_changes(
+    state: Mapping[str, Any], training: TrainingDefaults, names: Mapping[str, str]
+) -> str | None:
+    """A note where this run's schedule settings differ from those of the run that wrote
+    checkpoint ``state`` (``--max-steps 210`` after a run of 300 recomputes the cosine
+    decay from the step it resumes at), each named as ``names`` says (the CLI: its flag);
+    None where they are the same, or the checkpoint does not say."""
+    saved = state.get("training")
+    if not isinstance(saved, Mapping):
+        return None
+    now = dataclasses.asdict(training)
+    changed = [
+        f"{names.get(name, name)} {saved[name]} -> {now[name]}"
+        for name in SCHEDULE_FIELDS
+        if name in saved and saved[name] != now[name]
+    ]
+    if not changed:
+        return None
+    return (
+        "note: the learning-rate schedule differs from the checkpoint's run "
+        f"({', '.join(changed)}): from step {state['step']} the rate follows this run's schedule"
+    )
+
+
 def restore_state(
     state: dict[str, Any],
     parts: TrainedParts,

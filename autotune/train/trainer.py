@@ -70,6 +70,7 @@ from autotune.train.checkpoint_state import (
     TrainedParts,
     checkpoint_state,
     restore_state,
+    schedule_changes,
 )
 from autotune.train.evaluation import evaluate_model
 from autotune.train.log import Display
@@ -265,6 +266,8 @@ class Trainer:
         )
         self.step, self.best_eval_loss = standing.step, standing.best_eval_loss
         self.eval_batch, self.oom_adaptations = standing.eval_batch, standing.oom_adaptations
+        if (note := schedule_changes(resumed, self.training, self.names)) is not None:
+            self.display.message(note)
 
     def _setup_adapted_batch(self, saved: TrainConfig) -> None:
         """Continue with the micro-batch a checkpoint adapted to after running out of memory."""
