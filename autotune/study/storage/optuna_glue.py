@@ -223,8 +223,15 @@ def open_study(
     """Create or load study ``name`` in the storage at ``url`` (maximized, with the TPE
     sampler and ``pruner``) and check that it was made for the same search (``setup``).
     ``joining``: a worker of a shared search (see ``claim_running_trials``). ``note``
-    hears of settings the study did not record (``check_study_setup``)."""
+    hears of settings the study did not record (``check_study_setup``), and of a journal's
+    torn last record cut off before this search appends (``mend_journal_tail``)."""
     storage = open_storage(url)
+    if url.startswith("journal:"):
+        from autotune.study.storage.journal_tail import mend_journal_tail
+
+        mended = mend_journal_tail(journal_path(url))
+        if mended is not None and note is not None:
+            note(mended)
     existing = _existing_trial_count(storage, name)
     sampler = make_sampler(
         # a resumed study does not replay the same random draws
