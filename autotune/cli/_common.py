@@ -128,8 +128,31 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 if message:
                     typer.echo(terminal_safe(f"error: {message}"), err=True)
                 raise typer.Exit(code) from None
+            except Exception as exc:
+                full = _full_disk_under(exc)
+                if full is None or state.debug:
+                    raise
+                code, message = _surroundings_error(full)
+                typer.echo(terminal_safe(f"error: {message}"), err=True)
+                raise typer.Exit(code) from None
 
     return wrapper
+
+
+def _full_disk_under(exc: BaseException) -> OSError | None:
+    """The full disk (or used-up quota) that another error stands on, or None: a journal
+    study's write that failed with ENOSPC became Optuna's ``AssertionError: Should not
+    reach.`` and a traceback. Of the chain's such errors, one that names its file."""
+    found: list[OSError] = []
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            found.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    named = [e for e in found if e.filename]
+    return next(iter(named or found), None)
 
 
 # -- the process's surroundings -----------------------------------------------------------

@@ -124,6 +124,38 @@ def test_a_deleted_working_folder_is_one_paragraph_and_exit_2(
     assert "cd into a folder that exists" in err
 
 
+def test_a_full_disk_under_another_error_is_one_paragraph_and_exit_1(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal study's write on a full disk became Optuna's ``AssertionError: Should
+    not reach.`` and a 90-line traceback; the full disk under it is what is said."""
+    from autotune.cli import presets as presets_cli
+
+    def optuna_like(*_: object, **__: object) -> None:
+        try:
+            try:
+                raise OSError(28, "No space left on device")  # the flush: no file name
+            except OSError as flush:
+                raise OSError(28, "No space left on device", "study.log") from flush
+        except OSError:
+            raise AssertionError("Should not reach.") from None
+
+    monkeypatch.setattr(presets_cli, "_load", optuna_like)
+    code, err = invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
+    assert code == 1, err
+    assert err.strip() == (
+        "error: cannot use 'study.log': No space left on device; the disk is full: free "
+        "some space, or give a path on another disk"
+    )
+
+    def a_bug(*_: object, **__: object) -> None:
+        raise AssertionError("a bug of ours")
+
+    monkeypatch.setattr(presets_cli, "_load", a_bug)
+    with pytest.raises(AssertionError, match="a bug of ours"):  # not hidden as anything else
+        invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
+
+
 def test_export_to_a_missing_folder_with_a_slash_writes_no_file_named_like_it(
     here: Path,
 ) -> None:
