@@ -129,30 +129,37 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                     typer.echo(terminal_safe(f"error: {message}"), err=True)
                 raise typer.Exit(code) from None
             except Exception as exc:
-                full = _full_disk_under(exc)
-                if full is None or state.debug:
+                known = _known_under(exc)
+                if known is None or state.debug:
                     raise
-                code, message = _surroundings_error(full)
+                if isinstance(known, AutotuneError):
+                    typer.echo(terminal_safe(f"error: {known}"), err=True)
+                    raise typer.Exit(known.exit_code) from None
+                code, message = _surroundings_error(known)
                 typer.echo(terminal_safe(f"error: {message}"), err=True)
                 raise typer.Exit(code) from None
 
     return wrapper
 
 
-def _full_disk_under(exc: BaseException) -> OSError | None:
-    """The full disk (or used-up quota) that another error stands on, or None: a journal
-    study's write that failed with ENOSPC became Optuna's ``AssertionError: Should not
-    reach.`` and a traceback. Of the chain's such errors, one that names its file."""
-    found: list[OSError] = []
+def _known_under(exc: BaseException) -> AutotuneError | OSError | None:
+    """What another error stands on that autotune can say, or None: Optuna turned a
+    failed write of a trial's result into ``AssertionError: Should not reach.`` and a
+    traceback, whether a journal's disk was full or the storage raised autotune's own
+    error (a damaged SQLite file). Of the chain: autotune's own error first, else a full
+    disk or used-up quota, one that names its file where there is one."""
+    full: list[OSError] = []
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
+        if isinstance(cause, AutotuneError):
+            return cause
         if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-            found.append(cause)
+            full.append(cause)
         cause = cause.__cause__ or cause.__context__
-    named = [e for e in found if e.filename]
-    return next(iter(named or found), None)
+    named = [e for e in full if e.filename]
+    return next(iter(named or full), None)
 
 
 # -- the process's surroundings -----------------------------------------------------------

@@ -124,7 +124,7 @@ def test_a_deleted_working_folder_is_one_paragraph_and_exit_2(
     assert "cd into a folder that exists" in err
 
 
-def test_a_full_disk_under_another_error_is_one_paragraph_and_exit_1(
+def test_a_full_disk_or_our_error_under_another_is_one_paragraph(
     here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A journal study's write on a full disk became Optuna's ``AssertionError: Should
@@ -146,6 +146,21 @@ def test_a_full_disk_under_another_error_is_one_paragraph_and_exit_1(
     assert err.strip() == (
         "error: cannot use 'study.log': No space left on device; the disk is full: free "
         "some space, or give a path on another disk"
+    )
+
+    def damaged_under_a_write(*_: object, **__: object) -> None:
+        from autotune.core.errors import UsageError
+
+        try:
+            raise UsageError("the study storage 'sqlite:///s.db': 's.db' is damaged")
+        except UsageError:
+            raise AssertionError("Should not reach.") from None
+
+    monkeypatch.setattr(presets_cli, "_load", damaged_under_a_write)
+    code, err = invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
+    assert (code, err.strip()) == (
+        2,
+        "error: the study storage 'sqlite:///s.db': 's.db' is damaged",
     )
 
     def a_bug(*_: object, **__: object) -> None:

@@ -459,7 +459,7 @@ def open_storage(url: str, *, create: bool = True) -> Any:
         if url.startswith("sqlite:"):
             _sqlite_wal(storage.engine)
         # the cache Optuna puts in front of an RDB storage, so that its own work is held too
-        return _stops_held_in(optuna.storages.get_storage(storage))
+        return _stops_held_in(optuna.storages.get_storage(storage), url)
     except Exception as exc:
         hint = ""
         if isinstance(exc, ImportError) and url.startswith("postgresql"):
@@ -507,19 +507,46 @@ def _sqlite_problem(url: str, why: str) -> str | None:
     return None
 
 
-def _stops_held_in(storage: Any) -> Any:
+def _stops_held_in(storage: Any, url: str | None = None) -> Any:
     """``storage``, each of its methods run with stop signals held until it returns
     (``autotune.core.signals.stops_held``), in this one place so that no call site can
     forget it: a Ctrl-C or SIGTERM that landed inside a write (a trial's intermediate value
     as its burst ran) left Optuna's SQLAlchemy session unusable, and the write marking the
     interrupted trial failed then failed too. The methods are the instance's own
-    attributes, so ``type(storage)`` and Optuna's ``isinstance`` checks are unchanged."""
+    attributes, so ``type(storage)`` and Optuna's ``isinstance`` checks are unchanged.
+    With the SQLite ``url``, a file found damaged by a later read (a bad page deep inside
+    it opens fine) is a ``UsageError`` naming it, as at opening, not Optuna's
+    "exception raised during the commit" and a traceback."""
     from autotune.core.signals import stops_held
 
     for name, _ in inspect.getmembers(type(storage), inspect.isfunction):
         if not name.startswith("__"):
-            setattr(storage, name, stops_held(getattr(storage, name)))
+            method = stops_held(getattr(storage, name))
+            if url is not None and url.startswith("sqlite:"):
+                method = _damage_said(method, url)
+            setattr(storage, name, method)
     return storage
+
+
+def _damage_said(method: Callable[..., Any], url: str) -> Callable[..., Any]:
+    """``method``, a damaged SQLite file under its failure said as ``_sqlite_problem``."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            cause: BaseException | None = exc
+            seen: set[int] = set()
+            while cause is not None and id(cause) not in seen:
+                seen.add(id(cause))
+                problem = _sqlite_problem(url, str(cause))
+                if problem is not None:
+                    raise UsageError(f"the study storage {redact(url)!r}: {problem}") from exc
+                cause = cause.__cause__ or cause.__context__
+            raise
+
+    return run
 
 
 def _with_driver(url: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -270,6 +272,30 @@ def test_a_damaged_study_file_is_called_damaged(tmp_path: Path) -> None:
     assert f"{str(bad)!r} is damaged (SQLite: file is not a database)" in message
     assert "move it away" in message and "Give an Optuna storage URL" not in message
     assert bad.read_bytes() == b"garbage " * 100  # left as it was
+
+
+def test_a_study_file_damaged_inside_is_called_damaged_when_read(tmp_path: Path) -> None:
+    """A bad page deep inside study.db opens fine, and its first read was Optuna's
+    "exception raised during the commit" and a 135-line traceback."""
+    from autotune.study.storage.optuna_glue import open_storage
+
+    db = tmp_path / "study.db"
+    url = f"sqlite:///{db}"
+    made = optuna.create_study(study_name="s", storage=open_storage(url))  # as a search
+    made.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=30)
+    with contextlib.closing(sqlite3.connect(db)) as connection:  # all of it in the file
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(db, "r+b") as damage:
+        damage.seek(8192)
+        damage.write(b"\xde\xad" * 2000)
+    before = db.read_bytes()
+    with pytest.raises(UsageError) as refused:
+        storage = open_storage(url, create=False)
+        optuna.load_study(study_name="s", storage=storage).trials  # noqa: B018
+    assert f"{str(db)!r} is damaged (SQLite: database disk image is malformed)" in str(
+        refused.value
+    )
+    assert db.read_bytes() == before
 
 
 def test_a_study_file_too_deep_for_sqlite_says_so(tmp_path: Path) -> None:
