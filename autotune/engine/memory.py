@@ -285,7 +285,7 @@ def nvml_handle(nvml: Any, device_index: int) -> Any:
         return nvml.nvmlDeviceGetHandleByIndex(device_index)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     entry = entries[device_index]
-    if entry.isdigit():
+    if entry.isdecimal():
         return nvml.nvmlDeviceGetHandleByIndex(int(entry))
     return nvml.nvmlDeviceGetHandleByUUID(entry)
 

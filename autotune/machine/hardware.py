@@ -357,7 +357,7 @@ def parse_cpu_family(text: str) -> tuple[int | None, int | None]:
         key, sep, value = line.partition(":")
         key = key.strip().lower()
         if sep and key in ("cpu family", "model") and key not in numbers:
-            numbers[key] = int(value) if value.strip().isdigit() else None
+            numbers[key] = int(value) if value.strip().isdecimal() else None
         elif not line.strip() and numbers:  # the end of the first processor's block
             break
     return numbers.get("cpu family"), numbers.get("model")

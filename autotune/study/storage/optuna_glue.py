@@ -596,11 +596,16 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
 
 
+MAX_HEARTBEAT_S = 3600
+
+
 def heartbeat_settings() -> tuple[int, int]:
     """An RDB storage's heartbeat interval and grace period in seconds: 30 s and 120 s, or
-    ``AUTOTUNE_HEARTBEAT_S`` seconds and 4x that (the kill tests use 1)."""
+    ``AUTOTUNE_HEARTBEAT_S`` seconds (1 to an hour) and 4x that (the kill tests use 1);
+    another value is not one (``²``, 10**20, which overflowed in Optuna's heartbeat
+    thread) and leaves the default."""
     raw = os.environ.get("AUTOTUNE_HEARTBEAT_S", "")
-    interval = int(raw) if raw.isdigit() and int(raw) > 0 else 30
+    interval = int(raw) if raw.isdecimal() and 0 < int(raw) <= MAX_HEARTBEAT_S else 30
     return interval, 4 * interval
 
 

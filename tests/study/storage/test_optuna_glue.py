@@ -310,3 +310,20 @@ def test_a_study_file_too_deep_for_sqlite_says_so(tmp_path: Path) -> None:
     assert f"its path is {len(str(db)):,} characters, longer than SQLite opens" in str(
         refused.value
     )
+
+
+@pytest.mark.parametrize("raw", ["²", "99999999999999999999", "0", "-5", "abc", ""])
+def test_a_heartbeat_variable_that_is_no_interval_leaves_the_default(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "²".isdigit() is true and int("²") a ValueError traceback; 10**20 overflowed in
+    # Optuna's heartbeat thread
+    from autotune.study.storage.optuna_glue import heartbeat_settings
+    from autotune.study.storage.workers import ROOT_ENV, workers_root
+
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", raw)
+    assert heartbeat_settings() == (30, 120)
+    monkeypatch.setenv(ROOT_ENV, raw)
+    assert workers_root() is None
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "٣")  # a decimal digit int() reads
+    assert heartbeat_settings() == (3, 12)
