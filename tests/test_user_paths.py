@@ -176,7 +176,11 @@ def _folder(path: Path) -> RunFolder:
     return RunFolder(path, dist=DistInfo(), keep_last=1, message=print)
 
 
-@pytest.mark.parametrize("name", [LOCK_FILE, "metrics.jsonl", ".autotune.lock.json"])
+# best.pt and a checkpoint's name: a folder there was found at the first save, after up to
+# checkpoint_interval steps (200) of training lost
+@pytest.mark.parametrize(
+    "name", [LOCK_FILE, "metrics.jsonl", ".autotune.lock.json", "best.pt", "ckpt-step00000001.pt"]
+)
 @pytest.mark.parametrize("kind", ["a directory", "a named pipe (FIFO)"])
 def test_a_run_folder_side_file_that_is_no_file_is_refused_before_the_run(
     tmp_path: Path, name: str, kind: str

@@ -32,6 +32,7 @@ from autotune.core.errors import AutotuneError, UsageError
 from autotune.core.files import atomic_write_text, read_capped, regular_file_size
 from autotune.engine.distributed import DistInfo, all_gather_objects, barrier
 from autotune.train.checkpoint import (
+    BEST_NAME,
     CheckpointError,
     capture_rng_state,
     checkpoint_path,
@@ -168,8 +169,12 @@ class RunFolder:
                 f"into a new folder with {self.out_name}"
             )
 
-        for name in (LOCK_FILE, *RUN_FILES):
-            regular_file_size(self.path / name, what="file", error=refuse, missing_ok=True)
+        # its checkpoints too: a folder named best.pt or ckpt-step00000200.pt was found
+        # only at the first save, after up to 200 steps
+        checkpoints = sorted(self.path.glob("ckpt-step*.pt")) if self.path.is_dir() else []
+        names = (LOCK_FILE, *RUN_FILES, BEST_NAME)
+        for path in (*(self.path / name for name in names), *checkpoints):
+            regular_file_size(path, what="file", error=refuse, missing_ok=True)
 
     def _in_use(self) -> str:
         """The refusal of a second run, naming the one that holds the folder."""
