@@ -319,6 +319,12 @@ def study_data(name: str, url: str) -> ReportData:
 
     with quiet_optuna():
         study = _load_study(name, url)
+        if len(study.directions) != 1:  # trial.value raised RuntimeError, a traceback
+            raise UsageError(
+                f"study {name!r} has {len(study.directions)} objectives: a multi-objective "
+                "Optuna study, which autotune search does not make; a report shows a study "
+                "of one objective"
+            )
         frozen = study.get_trials(deepcopy=False)
         trials = tuple(TrialRecord.from_trial(t) for t in frozen)
         attrs = dict(study.user_attrs)

@@ -120,6 +120,19 @@ def test_a_study_not_in_the_storage_names_those_that_are(searched: Searched) -> 
     assert searched.result.study_name in result.stderr
 
 
+def test_a_multi_objective_study_is_exit_2_in_one_paragraph(tmp_path: Path) -> None:
+    # "RuntimeError: This attribute is not available during multi-objective optimization."
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    study = optuna.create_study(study_name="two", storage=url, directions=["minimize"] * 2)
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1.0), n_trials=2)
+    result = report("two", "--storage", url, "--out", str(tmp_path / "r.html"))
+    assert result.exit_code == 2, result.output
+    assert "study 'two' has 2 objectives: a multi-objective Optuna study" in result.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_an_unwritable_out_is_exit_2(searched: Searched, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     result = report(str(searched.preset), "--out", str(tmp_path / "file" / "r.html"))
