@@ -202,6 +202,31 @@ def test_an_optimizer_state_that_does_not_fit_is_a_checkpoint_error_not_a_traceb
         run(tmp_path, data, resume=path, training=settings(max_steps=6))
 
 
+def _moments_of_another_shape(state: dict[str, Any]) -> None:
+    for entry in state["optimizer"]["state"].values():
+        entry["exp_avg"] = torch.zeros(3)
+
+
+def _scheduler_without_its_keys(state: dict[str, Any]) -> None:
+    state["scheduler"] = {"x": 1}
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        # torch loaded it, and the first step failed: "The size of tensor a (3) must match"
+        (_moments_of_another_shape, "optimizer state does not fit this run's optimizer"),
+        (_scheduler_without_its_keys, "learning-rate schedule state does not fit this run"),
+    ],
+)
+def test_an_edited_state_that_does_not_fit_is_refused_before_a_step(
+    tmp_path: Path, data: TrainData, edit: Callable[[dict[str, Any]], None], said: str
+) -> None:
+    path = edited_checkpoint(tmp_path, data, edit)
+    with pytest.raises(CheckpointError, match=said):
+        run(tmp_path, data, resume=path, training=settings(max_steps=6))
+
+
 def test_a_refused_resume_leaves_no_run_folder_behind(tmp_path: Path, data: TrainData) -> None:
     """A failed --resume FILE into a new --out left the folder with its lock file."""
     broken = tmp_path / "broken.pt"

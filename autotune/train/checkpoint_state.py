@@ -145,12 +145,42 @@ def _load_weights(
     if not sharded:
         try:
             parts.optimizer.load_state_dict(state["optimizer"])
+            _check_optimizer_shapes(parts.optimizer)
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(
                 "the checkpoint's optimizer state does not fit this run's optimizer (another "
                 f"optimizer or other parameters): {_mismatch(exc)}; resume with the settings "
                 "it was written with, or start afresh in a new --out"
             ) from None
+
+
+def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
+    """A ``ValueError`` where a parameter's loaded state holds a tensor of another shape
+    than the parameter's (AdamW's moments are its shape; its step count is a scalar):
+    torch loads such a state without a word, and the first step failed with a shape error
+    and a traceback."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    raise ValueError(
+                        f"its {key!r} of shape {tuple(value.shape)} is for a parameter of "
+                        f"shape {tuple(param.shape)}"
+                    )
+
+
+def _load_part(name: str, load: Callable[[], Any]) -> None:
+    """``load()``, the checkpoint's state of the run's ``name`` (its schedule, its step
+    function), or a CheckpointError saying it does not fit: a scheduler state without its
+    keys was a KeyError traceback."""
+    try:
+        load()
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(
+            f"the checkpoint's {name} state does not fit this run ({type(exc).__name__}: "
+            f"{_mismatch(exc)}): it was not written by autotune train, or was changed since; "
+            "resume from another checkpoint, or start afresh in a new --out"
+        ) from None
 
 
 def _mismatch(exc: Exception, limit: int = 240) -> str:
@@ -206,9 +236,13 @@ def restore_state(
     position (``stream``). Returns where the run stands: step, best validation loss,
     evaluation batch, out-of-memory adaptations. The tokenizer must be the checkpoint's."""
     _load_weights(parts, state, sharded=sharded, model_name=model_name)
-    parts.scheduler.load_state_dict(state["scheduler"])
-    set_peak_lr(parts.scheduler, peak_lr)  # --lr, --max-steps may change them
-    parts.stepper.load_state_dict(state["stepper"])
+
+    def schedule() -> None:
+        parts.scheduler.load_state_dict(state["scheduler"])
+        set_peak_lr(parts.scheduler, peak_lr)  # --lr, --max-steps may change them
+
+    _load_part("learning-rate schedule", schedule)
+    _load_part("step function", lambda: parts.stepper.load_state_dict(state["stepper"]))
     saved_tok = state.get("tokenizer")
     if saved_tok is not None and tokenizer is not None and saved_tok != plain(tokenizer.to_dict()):
         raise CheckpointError(
