@@ -22,6 +22,8 @@ from autotune.core.text import terminal_safe
 
 if TYPE_CHECKING:
     from autotune.burst.result import BurstResult
+    from autotune.contract.spec import ModelSpec
+    from autotune.core.device_caps import DeviceCaps
     from autotune.preset import PortabilityReport, Preset
 
 __all__ = ["app", "check", "diff", "export", "list_presets", "show"]
@@ -422,6 +424,7 @@ def check(
     )
     for text in notes:
         _echo(f"warning: {text}", err=True)
+    _check_runnable(loaded, spec, profile.device(report.device))
     if not json_out:
         _echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
     result = burst.run_burst(
@@ -500,6 +503,21 @@ def _check_model(loaded: Preset) -> None:
     problems = model_problems(loaded.config, spec=spec)
     if problems:
         raise ConfigError(problems, context=f"the preset's config does not fit {spec.name!r}")
+
+
+def _check_runnable(loaded: Preset, spec: ModelSpec, caps: DeviceCaps) -> None:
+    """What ``train`` refuses in the preset here, refused before ``check``'s burst (exit 2,
+    as ``train`` says it): a knob the model has not (the burst failed with a KeyError,
+    exit 1), a sequence past its limit, a size its code refuses."""
+    from autotune.config.checks import model_problems
+    from autotune.contract.spec import check_built_arguments
+
+    problems = model_problems(loaded.config, spec=spec, device=caps)
+    if problems:
+        raise ConfigError(
+            problems, context=f"the preset's config does not fit {spec.name!r} on {caps.device}"
+        )
+    check_built_arguments(spec)
 
 
 @app.command("export")

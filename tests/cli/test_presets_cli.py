@@ -329,6 +329,23 @@ def test_check_refuses_a_precision_this_device_cannot_run(
     assert fake.calls == []  # refused before any burst
 
 
+def test_check_refuses_a_config_its_model_does_not_take_before_any_burst(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a knob the model has not: the burst failed with a KeyError, exit 1, where train
+    # refuses the same preset with exit 2
+    odd = tiny_preset(
+        places["cwd"], config=make_config(micro_batch=4, grad_accum=2, seq_len=1, knobs={"x": 1})
+    )
+    path = save_preset(odd, places["cwd"] / "odd.yaml")
+    fake = wire(monkeypatch, BurstResult(status="ok"))
+    out = invoke("check", str(path), "--trust-model")
+    assert out.exit_code == 2, out.output
+    assert "the preset's config does not fit" in out.output and "on cpu" in out.output
+    assert "config.knobs.x: model" in out.output and "has no such knob" in out.output
+    assert fake.calls == []
+
+
 def test_check_refuses_too_little_memory_unless_forced(
     places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
