@@ -45,6 +45,10 @@ _HERE = autotune.probe()
         (lambda: autotune.check_portability(_PRESET, None), "profile must be a HardwareProfile"),
         (lambda: autotune.check_portability(_PRESET, _HERE, device=0), "device must be a str"),
         (lambda: autotune.check_portability(_PRESET, _HERE, force="no"), "force must be True"),
+        (lambda: autotune.save_preset(_PRESET, None), "save_preset: expected the file's path"),
+        (lambda: autotune.save_preset(_PRESET, "x\0.yaml"), "no NUL character"),
+        (lambda: autotune.save_preset({"a": 1}, "o.yaml"), "save_preset: expected a Preset"),
+        (lambda: autotune.PresetLoop("best.yaml"), "PresetLoop.from_preset"),
     ],
 )
 def test_a_wrong_type_is_an_autotune_error_naming_the_argument(
@@ -70,3 +74,22 @@ def test_a_search_refuses_a_malformed_rank_before_any_burst(
     monkeypatch.setenv("RANK", "abc")
     with pytest.raises(AutotuneError, match="RANK='abc' is not a whole number"):
         autotune.search("mu", budget="1GB", **search_options(trials=1))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:7"])
+def test_a_preset_loop_on_cuda_without_cuda_is_refused_at_once(device: str) -> None:
+    # accepted, then prepare() failed with "Torch not compiled with CUDA enabled"
+    with pytest.raises(AutotuneError, match="torch sees no CUDA device on this machine"):
+        autotune.PresetLoop(_PRESET.config, device=device)
+
+
+def test_a_preset_loop_on_a_cuda_index_past_the_devices_names_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(
+        AutotuneError, match=r"torch sees 2 CUDA device\(s\) here \(cuda:0 to cuda:1\)"
+    ):
+        autotune.PresetLoop(_PRESET.config, device="cuda:7")

@@ -12,6 +12,7 @@ redacts the study's storage URL by ``autotune.core.redact``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,13 @@ def save_preset(preset: Preset, path: str | Path, *, overwrite: bool = True) -> 
     installed JSON Schema (from the file's folder), so an editor with the YAML language
     server checks the file. ``overwrite`` replaces a preset (or an empty file), never
     another file."""
+    if not isinstance(preset, Preset):  # an AttributeError from inside
+        raise preset_error(f"save_preset: expected a Preset, got {type(preset).__name__}")
+    if not is_text_path(path) or "\0" in os.fspath(path):
+        shown = repr(os.fspath(path)) if is_text_path(path) else type(path).__name__
+        raise preset_error(
+            f"save_preset: expected the file's path (a str or Path, no NUL character), got {shown}"
+        )
     target = Path(path).expanduser()
     text = schema_comment(target.parent) + dump_preset(preset)  # a failure writes nothing
     if target.is_dir():

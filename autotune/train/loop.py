@@ -55,6 +55,24 @@ def _check_machine(config: TrainConfig, device: torch.device, caps: DeviceCaps |
         raise ConfigError(problems, context="config not runnable on this machine")
 
 
+def _check_cuda(device: torch.device) -> None:
+    """A CUDA device this process cannot use refused here, as ``--device`` is: on a
+    machine without one, ``prepare`` failed later with torch's "Torch not compiled with
+    CUDA enabled" assertion and a traceback."""
+    if device.type != "cuda":
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise UsageError(f"device {str(device)!r}: torch sees no CUDA device on this machine")
+    if device.index is not None and device.index >= count:
+        raise UsageError(
+            f"device {str(device)!r}: torch sees {count} CUDA device(s) here (cuda:0 to "
+            f"cuda:{count - 1})"
+        )
+
+
 class PresetLoop:
     """A config (one process's share of it under DDP) applied to a loop you write.
 
@@ -76,15 +94,23 @@ class PresetLoop:
     ) -> None:
         import torch
 
+        from autotune.config.train_config import TrainConfig
         from autotune.engine.distributed import per_rank_config
         from autotune.engine.step import apply_allocator_settings
 
+        if not isinstance(config, TrainConfig):  # "best.yaml": an AttributeError inside
+            raise UsageError(
+                f"PresetLoop: config must be a TrainConfig (a preset's .config), got "
+                f"{type(config).__name__}; for a preset file or name, use "
+                "PresetLoop.from_preset(...)"
+            )
         try:
             where = torch.device(device)
         except (RuntimeError, TypeError):  # "tpu": torch's RuntimeError, listing its backends
             raise UsageError(
                 f"device {device!r} is not a device torch knows; give cpu, cuda or cuda:N"
             ) from None
+        _check_cuda(where)
         _check_machine(config, where, device_caps)
         self.global_config = config
         self.config = per_rank_config(config, world_size)
