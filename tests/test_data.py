@@ -405,6 +405,34 @@ def test_models_without_default_data_say_what_to_give() -> None:
             load_data(other, None, seq_len=8)
 
 
+@pytest.mark.parametrize("damage", ["meta.json", "train.bin", "val.bin"])
+def test_a_damaged_cache_entry_is_rebuilt_in_its_place(tmp_path: Path, damage: str) -> None:
+    # a garbage meta.json, a cut-off train.bin, a folder for val.bin: the rebuilt entry
+    # could not replace the damaged one, which was kept (its meta.json was there), and
+    # every later run was refused "could not be written or read"
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"{i}.txt").write_text(f"document {i} " * 30)
+    cache = tmp_path / "cache"
+    first = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+    (entry,) = (cache / "tokens").iterdir()
+    part = entry / damage
+    if damage == "meta.json":
+        part.write_text("garbage")
+    elif damage == "train.bin":
+        part.write_bytes(part.read_bytes()[:-6])
+    else:
+        part.unlink()
+        part.mkdir()
+    again = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+    assert again.stats is not None and not again.stats.cached  # rebuilt
+    assert [p.name for p in (cache / "tokens").iterdir()] == [entry.name]  # nothing aside
+    third = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
+    assert third.stats is not None and third.stats.cached
+    assert first.stats is not None and third.stats.train_tokens == first.stats.train_tokens
+
+
 def test_a_cache_folder_that_cannot_be_written_is_a_data_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -125,13 +125,29 @@ def write_cache(
         atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=2) + "\n")
         try:
             os.replace(tmp, final)
-        except OSError:  # another process finished the same cache first: keep theirs
-            if not (final / "meta.json").is_file():
+        except OSError:
+            if read_cache(final, meta["key"]) is not None:
+                shutil.rmtree(tmp, ignore_errors=True)  # another process finished it first
+            elif os.path.lexists(final):
+                _replace_damaged(final, tmp)
+            else:
                 raise
-            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _replace_damaged(final: Path, fresh: Path) -> None:
+    """Put the ``fresh`` entry where a damaged one is (a garbage meta.json, a cut-off
+    train.bin, a folder for val.bin): the entry is derived data, rebuilt just now, and
+    keeping the damaged one (its meta.json was there) refused every later run."""
+    aside = final.with_name(f".{final.name}.damaged-{os.getpid()}")
+    os.replace(final, aside)
+    os.replace(fresh, final)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
 
 
 def read_cache(path: Path, key: str) -> dict[str, Any] | None:
