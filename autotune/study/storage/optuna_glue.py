@@ -467,10 +467,10 @@ def open_storage(url: str, *, create: bool = True) -> Any:
         elif isinstance(exc, ImportError) and url.startswith("mysql"):
             hint = " (MySQL needs a driver: pip install PyMySQL, and a mysql+pymysql:// URL)"
         why = scrub(" ".join(str(exc).split()).rstrip("."), url)  # one paragraph, no secret
-        sqlite = _sqlite_problem(url, why)
-        if sqlite is not None:
+        damaged = _sqlite_problem(url, why) or _journal_problem(url, exc)
+        if damaged is not None:
             raise UsageError(
-                f"cannot open the study storage {redact(url)!r}: {sqlite}; nothing was written"
+                f"cannot open the study storage {redact(url)!r}: {damaged}; nothing was written"
             ) from exc
         raise UsageError(
             f"cannot open the study storage {redact(url)!r}: {type(exc).__name__}: "
@@ -505,6 +505,19 @@ def _sqlite_problem(url: str, why: str) -> str | None:
             "sqlite:///SHORT/PATH.db or journal:PATH"
         )
     return None
+
+
+def _journal_problem(url: str, exc: Exception) -> str | None:
+    """A journal file that does not read because a line inside it is no record (an edit,
+    or a write torn before ``mend_journal_tail`` cut such lines off), where the advice
+    was to give another storage URL: the URL is fine, the file is not."""
+    if not url.startswith("journal:") or not isinstance(exc, ValueError):
+        return None  # JSONDecodeError, and Optuna's "Invalid log format."
+    return (
+        f"{str(journal_path(url).absolute())!r} is damaged (a line inside it is no journal "
+        f"record: {type(exc).__name__}: {exc}): move it away to start the study again, or "
+        "mend the line by hand; or give another --study or --storage"
+    )
 
 
 def _stops_held_in(storage: Any, url: str | None = None) -> Any:

@@ -77,3 +77,19 @@ def test_a_journal_of_one_torn_line_is_emptied(tmp_path: Path) -> None:
     path.write_bytes(b'{"op_code": 0, "wor')
     assert mend_journal_tail(path) is not None
     assert path.read_bytes() == b""
+
+
+def test_a_journal_damaged_inside_is_called_damaged_not_a_wrong_url(tmp_path: Path) -> None:
+    # "Give an Optuna storage URL (sqlite:///...)": the URL was fine, a line inside was not
+    from autotune.core.errors import UsageError
+    from autotune.study.storage.optuna_glue import open_storage
+
+    path = tmp_path / "study.log"
+    _journal_with_trials(path)
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = b"garbage"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(UsageError) as refused:
+        open_storage(f"journal:{path}", create=False)
+    assert f"{str(path)!r} is damaged (a line inside it is no journal record" in str(refused.value)
+    assert "Give an Optuna storage URL" not in str(refused.value)
