@@ -262,3 +262,13 @@ def test_a_checkpoint_a_run_cannot_continue_from_is_named_and_skipped(
     found = find_resumable(tmp_path, warn=warned.append)
     assert found is not None and found[1]["step"] == 1
     assert len(warned) == 1 and "skipping ckpt-step00000002.pt" in warned[0]
+
+
+def test_a_checkpoint_that_ends_early_says_so_not_an_empty_cause(tmp_path: Path) -> None:
+    # "cannot load checkpoint ... (EOFError: )"
+    from autotune.train.checkpoint import load_checkpoint
+
+    short = tmp_path / "short.pt"
+    short.write_bytes(b"\x80\x02")
+    with pytest.raises(CheckpointError, match=r"\(EOFError: the file ends early\)"):
+        load_checkpoint(short)

@@ -222,7 +222,9 @@ def _load_problem(exc: Exception) -> str:
         if "WeightsUnpickler error:" in line:
             tail = line.split("WeightsUnpickler error:", 1)[1].strip()
             return tail or (lines[i + 1] if i + 1 < len(lines) else line)
-    return lines[0] if lines else ""
+    if lines:
+        return lines[0]
+    return "the file ends early" if isinstance(exc, EOFError) else "no reason given"
 
 
 def find_resumable(
