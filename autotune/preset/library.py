@@ -159,6 +159,8 @@ def resolve_preset(name_or_path: str) -> Path:
         if here
         else ""
     )
+    if not hint and candidate.is_dir():  # "no preset 'run2'", where run2 is a folder here
+        hint = f"; {name_or_path!r} here is a folder, not a preset file"
     listing = ", ".join(f"{ref} ({origin})" for ref, origin, _ in refs) or "none"
     looks_like_path = any(sep in name_or_path for sep in "/\\") or name_or_path.endswith(
         (".yaml", ".yml")

@@ -68,6 +68,9 @@ def test_a_planted_working_directory_file_never_stands_in_for_a_name(
     save_preset(make_preset(name="only-here"), preset_places["cwd"] / "best.yaml")
     with pytest.raises(PresetError, match=r"no preset 'best'.*only by its path: \./best\.yaml"):
         resolve_preset("best")
+    (preset_places["cwd"] / "run2").mkdir()  # "no preset 'run2'", and nothing more
+    with pytest.raises(PresetError, match=r"no preset 'run2'.*'run2' here is a folder, not a"):
+        resolve_preset("run2")
 
 
 def test_an_ambiguous_short_name_is_refused(preset_places: dict[str, Path]) -> None:
