@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, ParamSpec, TypeVar
 
+import click
 import typer
 
 from autotune.core.errors import AutotuneError, UsageError
@@ -128,6 +129,8 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 if message:
                     typer.echo(terminal_safe(f"error: {message}"), err=True)
                 raise typer.Exit(code) from None
+            except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+                raise  # how a command ends on purpose (typer.Exit is a RuntimeError)
             except Exception as exc:
                 known = _known_under(exc)
                 if known is None or state.debug:
@@ -157,7 +160,9 @@ def _known_under(exc: BaseException) -> AutotuneError | OSError | None:
             return cause
         if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
             full.append(cause)
-        cause = cause.__cause__ or cause.__context__
+        # what Python shows as its cause: an error raised while handling another `from
+        # None` (a refusal caught on purpose, then a bug) is not that other's doing
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     named = [e for e in full if e.filename]
     return next(iter(named or full), None)
 

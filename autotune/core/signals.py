@@ -259,8 +259,8 @@ def time_bound(seconds: float | None, error: Callable[[], BaseException]) -> Ite
         raise error()
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
+    try:  # armed inside: an alarm that fires at once still restores the handler
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -137,8 +137,8 @@ def test_a_full_disk_or_our_error_under_another_is_one_paragraph(
                 raise OSError(28, "No space left on device")  # the flush: no file name
             except OSError as flush:
                 raise OSError(28, "No space left on device", "study.log") from flush
-        except OSError:
-            raise AssertionError("Should not reach.") from None
+        except OSError:  # as Optuna's _run_trial does: the context kept
+            raise AssertionError("Should not reach.")  # noqa: B904
 
     monkeypatch.setattr(presets_cli, "_load", optuna_like)
     code, err = invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
@@ -154,7 +154,7 @@ def test_a_full_disk_or_our_error_under_another_is_one_paragraph(
         try:
             raise UsageError("the study storage 'sqlite:///s.db': 's.db' is damaged")
         except UsageError:
-            raise AssertionError("Should not reach.") from None
+            raise AssertionError("Should not reach.")  # noqa: B904
 
     monkeypatch.setattr(presets_cli, "_load", damaged_under_a_write)
     code, err = invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
@@ -166,9 +166,32 @@ def test_a_full_disk_or_our_error_under_another_is_one_paragraph(
     def a_bug(*_: object, **__: object) -> None:
         raise AssertionError("a bug of ours")
 
-    monkeypatch.setattr(presets_cli, "_load", a_bug)
-    with pytest.raises(AssertionError, match="a bug of ours"):  # not hidden as anything else
-        invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
+    def a_bug_after_a_refusal_caught_on_purpose(*_: object, **__: object) -> None:
+        from autotune.core.errors import PresetError
+
+        try:
+            raise PresetError([], context="no preset 'x'")
+        except PresetError:
+            raise KeyError("a bug of ours") from None
+
+    def ends_while_handling_a_refusal(*_: object, **__: object) -> None:
+        import typer
+
+        from autotune.core.errors import UsageError
+
+        try:
+            raise UsageError("a refusal handled on the way out")
+        except UsageError:
+            raise typer.Exit(130)  # noqa: B904 (typer.Exit is a RuntimeError)
+
+    monkeypatch.setattr(presets_cli, "_load", ends_while_handling_a_refusal)
+    code, err = invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
+    assert (code, err) == (130, "")
+
+    for bug in (a_bug, a_bug_after_a_refusal_caught_on_purpose):
+        monkeypatch.setattr(presets_cli, "_load", bug)
+        with pytest.raises((AssertionError, KeyError), match="a bug of ours"):  # not hidden
+            invoke(["presets", "show", "cpu/mu"], io.StringIO(), capsys)
 
 
 def test_export_to_a_missing_folder_with_a_slash_writes_no_file_named_like_it(
