@@ -1,13 +1,15 @@
-"""A journal study's torn last record, cut off before a search appends to it.
+"""A journal study's torn last record, cut off before anything is appended after it.
 
 Optuna's journal file is one JSON record per line, appended under its lock. A write that
 did not end (the disk filled up, the machine lost power, the process was killed mid-write)
 leaves a last line that is cut short; so does a line added by hand that is no record.
 Optuna's reader skips a bad *last* line, so the study still reads; but the next record
-a search appends lands after it, the bad line is no longer last, and from then on every
-read of the journal fails (``JSONDecodeError``): every trial of the study was lost to one
-torn write. So a writer cuts a bad last line off first, under Optuna's own lock, and keeps
-the bytes it cut beside the journal (``<journal>.torn``).
+appended lands after it, the bad line is no longer last, and from then on every read of
+the journal fails (``JSONDecodeError``): every trial of the study was lost to one torn
+write. So every append (``MendingJournalBackend``, the journal storage autotune opens)
+first cuts a last line that has no newline, under the lock it appends under, and a
+search that opens a study first cuts a last line that is no record at all
+(``mend_journal_tail``); the bytes cut are kept beside the journal (``<journal>.torn``).
 """
 
 from __future__ import annotations
@@ -15,50 +17,102 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["TORN_SUFFIX", "mend_journal_tail"]
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+__all__ = ["TORN_SUFFIX", "MendingJournalBackend", "mend_journal_tail"]
 
 TORN_SUFFIX = ".torn"
 _CHUNK = 1 << 16
 
 
-def mend_journal_tail(path: Path) -> str | None:
-    """Cut a torn or unreadable last record off the journal at ``path`` (what Optuna's
-    reader skips, and what the next append would turn into a study no read survives),
-    appending the cut bytes to ``<path>.torn``; a note saying so, or None where the last
-    record is whole (or there is no journal yet). Holds Optuna's lock on the journal
-    meanwhile, so a record another worker is appending is never taken for a torn one."""
-    from optuna.storages.journal import JournalFileSymlinkLock
+class MendingJournalBackend(JournalFileBackend):
+    """Optuna's journal file, each append preceded by the cut of a torn last line (one
+    with no newline: a writer killed mid-write, while this search's workers go on
+    appending), under the same lock. Otherwise Optuna's own append, record for record."""
 
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+        with _held(self._lock):
+            _cut_bad_tail(Path(self._file_path), unended_only=True)
+            with open(self._file_path, "ab") as journal:
+                journal.write(text.encode("utf-8"))
+                journal.flush()
+                os.fsync(journal.fileno())
+
+
+def mend_journal_tail(path: Path) -> str | None:
+    """Cut a torn or unreadable last line off the journal at ``path`` before a search
+    opens it (what Optuna's reader skips, and what the next append would turn into a
+    study no read survives), appending the cut bytes to ``<path>.torn``; a note saying
+    so, or None where the last record is whole (or there is no journal yet, or none this
+    process may write: its append says why). Holds Optuna's lock on the journal
+    meanwhile, so a record another worker is appending is never taken for a torn one."""
     if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
-        return None  # none yet, or one this search cannot write: its append says why
-    lock = JournalFileSymlinkLock(str(path))
-    try:
-        lock.acquire()
-    except OSError:  # no lock can be made beside it (a read-only folder): as above
         return None
     try:
-        with open(path, "r+b") as journal:
-            start = _last_line_start(journal)
-            journal.seek(start)
-            last = journal.read()
-            if not last or _is_record(last):
-                return None
-            _keep(Path(f"{path}{TORN_SUFFIX}"), last)
-            journal.truncate(start)
-            journal.flush()
-            os.fsync(journal.fileno())
-    finally:
-        lock.release()
-    what = "cut short" if not last.endswith(b"\n") else "not a record"
+        with _held(JournalFileSymlinkLock(str(path))):
+            cut = _cut_bad_tail(path, unended_only=False)
+    except OSError as exc:
+        if exc.filename is not None and str(exc.filename).endswith(TORN_SUFFIX):
+            raise  # no room to keep the cut line (a full disk): the journal is left as is
+        return None  # no lock can be made beside it (a read-only folder): as above
+    if cut is None:
+        return None
+    what = "cut short" if not cut.endswith(b"\n") else "not a record"
     return (
-        f"the journal {str(path)!r} ended in a line that was {what} ({len(last):,} bytes: "
+        f"the journal {str(path)!r} ended in a line that was {what} ({len(cut):,} bytes: "
         "a write that did not end, or an edit); it is cut off before this search writes, "
         f"as a record after it would make the study unreadable, and kept in "
         f"{str(path) + TORN_SUFFIX!r}"
     )
+
+
+@contextlib.contextmanager
+def _held(lock: Any) -> Iterator[None]:
+    """Optuna's journal lock held. Its ``acquire`` waits out a lock a killed writer left
+    (30 s) and, stopped meanwhile (Ctrl-C), raised RuntimeError from its own clean-up:
+    the stop is raised instead. A lock another process broke meanwhile is not ours to
+    release (RuntimeError there too)."""
+    try:
+        lock.acquire()
+    except RuntimeError as exc:
+        stop = exc.__context__
+        if isinstance(stop, BaseException) and not isinstance(stop, Exception):
+            raise stop from None
+        raise
+    try:
+        yield
+    finally:
+        with contextlib.suppress(RuntimeError):
+            lock.release()
+
+
+def _cut_bad_tail(path: Path, *, unended_only: bool) -> bytes | None:
+    """Cut the journal's last line off where it has no newline or (``unended_only``
+    false) is no record, keeping it in ``<path>.torn``; the bytes cut, or None. The
+    lock is the caller's."""
+    with open(path, "r+b") as journal:
+        end = journal.seek(0, os.SEEK_END)
+        if end == 0:
+            return None
+        if unended_only:
+            journal.seek(end - 1)
+            if journal.read(1) == b"\n":
+                return None
+        start = _last_line_start(journal)
+        journal.seek(start)
+        last = journal.read()
+        if not last or (not unended_only and _is_record(last)):
+            return None
+        _keep(Path(f"{path}{TORN_SUFFIX}"), last)
+        journal.truncate(start)
+        journal.flush()
+        os.fsync(journal.fileno())
+        return last
 
 
 def _keep(kept: Path, line: bytes) -> None:
@@ -99,10 +153,12 @@ def _last_line_start(journal: IO[bytes]) -> int:
 
 
 def _is_record(line: bytes) -> bool:
-    """A whole journal record: a line that ends and holds one JSON object."""
+    """A whole journal record: a line that ends and holds a JSON object with its
+    ``op_code`` (``[1]`` or ``{}`` stopped Optuna's replay with a TypeError, a KeyError)."""
     if not line.endswith(b"\n"):
         return False
     try:
-        return isinstance(json.loads(line), dict)
+        record = json.loads(line)
     except ValueError:  # JSONDecodeError, or bytes that are no UTF-8
         return False
+    return isinstance(record, dict) and "op_code" in record

@@ -225,13 +225,14 @@ def open_study(
     ``joining``: a worker of a shared search (see ``claim_running_trials``). ``note``
     hears of settings the study did not record (``check_study_setup``), and of a journal's
     torn last record cut off before this search appends (``mend_journal_tail``)."""
-    storage = open_storage(url)
-    if url.startswith("journal:"):
+    if url.startswith("journal:"):  # before Optuna reads it: a bad last line stops its replay
         from autotune.study.storage.journal_tail import mend_journal_tail
 
+        check_storage_url(url)  # a regular file, where it exists
         mended = mend_journal_tail(journal_path(url))
         if mended is not None and note is not None:
             note(mended)
+    storage = open_storage(url)
     existing = _existing_trial_count(storage, name)
     sampler = make_sampler(
         # a resumed study does not replay the same random draws
@@ -451,9 +452,9 @@ def open_storage(url: str, *, create: bool = True) -> Any:
     interval, grace = heartbeat_settings()
     try:
         if url.startswith("journal:"):
-            from optuna.storages.journal import JournalFileBackend
+            from autotune.study.storage.journal_tail import MendingJournalBackend
 
-            journal = JournalFileBackend(str(journal_path(url)))
+            journal = MendingJournalBackend(str(journal_path(url)))
             return _stops_held_in(optuna.storages.JournalStorage(journal))
         storage = _rdb_storage(_with_driver(url), interval, grace)
         if url.startswith("sqlite:"):
@@ -511,8 +512,8 @@ def _journal_problem(url: str, exc: Exception) -> str | None:
     """A journal file that does not read because a line inside it is no record (an edit,
     or a write torn before ``mend_journal_tail`` cut such lines off), where the advice
     was to give another storage URL: the URL is fine, the file is not."""
-    if not url.startswith("journal:") or not isinstance(exc, ValueError):
-        return None  # JSONDecodeError, and Optuna's "Invalid log format."
+    if not url.startswith("journal:") or not isinstance(exc, ValueError | TypeError | KeyError):
+        return None  # JSONDecodeError, Optuna's "Invalid log format."; a line of [1] or {}
     return (
         f"{str(journal_path(url).absolute())!r} is damaged (a line inside it is no journal "
         f"record: {type(exc).__name__}: {exc}): move it away to start the study again, or "

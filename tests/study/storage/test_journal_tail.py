@@ -93,3 +93,57 @@ def test_a_journal_damaged_inside_is_called_damaged_not_a_wrong_url(tmp_path: Pa
         open_storage(f"journal:{path}", create=False)
     assert f"{str(path)!r} is damaged (a line inside it is no journal record" in str(refused.value)
     assert "Give an Optuna storage URL" not in str(refused.value)
+
+
+def test_an_append_cuts_a_torn_line_a_killed_worker_left(tmp_path: Path) -> None:
+    # the other workers of a shared study go on appending after one is killed mid-write:
+    # their next record was glued onto the torn bytes, and the one after made the study
+    # unreadable
+    from autotune.study.storage.journal_tail import MendingJournalBackend
+
+    path = tmp_path / "study.log"
+    _journal_with_trials(path)
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"op_code": 6, "worker_id": "killed", "tri')
+    storage = JournalStorage(MendingJournalBackend(str(path)))
+    optuna.load_study(study_name="s", storage=storage).optimize(
+        lambda t: t.suggest_float("x", 0, 1), n_trials=2
+    )
+    assert _trials(path) == 5
+    assert (tmp_path / f"study.log{TORN_SUFFIX}").read_bytes() == (
+        b'{"op_code": 6, "worker_id": "killed", "tri\n'
+    )
+    before = path.read_bytes()
+    MendingJournalBackend(str(path)).append_logs([{"op_code": 0, "worker_id": "w"}])
+    assert path.read_bytes().startswith(before)  # a whole journal: nothing cut
+
+
+@pytest.mark.parametrize("line", [b"[1]\n", b"{}\n", b'"x"\n'])
+def test_a_last_line_of_json_that_is_no_record_is_cut_too(tmp_path: Path, line: bytes) -> None:
+    # valid JSON, but Optuna's replay stopped on it with a TypeError or KeyError
+    path = tmp_path / "study.log"
+    _journal_with_trials(path)
+    path.write_bytes(path.read_bytes() + line)
+    assert "not a record" in (mend_journal_tail(path) or "")
+    assert _trials(path) == 3
+
+
+def test_a_stop_while_waiting_for_the_lock_is_the_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Optuna's acquire(), stopped by Ctrl-C while it waited out a killed writer's lock,
+    # raised RuntimeError("did not possess lock") from its own clean-up: a traceback
+    from autotune.study.storage.journal_tail import _held
+
+    class Lock:
+        released = False
+
+        def acquire(self) -> bool:
+            try:
+                raise KeyboardInterrupt
+            except BaseException:
+                raise RuntimeError("did not possess lock")  # noqa: B904
+
+        def release(self) -> None:
+            self.released = True
+
+    with pytest.raises(KeyboardInterrupt), _held(Lock()):
+        pass

@@ -103,18 +103,25 @@ def test_a_journal_storage_works(tmp_path: Path) -> None:
     assert sum(1 for t in again.trials if t.ran) == 4
 
 
-def test_a_search_resumes_a_journal_whose_last_write_was_torn(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [(b'{"op_code": 6, "worker_id": "x", "tri', "cut short"), (b"{}\n", "not a record")],
+)
+def test_a_search_resumes_a_journal_whose_last_write_was_torn(
+    tmp_path: Path, tail: bytes, said: str
+) -> None:
     # a disk-full search left a cut-off last line; the resumed search appended after it,
-    # and no read of the study succeeded again (every trial lost)
+    # and no read of the study succeeded again (every trial lost). A last line of {}
+    # stopped Optuna's replay itself (KeyError), before any mend
     path = tmp_path / "journal.log"
     url = f"journal:{path}"
     run(tmp_path, FakeBurst(), trials=3, storage=url, output=None)
-    path.write_bytes(path.read_bytes() + b'{"op_code": 6, "worker_id": "x", "tri')
+    path.write_bytes(path.read_bytes() + tail)
     events: list[SearchEvent] = []
     again = run(tmp_path, FakeBurst(), trials=4, storage=url, output=None, progress=events.append)
     assert sum(1 for t in again.trials if t.ran) == 4
     notes = [e.message for e in events if e.kind == "note"]
-    assert any("ended in a line that was cut short" in n for n in notes), notes
+    assert any(f"ended in a line that was {said}" in n for n in notes), notes
     third = run(tmp_path, FakeBurst(), trials=5, storage=url, output=None)  # it still reads
     assert sum(1 for t in third.trials if t.ran) == 5
 
