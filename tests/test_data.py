@@ -416,7 +416,7 @@ def test_a_damaged_cache_entry_is_rebuilt_in_its_place(tmp_path: Path, damage: s
         (corpus / f"{i}.txt").write_text(f"document {i} " * 30)
     cache = tmp_path / "cache"
     first = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
-    (entry,) = (cache / "tokens").iterdir()
+    (entry,) = [e for e in (cache / "tokens").iterdir() if not e.name.startswith(".")]
     part = entry / damage
     if damage == "meta.json":
         part.write_text("garbage")
@@ -427,7 +427,8 @@ def test_a_damaged_cache_entry_is_rebuilt_in_its_place(tmp_path: Path, damage: s
         part.mkdir()
     again = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
     assert again.stats is not None and not again.stats.cached  # rebuilt
-    assert [p.name for p in (cache / "tokens").iterdir()] == [entry.name]  # nothing aside
+    left = sorted(p.name for p in (cache / "tokens").iterdir())
+    assert left == [f".{entry.name}.lock", entry.name]  # nothing set aside is left
     third = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
     assert third.stats is not None and third.stats.cached
     assert first.stats is not None and third.stats.train_tokens == first.stats.train_tokens

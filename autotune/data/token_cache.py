@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from autotune.core.errors import DataError
 from autotune.core.files import atomic_write_text, dir_mode
@@ -123,15 +124,15 @@ def write_cache(
             "max_doc_tokens": max(lengths),
         }
         atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=2) + "\n")
-        try:
-            os.replace(tmp, final)
-        except OSError:
+        # one process at a time decides what stands at `final`: two builders of a damaged
+        # entry each moved it aside, and one moved the other's fresh entry away
+        with FileLock(final.parent / f".{final.name}.lock"):
             if read_cache(final, meta["key"]) is not None:
                 shutil.rmtree(tmp, ignore_errors=True)  # another process finished it first
             elif os.path.lexists(final):
                 _replace_damaged(final, tmp)
             else:
-                raise
+                os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -140,7 +141,8 @@ def write_cache(
 def _replace_damaged(final: Path, fresh: Path) -> None:
     """Put the ``fresh`` entry where a damaged one is (a garbage meta.json, a cut-off
     train.bin, a folder for val.bin): the entry is derived data, rebuilt just now, and
-    keeping the damaged one (its meta.json was there) refused every later run."""
+    keeping the damaged one (its meta.json was there) refused every later run. The
+    entry's lock is the caller's."""
     aside = final.with_name(f".{final.name}.damaged-{os.getpid()}")
     os.replace(final, aside)
     os.replace(fresh, final)
