@@ -117,6 +117,6 @@ class FailuresOnly(Channel):
 def connect(arg: str) -> Channel:
     """The parent's pipe: a descriptor number, or under torchrun (whose workers inherit no
     descriptors) the path of a FIFO every rank opens; ranks other than 0 filtered."""
-    fd = int(arg) if arg.isdecimal() else os.open(arg, os.O_WRONLY)
+    fd = int(arg) if arg.isascii() and arg.isdecimal() else os.open(arg, os.O_WRONLY)
     rank = launch_env.rank()
     return Channel(fd) if rank == 0 else FailuresOnly(fd, rank)

@@ -126,7 +126,7 @@ def _maker_alive(name: str) -> bool:
     """Whether the process that made the folder ``PID-START-XXXX`` (``make_workdir``:
     START its start time, hex seconds; ``PID-XXXX`` from an older autotune) still runs."""
     pid, _, rest = name.partition("-")
-    if not pid.isdecimal():
+    if not (pid.isascii() and pid.isdecimal()):
         return True  # not one of ours: leave it
     start = rest.split("-", 1)[0] if "-" in rest else ""
     try:

@@ -45,7 +45,7 @@ def group_alive(pgid: int) -> bool:
     nothing, and its parent may never reap it). Read from /proc; elsewhere, whether the
     group can still be signalled."""
     try:
-        pids = [name for name in os.listdir("/proc") if name.isdecimal()]
+        pids = [name for name in os.listdir("/proc") if name.isascii() and name.isdecimal()]
     except OSError:
         return _signallable(pgid)
     for pid in pids:
@@ -72,7 +72,7 @@ def _signallable(pgid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not argv[0].isdecimal():
+    if len(argv) != 2 or not (argv[0].isascii() and argv[0].isdecimal()):
         print("usage: sweeper.py PGID FOLDER", file=sys.stderr)
         return 2
     pgid, folder = int(argv[0]), Path(argv[1])

@@ -168,7 +168,7 @@ def parse_label(label: str, nproc_per_node: int) -> ParallelConfig:
     fields: dict[str, Any] = {"nproc_per_node": nproc_per_node, "strategy": head}
     bad = head not in STRATEGIES
     for flag in flags:
-        if head == "ddp" and flag.startswith("b") and flag[1:].isdecimal():
+        if head == "ddp" and flag.startswith("b") and flag[1:].isascii() and flag[1:].isdecimal():
             fields["bucket_cap_mb"] = int(flag[1:])
         elif head == "ddp" and flag in ("view", "static"):
             fields["gradient_as_bucket_view" if flag == "view" else "static_graph"] = True

@@ -285,7 +285,7 @@ def nvml_handle(nvml: Any, device_index: int) -> Any:
         return nvml.nvmlDeviceGetHandleByIndex(device_index)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     entry = entries[device_index]
-    if entry.isdecimal():
+    if entry.isascii() and entry.isdecimal():  # as CUDA reads it
         return nvml.nvmlDeviceGetHandleByIndex(int(entry))
     return nvml.nvmlDeviceGetHandleByUUID(entry)
 

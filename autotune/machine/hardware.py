@@ -357,7 +357,8 @@ def parse_cpu_family(text: str) -> tuple[int | None, int | None]:
         key, sep, value = line.partition(":")
         key = key.strip().lower()
         if sep and key in ("cpu family", "model") and key not in numbers:
-            numbers[key] = int(value) if value.strip().isdecimal() else None
+            digits = value.strip()
+            numbers[key] = int(digits) if digits.isascii() and digits.isdecimal() else None
         elif not line.strip() and numbers:  # the end of the first processor's block
             break
     return numbers.get("cpu family"), numbers.get("model")

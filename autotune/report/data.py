@@ -383,7 +383,7 @@ def _profile(raw: Any, notes: list[str]) -> tuple[ProfiledConfig, ...]:
 
 def _verify_order(key: str) -> tuple[int, str]:
     tail = key.removeprefix("verify.")
-    return (int(tail), key) if tail.isdecimal() else (10**9, key)
+    return (int(tail), key) if tail.isascii() and tail.isdecimal() else (10**9, key)
 
 
 def _load_study(name: str, url: str) -> optuna.Study:

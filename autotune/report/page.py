@@ -99,7 +99,7 @@ def _section_summary(data: ReportData) -> list[Block]:
     done = data.finished()
     if done:  # in the search summary's words and figures
         counts = trial_counts(done)
-        said = counts_text(counts)
+        said = f"{counts['trials']} finished; {counts_text(counts)}"
         if counts["skipped"]:
             said += f"; {counts['skipped']} skipped without a burst"
         rows.append(("trials", said))

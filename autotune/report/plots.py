@@ -116,8 +116,9 @@ def figure_png(fig: Figure, path: Any, *, dpi: int = 110) -> None:
 
 
 def _kind(t: TrialRecord) -> Mapping[str, str] | None:
-    """How a trial is drawn; None for one skipped without a burst (nothing to draw)."""
-    if t.status == "skipped":
+    """How a trial is drawn; None for one that ran no burst and is no infeasible config
+    (skipped, or stopped at the study's gate: nothing to draw)."""
+    if t.status == "skipped" or (t.status == "stopped" and not t.ran):
         return None
     if t.status == "stopped":
         return _STOPPED

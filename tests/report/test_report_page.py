@@ -182,18 +182,20 @@ def test_the_report_counts_trials_as_the_search_summary_does() -> None:
         trial(2, "PRUNED", "stopped", None, True),  # stopped while compiling
         trial(3, "PRUNED", "skipped", None, False),
         trial(4, "PRUNED", "skipped", None, False),
+        trial(5, "PRUNED", "stopped", None, False),  # at the study's gate: it never ran
     )
     counts = trial_counts(trials)
-    assert (counts["ran"], counts["measured"], counts["pruned"], counts["skipped"]) == (3, 2, 2, 2)
+    assert (counts["ran"], counts["measured"], counts["pruned"], counts["skipped"]) == (3, 2, 3, 2)
     blocks = _section_summary(ReportData(title="t", trials=trials))
     rows = {
         r.cells[0].text: r.cells[1].text for b in blocks if isinstance(b, Table) for r in b.rows
     }
-    assert rows["trials"] == f"{counts_text(counts)}; 2 skipped without a burst"
+    assert rows["trials"] == f"6 finished; {counts_text(counts)}; 2 skipped without a burst"
     assert [(_kind(t) or {}).get("label") for t in trials] == [
         "measured",
         "pruned (clearly slower)",
         "stopped (the time limit)",
+        None,
         None,
         None,
     ]

@@ -503,7 +503,7 @@ def _cuda_index(device: str) -> int | None:
         return None
     if not index:
         return 0
-    if not index.isdecimal():
+    if not (index.isascii() and index.isdecimal()):  # as torch.device reads it
         raise ValueError(f"device must be cuda or cuda:N, got {device=}")
     return int(index)
 

@@ -619,7 +619,9 @@ def heartbeat_settings() -> tuple[int, int]:
     another value is not one (``²``, 10**20, which overflowed in Optuna's heartbeat
     thread) and leaves the default."""
     raw = os.environ.get("AUTOTUNE_HEARTBEAT_S", "")
-    interval = int(raw) if raw.isdecimal() and 0 < int(raw) <= MAX_HEARTBEAT_S else 30
+    interval = (
+        int(raw) if raw.isascii() and raw.isdecimal() and 0 < int(raw) <= MAX_HEARTBEAT_S else 30
+    )
     return interval, 4 * interval
 
 

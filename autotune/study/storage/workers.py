@@ -249,7 +249,7 @@ def workers_root() -> int | None:
     that ``run_workers`` started, the launcher (the other workers, on their own devices
     or cores, are not outside load); else None (this process)."""
     raw = os.environ.get(ROOT_ENV, "")
-    return int(raw) if raw.isdecimal() and int(raw) == os.getppid() else None
+    return int(raw) if raw.isascii() and raw.isdecimal() and int(raw) == os.getppid() else None
 
 
 def run_workers(command: list[str], slots: list[WorkerSlot], *, logs: Path) -> int:

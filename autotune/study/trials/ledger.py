@@ -143,12 +143,13 @@ def _stopped_compiling_s(record: TrialRecord) -> float:
     stopped while compiling went to ``other``."""
     if (
         record.config.get("compile", "off") == "off"
+        or record.overhead_s is None  # stopped before it was ready: imports, the build
         or record.warmup_s is not None
         or record.timed_s is not None
         or record.wall_s is None
     ):
         return 0.0
-    return max(0.0, record.wall_s - (record.overhead_s or 0.0))
+    return max(0.0, record.wall_s - record.overhead_s)
 
 
 def _rounded(value: Any) -> Any:

@@ -332,5 +332,7 @@ def test_a_heartbeat_variable_that_is_no_interval_leaves_the_default(
     assert heartbeat_settings() == (30, 120)
     monkeypatch.setenv(ROOT_ENV, raw)
     assert workers_root() is None
-    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "٣")  # a decimal digit int() reads
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "٣")  # a digit int() reads, but not ASCII
+    assert heartbeat_settings() == (30, 120)
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "3")
     assert heartbeat_settings() == (3, 12)

@@ -79,9 +79,12 @@ def test_a_trial_stopped_while_compiling_counts_its_time_as_a_compile() -> None:
     eager_stopped = TrialRecord(
         number=1, state="PRUNED", status="stopped", config=EAGER.to_dict(), ran=True, wall_s=9.0
     )
+    before_ready = TrialRecord(  # a compiled trial stopped in its imports: no process start
+        number=2, state="FAIL", status="timeout", config=COMPILED.to_dict(), ran=True, wall_s=7.0
+    )
     ledger = ledger_of(
-        [stopped, eager_stopped],
-        total_s=130.0,
+        [stopped, eager_stopped, before_ready],
+        total_s=137.0,
         trials_s=130.0,
         race_s=0.0,
         writing_s=0.0,
@@ -89,7 +92,7 @@ def test_a_trial_stopped_while_compiling_counts_its_time_as_a_compile() -> None:
     )
     assert (ledger.first_compiles, ledger.first_compiles_s) == (1, pytest.approx(110.0))
     assert ledger.process_starts_s == pytest.approx(3.0)
-    assert ledger.other_s == pytest.approx(17.0)  # the eager one: nothing compiled there
+    assert ledger.other_s == pytest.approx(24.0)  # the eager one, the one never ready
     assert ledger.configs == 0
 
 
