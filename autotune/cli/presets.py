@@ -274,33 +274,37 @@ SECTION_BELOW = "(its fields below)"
 
 
 def diff_rows(a: Preset, b: Preset) -> list[dict[str, Any]]:
-    """Every field of two presets side by side (dotted paths), with ``differs`` set. A
-    section one preset has and the other holds as null (a baseline the race did not
-    measure) is ``SECTION_BELOW`` on the side that has it: its fields are the rows below
-    (both sides showed "-")."""
+    """Every field of two presets side by side (dotted paths), with ``differs`` set; a
+    side without the field is None (``--json``'s null)."""
     from autotune.preset import preset_to_dict
 
     left, right = _flatten(preset_to_dict(a)), _flatten(preset_to_dict(b))
     keys = list(left) + [k for k in right if k not in left]
     missing = object()
-
-    def shown(value: Any, side: dict[str, Any], key: str) -> Any:
-        if value is not missing:
-            return value
-        return SECTION_BELOW if any(k.startswith(f"{key}.") for k in side) else None
-
     rows = []
     for key in keys:
         va, vb = left.get(key, missing), right.get(key, missing)
         rows.append(
             {
                 "field": key,
-                "a": shown(va, left, key),
-                "b": shown(vb, right, key),
+                "a": None if va is missing else va,
+                "b": None if vb is missing else vb,
                 "differs": va != vb,
             }
         )
     return rows
+
+
+def _sections_below(rows: list[dict[str, Any]], side: str) -> set[str]:
+    """The fields that are sections on ``side`` ("a" or "b"): a field whose rows below
+    hold a value there. Where the other preset holds the section as null (a baseline its
+    race did not measure), the table said "-" on both sides of its row."""
+    found: set[str] = set()
+    for row in rows:
+        if row[side] is not None:
+            parts = row["field"].split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts)))
+    return found
 
 
 @app.command("diff")
@@ -330,12 +334,19 @@ def diff(
     from rich.table import Table
 
     table = Table("", "field", escape(terminal_safe(f"A: {a}")), escape(terminal_safe(f"B: {b}")))
+    sections = {side: _sections_below(rows, side) for side in ("a", "b")}
+
+    def cell(row: dict[str, Any], side: str) -> str:
+        if row[side] is None and row["field"] in sections[side]:
+            return SECTION_BELOW
+        return _fmt(row[side], row["field"])
+
     for row in shown:
         table.add_row(
             "*" if row["differs"] else "",
             _text(row["field"]),
-            _text(_fmt(row["a"], row["field"])),
-            _text(_fmt(row["b"], row["field"])),
+            _text(cell(row, "a")),
+            _text(cell(row, "b")),
             style="bold" if row["differs"] and all_fields else None,
         )
     console = Console()
@@ -565,7 +576,7 @@ def export(
     if nproc is not None and (wanted := PROCESSES.wanted(nproc)) is not None:
         raise UsageError(f"--nproc: expected {wanted}, got {nproc}")
     if output is not None:
-        _check_export_output(output, overwrite=overwrite)
+        _check_export_output(output, overwrite=overwrite, example=_EXAMPLE_FILES[format_])
     path, loaded = _load(preset)
     _check_model(loaded)
     exported = export_preset(loaded, format_, nproc=nproc, preset_ref=preset)
@@ -585,14 +596,26 @@ def export(
     _echo(f"wrote {target} ({format_}, from {path})", err=True)
 
 
-def _check_export_output(output: str, *, overwrite: bool) -> None:
+# A file to name in a refusal of --output, per format.
+_EXAMPLE_FILES = {
+    "json": "preset.json",
+    "yaml": "preset.yaml",
+    "hf": "hf.yaml",
+    "lightning": "lightning.yaml",
+    "accelerate": "accelerate.yaml",
+    "deepspeed": "ds.json",
+    "torchrun": "run.sh",
+}
+
+
+def _check_export_output(output: str, *, overwrite: bool, example: str) -> None:
     """Refuse ``--output`` before the preset is read and converted: a folder, a device or
     a path ending with a slash (``newdir/``, which names a folder: kept as a str for its
     slash), a folder that cannot be made or written in (``p.yaml/x``), and a file there
     without ``--overwrite``."""
     from autotune.core.files import output_problem
 
-    if problem := output_problem(output, example="trainer.json"):
+    if problem := output_problem(output, example=example):
         raise UsageError(f"--output {problem}")
     if Path(output).expanduser().exists() and not overwrite:
         raise UsageError(f"--output {output!r} already exists (add --overwrite to replace it)")

@@ -226,8 +226,11 @@ def test_diff_shows_a_section_one_preset_has_and_the_other_holds_as_null(
     b = save_preset(with_baseline, places["cwd"] / "b.yaml")
     fields = json.loads(invoke("diff", str(a), str(b), "--json").stdout)["fields"]
     row = next(f for f in fields if f["field"] == "baseline")
-    assert (row["a"], row["b"], row["differs"]) == (None, "(its fields below)", True)
+    assert (row["a"], row["b"], row["differs"]) == (None, None, True)  # JSON: data only
     assert any(f["field"].startswith("baseline.") and f["b"] is not None for f in fields)
+    table = invoke("diff", str(a), str(b)).output
+    (line,) = [ln for ln in table.splitlines() if " baseline " in ln]
+    assert line.split("│")[3].strip() == "-" and "(its fields below)" in line.split("│")[4]
 
 
 def test_diff_of_a_missing_preset_exits_2(places: dict[str, Path]) -> None:
@@ -584,3 +587,13 @@ def test_show_and_list_print_the_speedup_with_its_evidence(places: dict[str, Pat
     )
     save_preset(one, places["builtin"] / "one.yaml")
     assert "2.50x the naive config (no interval: 1 round)" in invoke("show", "one").output
+
+
+def test_every_export_format_has_a_file_to_name_in_a_refusal(places: dict[str, Path]) -> None:
+    from autotune.cli.presets import _EXAMPLE_FILES
+    from autotune.preset.export import EXPORT_FORMATS
+
+    assert set(_EXAMPLE_FILES) == set(EXPORT_FORMATS)  # a new format: a KeyError before
+    save_preset(make_preset(), places["cwd"] / "p.yaml")
+    out = invoke("export", "p.yaml", "--format", "torchrun", "--output", str(places["cwd"]))
+    assert out.exit_code == 2 and "is a directory; give a file such as run.sh" in out.output
