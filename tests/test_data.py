@@ -242,13 +242,19 @@ def test_too_little_text_for_seq_len(tmp_path: Path) -> None:
 # -- the token cache -------------------------------------------------------------------------
 
 
-def test_token_cache_is_reused_without_tokenizing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    corpus = tmp_path / "corpus"
+def _small_corpus(folder: Path) -> Path:
+    """Twelve short documents in ``folder/corpus``."""
+    corpus = folder / "corpus"
     corpus.mkdir()
     for i in range(12):
         (corpus / f"{i}.txt").write_text(f"document {i} " * 30)
+    return corpus
+
+
+def test_token_cache_is_reused_without_tokenizing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = _small_corpus(tmp_path)
     cache = tmp_path / "cache"
     first = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
     assert first.stats is not None and not first.stats.cached
@@ -410,10 +416,7 @@ def test_a_damaged_cache_entry_is_rebuilt_in_its_place(tmp_path: Path, damage: s
     # a garbage meta.json, a cut-off train.bin, a folder for val.bin: the rebuilt entry
     # could not replace the damaged one, which was kept (its meta.json was there), and
     # every later run was refused "could not be written or read"
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i in range(12):
-        (corpus / f"{i}.txt").write_text(f"document {i} " * 30)
+    corpus = _small_corpus(tmp_path)
     cache = tmp_path / "cache"
     first = prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=cache)
     (entry,) = [e for e in (cache / "tokens").iterdir() if not e.name.startswith(".")]
