@@ -503,32 +503,36 @@ def _check_model(loaded: Preset) -> None:
     for another trainer (a knob of 999, a sequence past the model's limit, a model that
     does not exist were exported, then refused by ``train``). A user's model file is not
     run here (``train --trust-model`` runs it), so its config is exported as it is."""
-    from autotune.config.checks import model_problems
     from autotune.models.registry import is_user_code
 
     if is_user_code(loaded.model.name):
         _echo(f"note: {loaded.model.name!r} is user code, not run here: its knobs are not "
               "checked", err=True)  # fmt: skip
         return
-    spec = loaded.model.load(trust=False, notes=[], again=False)
-    problems = model_problems(loaded.config, spec=spec)
-    if problems:
-        raise ConfigError(problems, context=f"the preset's config does not fit {spec.name!r}")
+    _refuse_misfit(loaded, loaded.model.load(trust=False, notes=[], again=False))
 
 
 def _check_runnable(loaded: Preset, spec: ModelSpec, caps: DeviceCaps) -> None:
     """What ``train`` refuses in the preset here, refused before ``check``'s burst (exit 2,
     as ``train`` says it): a knob the model has not (the burst failed with a KeyError,
     exit 1), a sequence past its limit, a size its code refuses."""
-    from autotune.config.checks import model_problems
     from autotune.contract.spec import check_built_arguments
+
+    _refuse_misfit(loaded, spec, caps)
+    check_built_arguments(spec)
+
+
+def _refuse_misfit(loaded: Preset, spec: ModelSpec, caps: DeviceCaps | None = None) -> None:
+    """A ConfigError with what ``spec`` refuses in the preset's config (``model_problems``;
+    with ``caps``, on that device too)."""
+    from autotune.config.checks import model_problems
 
     problems = model_problems(loaded.config, spec=spec, device=caps)
     if problems:
+        where = "" if caps is None else f" on {caps.device}"
         raise ConfigError(
-            problems, context=f"the preset's config does not fit {spec.name!r} on {caps.device}"
+            problems, context=f"the preset's config does not fit {spec.name!r}{where}"
         )
-    check_built_arguments(spec)
 
 
 @app.command("export")
