@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, ParamSpec, TypeVar
 
-import click
 import typer
 
 from autotune.core.errors import AutotuneError, UsageError
@@ -129,7 +128,7 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 if message:
                     typer.echo(terminal_safe(f"error: {message}"), err=True)
                 raise typer.Exit(code) from None
-            except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            except (typer.Exit, typer.Abort):
                 raise  # how a command ends on purpose (typer.Exit is a RuntimeError)
             except Exception as exc:
                 known = _known_under(exc)
