@@ -23,7 +23,7 @@ from autotune.burst.result import (
     steps_stable,
 )
 from autotune.burst.trial_batches import forever, make_loader
-from autotune.core.errors import describe_exception
+from autotune.core.errors import describe_exception, error_chain
 
 if TYPE_CHECKING:
     import torch
@@ -102,10 +102,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     except ImportError:  # pragma: no cover - torch is always there in a trial
         oom_type = None
     status = "error"
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in error_chain(exc):
         if isinstance(current, MemoryError) or (
             oom_type is not None and isinstance(current, oom_type)
         ):
@@ -114,7 +111,6 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         if isinstance(current, RuntimeError) and any(t in str(current) for t in _OOM_TEXT):
             status = "oom"
             break
-        current = current.__cause__ or current.__context__
     return status, describe_exception(exc)
 
 

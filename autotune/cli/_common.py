@@ -16,7 +16,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from autotune.core.errors import AutotuneError, UsageError
+from autotune.core.errors import AutotuneError, UsageError, error_chain
 from autotune.core.signals import StopSignal
 from autotune.core.text import terminal_safe
 
@@ -151,17 +151,13 @@ def _known_under(exc: BaseException) -> AutotuneError | OSError | None:
     error (a damaged SQLite file). Of the chain: autotune's own error first, else a full
     disk or used-up quota, one that names its file where there is one."""
     full: list[OSError] = []
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
+    # the chain Python shows: an error raised while handling another `from None` (a
+    # refusal caught on purpose, then a bug) is not that other's doing
+    for cause in error_chain(exc, as_shown=True):
         if isinstance(cause, AutotuneError):
             return cause
         if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
             full.append(cause)
-        # what Python shows as its cause: an error raised while handling another `from
-        # None` (a refusal caught on purpose, then a bug) is not that other's doing
-        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     named = [e for e in full if e.filename]
     return next(iter(named or full), None)
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -76,6 +76,19 @@ class TrainingOOMError(AutotuneError):
 class UntrustedModelError(UsageError):
     """A preset names user code (a model file or module) and the user has not said to run
     it: a preset is data, and opening one must not run a stranger's program."""
+
+
+def error_chain(exc: BaseException, *, as_shown: bool = False) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from or while handling, and so on (each once).
+    ``as_shown``: the chain Python's traceback shows, which stops at a ``from None`` (a
+    refusal caught on purpose is not the cause of an error raised while handling it)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        hidden = as_shown and link.__suppress_context__
+        link = link.__cause__ or (None if hidden else link.__context__)
 
 
 def describe_exception(exc: BaseException, *, limit: int = 240) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core.errors import UsageError
+from autotune.core.errors import UsageError, error_chain
 from autotune.core.files import regular_file_size
 from autotune.study.storage.ownership import is_me, journal_path, owner_alive, storage_file
 
@@ -151,16 +151,12 @@ def storage_problem(exc: BaseException) -> str | None:
     mid-run (SQLite "database is locked", "database or disk is full"), else None. Optuna
     wraps them in a StorageInternalError, then, failing to mark the trial FAIL through the
     same storage, raises ``AssertionError("Should not reach.")`` with it as its context."""
-    seen: set[int] = set()
     found: BaseException | None = None
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
+    for link in error_chain(exc):
         if isinstance(link, optuna.exceptions.StorageInternalError) or (
             type(link).__name__ == "OperationalError"
         ):
             found = link
-        link = link.__cause__ or link.__context__
     return None if found is None else _database_words(found)
 
 
@@ -550,14 +546,10 @@ def _damage_said(method: Callable[..., Any], url: str) -> Callable[..., Any]:
         try:
             return method(*args, **kwargs)
         except Exception as exc:
-            cause: BaseException | None = exc
-            seen: set[int] = set()
-            while cause is not None and id(cause) not in seen:
-                seen.add(id(cause))
+            for cause in error_chain(exc):
                 problem = _sqlite_problem(url, str(cause))
                 if problem is not None:
                     raise UsageError(f"the study storage {redact(url)!r}: {problem}") from exc
-                cause = cause.__cause__ or cause.__context__
             raise
 
     return run
