@@ -9,6 +9,7 @@ The constraint (> 0 means infeasible) goes through ``Trial.set_constraint`` on O
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import inspect
 import logging
@@ -148,11 +149,14 @@ def _database_words(exc: BaseException) -> str:
 
 def storage_problem(exc: BaseException) -> str | None:
     """The database's own words when ``exc`` comes from a study storage that failed
-    mid-run (SQLite "database is locked", "database or disk is full"), else None. Optuna
+    mid-run (SQLite "database is locked", "database or disk is full"; a journal's write
+    on a full disk), else None. Optuna
     wraps them in a StorageInternalError, then, failing to mark the trial FAIL through the
     same storage, raises ``AssertionError("Should not reach.")`` with it as its context."""
     found: BaseException | None = None
     for link in error_chain(exc):
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+            return " ".join(str(link).split())  # a journal file's write: the disk is full
         if isinstance(link, optuna.exceptions.StorageInternalError) or (
             type(link).__name__ == "OperationalError"
         ):

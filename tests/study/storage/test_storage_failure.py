@@ -44,6 +44,14 @@ def test_the_database_s_own_words_are_found() -> None:
         _optuna_like_failure()
     assert storage_problem(info.value) == "database or disk is full"
     assert storage_problem(ValueError("other")) is None
+    try:  # a journal study's write on a full disk, as Optuna's trial loop raises it
+        try:
+            raise OSError(28, "No space left on device", "study.log")
+        except OSError:
+            raise AssertionError("Should not reach.")  # noqa: B904
+    except AssertionError as wrapped:
+        said = storage_problem(wrapped)
+    assert said == "[Errno 28] No space left on device: 'study.log'"
 
 
 def test_a_failed_storage_becomes_an_autotune_error() -> None:
