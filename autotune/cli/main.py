@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
@@ -54,7 +55,21 @@ app.command("report")(report.report)
 
 def main() -> None:
     state.started = process_started()  # a search's --timeout counts from here
-    app(prog_name="autotune")
+    try:
+        app(prog_name="autotune")
+    except BaseException as outcome:  # SystemExit too: the app ends with one
+        _end_rank_of_a_group(outcome)
+        raise
+    _end_rank_of_a_group(None)
+
+
+def _end_rank_of_a_group(outcome: BaseException | None) -> None:
+    """A process that joined a torchrun process group ends here, without the interpreter's
+    teardown (``end_rank``); others return. Only a process that imported the module that
+    joins a group can have joined one, so torch's import is not paid here."""
+    distributed = sys.modules.get("autotune.engine.distributed")
+    if distributed is not None and distributed.joined_a_group():
+        distributed.end_rank(outcome)
 
 
 def __getattr__(name: str) -> Any:

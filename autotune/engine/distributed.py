@@ -21,11 +21,13 @@ racing on one cache entry keep the first complete copy.)
 from __future__ import annotations
 
 import datetime
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -43,7 +45,9 @@ __all__ = [
     "barrier",
     "broadcast_object",
     "destroy_distributed",
+    "end_rank",
     "init_distributed",
+    "joined_a_group",
     "per_rank_config",
     "torchrun_command",
 ]
@@ -99,12 +103,55 @@ def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInf
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
+        _joined.append(backend)
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world, backend=backend), device
 
 
 def destroy_distributed(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+_joined: list[str] = []  # the backends of the process groups this process joined
+
+
+def joined_a_group() -> bool:
+    """Whether this process joined a process group (``init_distributed``): it then ends
+    with ``end_rank``."""
+    return bool(_joined)
+
+
+def end_rank(outcome: BaseException | None) -> NoReturn:
+    """End a process that joined a process group, skipping the interpreter's teardown:
+    with ``outcome``'s exit status (a ``SystemExit``'s code; 130 for Ctrl-C; 1, after its
+    traceback, for any other exception; 0 for None).
+
+    The teardown could abort a run that had finished: a gloo worker thread drops a
+    collective's work a moment after ``wait()`` has returned, and that work may hold the
+    last reference to a tensor whose Python object is freed under the GIL. If the main
+    thread has meanwhile reached the interpreter's teardown, the worker cannot take the
+    GIL, and the process dies of SIGABRT ("terminate called without an active
+    exception"), which torchrun reports as the run's failure. ``destroy_process_group``
+    does not stop those threads while FSDP's state still holds the group, and it does
+    until the process ends. Rank 0 has written its checkpoints and metrics (closed, not
+    left to the teardown) by then; a burst's trial process ends the same way.
+    """
+    if outcome is None:
+        code = 0
+    elif isinstance(outcome, SystemExit):
+        if outcome.code is None or isinstance(outcome.code, int):
+            code = outcome.code or 0
+        else:  # sys.exit("message"): Python prints it and exits 1
+            print(outcome.code, file=sys.stderr)
+            code = 1
+    elif isinstance(outcome, KeyboardInterrupt):
+        code = 130
+    else:
+        traceback.print_exception(outcome)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
