@@ -5,6 +5,7 @@ checkpoints are another run's to continue only where this run could resume them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import ModelSpec
 from autotune.core.errors import CheckpointError, UsageError
 from autotune.data import TrainData, prepare_lm_data
+from autotune.train.evaluation import improves
 from autotune.train.trainer import Trainer, TrainResult
 
 SEQ = 16
@@ -190,6 +192,17 @@ def test_a_checkpoint_with_nan_weights_is_named_not_blamed_on_the_learning_rate(
         text = str(info.value)
         assert str(path.name) in text and "weights are not finite" in text, text
         assert "lr" not in text, text
+
+
+def test_a_nan_best_validation_loss_is_no_best(tmp_path: Path, data: TrainData) -> None:
+    """A diverged evaluation's nan held the best at nan: no later loss was below it, and
+    best.pt was never written again. A checkpoint's nan is no best, nor is a new nan."""
+    edited_checkpoint(tmp_path, data, lambda state: state.update(best_eval_loss=float("nan")))
+    result = run(tmp_path, data, resume="auto", training=settings(max_steps=6, eval_interval=6))
+    assert result.best_eval_loss is not None and math.isfinite(result.best_eval_loss)
+    assert (tmp_path / "best.pt").is_file()
+    assert not improves(float("nan"), None) and not improves(float("inf"), 2.0)
+    assert improves(1.5, None) and improves(1.5, 2.0) and not improves(2.5, 2.0)
 
 
 def test_an_optimizer_state_that_does_not_fit_is_a_checkpoint_error_not_a_traceback(

@@ -13,6 +13,7 @@ out-of-memory adaptations.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -261,9 +262,10 @@ def restore_state(
     data = state["data"]
     stream.seek(int(data["epoch"]), int(data["offset"]))
     best = state.get("best_eval_loss")
+    best = None if best is None else float(best)
     return RunStanding(
         step=int(state["step"]),
-        best_eval_loss=None if best is None else float(best),
+        best_eval_loss=best if best is not None and math.isfinite(best) else None,  # nan: none
         # the samples its evaluations covered (before this field: twice its micro-batch)
         eval_batch=int(state.get("eval_batch") or 2 * int(state["config"]["micro_batch"])),
         oom_adaptations=int(state.get("oom_adaptations", 0)),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from autotune.contract.spec import Batch, ModelSpec
     from autotune.data.train_data import TrainData
 
-__all__ = ["eval_metrics", "evaluate_model", "sample_text"]
+__all__ = ["eval_metrics", "evaluate_model", "improves", "sample_text"]
 
 SAMPLE_PROMPT_TOKENS = 32
 SAMPLE_NEW_TOKENS = 64
@@ -67,6 +67,13 @@ def eval_metrics(
         out["perplexity"] = math.exp(min(out["loss"], 50.0))
     out["samples"] = n
     return out
+
+
+def improves(loss: float, best: float | None) -> bool:
+    """Whether a validation ``loss`` is the run's new best (best.pt): finite, and below
+    ``best`` (None: none yet). NaN or infinity never is: a diverged first evaluation held
+    the best at nan, and no later loss was ever below it."""
+    return math.isfinite(loss) and (best is None or loss < best)
 
 
 def sample_text(

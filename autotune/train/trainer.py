@@ -72,7 +72,7 @@ from autotune.train.checkpoint_state import (
     restore_state,
     schedule_changes,
 )
-from autotune.train.evaluation import evaluate_model
+from autotune.train.evaluation import evaluate_model, improves
 from autotune.train.log import Display
 from autotune.train.oom import OOM_ERRORS, free_after_oom, halved_batch, oom_message
 from autotune.train.progress import (
@@ -629,7 +629,7 @@ class Trainer:
                 self.eval_loader = self._make_eval_loader(smaller)
                 result = self.evaluate()
             loss = float(result["loss"])
-            result["improved"] = self.best_eval_loss is None or loss < self.best_eval_loss
+            result["improved"] = improves(loss, self.best_eval_loss)
             if result["improved"]:
                 self.best_eval_loss = loss
         result = broadcast_object(self.dist, result)
