@@ -137,6 +137,7 @@ def bench(
     from autotune.config.train_config import TrainConfig
     from autotune.contract.spec import check_built_arguments
     from autotune.core import launch_env
+    from autotune.core.signals import stop_signals_raise
     from autotune.core.units import parse_budget
     from autotune.machine.compile_cache import check_user_cache
     from autotune.machine.hardware import probe
@@ -157,20 +158,21 @@ def bench(
     budget_bytes = (
         parse_budget(budget, device_memory_bytes=caps.total_memory_bytes) if budget else None
     )
-    result = _run_with_progress(
-        spec,
-        config,
-        caps,
-        steps=steps,
-        warmup=warmup,
-        budget_bytes=budget_bytes,
-        timeout_s=timeout,
-        seed=seed,
-        verify=verify,
-        show_steps=not json_output,
-        profile=profile or trace is not None,
-        trace_path=str(Path(trace).resolve()) if trace else None,
-    )
+    with stop_signals_raise():  # SIGTERM: the burst's process ended, "stopped by SIGTERM"
+        result = _run_with_progress(
+            spec,
+            config,
+            caps,
+            steps=steps,
+            warmup=warmup,
+            budget_bytes=budget_bytes,
+            timeout_s=timeout,
+            seed=seed,
+            verify=verify,
+            show_steps=not json_output,
+            profile=profile or trace is not None,
+            trace_path=str(Path(trace).resolve()) if trace else None,
+        )
     _report(
         result,
         model=spec.name,

@@ -415,6 +415,7 @@ def check(
 ) -> None:
     """Re-measure a preset here with a short burst: measured vs recorded figures."""
     from autotune.burst import supervisor as burst
+    from autotune.core.signals import stop_signals_raise
     from autotune.machine import hardware
     from autotune.preset import check_portability
 
@@ -438,16 +439,17 @@ def check(
     _check_runnable(loaded, spec, profile.device(report.device))
     if not json_out:
         _echo(f"running {steps} steps (after {warmup} warm-up) of {path} on {report.device}")
-    result = burst.run_burst(
-        spec,
-        loaded.config,
-        steps=steps,
-        warmup=warmup,
-        budget_bytes=loaded.budget_bytes,
-        timeout_s=timeout,
-        device=report.device,
-        seed=loaded.training.seed,
-    )
+    with stop_signals_raise():  # SIGTERM: the burst's process ended, "stopped by SIGTERM"
+        result = burst.run_burst(
+            spec,
+            loaded.config,
+            steps=steps,
+            warmup=warmup,
+            budget_bytes=loaded.budget_bytes,
+            timeout_s=timeout,
+            device=report.device,
+            seed=loaded.training.seed,
+        )
     rows = compare_burst(loaded, result) if result.ok else []
     if json_out:
         print_json(

@@ -20,8 +20,6 @@ lists them in one place, and a test holds it and ``FLAGS`` to every field.
 from __future__ import annotations
 
 import re
-import signal
-import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,7 +37,7 @@ from autotune.cli._common import (
 from autotune.cli.bench import ProfileOption
 from autotune.cli.search_view import LiveView, render_result
 from autotune.core.errors import UsageError
-from autotune.core.signals import StopSignal
+from autotune.core.signals import StopSignal, stop_signals_raise
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -334,9 +332,9 @@ def _searched(run: Callable[[], SearchResult], err: Console, view: LiveView) -> 
     """``run()`` (the search) with SIGTERM and SIGHUP stopping it as Ctrl-C does, each
     stop said once: a signal's exit is 128 + its number, Ctrl-C's 130 (the search's own
     line names the study it left, when the stop came during the trials)."""
-    restore_signals = _stop_signals_as_interrupt()
     try:
-        return run()
+        with stop_signals_raise():
+            return run()
     except UsageError as exc:  # the library names an option's field: show its flag
         if type(exc) is not UsageError:  # a ConfigError lists its fields with their paths
             raise
@@ -348,8 +346,6 @@ def _searched(run: Callable[[], SearchResult], err: Console, view: LiveView) -> 
         if not view.said_interrupted:
             err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
         raise typer.Exit(130) from None
-    finally:
-        restore_signals()
 
 
 def _after_search(
@@ -407,32 +403,6 @@ def _without(args: list[str], *flags: str) -> list[str]:
         elif not any(arg.startswith(f"{flag}=") for flag in flags):
             kept.append(arg)
     return kept
-
-
-def _stop_signals_as_interrupt() -> Callable[[], None]:
-    """Until the returned function is called, SIGTERM and SIGHUP (a scheduler, a closed
-    terminal) raise ``StopSignal`` as Ctrl-C raises KeyboardInterrupt, unless the parent
-    ignored them (``nohup``)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise StopSignal(signum)
-
-    from autotune.core.signals import STOP_SIGNALS
-
-    sigs = [  # Ctrl-C raises by itself; a signal the parent ignored (nohup) stays ignored
-        sig
-        for sig in STOP_SIGNALS
-        if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN
-    ]
-    old = {sig: signal.signal(sig, handler) for sig in sigs}
-
-    def restore() -> None:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-    return restore
 
 
 def _warm_start(reference: str | None) -> Path | None:

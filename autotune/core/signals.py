@@ -27,6 +27,7 @@ __all__ = [
     "StopSignal",
     "ignore_stop_signals",
     "prctl",
+    "stop_signals_raise",
     "stops_held",
     "time_bound",
 ]
@@ -239,6 +240,33 @@ class StopSignal(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Inside, SIGTERM and SIGHUP (a scheduler, a closed terminal) raise ``StopSignal`` as
+    Ctrl-C raises KeyboardInterrupt, so that a command's clean-up runs and the CLI says
+    what stopped it (exit 128 + its number), where the default action ended the process
+    without a word. A signal the parent ignored (``nohup``) stays ignored; off the main
+    thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise StopSignal(signum)
+
+    sigs = [  # Ctrl-C raises by itself
+        sig
+        for sig in STOP_SIGNALS
+        if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN
+    ]
+    old = {sig: signal.signal(sig, handler) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 @contextlib.contextmanager

@@ -4,12 +4,15 @@ refusal (exit 2) before any trial process starts."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from fake_models import FAKES
 from typer.testing import CliRunner
 
+import autotune.burst.supervisor
 from autotune.cli.bench import parse_knobs
 from autotune.cli.main import app
 from autotune.core.errors import UsageError
@@ -120,3 +123,28 @@ def test_a_built_in_models_refused_argument_exits_2_before_its_burst() -> None:
     result = runner.invoke(app, [*BASE, "--model", "mu", "--model-arg", "n_layers=0"])
     assert result.exit_code == 2, result.output
     assert "model 'mu' refused its arguments" in result.stderr and "burst" not in result.stderr
+
+
+def test_sigterm_during_the_burst_says_so_and_exits_143(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default action ended bench without a word; now the burst's clean-up runs
+    (its ``finally``) and the CLI says what stopped it."""
+    ended: list[str] = []
+
+    def burst(*args: object, **kwargs: object) -> object:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return None
+        finally:
+            ended.append("the burst's clean-up")
+
+    monkeypatch.setattr(autotune.burst.supervisor, "run_burst", burst)
+    # without the command's handler the test's own takes it (and the test fails), not the
+    # default action, which would end the test's process
+    before = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        result = runner.invoke(app, [*BASE, "--model", f"{FAKES}:fake_spec"])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert result.exit_code == 143, result.output
+    assert "stopped by SIGTERM" in result.stderr
+    assert ended == ["the burst's clean-up"]

@@ -4,6 +4,8 @@ are replaced by fakes here (they have their own tests), except in one slow test.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -375,6 +377,27 @@ def test_check_with_a_failed_burst_exits_1(
     assert out.exit_code == 1
     assert json.loads(out.stdout)["burst"]["status"] == "oom"
     assert "did not finish on cpu: oom: CUDA out of memory at step 2" in out.stderr
+
+
+def test_check_stopped_by_sigterm_says_so_and_exits_143(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default action ended the check without a word."""
+    path = save_preset(tiny_preset(places["cwd"]), places["cwd"] / "tiny.yaml")
+    wire(monkeypatch, BurstResult(status="ok"))
+
+    def stopped(*args: object, **kwargs: object) -> BurstResult:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return BurstResult(status="ok")
+
+    monkeypatch.setattr(burst, "run_burst", stopped)
+    before = signal.signal(signal.SIGTERM, lambda *_: None)  # not the default action
+    try:
+        out = invoke("check", str(path), "--trust-model")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert out.exit_code == 143, out.output
+    assert "stopped by SIGTERM" in out.stderr
 
 
 def test_check_runs_a_presets_user_code_only_with_consent(

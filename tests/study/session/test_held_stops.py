@@ -24,8 +24,7 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from autotune.cli.search import _stop_signals_as_interrupt
-from autotune.core.signals import HeldStops, StopSignal, stops_held
+from autotune.core.signals import HeldStops, StopSignal, stop_signals_raise, stops_held
 from autotune.study.storage.optuna_glue import open_storage, quiet_optuna, storage_failures
 from autotune.testing.burst import FakeBurst, run
 
@@ -42,9 +41,8 @@ def cli_handlers() -> Iterator[None]:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    restore = _stop_signals_as_interrupt()
-    yield
-    restore()
+    with stop_signals_raise():
+        yield
     for sig, handler in inherited.items():
         signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
