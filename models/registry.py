@@ -291,6 +291,9 @@ def _import_module(target: str, ref: str) -> Any:
         ) from exc
 
 
+_calling: set[str] = set()  # the references whose function is being called (_resolve_spec)
+
+
 def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
     """``obj`` (a module's attribute) as a ``ModelSpec``: itself, or what calling it gives."""
     import inspect
@@ -305,6 +308,12 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
             "(see examples/my_model.py)"
         )
     if callable(obj) and not isinstance(obj, ModelSpec):
+        if ref in _calling:  # autotune's own main() named as a model: each call ran the CLI
+            raise ModelLoadError(
+                f"calling {ref!r} to get a model spec asked for {ref!r} again (it runs "
+                "autotune itself?); name a ModelSpec or a zero-argument function returning one"
+            )
+        _calling.add(ref)
         try:
             obj = obj()
         except (KeyboardInterrupt, _ExitCalled, AutotuneError):
@@ -315,6 +324,8 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
                 f"fix {attr}() in {target!r}: it must return an autotune ModelSpec when "
                 "called with no arguments"
             ) from exc
+        finally:
+            _calling.discard(ref)
     if not isinstance(obj, ModelSpec):
         raise ModelLoadError(
             f"{ref!r} is a {type(obj).__name__}, not an autotune ModelSpec (or a "

@@ -42,6 +42,10 @@ MODELS = textwrap.dedent(
     def exits():
         sys.exit(0)
 
+    def loads_itself():
+        from autotune.models.registry import load_model
+        return load_model("bad_models.py:loads_itself")
+
     build_raises = dataclasses.replace(_m.spec, build_fn=_raise)
     build_exits = dataclasses.replace(_m.spec, build_fn=_exit)
     batch_raises = dataclasses.replace(_m.spec, make_batch_fn=_raise)
@@ -85,12 +89,28 @@ def check(args: list[str], *expected: str) -> None:
         ("sys:exit", ["'sys:exit' is the built-in function exit", "zero-argument function"]),
         ("exits_at_import.py:spec", ["exits_at_import.py", "sys.exit(0)", "__main__"]),
         ("bad_models.py:exits", ["fix exits() in 'bad_models.py'", "sys.exit(0)"]),
+        ("bad_models.py:loads_itself", ["asked for 'bad_models.py:loads_itself' again"]),
     ],
 )
 def test_a_model_that_exits_while_loading(
     models: Path, command: str, ref: str, expected: list[str]
 ) -> None:
     check([*COMMANDS[command], ref], *expected)
+
+
+def test_autotunes_own_main_as_a_model_is_two_lines_not_a_thousand(tmp_path: Path) -> None:
+    # each call of main() ran the CLI again, which loaded the model again: a RecursionError
+    # and a thousand error lines, one per level
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune", "models", "show", "autotune.cli.main:main"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count("\n") <= 2, result.stderr[-2000:]
+    assert "asked for 'autotune.cli.main:main' again" in result.stderr
 
 
 @pytest.mark.parametrize(
