@@ -45,6 +45,7 @@ def test_accumulation_is_divided_by_the_world_size() -> None:
 
 def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
     import autotune.train.run_folder as folder_module
+    from autotune.engine.distributed import end_rank
     from autotune.train.run import train
     from autotune.train.trainer import Trainer
 
@@ -93,6 +94,7 @@ def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
     (root / f"rank{rank}.json").write_text(
         json.dumps({"saved": saved, "full": list(full.losses), "resumed": list(resumed.losses)})
     )
+    end_rank(None)  # as autotune's own ranks end: Python's teardown could abort this one
 
 
 @pytest.mark.slow

@@ -332,20 +332,20 @@ def _searched(run: Callable[[], SearchResult], err: Console, view: LiveView) -> 
     """``run()`` (the search) with SIGTERM and SIGHUP stopping it as Ctrl-C does, each
     stop said once: a signal's exit is 128 + its number, Ctrl-C's 130 (the search's own
     line names the study it left, when the stop came during the trials)."""
-    try:
-        with stop_signals_raise():
+    with stop_signals_raise():  # also while the stop is said: a second one is the boundary's
+        try:
             return run()
-    except UsageError as exc:  # the library names an option's field: show its flag
-        if type(exc) is not UsageError:  # a ConfigError lists its fields with their paths
-            raise
-        raise UsageError(_with_flags(str(exc))) from None
-    except StopSignal as stop:
-        err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
-        raise typer.Exit(128 + stop.signum) from None
-    except KeyboardInterrupt:
-        if not view.said_interrupted:
-            err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
-        raise typer.Exit(130) from None
+        except UsageError as exc:  # the library names an option's field: show its flag
+            if type(exc) is not UsageError:  # a ConfigError lists its fields with their paths
+                raise
+            raise UsageError(_with_flags(str(exc))) from None
+        except StopSignal as stop:
+            err.print(f"[yellow]stopped by {stop}[/]: finished trials are saved; rerun to resume")
+            raise typer.Exit(128 + stop.signum) from None
+        except KeyboardInterrupt:
+            if not view.said_interrupted:
+                err.print("[yellow]interrupted[/]: finished trials are saved; rerun to resume")
+            raise typer.Exit(130) from None
 
 
 def _after_search(

@@ -20,6 +20,7 @@ racing on one cache entry keep the first complete copy.)
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -36,6 +37,7 @@ from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
 from autotune.core.errors import ConfigError, UsageError
+from autotune.core.signals import StopSignal
 from autotune.core.validator import COUNT, show
 
 __all__ = [
@@ -123,8 +125,9 @@ def joined_a_group() -> bool:
 
 def end_rank(outcome: BaseException | None) -> NoReturn:
     """End a process that joined a process group, skipping the interpreter's teardown:
-    with ``outcome``'s exit status (a ``SystemExit``'s code; 130 for Ctrl-C; 1, after its
-    traceback, for any other exception; 0 for None).
+    with ``outcome``'s exit status (a ``SystemExit``'s code; 130 for Ctrl-C, 128 plus its
+    number for a stop signal; 1, after its traceback, for any other exception; 0 for
+    None), whatever the standard streams do.
 
     The teardown could abort a run that had finished: a gloo worker thread drops a
     collective's work a moment after ``wait()`` has returned, and that work may hold the
@@ -136,22 +139,33 @@ def end_rank(outcome: BaseException | None) -> NoReturn:
     until the process ends. Rank 0 has written its checkpoints and metrics (closed, not
     left to the teardown) by then; a burst's trial process ends the same way.
     """
+    code = _exit_status(outcome)
+    try:  # whatever the streams do (closed, full, gone), the process ends here
+        if isinstance(outcome, SystemExit) and not isinstance(outcome.code, int | None):
+            print(outcome.code, file=sys.stderr)  # sys.exit("message"): Python prints it
+        elif outcome is not None and not isinstance(outcome, SystemExit | KeyboardInterrupt):
+            traceback.print_exception(outcome)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _exit_status(outcome: BaseException | None) -> int:
+    """The status Python would exit with after ``outcome`` (None: the command returned)."""
     if outcome is None:
-        code = 0
-    elif isinstance(outcome, SystemExit):
+        return 0
+    if isinstance(outcome, SystemExit):
         if outcome.code is None or isinstance(outcome.code, int):
-            code = outcome.code or 0
-        else:  # sys.exit("message"): Python prints it and exits 1
-            print(outcome.code, file=sys.stderr)
-            code = 1
-    elif isinstance(outcome, KeyboardInterrupt):
-        code = 130
-    else:
-        traceback.print_exception(outcome)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+            return outcome.code or 0
+        return 1
+    if isinstance(outcome, StopSignal):  # SIGTERM, SIGHUP: 128 + its number
+        return 128 + outcome.signum
+    if isinstance(outcome, KeyboardInterrupt):
+        return 130
+    return 1
 
 
 def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:

@@ -4,6 +4,7 @@ aborted finished runs with SIGABRT."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from autotune.cli import main as cli_main
+from autotune.core.signals import StopSignal
 from autotune.engine import distributed
 
 
@@ -33,7 +35,8 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("outcome", "code"),
     [(None, 0), (SystemExit(0), 0), (SystemExit(None), 0), (SystemExit(3), 3),
-     (KeyboardInterrupt(), 130)],
+     (KeyboardInterrupt(), 130), (StopSignal(signal.SIGTERM), 143),
+     (StopSignal(signal.SIGHUP), 129)],
 )  # fmt: skip
 def test_a_rank_ends_with_its_outcomes_exit_status(
     exits: None, outcome: BaseException | None, code: int
@@ -64,6 +67,27 @@ def test_an_exception_shows_its_traceback_and_ends_with_1(
     assert ended.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: boom in rank 1" in err
+
+
+@pytest.mark.parametrize("outcome", [SystemExit(2), SystemExit("gone"), RuntimeError("x")])
+def test_a_rank_ends_with_its_status_whatever_the_streams_do(
+    exits: None, monkeypatch: pytest.MonkeyPatch, outcome: BaseException
+) -> None:
+    """A closed stdout (``>&-``: None) and a stderr whose writes fail: the flush raised
+    before, the exception escaped, and the process went through the teardown with 1."""
+
+    class Broken:
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+        def flush(self) -> None:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sys, "stdout", None)
+    monkeypatch.setattr(sys, "stderr", Broken())
+    with pytest.raises(Exited) as ended:
+        distributed.end_rank(outcome)
+    assert ended.value.code == (2 if outcome.args == (2,) else 1)
 
 
 def test_joining_a_group_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
