@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -206,32 +207,57 @@ class _ExitCalled(BaseException):
         self.code = code
 
 
+@dataclasses.dataclass
+class _ExitPatch:
+    """``os._exit``'s replacement while user models load, one for every thread loading."""
+
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    loads: int = 0  # the loads under way
+    real: Callable[[int], NoReturn] = os._exit
+    patched: list[Any] = dataclasses.field(default_factory=list)  # the modules replaced in
+
+
+_exit_patch = _ExitPatch()
+
+
 @contextlib.contextmanager
 def _exit_refused() -> Iterator[None]:
     """While a user's model is imported and its spec made, ``os._exit`` in this process
     raises ``_ExitCalled`` instead of ending it (a process forked meanwhile still
     exits for real). Checked in process: a child that imported the file first would cost
-    ~3 s per command (torch) and run the user's import code twice."""
-    real = os._exit
-    owner = os.getpid()
+    ~3 s per command (torch) and run the user's import code twice. Loads in several
+    threads at once share one replacement: the first installs it, the last gives the
+    real ``os._exit`` back (each used to give back what it found, maybe another's)."""
+    patch = _exit_patch
+    with patch.lock:
+        if patch.loads == 0:
+            real = os._exit
+            owner = os.getpid()
 
-    @functools.wraps(real)  # still reads as the built-in os._exit (see _resolve_spec)
-    def refuse(code: int) -> NoReturn:
-        if os.getpid() != owner:
-            real(code)
-        frames = [f for f in traceback.extract_stack()[:-1] if f.filename != __file__]
-        where = f" [{Path(frames[-1].filename).name}:{frames[-1].lineno}]" if frames else ""
-        raise _ExitCalled(code, where)
+            @functools.wraps(real)  # still reads as the built-in os._exit (see _resolve_spec)
+            def refuse(code: int) -> NoReturn:
+                if os.getpid() != owner:
+                    real(code)
+                frames = [f for f in traceback.extract_stack()[:-1] if f.filename != __file__]
+                where = f" [{Path(frames[-1].filename).name}:{frames[-1].lineno}]" if frames else ""
+                raise _ExitCalled(code, where)
 
-    posix = sys.modules.get("posix") or sys.modules.get("nt")
-    modules = [m for m in (os, posix) if m is not None and getattr(m, "_exit", None) is real]
-    for module in modules:
-        setattr(module, "_exit", refuse)  # noqa: B010 (typed modules lack _exit)
+            posix = sys.modules.get("posix") or sys.modules.get("nt")
+            patch.real = real
+            patch.patched = [
+                m for m in (os, posix) if m is not None and getattr(m, "_exit", None) is real
+            ]
+            for module in patch.patched:
+                setattr(module, "_exit", refuse)  # noqa: B010 (typed modules lack _exit)
+        patch.loads += 1
     try:
         yield
     finally:
-        for module in modules:
-            setattr(module, "_exit", real)  # noqa: B010
+        with patch.lock:
+            patch.loads -= 1
+            if patch.loads == 0:
+                for module in patch.patched:
+                    setattr(module, "_exit", patch.real)  # noqa: B010
 
 
 def _import_fix(exc: BaseException) -> str:
@@ -291,7 +317,9 @@ def _import_module(target: str, ref: str) -> Any:
         ) from exc
 
 
-_calling: set[str] = set()  # the references whose function is being called (_resolve_spec)
+# The references whose function this thread is calling (_resolve_spec): another thread may
+# load the same model meanwhile.
+_calling = threading.local()
 
 
 def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
@@ -308,12 +336,13 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
             "(see examples/my_model.py)"
         )
     if callable(obj) and not isinstance(obj, ModelSpec):
-        if ref in _calling:  # autotune's own main() named as a model: each call ran the CLI
+        calling: set[str] = _calling.__dict__.setdefault("refs", set())
+        if ref in calling:  # autotune's own main() named as a model: each call ran the CLI
             raise ModelLoadError(
                 f"calling {ref!r} to get a model spec asked for {ref!r} again (it runs "
                 "autotune itself?); name a ModelSpec or a zero-argument function returning one"
             )
-        _calling.add(ref)
+        calling.add(ref)
         try:
             obj = obj()
         except (KeyboardInterrupt, _ExitCalled, AutotuneError):
@@ -325,7 +354,7 @@ def _resolve_spec(obj: Any, ref: str) -> ModelSpec:
                 "called with no arguments"
             ) from exc
         finally:
-            _calling.discard(ref)
+            calling.discard(ref)
     if not isinstance(obj, ModelSpec):
         raise ModelLoadError(
             f"{ref!r} is a {type(obj).__name__}, not an autotune ModelSpec (or a "

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,3 +71,46 @@ def test_describe_exception_is_one_line() -> None:
         text = describe_exception(exc)
     assert text.startswith("RuntimeError: first line [test_user_code.py:")
     assert "\n" not in text and text.endswith("in test_describe_exception_is_one_line]")
+
+
+def test_two_threads_may_load_one_factory_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard against a factory that loads itself again is per thread: a second
+    thread loading the same reference meanwhile is no re-entry."""
+    import threading
+
+    import fake_lm
+
+    from autotune.models.registry import load_model
+
+    # each load imports the file afresh: the barrier lives in a module imported once
+    monkeypatch.setattr(fake_lm, "both", threading.Barrier(2, timeout=30), raising=False)
+    monkeypatch.setattr(fake_lm, "calls", [], raising=False)
+    (tmp_path / "slow_factory.py").write_text(
+        "import time, fake_lm\n"
+        "def spec():\n"
+        "    fake_lm.calls.append(1)\n"
+        "    second = len(fake_lm.calls) == 2\n"
+        "    fake_lm.both.wait()  # the two threads are inside the call together\n"
+        "    if second:  # the first to start is the first to finish\n"
+        "        time.sleep(0.3)\n"
+        "    return fake_lm.spec\n"
+    )
+    real_exit = os._exit
+    ref = f"{tmp_path / 'slow_factory.py'}:spec"
+    results: list[object] = []
+
+    def load() -> None:
+        try:
+            results.append(load_model(ref).name)
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == ["fake-lm", "fake-lm"], results
+    assert os._exit is real_exit  # given back: each load gave back what it found, before
