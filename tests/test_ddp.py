@@ -87,12 +87,21 @@ def _worker(rank: int, world: int, ports: list[int], tmp: str) -> None:
     if rank == 0:
         (root / "resumed").mkdir()
         shutil.copy(root / "full" / "ckpt-step00000002.pt", root / "resumed")
-    os.environ["MASTER_PORT"] = str(ports[1])
+    os.environ["MASTER_PORT"] = str(ports[1])  # unused: the first run's group is reused
     resumed = train(
         make_spec(), config, settings, out_dir=root / "resumed", resume="auto", **common
     )
+    # never torn down in the process: destroying it could hang this rank (see end_rank)
+    joined = torch.distributed.is_initialized()
     (root / f"rank{rank}.json").write_text(
-        json.dumps({"saved": saved, "full": list(full.losses), "resumed": list(resumed.losses)})
+        json.dumps(
+            {
+                "saved": saved,
+                "full": list(full.losses),
+                "resumed": list(resumed.losses),
+                "joined": joined,
+            }
+        )
     )
     end_rank(None)  # as autotune's own ranks end: Python's teardown could abort this one
 
@@ -103,6 +112,7 @@ def test_two_process_gloo_ddp(tmp_path: Path) -> None:
         _worker, args=(2, [free_port(), free_port()], str(tmp_path)), nprocs=2, join=True
     )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["joined"] for r in ranks] == [True, True]
     # every rank holds the same parameters after the steps
     for run in ("full", "resumed"):
         a = torch.load(tmp_path / f"{run}-rank0.pt", weights_only=True)

@@ -17,6 +17,7 @@ __all__ = [
     "DataError",
     "HardwareMismatchError",
     "ModelLoadError",
+    "PeerFailed",
     "PresetError",
     "UsageError",
     "describe_exception",
@@ -76,6 +77,15 @@ class TrainingOOMError(AutotuneError):
 class UntrustedModelError(UsageError):
     """A preset names user code (a model file or module) and the user has not said to run
     it: a preset is data, and opening one must not run a stranger's program."""
+
+
+class PeerFailed(AutotuneError):
+    """Rank 0 failed at a step the other ranks of the run waited for: its own message says
+    why, and each other rank ends with its exit code."""
+
+    def __init__(self, message: str, *, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def error_chain(exc: BaseException, *, as_shown: bool = False) -> Iterator[BaseException]:

@@ -2,7 +2,8 @@
 per-rank config and the few collectives the trainer and the burst use.
 
 ``torchrun_command`` is how autotune starts several processes itself (a burst of a
-multi-process config, ``autotune train`` of a preset with ``parallel``). How a model is
+multi-process config, ``autotune train`` of a preset with ``parallel``).
+``rank_zero_first`` is a step of rank 0's that the others wait for. How a model is
 wrapped or sharded across them (DDP, FSDP2) is ``autotune/engine/wrapping.py``.
 
 ``torchrun --nproc-per-node N -m autotune train --preset P`` (add ``--nnodes`` and a
@@ -25,10 +26,10 @@ import datetime
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -36,7 +37,7 @@ import torch.distributed as dist
 from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
-from autotune.core.errors import ConfigError, UsageError
+from autotune.core.errors import AutotuneError, ConfigError, PeerFailed, UsageError
 from autotune.core.signals import StopSignal
 from autotune.core.validator import COUNT, show
 
@@ -44,15 +45,16 @@ __all__ = [
     "DistInfo",
     "all_gather_objects",
     "any_flag",
-    "barrier",
     "broadcast_object",
-    "destroy_distributed",
     "end_rank",
     "init_distributed",
     "joined_a_group",
     "per_rank_config",
+    "rank_zero_first",
     "torchrun_command",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,11 +111,6 @@ def init_distributed(device: str, *, timeout_s: float = 1800.0) -> tuple[DistInf
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world, backend=backend), device
 
 
-def destroy_distributed(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 _joined: list[str] = []  # the backends of the process groups this process joined
 
 
@@ -134,10 +131,13 @@ def end_rank(outcome: BaseException | None) -> NoReturn:
     last reference to a tensor whose Python object is freed under the GIL. If the main
     thread has meanwhile reached the interpreter's teardown, the worker cannot take the
     GIL, and the process dies of SIGABRT ("terminate called without an active
-    exception"), which torchrun reports as the run's failure. ``destroy_process_group``
-    does not stop those threads while FSDP's state still holds the group, and it does
-    until the process ends. Rank 0 has written its checkpoints and metrics (closed, not
-    left to the teardown) by then; a burst's trial process ends the same way.
+    exception"), which torchrun reports as the run's failure. Destroying the group
+    before is no way out: ``~ProcessGroupGloo`` joins those threads while its caller
+    holds the GIL, so a worker in that state hangs the rank for ever (a DDP model freed
+    after ``destroy_process_group``, when a broadcast was the last collective). So a
+    group joined is never torn down in the process (``train`` leaves it joined) and ends
+    here. Rank 0 has written its checkpoints and metrics (closed, not left to the
+    teardown) by then; a burst's trial process ends the same way.
     """
     code = _exit_status(outcome)
     try:  # whatever the streams do (closed, full, gone), the process ends here
@@ -186,11 +186,6 @@ def per_rank_config(config: TrainConfig, world_size: int) -> TrainConfig:
     return config.replace(grad_accum=config.grad_accum // world_size)
 
 
-def barrier(info: DistInfo) -> None:
-    if info.enabled:
-        dist.barrier()
-
-
 def any_flag(info: DistInfo, flag: bool, device: torch.device) -> bool:
     """True on every rank if ``flag`` is true on any (e.g. a signal arrived on one)."""
     if not info.enabled:
@@ -207,6 +202,28 @@ def broadcast_object(info: DistInfo, obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def rank_zero_first(info: DistInfo, what: str, func: Callable[[], T]) -> T | None:
+    """``func()`` on rank 0 while the other ranks wait for its outcome, where a barrier
+    stood: its result on rank 0, None on the others. Where it raised, rank 0 raises it
+    and the others ``PeerFailed`` ("rank 0 failed {what}"), with the same exit code.
+    Behind a barrier they had waited for a rank that never came: gloo ended them with a
+    "Connection closed by peer" traceback under rank 0's one-paragraph error."""
+    if not info.enabled:
+        return func()
+    if not info.is_main:
+        code = broadcast_object(info, None)
+        if code is not None:
+            raise PeerFailed(f"rank 0 failed {what}; its error says why", exit_code=code)
+        return None
+    try:
+        result = func()
+    except Exception as exc:
+        broadcast_object(info, exc.exit_code if isinstance(exc, AutotuneError) else 1)
+        raise
+    broadcast_object(info, None)
+    return result
 
 
 def all_gather_objects(info: DistInfo, obj: Any) -> Sequence[Any]:

@@ -3,8 +3,10 @@ Python caller can run too.
 
 ``train`` joins the torchrun process group when there is one (distributed.py), loads the
 data for the model's task (rank 0 first: it writes the token cache the others then read),
-runs a ``Trainer`` (trainer.py) and leaves the group. ``autotune.train.launch.prepare_training``
-decides its arguments from a preset or a bare model.
+runs a ``Trainer`` (trainer.py). The group stays joined until the process ends (a later
+call reuses it): see ``end_rank`` in distributed.py for why it is never torn down in the
+process. ``autotune.train.launch.prepare_training`` decides its arguments from a preset or
+a bare model.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.data.tasks import load_data
 from autotune.data.train_data import TrainData
-from autotune.engine.distributed import barrier, destroy_distributed, init_distributed
+from autotune.engine.distributed import init_distributed, rank_zero_first
 from autotune.train.run_result import TrainResult
 from autotune.train.trainer import OnOOM, Trainer
 
@@ -54,45 +56,39 @@ def train(
     to the name errors give it (the CLI's flags: ``{"out_dir": "--out"}``).
     """
     training = training or TrainingDefaults()
-    info, device = init_distributed(device)
-    try:
-        if isinstance(data, TrainData):
-            prepared = data
-        else:
+    info, device = init_distributed(device)  # left joined: see the module's docstring
+    if isinstance(data, TrainData):
+        prepared = data
+    else:
 
-            def load() -> TrainData:
-                return load_data(
-                    spec,
-                    data,
-                    seq_len=config.seq_len,
-                    cache_dir=None if cache_dir is None else Path(cache_dir),
-                    text_column=text_column,
-                    target_column=target_column,
-                    log=echo or (lambda s: print(s, file=sys.stderr, flush=True)),
-                )
+        def load() -> TrainData:
+            return load_data(
+                spec,
+                data,
+                seq_len=config.seq_len,
+                cache_dir=None if cache_dir is None else Path(cache_dir),
+                text_column=text_column,
+                target_column=target_column,
+                log=echo or (lambda s: print(s, file=sys.stderr, flush=True)),
+            )
 
-            if info.is_main:  # rank 0 writes the token cache, the others then read it
-                prepared = load()
-                barrier(info)
-            else:
-                barrier(info)
-                prepared = load()
-        trainer = Trainer(
-            spec,
-            config,
-            training,
-            prepared,
-            out_dir,
-            device=device,
-            device_caps=device_caps,
-            resume=resume,
-            on_oom=on_oom,
-            dist=info,
-            json_logs=json_logs,
-            progress=progress,
-            echo=echo,
-            option_names=option_names,
-        )
-        return trainer.run()
-    finally:
-        destroy_distributed(info)
+        # rank 0 writes the token cache, the others then read it
+        first = rank_zero_first(info, "to load the data", load)
+        prepared = load() if first is None else first
+    trainer = Trainer(
+        spec,
+        config,
+        training,
+        prepared,
+        out_dir,
+        device=device,
+        device_caps=device_caps,
+        resume=resume,
+        on_oom=on_oom,
+        dist=info,
+        json_logs=json_logs,
+        progress=progress,
+        echo=echo,
+        option_names=option_names,
+    )
+    return trainer.run()

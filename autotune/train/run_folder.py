@@ -30,7 +30,7 @@ from filelock import FileLock, Timeout
 
 from autotune.core.errors import AutotuneError, UsageError
 from autotune.core.files import atomic_write_text, read_capped, regular_file_size
-from autotune.engine.distributed import DistInfo, all_gather_objects, barrier
+from autotune.engine.distributed import DistInfo, all_gather_objects, rank_zero_first
 from autotune.train.checkpoint import (
     BEST_NAME,
     CheckpointError,
@@ -282,9 +282,8 @@ class RunFolder:
         """Checkpoint ``step`` with ``state(every rank's RNG state)`` (collective under DDP:
         every rank must call it); rank 0 writes it, links best.pt and prunes the old ones."""
         rngs = all_gather_objects(self.dist, capture_rng_state())
-        path: Path | None = None
-        barrier(self.dist)
-        if self.dist.is_main:
+
+        def write() -> Path:
             path = checkpoint_path(self.path, step)
             if self.last_saved != step or not path.exists():
                 size = self._write(path, state(rngs))
@@ -292,9 +291,11 @@ class RunFolder:
             if best:
                 link_best(path)
             prune_checkpoints(self.path, self.keep_last)
+            return path
+
+        path = rank_zero_first(self.dist, f"to write the checkpoint of step {step}", write)
         self.last_saved = step
         self.last_checkpoint = path
-        barrier(self.dist)
         return path
 
     def _write(self, path: Path, state: dict[str, Any]) -> int:

@@ -56,9 +56,9 @@ from autotune.engine.build import build_training
 from autotune.engine.distributed import (
     DistInfo,
     any_flag,
-    barrier,
     broadcast_object,
     per_rank_config,
+    rank_zero_first,
 )
 from autotune.engine.step import apply_allocator_settings, to_device
 from autotune.engine.wrapping import full_state, is_sharded
@@ -371,10 +371,10 @@ class Trainer:
         if resumed:  # its model's weights, then its batches from its data position on
             refuse_other_model(*resumed, self._identity())
             refuse_other_batches(*resumed, self._identity())
-        if self.dist.is_main:  # whose its checkpoints are
-            judge = functools.partial(foreign_checkpoints, self._identity())
-            self.folder.prepare(resumed[0] if resumed else None, judge=judge)
-        barrier(self.dist)
+        start = resumed[0] if resumed else None
+        judge = functools.partial(foreign_checkpoints, self._identity())  # whose they are
+        prepare = functools.partial(self.folder.prepare, start, judge=judge)
+        rank_zero_first(self.dist, "to prepare the run folder", prepare)
         self._build(resumed[1] if resumed else None)
         if resumed:
             self.folder.resumed(resumed[0], self.step)
