@@ -5,8 +5,10 @@ on GPUs (gpu)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -282,23 +284,88 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     assert len(list((tmp_path / "run" / "torchrun").iterdir())) == 2  # one per launch
 
 
+def _train_env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+@gloo
+@pytest.mark.slow
+def test_sigterm_stops_a_run_of_two_processes_with_a_checkpoint_and_exit_143(
+    tmp_path: Path,
+) -> None:
+    """A scheduler's SIGTERM to ``autotune train``: the ranks stop after their step with a
+    checkpoint and the command says so (exit 143), where torchrun, run as its own program,
+    ended in its ``SignalException`` traceback and exit 1."""
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, max_steps=100_000)
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(out),
+    ]  # fmt: skip
+    log = tmp_path / "stdout.txt"
+    with log.open("w") as stdout:
+        proc = subprocess.Popen(
+            cmd, env=_train_env(tmp_path), stdout=stdout, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 240
+        while "step 3/" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the ranks never trained"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert err.rstrip().endswith("stopped by SIGTERM"), err[-3000:]
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
+    assert "continue with --resume auto" in log.read_text()
+    assert list_checkpoints(out)
+    leftover = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert leftover.stdout == ""
+
+
+@gloo
+@pytest.mark.slow
+def test_a_failure_of_rank_zero_is_one_paragraph_per_rank_and_its_exit_code(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 cannot load the data while rank 1 waits for it: rank 0 says why, rank 1 that
+    rank 0 failed, the launcher which ranks ended how (exit 2, bad input), and no
+    traceback: not gloo's "Connection closed by peer" on rank 1, not torchrun's
+    ``ChildFailedError`` and its table."""
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS)
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(tmp_path / "run"), "--data", str(tmp_path / "none"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=_train_env(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr
+    assert "Traceback" not in err and "ChildFailedError" not in err, err[-3000:]
+    assert err.count("does not exist") == 1, err[-3000:]  # rank 0 alone loads it first
+    assert "error: rank 0 failed to load the data; its error says why" in err
+    last = err.rstrip().splitlines()[-1]
+    assert last == "the run failed on 2 processes: rank 0 exited with 2; rank 1 exited with 2"
+
+
 @gloo
 def test_a_run_folder_torchrun_cannot_use_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In this process (a fresh interpreter was 6-16 s of imports on the 2-core CPU): the
-    relaunch under torchrun replaces the process (``os.execv``), here refused."""
+    ranks' launch (``run_ranks``) is here refused."""
+    import autotune.engine.distributed
     from autotune.cli.main import app
 
-    def no_relaunch(path: str, args: list[str]) -> None:
-        raise AssertionError(f"relaunched before the run folder was checked: {args}")
+    def no_relaunch(nproc: int, args: list[str], **_: object) -> int:
+        raise AssertionError(f"launched before the run folder was checked: {args}")
 
     preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, checkpoint_interval=2)
     taken = tmp_path / "a-file"
     taken.write_text("mine\n")
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(os, "execv", no_relaunch)
+    monkeypatch.setattr(autotune.engine.distributed, "run_ranks", no_relaunch)
     args = ["train", "--preset", str(preset), "--trust-model", "--out", str(taken)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, (result.output[-2000:], result.exception)

@@ -1,18 +1,91 @@
-"""How a run of several processes ends: rank 0's steps the other ranks wait for
-(``rank_zero_first``).
+"""How a run of several processes ends: torchrun's launcher in autotune's process
+(``run_ranks``) and rank 0's steps the other ranks wait for (``rank_zero_first``).
 
-Fast: the collective is replaced here; the real two-process runs are in
-tests/test_parallel.py (slow tier)."""
+Fast: torchrun's ``run`` and the collective are replaced here; the real two-process runs
+are in tests/test_parallel.py (slow tier)."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 import autotune.engine.distributed as distributed
 from autotune.core.errors import PeerFailed, UsageError
-from autotune.engine.distributed import DistInfo, rank_zero_first
+from autotune.core.signals import StopSignal
+from autotune.engine.distributed import DistInfo, rank_zero_first, run_ranks
+
+
+def _torchrun_ends(monkeypatch: pytest.MonkeyPatch, error: BaseException | None) -> list[Any]:
+    """torchrun's ``run`` replaced by one that records its arguments and raises ``error``."""
+    calls: list[Any] = []
+
+    def run(args: Any) -> None:
+        calls.append(args)
+        if error is not None:
+            raise error
+
+    monkeypatch.setattr(torchrun, "run", run)
+    return calls
+
+
+def _failure(tmp_path: Path, local_rank: int, exitcode: int) -> ProcessFailure:
+    return ProcessFailure(local_rank, 1000 + local_rank, exitcode, str(tmp_path / "none.json"))
+
+
+def test_the_ranks_run_with_the_commands_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _torchrun_ends(monkeypatch, None)
+    module_args = ["autotune", "train", "--preset", "p.yaml"]
+    assert run_ranks(2, module_args, log_dir=tmp_path / "torchrun") == 0
+    (args,) = calls
+    assert args.standalone and args.nproc_per_node == "2" and args.module
+    assert args.log_dir == str(tmp_path / "torchrun")
+    assert [args.training_script, *args.training_script_args] == module_args
+
+
+@pytest.mark.parametrize(
+    ("sig", "raised"),
+    [(signal.SIGTERM, StopSignal), (signal.SIGHUP, StopSignal), (signal.SIGINT, KeyboardInterrupt)],
+)
+def test_a_stop_signal_to_the_launcher_is_the_commands_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals, raised: type
+) -> None:
+    """torchrun passed it to the ranks (they stop with a checkpoint), then raised its own
+    ``SignalException``: the CLI's stop (its message, 128 + the number), not a traceback."""
+    _torchrun_ends(monkeypatch, SignalException(f"Process got signal: {sig}", sig))
+    with pytest.raises(raised) as info:
+        run_ranks(2, ["autotune", "train"], log_dir=tmp_path)
+    if raised is StopSignal:
+        assert info.value.signum == sig  # type: ignore[attr-defined]
+    else:
+        assert type(info.value) is KeyboardInterrupt  # Ctrl-C says "interrupted"
+
+
+def test_failed_ranks_give_the_first_ones_code_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failures = {1: _failure(tmp_path, 1, 2), 0: _failure(tmp_path, 0, 1)}
+    failures[0].timestamp = failures[1].timestamp + 1  # rank 1 failed first
+    _torchrun_ends(monkeypatch, ChildFailedError("autotune", failures))
+    assert run_ranks(2, ["autotune", "train"], log_dir=tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err == "the run failed on 2 processes: rank 0 exited with 1; rank 1 exited with 2\n"
+
+
+def test_a_rank_a_signal_ended_exits_as_a_signal_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failures = {0: _failure(tmp_path, 0, -signal.SIGKILL)}  # the kernel's out-of-memory killer
+    _torchrun_ends(monkeypatch, ChildFailedError("autotune", failures))
+    assert run_ranks(2, ["autotune", "train"], log_dir=tmp_path) == 128 + signal.SIGKILL
+    assert "rank 0 was ended by SIGKILL" in capsys.readouterr().err
 
 
 class _Collective:
