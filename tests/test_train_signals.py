@@ -17,7 +17,7 @@ from child_signals import interactive
 from fake_lm import FAKE_LM
 
 from autotune.config.train_config import TrainConfig
-from autotune.core.signals import ignore_stop_signals
+from autotune.core.signals import ignore_stop_signals, stop_when_orphaned
 from autotune.data import loader_kwargs
 from autotune.data.loader import worker_init
 
@@ -187,3 +187,24 @@ def test_a_second_stop_signal_of_any_kind_stops_at_once() -> None:
     with pytest.raises(KeyboardInterrupt) as raised:
         ctrl_c._on_signal(signal.SIGINT, None)
     assert not isinstance(raised.value, StopSignal)  # Ctrl-C's exit: 130
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_a_process_whose_parent_died_is_sent_its_stop_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A torchrun rank whose launcher was killed: one stop (SIGTERM by default; SIGUSR1
+    here), however many of the dead parent's threads the kernel handed it through."""
+    parents = iter([100, 100, 100, 1])  # the launcher, then init once it is gone
+    monkeypatch.setattr(os, "getppid", lambda: next(parents, 1))
+    received: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _: received.append(signum))
+    try:
+        stop_when_orphaned(signal.SIGUSR1, interval_s=0.01)
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # a second one would have come by now
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert received == [signal.SIGUSR1]

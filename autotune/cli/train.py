@@ -11,9 +11,10 @@ Several GPUs or machines (DistributedDataParallel; the preset's global batch is 
 A preset searched with ``--nproc-per-node N`` (``config.parallel``) launches torchrun
 itself: ``autotune train --preset best.yaml`` runs what ``python -m torch.distributed.run
 --standalone --nproc-per-node N -m autotune train --preset best.yaml`` would (the same
-arguments), torchrun's launcher in this process, each rank applying the preset's DDP/FSDP
-settings. Under a torchrun of your own (``WORLD_SIZE`` set) nothing is relaunched;
-``--set config.parallel=null`` trains such a preset on one process.
+arguments) through autotune's launcher (``autotune/engine/launcher.py``), each rank
+applying the preset's DDP/FSDP settings. Under a torchrun of your own (``WORLD_SIZE``
+set) nothing is relaunched; ``--set config.parallel=null`` trains such a preset on one
+process.
 
 Exit codes: 0 finished; 1 the run failed (out of memory, a non-finite loss); 2 bad input
 (flags, preset, data, a checkpoint that does not fit); 130 / 143 stopped by SIGINT /
@@ -151,21 +152,23 @@ _JsonLogs = Annotated[
 ]
 
 
-def _run_under_torchrun(nproc: int, out_dir: Path) -> int:
-    """Run this same command on ``nproc`` processes under torchrun, its launcher in this
-    process (``run_ranks``: a stop signal reaches the ranks, the exit code is theirs);
-    torchrun's own folder goes in the run's, ``out_dir/torchrun`` (the run folder made
-    first: torchrun would fail on one it cannot make with a traceback)."""
+def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
+    """Replace this process by autotune's torchrun launcher (``autotune/engine/launcher.py``)
+    running this same command on ``nproc`` processes; torchrun's own folder goes in the
+    run's, ``out_dir/torchrun`` (the run folder made first: torchrun would fail on one it
+    cannot make with a traceback)."""
     import shlex
 
-    from autotune.engine.distributed import run_ranks, torchrun_command
+    from autotune.engine.launcher import launcher_command
     from autotune.train.run_folder import create_run_folder
 
     create_run_folder(out_dir, "--out")
     args = ["autotune", *sys.argv[1:]]
-    command = torchrun_command(nproc, args, log_dir=out_dir / "torchrun")
+    command = launcher_command(nproc, args, log_dir=out_dir / "torchrun")
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)
-    return run_ranks(nproc, args, log_dir=out_dir / "torchrun")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 def _relaunch_with_omp_policy() -> None:
@@ -231,10 +234,7 @@ def train(
             _relaunch_with_omp_policy()
     out_dir = out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name)
     if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
-        code = _run_under_torchrun(run.config.parallel.nproc_per_node, out_dir)
-        if code:
-            raise typer.Exit(code)
-        return
+        _relaunch_under_torchrun(run.config.parallel.nproc_per_node, out_dir)
     with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code
         result = run_training(
             run.spec,

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
@@ -28,6 +29,7 @@ __all__ = [
     "ignore_stop_signals",
     "prctl",
     "stop_signals_raise",
+    "stop_when_orphaned",
     "stops_held",
     "time_bound",
 ]
@@ -211,6 +213,25 @@ def stops_held(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
 
     return run
+
+
+def stop_when_orphaned(signum: int = signal.SIGTERM, *, interval_s: float = 1.0) -> None:
+    """Send this process ``signum`` once, when its parent has died (its parent's process
+    id changed): a torchrun rank whose launcher was killed (``kill -9``, a second Ctrl-C
+    during torchrun's wait for its ranks) stops as if the launcher had passed a stop
+    on. torchrun starts its ranks in sessions of their own, so no signal meant for the
+    launcher reaches them, and they trained on alone. A thread that looks every
+    ``interval_s``, not ``PR_SET_PDEATHSIG``: that one fires once for each thread of a
+    dying parent (the kernel hands the child from thread to thread as they exit), and a
+    rank's second stop signal ends it at once, before its checkpoint."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=watch, name="autotune-orphan", daemon=True).start()
 
 
 # -- Linux's prctl ----------------------------------------------------------------------------

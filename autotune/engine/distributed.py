@@ -2,10 +2,10 @@
 per-rank config and the few collectives the trainer and the burst use.
 
 ``torchrun_command`` is how autotune starts several processes itself (a burst of a
-multi-process config), and ``run_ranks`` the same with torchrun's launcher in this process
-(``autotune train`` of a preset with ``parallel``: its stop signals and exit codes the
-command's own). ``rank_zero_first`` is a step of rank 0's that the others wait for. How a
-model is wrapped or sharded across them (DDP, FSDP2) is ``autotune/engine/wrapping.py``.
+multi-process config; ``autotune train`` of a preset with ``parallel`` runs the same
+through launcher.py). ``rank_zero_first`` is a step of rank 0's that the others wait
+for. How a model is wrapped or sharded across them (DDP, FSDP2) is
+``autotune/engine/wrapping.py``.
 
 ``torchrun --nproc-per-node N -m autotune train --preset P`` (add ``--nnodes`` and a
 rendezvous for several machines) sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and
@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -39,7 +38,7 @@ import torch.distributed as dist
 from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
-from autotune.core.errors import AutotuneError, ConfigError, PeerFailed, UsageError
+from autotune.core.errors import AutotuneError, ConfigError, PeerFailed, UsageError, error_chain
 from autotune.core.signals import StopSignal
 from autotune.core.validator import COUNT, show
 
@@ -53,7 +52,7 @@ __all__ = [
     "joined_a_group",
     "per_rank_config",
     "rank_zero_first",
-    "run_ranks",
+    "torchrun_args",
     "torchrun_command",
 ]
 
@@ -223,7 +222,8 @@ def rank_zero_first(info: DistInfo, what: str, func: Callable[[], T]) -> T | Non
     try:
         result = func()
     except Exception as exc:
-        broadcast_object(info, exc.exit_code if isinstance(exc, AutotuneError) else 1)
+        ours = [e for e in error_chain(exc, as_shown=True) if isinstance(e, AutotuneError)]
+        broadcast_object(info, ours[0].exit_code if ours else 1)  # as the CLI ends rank 0
         raise
     broadcast_object(info, None)
     return result
@@ -245,51 +245,11 @@ def torchrun_command(
     machine, a free port picked by torchrun's own rendezvous. ``log_dir``: where torchrun
     keeps its per-run folder (without it, a ``torchelastic_*`` folder in the temporary
     folder that nothing removes)."""
-    args = _torchrun_args(nproc_per_node, module_args, log_dir)
+    args = torchrun_args(nproc_per_node, module_args, log_dir)
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def _ended(rank: int, exitcode: int) -> str:
-    """How a rank ended, from its exit code (a negative one: the signal that ended it)."""
-    if exitcode < 0:
-        with contextlib.suppress(ValueError):
-            return f"rank {rank} was ended by {signal.Signals(-exitcode).name}"
-        return f"rank {rank} was ended by signal {-exitcode}"
-    return f"rank {rank} exited with {exitcode}"
-
-
-def _torchrun_args(nproc_per_node: int, module_args: list[str], log_dir: Path | None) -> list[str]:
+def torchrun_args(nproc_per_node: int, module_args: list[str], log_dir: Path | None) -> list[str]:
+    """torchrun's arguments after ``torch.distributed.run`` in ``torchrun_command``."""
     logs = ["--log-dir", str(log_dir)] if log_dir is not None else []
     return ["--standalone", "--nproc-per-node", str(nproc_per_node), *logs, "-m", *module_args]
-
-
-def run_ranks(nproc_per_node: int, module_args: list[str], *, log_dir: Path) -> int:
-    """Run ``torchrun_command``'s job in this process, torchrun's launcher in ours: return
-    0 when every rank succeeded, else the exit code of the rank that failed first (128 +
-    the signal's number for one a signal ended), after one line saying how each failed
-    rank ended.
-
-    A stop signal sent to this process (SIGTERM from a scheduler, Ctrl-C) goes to the ranks,
-    which stop after their step with a checkpoint; then ``StopSignal`` (SIGTERM, SIGHUP)
-    or ``KeyboardInterrupt`` (SIGINT) is raised here, for the CLI to say so and exit
-    with 128 + its number. Run as its own program, torchrun ended both ways in a
-    traceback of its own (``SignalException``, ``ChildFailedError`` and its table) and
-    exit 1, after the ranks had said what happened.
-    """
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
-    args = torchrun.parse_args(_torchrun_args(nproc_per_node, module_args, log_dir))
-    try:
-        torchrun.run(args)
-    except SignalException as exc:
-        if exc.sigval == signal.SIGINT:
-            raise KeyboardInterrupt from None
-        raise StopSignal(exc.sigval) from None
-    except ChildFailedError as exc:
-        failed = [_ended(rank, failure.exitcode) for rank, failure in sorted(exc.failures.items())]
-        print(f"the run failed on {nproc_per_node} processes: {'; '.join(failed)}", file=sys.stderr)
-        code = exc.get_first_failure()[1].exitcode  # the first to fail: the others followed it
-        return 128 - code if code < 0 else code
-    return 0

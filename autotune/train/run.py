@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.core.signals import stop_when_orphaned
 from autotune.data.tasks import load_data
 from autotune.data.train_data import TrainData
 from autotune.engine.distributed import init_distributed, rank_zero_first
@@ -57,6 +58,8 @@ def train(
     """
     training = training or TrainingDefaults()
     info, device = init_distributed(device)  # left joined: see the module's docstring
+    if info.enabled:  # a launcher killed (kill -9, a second Ctrl-C): a stop for this rank
+        stop_when_orphaned()
     if isinstance(data, TrainData):
         prepared = data
     else:

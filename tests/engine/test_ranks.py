@@ -1,11 +1,12 @@
-"""How a run of several processes ends: torchrun's launcher in autotune's process
-(``run_ranks``) and rank 0's steps the other ranks wait for (``rank_zero_first``).
+"""How a run of several processes ends: autotune's torchrun launcher (launcher.py) and
+rank 0's steps the other ranks wait for (``rank_zero_first``).
 
 Fast: torchrun's ``run`` and the collective are replaced here; the real two-process runs
 are in tests/test_parallel.py (slow tier)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,22 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 import autotune.engine.distributed as distributed
 from autotune.core.errors import PeerFailed, UsageError
 from autotune.core.signals import StopSignal
-from autotune.engine.distributed import DistInfo, rank_zero_first, run_ranks
+from autotune.engine.distributed import DistInfo, rank_zero_first
+from autotune.engine.launcher import launcher_command, main, run_ranks
+
+TORCHRUN_ENV = ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",)
 
 
 def _torchrun_ends(monkeypatch: pytest.MonkeyPatch, error: BaseException | None) -> list[Any]:
-    """torchrun's ``run`` replaced by one that records its arguments and raises ``error``."""
+    """torchrun's ``run`` replaced by one that records its arguments and environment,
+    takes SIGTERM over as torchrun does, and raises ``error``."""
     calls: list[Any] = []
+    for name in TORCHRUN_ENV:  # run_ranks sets them in os.environ: put back after the test
+        monkeypatch.delenv(name, raising=False)
 
     def run(args: Any) -> None:
-        calls.append(args)
+        calls.append((args, {name: os.environ.get(name) for name in TORCHRUN_ENV}))
+        signal.signal(signal.SIGTERM, lambda *_: None)
         if error is not None:
             raise error
 
@@ -44,10 +52,35 @@ def test_the_ranks_run_with_the_commands_arguments(
     calls = _torchrun_ends(monkeypatch, None)
     module_args = ["autotune", "train", "--preset", "p.yaml"]
     assert run_ranks(2, module_args, log_dir=tmp_path / "torchrun") == 0
-    (args,) = calls
+    ((args, env),) = calls
     assert args.standalone and args.nproc_per_node == "2" and args.module
     assert args.log_dir == str(tmp_path / "torchrun")
     assert [args.training_script, *args.training_script_args] == module_args
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "300"  # torchrun's 30 s: a checkpoint's
+
+
+def test_torchrun_leaves_an_ignored_signal_ignored_and_its_handlers_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``nohup`` a hangup must not stop the run: torchrun took SIGHUP over even
+    where it was ignored (and its ranks then died of it). What it installs is gone
+    once it returns: a signal after that raised its ``SignalException``, a traceback."""
+    calls = _torchrun_ends(monkeypatch, None)
+    handlers = {  # as under nohup (whatever this test process was started with)
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGHUP: signal.SIG_IGN,
+        signal.SIGQUIT: signal.SIG_DFL,
+    }
+    outside = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        run_ranks(2, ["autotune", "train"], log_dir=tmp_path)
+        assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+    finally:
+        for sig, handler in outside.items():
+            signal.signal(sig, handler)
+    ((args, _),) = calls
+    assert args.signals_to_handle == "SIGTERM,SIGINT,SIGQUIT"
 
 
 @pytest.mark.parametrize(
@@ -141,3 +174,35 @@ def test_a_failure_of_rank_zeros_step_ends_the_others_with_its_code(
     with pytest.raises(PeerFailed, match=r"^rank 0 failed to load the data; its error") as info:
         rank_zero_first(RANK1, "to load the data", fails)
     assert info.value.exit_code == code
+
+
+def test_the_launcher_says_what_stopped_it_and_exits_with_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``autotune train`` replaces itself by this program: its ends are the CLI's."""
+    import autotune.engine.launcher as launcher
+
+    command = launcher_command(2, ["autotune", "train", "--preset", "p.yaml"], log_dir=tmp_path)
+    argv = command[command.index("autotune.engine.launcher") + 1 :]
+    seen: list[Any] = []
+
+    def ends(outcome: BaseException | int) -> None:
+        def run_ranks(nproc: int, module_args: list[str], *, log_dir: Path) -> int:
+            seen.append((nproc, module_args, log_dir))
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+        monkeypatch.setattr(launcher, "run_ranks", run_ranks)
+
+    ends(3)
+    assert main(argv) == 3
+    assert seen == [(2, ["autotune", "train", "--preset", "p.yaml"], tmp_path)]
+    ends(StopSignal(signal.SIGTERM))
+    assert main(argv) == 143
+    assert capsys.readouterr().err == "stopped by SIGTERM\n"
+    ends(KeyboardInterrupt())
+    assert main(argv) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert main(["--nproc-per-node", "2", "autotune", "train"]) == 2  # no "--"
+    assert "usage: python -m autotune.engine.launcher" in capsys.readouterr().out
