@@ -17,7 +17,7 @@ from child_signals import interactive
 from fake_lm import FAKE_LM
 
 from autotune.config.train_config import TrainConfig
-from autotune.core.signals import ignore_stop_signals, stop_when_orphaned
+from autotune.core.signals import end_orphan_watch, ignore_stop_signals, stop_when_orphaned
 from autotune.data import loader_kwargs
 from autotune.data.loader import worker_init
 
@@ -208,3 +208,41 @@ def test_a_process_whose_parent_died_is_sent_its_stop_once(
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert received == [signal.SIGUSR1]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_a_process_orphaned_before_it_looked_is_sent_its_stop_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank whose launcher was killed while the rank still imported: the launcher's
+    process id (``AUTOTUNE_LAUNCHER_PID``) is no longer its parent's when it starts
+    looking, where its parent of the moment (init) would never change."""
+    monkeypatch.setattr(os, "getppid", lambda: 1)
+    received: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _: received.append(signum))
+    try:
+        stop_when_orphaned(signal.SIGUSR1, parent=100, interval_s=0.01)
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert received == [signal.SIGUSR1]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_a_watch_ended_sends_nothing_when_the_parent_dies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a rank's training loop (``end_orphan_watch``) it finishes by itself: a stop
+    then, with the loop's handler gone, ended it before its summary."""
+    parent = [100]
+    monkeypatch.setattr(os, "getppid", lambda: parent[0])
+    received: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _: received.append(signum))
+    try:
+        stop_when_orphaned(signal.SIGUSR1, interval_s=0.01)
+        end_orphan_watch()
+        parent[0] = 1
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert received == []

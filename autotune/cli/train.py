@@ -155,14 +155,15 @@ _JsonLogs = Annotated[
 def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     """Replace this process by autotune's torchrun launcher (``autotune/engine/launcher.py``)
     running this same command on ``nproc`` processes; torchrun's own folder goes in the
-    run's, ``out_dir/torchrun`` (the run folder made first: torchrun would fail on one it
-    cannot make with a traceback)."""
+    run's, ``out_dir/torchrun`` (both made first: torchrun failed on a folder it could not
+    make with a traceback)."""
     import shlex
 
     from autotune.engine.launcher import launcher_command
     from autotune.train.run_folder import create_run_folder
 
     create_run_folder(out_dir, "--out")
+    create_run_folder(out_dir / "torchrun", "--out")  # where torchrun keeps its folder
     args = ["autotune", *sys.argv[1:]]
     command = launcher_command(nproc, args, log_dir=out_dir / "torchrun")
     typer.echo(f"the preset runs on {nproc} processes: {shlex.join(command)}", err=True)

@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
@@ -26,6 +25,7 @@ __all__ = [
     "STOP_SIGNALS",
     "HeldStops",
     "StopSignal",
+    "end_orphan_watch",
     "ignore_stop_signals",
     "prctl",
     "stop_signals_raise",
@@ -215,23 +215,42 @@ def stops_held(func: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def stop_when_orphaned(signum: int = signal.SIGTERM, *, interval_s: float = 1.0) -> None:
+def stop_when_orphaned(
+    signum: int = signal.SIGTERM, *, parent: int | None = None, interval_s: float = 1.0
+) -> None:
     """Send this process ``signum`` once, when its parent has died (its parent's process
-    id changed): a torchrun rank whose launcher was killed (``kill -9``, a second Ctrl-C
+    id is no longer ``parent``, by default the one it has now; at once where it already
+    is not): a torchrun rank whose launcher was killed (``kill -9``, a second Ctrl-C
     during torchrun's wait for its ranks) stops as if the launcher had passed a stop
     on. torchrun starts its ranks in sessions of their own, so no signal meant for the
     launcher reaches them, and they trained on alone. A thread that looks every
     ``interval_s``, not ``PR_SET_PDEATHSIG``: that one fires once for each thread of a
     dying parent (the kernel hands the child from thread to thread as they exit), and a
     rank's second stop signal ends it at once, before its checkpoint."""
-    parent = os.getppid()
+    global _orphan_watch
+    expected = os.getppid() if parent is None else parent
+    end_orphan_watch()  # one watch at a time: a run's own
+    over = _orphan_watch = threading.Event()
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval_s)
-        os.kill(os.getpid(), signum)
+        while os.getppid() == expected and not over.wait(interval_s):
+            pass
+        if not over.is_set():
+            os.kill(os.getpid(), signum)
 
     threading.Thread(target=watch, name="autotune-orphan", daemon=True).start()
+
+
+_orphan_watch: threading.Event | None = None
+
+
+def end_orphan_watch() -> None:
+    """What ``stop_when_orphaned`` watched over is done (a rank's training loop): a
+    parent's death sends nothing from now on. The rank finishes by itself (its last
+    checkpoint, its summary), where that signal, come after the loop's handler, ended it
+    on the spot (a rank orphaned a moment after the other, whose stop ended the loop)."""
+    if _orphan_watch is not None:
+        _orphan_watch.set()
 
 
 # -- Linux's prctl ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import contextlib
 import datetime
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+PEER_GRACE_S = 2.0  # how long the other ranks leave rank 0 to say why it failed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +211,8 @@ def broadcast_object(info: DistInfo, obj: Any) -> Any:
 def rank_zero_first(info: DistInfo, what: str, func: Callable[[], T]) -> T | None:
     """``func()`` on rank 0 while the other ranks wait for its outcome, where a barrier
     stood: its result on rank 0, None on the others. Where it raised, rank 0 raises it
-    and the others ``PeerFailed`` ("rank 0 failed {what}"), with the same exit code.
+    and the others ``PeerFailed`` ("rank 0 failed {what}"), with the same exit code,
+    ``PEER_GRACE_S`` later.
     Behind a barrier they had waited for a rank that never came: gloo ended them with a
     "Connection closed by peer" traceback under rank 0's one-paragraph error."""
     if not info.enabled:
@@ -217,6 +220,9 @@ def rank_zero_first(info: DistInfo, what: str, func: Callable[[], T]) -> T | Non
     if not info.is_main:
         code = broadcast_object(info, None)
         if code is not None:
+            # rank 0 first says why and ends: torchrun stops the other ranks as soon as
+            # one has ended, and rank 0, stopped before it spoke, left only this message
+            time.sleep(PEER_GRACE_S)
             raise PeerFailed(f"rank 0 failed {what}; its error says why", exit_code=code)
         return None
     try:

@@ -2,7 +2,7 @@
 a preset with ``parallel``, ending as the CLI's commands end.
 
 ``autotune train`` replaces itself by this program (``os.execv``, so that the process
-that waits for the ranks all run long keeps none of the command's imports, model code
+that waits for the ranks all the run long keeps none of the command's imports, model code
 or CUDA context), which runs ``torch.distributed.run``'s ``run`` in its own process
 (``run_ranks``). Run as its own program, torchrun ended a stop or a failed rank in a
 traceback of its own (``SignalException``; ``ChildFailedError`` and its table) and exit 1,
@@ -11,14 +11,15 @@ after the ranks had said what happened. Here:
 - a stop signal goes to the ranks, which stop after their step with a checkpoint, and
   the launcher says "stopped by SIGTERM" (exit 128 + its number; Ctrl-C: "interrupted",
   130). A signal the launcher was started ignoring (``nohup``) stays ignored, by the
-  ranks too; torchrun's own handlers took it back;
+  ranks too, where torchrun took every one of its four over;
 - a failed rank gives one line naming how each failed rank ended, and the exit code of
   the first (128 + the signal's number for one a signal ended).
 
 The ranks wait up to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (300 here, where torchrun
 gives them 30; torch 2.11 keeps its 30) to finish their step and checkpoint before
 torchrun kills them. A second stop signal ends the launcher at once; each rank then gets
-SIGTERM within a second of its launcher's end (``stop_when_orphaned``), its second stop,
+SIGTERM within a second of its launcher's end (``stop_when_orphaned``, which follows
+``AUTOTUNE_LAUNCHER_PID``: a rank orphaned while it starts stops too), its second stop,
 and ends at once too.
 """
 
@@ -31,11 +32,11 @@ import sys
 from pathlib import Path
 
 from autotune.core.signals import StopSignal, stop_signals_raise
-from autotune.engine.distributed import torchrun_args
 
 __all__ = ["launcher_command", "main", "run_ranks"]
 
 MODULE = "autotune.engine.launcher"
+PID_VAR = "AUTOTUNE_LAUNCHER_PID"  # the launcher's process id, for its ranks to follow
 SHUTDOWN_TIMEOUT_S = 300
 _TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what torchrun takes over
 
@@ -58,10 +59,13 @@ def run_ranks(nproc_per_node: int, module_args: list[str], *, log_dir: Path) -> 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from autotune.engine.distributed import torchrun_args
+
     sigs = [getattr(signal, name) for name in _TORCHRUN_SIGNALS if hasattr(signal, name)]
     previous = {sig: signal.getsignal(sig) for sig in sigs}
     taken = [sig.name for sig, handler in previous.items() if handler is not signal.SIG_IGN]
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_TIMEOUT_S))
+    os.environ[PID_VAR] = str(os.getpid())  # a rank orphaned while it starts stops too
     ours = ["--signals-to-handle", ",".join(taken)] if taken else []
     args = torchrun.parse_args([*ours, *torchrun_args(nproc_per_node, module_args, log_dir)])
     try:
@@ -98,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         split = args.index("--")
         options = dict(zip(args[:split:2], args[1:split:2], strict=True))
         nproc, log_dir = int(options["--nproc-per-node"]), Path(options["--log-dir"])
+        if nproc < 1 or split == len(args) - 1:
+            raise ValueError(nproc)
     except (ValueError, KeyError):
-        print(f"usage: python -m {MODULE} --nproc-per-node N --log-dir DIR -- MODULE ARGS...")
+        usage = f"usage: python -m {MODULE} --nproc-per-node N --log-dir DIR -- MODULE ARGS..."
+        print(usage, file=sys.stderr)
         return 2
     try:
         with stop_signals_raise():  # one that comes before torchrun takes them over
@@ -110,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # torchrun's folder, most often (``train`` makes it first)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

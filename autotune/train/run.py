@@ -11,16 +11,19 @@ a bare model.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.config.train_config import TrainConfig, TrainingDefaults
+from autotune.core import launch_env
 from autotune.core.signals import stop_when_orphaned
 from autotune.data.tasks import load_data
 from autotune.data.train_data import TrainData
 from autotune.engine.distributed import init_distributed, rank_zero_first
+from autotune.engine.launcher import PID_VAR
 from autotune.train.run_result import TrainResult
 from autotune.train.trainer import OnOOM, Trainer
 
@@ -57,9 +60,10 @@ def train(
     to the name errors give it (the CLI's flags: ``{"out_dir": "--out"}``).
     """
     training = training or TrainingDefaults()
+    if launch_env.world_size() > 1:  # a launcher killed (kill -9, a second Ctrl-C): a stop
+        # before joining, which waits for a launcher that may be gone
+        stop_when_orphaned(parent=launch_env.env_int(PID_VAR, os.getppid()))
     info, device = init_distributed(device)  # left joined: see the module's docstring
-    if info.enabled:  # a launcher killed (kill -9, a second Ctrl-C): a stop for this rank
-        stop_when_orphaned()
     if isinstance(data, TrainData):
         prepared = data
     else:

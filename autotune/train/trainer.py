@@ -50,6 +50,7 @@ from torch.utils.data import DataLoader
 from autotune.config.train_config import TrainConfig, TrainingDefaults
 from autotune.contract.spec import user_code
 from autotune.core.errors import TrainingOOMError, UsageError
+from autotune.core.signals import end_orphan_watch
 from autotune.data.loader import loader_kwargs
 from autotune.data.train_data import TrainData
 from autotune.engine.build import build_training
@@ -353,6 +354,7 @@ class Trainer:
                     self._log_values(progress, self._read_pending(progress), total)
             finally:
                 self.signals.restore()
+                end_orphan_watch()  # the loop is over: this rank finishes by itself
                 self.stream.close()  # its workers end now, not at the interpreter's exit
                 self.display.advance(self.step)
                 self.display.close()

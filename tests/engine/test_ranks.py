@@ -163,6 +163,7 @@ def test_a_failure_of_rank_zeros_step_ends_the_others_with_its_code(
     closed by peer" traceback under rank 0's one-paragraph error."""
     collective = _Collective()
     monkeypatch.setattr(distributed, "broadcast_object", collective)
+    monkeypatch.setattr(distributed, "PEER_GRACE_S", 0.0)
 
     def fails() -> None:
         raise error
@@ -204,5 +205,13 @@ def test_the_launcher_says_what_stopped_it_and_exits_with_its_code(
     ends(KeyboardInterrupt())
     assert main(argv) == 130
     assert capsys.readouterr().err == "interrupted\n"
-    assert main(["--nproc-per-node", "2", "autotune", "train"]) == 2  # no "--"
-    assert "usage: python -m autotune.engine.launcher" in capsys.readouterr().out
+    ends(NotADirectoryError(20, "Not a directory", "run/torchrun"))
+    assert main(argv) == 1
+    assert capsys.readouterr().err == "error: Not a directory: run/torchrun\n"
+    for bad in (
+        ["--nproc-per-node", "2", "autotune", "train"],  # no "--"
+        ["--nproc-per-node", "0", "--log-dir", "x", "--", "autotune", "train"],
+        ["--nproc-per-node", "2", "--log-dir", "x", "--"],  # nothing to run
+    ):
+        assert main(bad) == 2, bad
+        assert "usage: python -m autotune.engine.launcher" in capsys.readouterr().err
