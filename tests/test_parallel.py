@@ -290,6 +290,26 @@ def _train_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _start_training(tmp_path: Path, stderr: Any) -> tuple[subprocess.Popen[str], Path, Path]:
+    """A two-process ``autotune train`` of many steps, its stdout in a file; returned once
+    its ranks train (the process, the log, the run folder)."""
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, max_steps=100_000)
+    out, log = tmp_path / "run", tmp_path / "stdout.txt"
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(out),
+    ]  # fmt: skip
+    with log.open("w") as stdout:
+        proc = subprocess.Popen(
+            cmd, env=_train_env(tmp_path), stdout=stdout, stderr=stderr or stdout, text=True
+        )
+    deadline = time.monotonic() + 240
+    while "step 3/" not in log.read_text() and proc.poll() is None:
+        assert time.monotonic() < deadline, "the ranks never trained"
+        time.sleep(0.2)
+    return proc, log, out
+
+
 @gloo
 @pytest.mark.slow
 def test_sigterm_stops_a_run_of_two_processes_with_a_checkpoint_and_exit_143(
@@ -298,23 +318,9 @@ def test_sigterm_stops_a_run_of_two_processes_with_a_checkpoint_and_exit_143(
     """A scheduler's SIGTERM to ``autotune train``: the ranks stop after their step with a
     checkpoint and the command says so (exit 143), where torchrun, run as its own program,
     ended in its ``SignalException`` traceback and exit 1."""
-    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, max_steps=100_000)
-    out = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
-        "--out", str(out),
-    ]  # fmt: skip
-    log = tmp_path / "stdout.txt"
-    with log.open("w") as stdout:
-        proc = subprocess.Popen(
-            cmd, env=_train_env(tmp_path), stdout=stdout, stderr=subprocess.PIPE, text=True
-        )
-        deadline = time.monotonic() + 240
-        while "step 3/" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, "the ranks never trained"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+    proc, log, out = _start_training(tmp_path, subprocess.PIPE)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert err.rstrip().endswith("stopped by SIGTERM"), err[-3000:]
     assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
@@ -330,21 +336,9 @@ def test_ranks_whose_launcher_was_killed_stop_with_a_checkpoint(tmp_path: Path) 
     """SIGKILL to the launcher (an out-of-memory killer, a second Ctrl-C in torchrun's
     wait): torchrun starts its ranks in sessions of their own, so nothing else reached
     them and they trained on, orphans. Each now gets SIGTERM as its parent dies."""
-    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, log_interval=1, max_steps=100_000)
-    out = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
-        "--out", str(out),
-    ]  # fmt: skip
-    log = tmp_path / "stdout.txt"
-    with log.open("w") as stdout:
-        proc = subprocess.Popen(cmd, env=_train_env(tmp_path), stdout=stdout, stderr=stdout)
-        deadline = time.monotonic() + 240
-        while "step 3/" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, "the ranks never trained"
-            time.sleep(0.2)
-        proc.kill()
-        proc.wait()
+    proc, log, out = _start_training(tmp_path, None)
+    proc.kill()
+    proc.wait()
     deadline = time.monotonic() + 120
     while subprocess.run(["pgrep", "-f", str(out)], capture_output=True).returncode == 0:
         assert time.monotonic() < deadline, "the ranks outlived their launcher"
