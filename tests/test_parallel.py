@@ -284,6 +284,26 @@ def test_train_launches_torchrun_for_a_preset_of_two_processes(
     assert len(list((tmp_path / "run" / "torchrun").iterdir())) == 2  # one per launch
 
 
+@gloo
+@pytest.mark.slow
+def test_a_ddp_checkpoint_resumes_under_an_fsdp_preset(tmp_path: Path) -> None:
+    """A run trained with DDP goes on sharded: FSDP's loader refused the optimizer state of
+    a DDP (or one-process) checkpoint, numbered where FSDP's is named, and the resume
+    failed with exit 2, blaming the model's arguments."""
+    env = _train_env(tmp_path)
+    out = tmp_path / "run"
+    for knobs, more in ((DDP_KNOBS, []), (FSDP_KNOBS, ["--resume", "auto", "--max-steps", "3"])):
+        preset = write_preset(tmp_path / "p.yaml", knobs, log_interval=1, checkpoint_interval=2)
+        cmd = [
+            sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+            "--out", str(out), *more,
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "resumed from" in proc.stdout and "step 3/3" in proc.stdout
+    assert "fsdp" in proc.stdout
+
+
 def _train_env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     env.pop("WORLD_SIZE", None)

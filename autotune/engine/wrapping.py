@@ -5,8 +5,8 @@ model, and the whole (unsharded) state of a sharded one.
 (``autotune/config/parallel.py`` holds the record and its checks): the burst child and the
 trainer (``autotune train`` under torchrun) both call it, so what was measured is what
 trains. ``is_sharded`` says when evaluation and checkpoints are collectives (FSDP), and
-``full_state``/``load_full_state`` gather and scatter a sharded model's state for a
-checkpoint.
+``full_state`` and the ``load_full_*`` functions gather and scatter a sharded model's
+state for a checkpoint (one written by a one-process or DDP run included).
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ if TYPE_CHECKING:
 
     from autotune.config.train_config import TrainConfig
 
-__all__ = ["full_state", "is_sharded", "load_full_state", "wrap_model"]
+__all__ = [
+    "full_state",
+    "is_sharded",
+    "keyed_by_name",
+    "load_full_model_state",
+    "load_full_optimizer_state",
+    "wrap_model",
+]
 
 
 def wrap_model(
@@ -85,19 +92,57 @@ def full_state(
     return dict(model_state), dict(optim_state)
 
 
-def load_full_state(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    model_state: Mapping[str, Any],
-    optim_state: Mapping[str, Any],
-) -> None:
-    """``full_state``'s output back into a sharded model and its optimizer (every rank)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+def load_full_model_state(model: nn.Module, model_state: Mapping[str, Any]) -> None:
+    """``full_state``'s model state (or a one-process model's ``state_dict()``: the same
+    names and whole tensors) into a sharded model: every rank takes its shards of it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_state_dict(
+    set_model_state_dict(model, dict(model_state), options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optimizer_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, optim_state: Mapping[str, Any]
+) -> None:
+    """``full_state``'s optimizer state into the optimizer of a sharded model (every rank).
+    The state of a one-process or DDP run (``optimizer.state_dict()``: keyed by the
+    parameters' places in the optimizer) is keyed by their names first, as torch wants it
+    here: such a checkpoint resumes under FSDP."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_optimizer_state_dict,
+    )
+
+    set_optimizer_state_dict(
         model,
         optimizer,
-        model_state_dict=dict(model_state),
-        optim_state_dict=dict(optim_state),
+        optim_state_dict=keyed_by_name(model, optimizer, optim_state),
         options=StateDictOptions(full_state_dict=True),
     )
+
+
+def keyed_by_name(
+    model: nn.Module, optimizer: torch.optim.Optimizer, optim_state: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``optim_state`` with its parameters named: an ``optimizer.state_dict()`` numbers
+    them in the order of its groups, which this run's ``optimizer`` (built the same way)
+    holds them in. A state already keyed by name is returned as it is; a ``ValueError``
+    where the counts differ (another model, or another optimizer)."""
+    groups = list(optim_state.get("param_groups") or [])
+    saved = [p for group in groups for p in group.get("params", [])]
+    if not saved or not all(isinstance(p, int) for p in saved):
+        return dict(optim_state)
+    names = {id(p): name for name, p in model.named_parameters()}
+    ours = [names.get(id(p)) for group in optimizer.param_groups for p in group["params"]]
+    if len(saved) != len(ours) or None in ours:
+        raise ValueError(
+            f"it holds the state of {len(saved)} parameters, this run's optimizer "
+            f"{len(ours)} of the model's"
+        )
+    name_of = dict(zip(saved, ours, strict=True))
+    state = optim_state.get("state") or {}
+    return {
+        "state": {name_of[index]: value for index, value in state.items()},
+        "param_groups": [
+            {**group, "params": [name_of[p] for p in group["params"]]} for group in groups
+        ],
+    }

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune.engine.wrapping import load_full_state
+from autotune.engine.wrapping import load_full_model_state, load_full_optimizer_state
 from autotune.train.checkpoint import CHECKPOINT_FORMAT, CheckpointError, restore_rng_state
 from autotune.train.schedule import set_peak_lr
 
@@ -130,29 +130,33 @@ def checkpoint_state(
 def _load_weights(
     parts: TrainedParts, state: dict[str, Any], *, sharded: bool, model_name: str
 ) -> None:
-    """The model's (and under FSDP the optimizer's) state, or a CheckpointError saying
-    which model the checkpoint was written for."""
+    """The model's and the optimizer's state, or a CheckpointError saying which model the
+    checkpoint was written for, or that its optimizer is another. Under FSDP every rank
+    loads the whole state into its shards, a checkpoint of one process or of DDP too."""
+    model = parts.raw_model
     try:
-        if sharded:  # every rank loads the whole state into its shards
-            load_full_state(parts.raw_model, parts.optimizer, state["model"], state["optimizer"])
+        if sharded:
+            load_full_model_state(model, state["model"])
         else:
-            parts.raw_model.load_state_dict(state["model"])
+            model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
         raise CheckpointError(
             f"the checkpoint does not fit model {model_name!r} with these args "
             f"(it was written for {state.get('model_name')!r} "
             f"{state.get('model_args')}): {_mismatch(exc)}"
         ) from None
-    if not sharded:
-        try:
+    try:
+        if sharded:
+            load_full_optimizer_state(model, parts.optimizer, state["optimizer"])
+        else:
             parts.optimizer.load_state_dict(state["optimizer"])
-            _check_optimizer_shapes(parts.optimizer)
-        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(
-                "the checkpoint's optimizer state does not fit this run's optimizer (another "
-                f"optimizer or other parameters): {_mismatch(exc)}; resume with the settings "
-                "it was written with, or start afresh in a new --out"
-            ) from None
+        _check_optimizer_shapes(parts.optimizer)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            "the checkpoint's optimizer state does not fit this run's optimizer (another "
+            f"optimizer or other parameters): {_mismatch(exc)}; resume with the settings "
+            "it was written with, or start afresh in a new --out"
+        ) from None
 
 
 def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
