@@ -627,6 +627,36 @@ def test_a_search_killed_as_it_starts_a_trial_leaves_no_folder(
     assert seen == [[]]
 
 
+def test_a_trial_the_search_kills_leaves_no_folder_if_the_search_dies_next(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial pruned (here as for outside load) is SIGKILLed and cannot remove the folder
+    it made; the search's own sweep after the burst is gone with a search killed in that
+    moment (the kill suite on CI: 1 kill in 50), so a sweeper started before the kill
+    removes it. The search's sweeps are turned off here, as if it had died."""
+    from autotune.burst import supervisor
+
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    monkeypatch.setattr(supervisor, "remove_orphaned_workdirs", lambda: None)
+    seen: list[str] = []
+
+    def once_it_made_its_folder() -> str | None:
+        seen[:] = [p.name for p in short_tmp.glob("autotune-burst-*")]
+        return "outside load arrived" if seen else None
+
+    config = TrainConfig(micro_batch=1, seq_len=8)
+    result = run_burst(
+        fake_models.fake_spec, config, steps=100_000, warmup=0, timeout_s=120,
+        should_stop=once_it_made_its_folder,
+    )  # fmt: skip
+    assert result.status == "pruned" and seen
+    deadline = time.monotonic() + 10
+    while list(short_tmp.glob("autotune-burst-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(short_tmp.glob("autotune-burst-*")) == []
+
+
 @pytest.fixture(scope="module")
 def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A short temporary folder for the trials of the tests below, and their Inductor

@@ -79,3 +79,24 @@ def test_the_sweeper_runs_by_path_with_the_standard_library_alone(tmp_path: Path
     gone.wait()
     start_sweeper(gone.pid, folder)
     assert _gone(folder)
+
+
+def test_the_folders_beginning_with_the_name_go_and_no_other(tmp_path: Path) -> None:
+    """The search sweeps a trial's folders by the start of their name (its pid and start
+    time: it does not know the rest), never another trial's."""
+    ours = [tmp_path / "autotune-burst-5-6b0d-x1", tmp_path / "autotune-burst-5-6b0d-x2"]
+    others = [tmp_path / "autotune-burst-5-6b0e-x1", tmp_path / "autotune-burst-50-6b0d-x1"]
+    for folder in ours + others:
+        (folder / "pymp-1").mkdir(parents=True)
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()
+    assert main([str(gone.pid), str(tmp_path / "autotune-burst-5-6b0d-")]) == 0
+    assert [f.exists() for f in ours + others] == [False, False, True, True]
+
+
+def test_a_bare_prefix_is_refused(tmp_path: Path) -> None:
+    """A name that is the prefix alone would match every trial's folder."""
+    folder = tmp_path / "autotune-burst-1-x-y"
+    folder.mkdir()
+    assert main([str(os.getpid() + 10**6), str(tmp_path / "autotune-burst-")]) == 2
+    assert folder.is_dir()

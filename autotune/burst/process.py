@@ -61,6 +61,7 @@ __all__ = [
     "reap_tree",
     "remove_orphaned_workdirs",
     "spawn_child",
+    "sweep_after_kill",
     "tree_budget",
     "trust_tmpdir",
     "use_as_tmpdir",
@@ -147,10 +148,29 @@ def make_workdir() -> Path:
     the temporary folder, or in /tmp where that one's path is too long for the sockets
     of DataLoader workers (a worker whose socket cannot be bound never delivers a batch,
     and the trial would wait for it until its timeout)."""
-    started = int(psutil.Process().create_time())  # in hex: the name stays short (sockets)
-    prefix = f"{WORKDIR_PREFIX}{os.getpid()}-{started:x}-"
-    root = _workdir_roots()[-1]
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    return Path(tempfile.mkdtemp(prefix=_workdir_name(psutil.Process()), dir=_workdir_roots()[-1]))
+
+
+def _workdir_name(maker: psutil.Process) -> str:
+    """How the names of the folders ``maker`` makes begin: its pid and its start time."""
+    started = int(maker.create_time())  # in hex: the name stays short (sockets)
+    return f"{WORKDIR_PREFIX}{maker.pid}-{started:x}-"
+
+
+def sweep_after_kill(pgid: int, trial: psutil.Process) -> subprocess.Popen[bytes] | None:
+    """Before a one-process ``trial`` (the leader of group ``pgid``) is killed outright:
+    have the folder it made removed once the group has ended (the sweeper's process, or
+    None where none could start). The trial cannot remove it itself, and this process's
+    own sweep after the burst (``remove_orphaned_workdirs``) is gone with this process if
+    it is killed in between (``autotune.burst.sweeper``)."""
+    try:
+        folder = _workdir_roots()[-1] / _workdir_name(trial)
+    except psutil.Error:  # gone already
+        return None
+    try:
+        return sweeper.start_sweeper(pgid, folder)
+    except OSError:  # no process to spare: the sweep after the burst stays
+        return None
 
 
 # The longest temporary folder whose files can still be AF_UNIX sockets (108 bytes with

@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -59,6 +59,7 @@ from autotune.burst.process import (
     reap_tree,
     remove_orphaned_workdirs,
     spawn_child,
+    sweep_after_kill,
     tree_budget,
     wait_exit,
 )
@@ -86,6 +87,7 @@ __all__ = ["run_burst"]
 # its own after sending its result (DataLoader workers shutting down).
 TERM_GRACE_S = 2.0
 EXIT_GRACE_S = 3.0
+SWEEPER_WAIT_S = 5.0  # a sweeper ends within ~50 ms of its group (a fresh interpreter)
 POLL_S = 0.05
 
 
@@ -285,6 +287,7 @@ def _supervise(
     read_fd, write_fd, channel = open_channel(workdir, nproc)
     proc: TrialProcess | None = None
     sampler: ProcessTreeSampler | None = None
+    kills = _Kills(own_folder=nproc == 1)
     try:
         proc = _start(burst, request=request, write_fd=write_fd, log=log, channel=channel)
         if nproc == 1:  # a FIFO's write end stays open here: no end of file before rank 0 opens it
@@ -296,7 +299,7 @@ def _supervise(
             proc.pid,
             interval_s=memory_interval_s,
             budget_bytes=None if on_cuda else tree_budget(budget_bytes, nproc),
-            on_over_budget=lambda _: kill_group(pgid, signal.SIGKILL),
+            on_over_budget=lambda _: kills.kill(pgid, leader),
         ).start()
         deadline, compile_deadline = _deadlines(
             started=burst.started,
@@ -317,7 +320,7 @@ def _supervise(
             if burst.config.compile == "off"
             else _after_compile(should_stop, progress),
         )
-        returncode = _end(proc, leader, sampler, outcome)
+        returncode = _end(proc, leader, sampler, outcome, kills)
         memory = memory_figures(progress, sampler, on_cuda=on_cuda, nproc=nproc)
         if outcome == "budget":
             memory["peak_memory_bytes"] = max(sampler.over_budget_bytes or 0, sampler.peak_bytes)
@@ -335,7 +338,7 @@ def _supervise(
         )
         return burst.result(status, reason, progress, **memory, **extra)
     finally:
-        _clean_up(proc, sampler, read_fd=read_fd, write_fd=write_fd)
+        _clean_up(proc, sampler, kills, read_fd=read_fd, write_fd=write_fd)
 
 
 def _deadlines(
@@ -410,11 +413,39 @@ def _leader(pid: int) -> psutil.Process | None:
         return None
 
 
+@dataclass
+class _Kills:
+    """The trial's group killed outright. A trial that made its own folder (one process)
+    and still runs cannot remove it then: a sweeper that will is started first, and
+    waited for once the group has ended."""
+
+    own_folder: bool
+    sweepers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def kill(self, pgid: int, leader: psutil.Process | None) -> None:
+        if (
+            self.own_folder
+            and leader is not None
+            and not exited(leader)
+            and (sweeper := sweep_after_kill(pgid, leader)) is not None
+        ):
+            self.sweepers.append(sweeper)
+        kill_group(pgid, signal.SIGKILL)
+
+    def wait(self) -> None:
+        """The sweepers, once the group has ended: milliseconds (one that waits for a
+        process stuck in the kernel is left to end by itself)."""
+        for sweeper in self.sweepers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sweeper.wait(timeout=SWEEPER_WAIT_S)
+
+
 def _end(
     proc: TrialProcess,
     leader: psutil.Process | None,
     sampler: ProcessTreeSampler,
     outcome: WatchOutcome,
+    kills: _Kills,
 ) -> int:
     """End the trial's whole tree once the watch is over; the trial's exit code."""
     pgid = proc.pid
@@ -424,7 +455,7 @@ def _end(
         kill_group(pgid, signal.SIGTERM)
         wait_exit(leader, TERM_GRACE_S)
     sampler.stop()  # before the reap below frees the group id for reuse
-    kill_group(pgid, signal.SIGKILL)
+    kills.kill(pgid, leader)
     returncode = proc.wait()
     reap_tree(sampler)
     return returncode
@@ -433,6 +464,7 @@ def _end(
 def _clean_up(
     proc: TrialProcess | None,
     sampler: ProcessTreeSampler | None,
+    kills: _Kills,
     *,
     read_fd: int,
     write_fd: int,
@@ -444,11 +476,12 @@ def _clean_up(
     if sampler is not None:
         sampler.stop()
     if proc is not None and proc.returncode is None:
-        kill_group(proc.pid, signal.SIGKILL)
+        kills.kill(proc.pid, _leader(proc.pid))
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
     if sampler is not None:
         reap_tree(sampler)
+    kills.wait()
 
 
 def _watch(
