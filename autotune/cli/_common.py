@@ -16,8 +16,8 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from autotune.core.errors import AutotuneError, UsageError, error_chain
-from autotune.core.signals import StopSignal
+from autotune.core.errors import AutotuneError, UsageError, known_cause
+from autotune.core.signals import how_stopped
 from autotune.core.text import terminal_safe
 
 __all__ = [
@@ -111,16 +111,12 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 # a message may quote a file's strings: nothing in it acts on the terminal
                 typer.echo(terminal_safe(f"error: {exc}"), err=True)
                 raise typer.Exit(exc.exit_code) from None
-            except StopSignal as stop:  # SIGTERM or SIGHUP, stopping at once
+            except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM or SIGHUP (StopSignal)
                 if state.debug:
                     raise
-                typer.echo(f"stopped by {stop}", err=True)
-                raise typer.Exit(128 + stop.signum) from None
-            except KeyboardInterrupt:
-                if state.debug:
-                    raise
-                typer.echo("interrupted", err=True)
-                raise typer.Exit(130) from None
+                code, said = how_stopped(stop)
+                typer.echo(said, err=True)
+                raise typer.Exit(code) from None
             except (StdoutError, OSError) as exc:
                 if state.debug:
                     raise
@@ -131,7 +127,7 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
             except (typer.Exit, typer.Abort):
                 raise  # how a command ends on purpose (typer.Exit is a RuntimeError)
             except Exception as exc:
-                known = _known_under(exc)
+                known = known_cause(exc)
                 if known is None or state.debug:
                     raise
                 if isinstance(known, AutotuneError):
@@ -142,24 +138,6 @@ def cli_command(func: Callable[P, R]) -> Callable[P, R]:
                 raise typer.Exit(code) from None
 
     return wrapper
-
-
-def _known_under(exc: BaseException) -> AutotuneError | OSError | None:
-    """What another error stands on that autotune can say, or None: Optuna turned a
-    failed write of a trial's result into ``AssertionError: Should not reach.`` and a
-    traceback, whether a journal's disk was full or the storage raised autotune's own
-    error (a damaged SQLite file). Of the chain: autotune's own error first, else a full
-    disk or used-up quota, one that names its file where there is one."""
-    full: list[OSError] = []
-    # the chain Python shows: an error raised while handling another `from None` (a
-    # refusal caught on purpose, then a bug) is not that other's doing
-    for cause in error_chain(exc, as_shown=True):
-        if isinstance(cause, AutotuneError):
-            return cause
-        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-            full.append(cause)
-    named = [e for e in full if e.filename]
-    return next(iter(named or full), None)
 
 
 # -- the process's surroundings -----------------------------------------------------------

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import errno
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ __all__ = [
     "PresetError",
     "UsageError",
     "describe_exception",
+    "error_chain",
+    "known_cause",
 ]
 
 
@@ -99,6 +102,24 @@ def error_chain(exc: BaseException, *, as_shown: bool = False) -> Iterator[BaseE
         yield link
         hidden = as_shown and link.__suppress_context__
         link = link.__cause__ or (None if hidden else link.__context__)
+
+
+def known_cause(exc: BaseException) -> AutotuneError | OSError | None:
+    """What another error stands on that autotune can say, or None: Optuna turned a
+    failed write of a trial's result into ``AssertionError: Should not reach.`` and a
+    traceback, whether a journal's disk was full or the storage raised autotune's own
+    error (a damaged SQLite file). Of the chain: autotune's own error first, else a full
+    disk or used-up quota, one that names its file where there is one."""
+    full: list[OSError] = []
+    # the chain Python shows: an error raised while handling another `from None` (a
+    # refusal caught on purpose, then a bug) is not that other's doing
+    for cause in error_chain(exc, as_shown=True):
+        if isinstance(cause, AutotuneError):
+            return cause
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            full.append(cause)
+    named = [e for e in full if e.filename]
+    return next(iter(named or full), None)
 
 
 def describe_exception(exc: BaseException, *, limit: int = 240) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "HeldStops",
     "StopSignal",
     "end_orphan_watch",
+    "how_stopped",
     "ignore_stop_signals",
     "prctl",
     "stop_signals_raise",
@@ -280,6 +281,15 @@ class StopSignal(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def how_stopped(stop: KeyboardInterrupt) -> tuple[int, str]:
+    """How a command that ``stop`` ended exits, as a shell would report it, and the line
+    it says: 130 and "interrupted" for Ctrl-C, 128 + its number and "stopped by SIGTERM"
+    for a ``StopSignal``."""
+    if isinstance(stop, StopSignal):
+        return 128 + stop.signum, f"stopped by {stop}"
+    return 130, "interrupted"
 
 
 @contextlib.contextmanager

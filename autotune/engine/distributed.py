@@ -39,8 +39,8 @@ import torch.distributed as dist
 from autotune.config.parallel import split_problems
 from autotune.config.train_config import TrainConfig
 from autotune.core import launch_env
-from autotune.core.errors import AutotuneError, ConfigError, PeerFailed, UsageError, error_chain
-from autotune.core.signals import StopSignal
+from autotune.core.errors import AutotuneError, ConfigError, PeerFailed, UsageError, known_cause
+from autotune.core.signals import how_stopped
 from autotune.core.validator import COUNT, show
 
 __all__ = [
@@ -165,10 +165,8 @@ def _exit_status(outcome: BaseException | None) -> int:
         if outcome.code is None or isinstance(outcome.code, int):
             return outcome.code or 0
         return 1
-    if isinstance(outcome, StopSignal):  # SIGTERM, SIGHUP: 128 + its number
-        return 128 + outcome.signum
-    if isinstance(outcome, KeyboardInterrupt):
-        return 130
+    if isinstance(outcome, KeyboardInterrupt):  # Ctrl-C, or SIGTERM or SIGHUP (StopSignal)
+        return how_stopped(outcome)[0]
     return 1
 
 
@@ -228,8 +226,8 @@ def rank_zero_first(info: DistInfo, what: str, func: Callable[[], T]) -> T | Non
     try:
         result = func()
     except Exception as exc:
-        ours = [e for e in error_chain(exc, as_shown=True) if isinstance(e, AutotuneError)]
-        broadcast_object(info, ours[0].exit_code if ours else 1)  # as the CLI ends rank 0
+        known = known_cause(exc)  # as the CLI ends rank 0
+        broadcast_object(info, known.exit_code if isinstance(known, AutotuneError) else 1)
         raise
     broadcast_object(info, None)
     return result

@@ -31,7 +31,7 @@ import signal
 import sys
 from pathlib import Path
 
-from autotune.core.signals import StopSignal, stop_signals_raise
+from autotune.core.signals import StopSignal, how_stopped, stop_signals_raise
 
 __all__ = ["launcher_command", "main", "run_ranks"]
 
@@ -111,12 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stop_signals_raise():  # one that comes before torchrun takes them over
             return run_ranks(nproc, args[split + 1 :], log_dir=log_dir)
-    except StopSignal as stop:
-        print(f"stopped by {stop}", file=sys.stderr)
-        return 128 + stop.signum
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM or SIGHUP (StopSignal)
+        code, said = how_stopped(stop)
+        print(said, file=sys.stderr)
+        return code
     except OSError as exc:  # torchrun's folder, most often (``train`` makes it first)
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
