@@ -378,19 +378,38 @@ def test_a_failure_of_rank_zero_is_one_paragraph_per_rank_and_its_exit_code(
     ``ChildFailedError`` and its table. (Rank 1 may be gone before it speaks: torchrun
     stops the other ranks as soon as it sees one fail, every 0.1 s.)"""
     preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS)
+    empty = tmp_path / "empty.txt"  # there (checked before the ranks start), but no text
+    empty.touch()
     cmd = [
         sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
-        "--out", str(tmp_path / "run"), "--data", str(tmp_path / "none"),
+        "--out", str(tmp_path / "run"), "--data", str(empty),
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=_train_env(tmp_path), capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-3000:]
     err = proc.stderr
     assert "Traceback" not in err and "ChildFailedError" not in err, err[-3000:]
-    assert err.count("does not exist") == 1, err[-3000:]  # rank 0 alone loads it first
+    assert err.count("holds no text") == 1, err[-3000:]  # rank 0 alone loads it first
     last = err.rstrip().splitlines()[-1]
     assert last.startswith("the run failed on 2 processes: rank 0 exited with 2"), err[-3000:]
     if "rank 1 exited with 2" in last:
         assert "error: rank 0 failed to load the data; its error says why" in err
+
+
+def test_a_data_path_that_is_not_there_is_said_once_before_the_ranks_start(
+    tmp_path: Path,
+) -> None:
+    """Every rank said it (the same paragraph twice) and left an empty run folder."""
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS)
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(out), "--data", str(tmp_path / "none"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=_train_env(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("does not exist") == 1, proc.stderr[-3000:]
+    assert "the preset runs on 2 processes" not in proc.stderr
+    assert not out.exists()
 
 
 @gloo

@@ -172,6 +172,19 @@ def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     os.execv(command[0], command)
 
 
+def _check_data_path(data: Path) -> None:
+    """A ``--data`` path that is not there (or is no file or folder) is said here, once,
+    before a run of several processes makes its run folder: each rank said it (the same
+    paragraph on every rank) and left an empty run folder behind. The ranks check the
+    rest (what the files hold)."""
+    from autotune.core.errors import DataError
+    from autotune.core.files import regular_file_size
+
+    path = data.expanduser()
+    if not path.is_dir():
+        regular_file_size(path, what="data path", error=DataError)
+
+
 def _relaunch_with_omp_policy() -> None:
     """Replace this process by the same command, started with the OpenMP wait policy the
     run's config was measured with (already in ``os.environ``): OpenMP took this
@@ -235,6 +248,8 @@ def train(
             _relaunch_with_omp_policy()
     out_dir = out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name)
     if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
+        if data is not None:
+            _check_data_path(data)
         _relaunch_under_torchrun(run.config.parallel.nproc_per_node, out_dir)
     with shared_compile_cache(DEFAULT_OUT_ROOT.parent):  # the search's compiled code
         result = run_training(
