@@ -412,6 +412,27 @@ def test_a_data_path_that_is_not_there_is_said_once_before_the_ranks_start(
     assert not out.exists()
 
 
+def test_a_world_size_left_in_the_shell_is_said_where_it_differs_from_the_preset(
+    tmp_path: Path,
+) -> None:
+    """``WORLD_SIZE=1`` in the environment: autotune starts no processes and trains on one,
+    which a two-process preset did without a word."""
+    preset = write_preset(tmp_path / "p.yaml", DDP_KNOBS, max_steps=1, eval_interval=1)
+    cmd = [
+        sys.executable, "-m", "autotune", "train", "--preset", str(preset), "--trust-model",
+        "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    env = {**_train_env(tmp_path), "WORLD_SIZE": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "warning: WORLD_SIZE=1 in the environment: training on 1 process(es), where the "
+        "preset ran on 2" in proc.stderr
+    ), proc.stderr[-3000:]
+    assert "the preset runs on 2 processes" not in proc.stderr
+    assert "step 1/1" in proc.stdout
+
+
 @gloo
 def test_a_run_folder_torchrun_cannot_use_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

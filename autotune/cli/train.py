@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -36,6 +36,9 @@ from autotune.cli._common import ModelArgOption, cli_command
 from autotune.core import launch_env
 from autotune.core.errors import UsageError
 from autotune.machine import omp
+
+if TYPE_CHECKING:
+    from autotune.config.parallel import ParallelConfig
 
 __all__ = ["train"]
 
@@ -172,6 +175,20 @@ def _relaunch_under_torchrun(nproc: int, out_dir: Path) -> None:
     os.execv(command[0], command)
 
 
+def _note_another_world(parallel: ParallelConfig | None) -> None:
+    """Where ``WORLD_SIZE`` is set (your own torchrun, or one left in the shell), autotune
+    starts no processes and trains on that many: say so where the preset ran on another
+    count (a stray ``WORLD_SIZE=1`` trained a two-process preset on one, without a word)."""
+    wanted = parallel.nproc_per_node if parallel is not None else 1
+    if os.environ.get("WORLD_SIZE") and launch_env.world_size() != wanted:
+        _warn(
+            f"WORLD_SIZE={launch_env.world_size()} in the environment: training on "
+            f"{launch_env.world_size()} process(es), where the preset ran on {wanted} (the "
+            "global batch stays the preset's); unset WORLD_SIZE to have autotune start "
+            f"{wanted}"
+        )
+
+
 def _check_data_path(data: Path) -> None:
     """A ``--data`` path that is not there (or is no file or folder) is said here, once,
     before a run of several processes makes its run folder: each rank said it (the same
@@ -247,6 +264,7 @@ def train(
         if run.config.parallel is None or os.environ.get("WORLD_SIZE"):
             _relaunch_with_omp_policy()
     out_dir = out if out is not None else DEFAULT_OUT_ROOT / _slug(run.name)
+    _note_another_world(run.config.parallel)
     if run.config.parallel is not None and not os.environ.get("WORLD_SIZE"):
         if data is not None:
             _check_data_path(data)
