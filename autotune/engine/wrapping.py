@@ -28,6 +28,7 @@ __all__ = [
     "keyed_by_name",
     "load_full_model_state",
     "load_full_optimizer_state",
+    "sharded_blocks",
     "wrap_model",
 ]
 
@@ -65,13 +66,30 @@ def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
         "reshard_after_forward": par.reshard_after_forward,
         "mp_policy": policy,
     }
-    # Each child with parameters is its own unit (its all-gather overlaps the previous
-    # one's compute); the root takes what is left (embeddings, heads, norms).
-    for child in model.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child, **kwargs)
+    for block in sharded_blocks(model):  # each its own unit: its all-gather overlaps
+        fully_shard(block, **kwargs)  # the previous one's compute
     sharded: nn.Module = fully_shard(model, **kwargs)  # type: ignore[assignment]
     return sharded
+
+
+def sharded_blocks(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP shards as units of their own, inner ones first: each block of the
+    model's ``ModuleList``s that has parameters (the repeated layers, as torchtitan
+    shards them). The rest (embeddings, norms, a head) is the root's unit. A child
+    sharded on its own is sharded again after its forward where ``reshard_after_forward``
+    (the default), and the output projection tied to the token embedding, read in the
+    root's forward, then met a sharded weight; and ``fully_shard`` refuses a
+    ``ModuleList`` itself (it has no forward): every built-in model failed under FSDP."""
+    from torch import nn
+
+    blocks = [
+        block
+        for holder in model.modules()
+        if isinstance(holder, nn.ModuleList)
+        for block in holder
+        if any(p.requires_grad for p in block.parameters())
+    ]
+    return blocks[::-1]  # modules() lists the outer first
 
 
 def is_sharded(config: TrainConfig, world_size: int) -> bool:

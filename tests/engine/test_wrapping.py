@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.engine.wrapping import keyed_by_name
+from autotune.engine.wrapping import keyed_by_name, sharded_blocks
+from autotune.models.registry import load_model
 
 
 def _model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -123,3 +124,70 @@ def test_a_one_process_checkpoint_resumes_into_fsdp_shards() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "same after a step" in proc.stdout
+
+
+def test_fsdp_shards_the_repeated_blocks_and_leaves_the_rest_to_the_root() -> None:
+    model = load_model("mu").build()
+    blocks = sharded_blocks(model)
+    assert blocks and all(any(b is layer for layer in model.layers) for b in blocks)
+    assert len(blocks) == len(model.layers)  # not the embeddings (the head is tied to one)
+
+    class Nested(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.outer = nn.ModuleList([nn.ModuleDict({"inner": nn.ModuleList([nn.Linear(2, 2)])})])
+
+    nested = Nested()
+    inner, outer = nested.outer[0]["inner"][0], nested.outer[0]
+    assert sharded_blocks(nested) == [inner, outer]  # the inner one first, as FSDP wants
+
+
+# Every built-in model failed under FSDP: ``fully_shard`` refused their ModuleList of
+# layers, and, that aside, the head tied to the token embedding (sharded on its own) met a
+# sharded weight in the root's forward once the embedding had resharded after its own.
+_FSDP_STEPS = textwrap.dedent(
+    """
+    import os, sys, torch, torch.distributed as dist
+    from autotune.config.parallel import ParallelConfig
+    from autotune.config.train_config import TrainConfig
+    from autotune.engine.wrapping import wrap_model
+    from autotune.models.registry import load_model
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
+                            rank=0, world_size=1)
+    for name in sys.argv[1:]:
+        for reshard in (True, False):
+            spec = load_model(name)
+            parallel = ParallelConfig(nproc_per_node=2, strategy="fsdp",
+                                      reshard_after_forward=reshard)
+            config = TrainConfig(micro_batch=2, seq_len=16, parallel=parallel)
+            model = wrap_model(spec.build(), config, torch.device("cpu"), world_size=2)
+            batch = spec.make_batch(batch_size=2, seq_len=16,
+                                    generator=torch.Generator().manual_seed(0))
+            for _ in range(2):
+                spec.loss(model, batch).backward()
+            print(name, reshard, "stepped", flush=True)
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="this torch build has no gloo backend",
+)
+def test_the_built_in_models_and_a_tied_head_run_under_fsdp() -> None:
+    from fake_lm import FAKE_LM
+    from test_ddp import free_port
+
+    names = ["mu", "gpt-small", f"{FAKE_LM}:spec"]
+    env = {**os.environ, "PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _FSDP_STEPS, *names],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("stepped") == 2 * len(names), proc.stdout
