@@ -135,6 +135,28 @@ def test_set_overrides_reach_the_parallel_knobs() -> None:
         apply_overrides(config(), TrainingDefaults(), ["config.parallel.strategy=fsdp"])
 
 
+def test_set_to_the_other_strategy_puts_the_knobs_it_left_back_at_their_defaults() -> None:
+    """``--set config.parallel.strategy=fsdp`` on a DDP preset was refused until the three
+    DDP knobs were set back by hand too."""
+    cfg, _ = apply_overrides(
+        config(parallel=DDP_KNOBS), TrainingDefaults(), ["config.parallel.strategy=fsdp"]
+    )
+    assert cfg.parallel == ParallelConfig(nproc_per_node=2, strategy="fsdp")
+    back, _ = apply_overrides(
+        config(parallel={**FSDP_KNOBS, "mixed_precision": "bf16"}),
+        TrainingDefaults(),
+        ["config.parallel.strategy=ddp", "config.parallel.bucket_cap_mb=50"],
+    )
+    assert back.parallel == ParallelConfig(nproc_per_node=2, bucket_cap_mb=50)
+    # a knob of the strategy left that the same overrides set is checked as it was given
+    with pytest.raises(ConfigError, match="bucket_cap_mb: not a knob of strategy 'fsdp'"):
+        apply_overrides(
+            config(parallel=DDP_KNOBS),
+            TrainingDefaults(),
+            ["config.parallel.bucket_cap_mb=50", "config.parallel.strategy=fsdp"],
+        )
+
+
 # -- the space ------------------------------------------------------------------------------
 
 

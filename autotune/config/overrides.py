@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.config.parallel import with_strategy_knobs_reset
 from autotune.config.train_config import TrainConfig, TrainingDefaults, did_you_mean
 from autotune.core.errors import ConfigError, PresetError
 
@@ -49,11 +50,14 @@ def apply_overrides(
     config: TrainConfig, training: TrainingDefaults, overrides: Sequence[str]
 ) -> tuple[TrainConfig, TrainingDefaults]:
     """Apply ``section.field=value`` overrides (``config.micro_batch=4``,
-    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once."""
+    ``config.knobs.block_group=2``, ``training.lr=1e-3``); every bad one reported at once.
+    ``config.parallel.strategy`` set to the other strategy puts the knobs of the one it
+    left back at their defaults (unless the overrides set them too)."""
     config_data = config.to_dict()
     training_data = dataclasses.asdict(training)
     training_names = list(training_data)
     problems: list[str] = []
+    parallel_given: set[str] = set()
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
@@ -75,7 +79,9 @@ def apply_overrides(
                 if not isinstance(parallel, Mapping):
                     problems.append(f"--set {key}: this config has no parallel section")
                     continue
-                config_data["parallel"] = {**parallel, name.removeprefix("parallel."): value}
+                field = name.removeprefix("parallel.")
+                config_data["parallel"] = {**parallel, field: value}
+                parallel_given.add(field)
             elif "." in name:
                 problems.append(f"--set {key}: config.{name.split('.')[0]} has no sub-fields")
             else:
@@ -94,6 +100,11 @@ def apply_overrides(
                 f"--set {key}: expected config.FIELD, config.knobs.NAME, config.parallel.NAME "
                 "or training.FIELD"
             )
+    moved = config_data.get("parallel")
+    if parallel_given and config.parallel is not None and isinstance(moved, Mapping):
+        config_data["parallel"] = with_strategy_knobs_reset(
+            config.parallel.to_dict(), moved, parallel_given
+        )
     new_config, new_training = config, training
     try:
         new_config = TrainConfig.from_mapping(config_data)

@@ -30,7 +30,7 @@ to a device and this machine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -51,6 +51,7 @@ __all__ = [
     "space_choices",
     "split_problems",
     "summarize",
+    "with_strategy_knobs_reset",
 ]
 
 STRATEGIES = ("ddp", "fsdp")
@@ -59,6 +60,20 @@ BUCKET_CAP_CHOICES = (25, 100)  # MB; 25 is DistributedDataParallel's default
 MAX_NPROC = MAX_PROCESSES  # autotune.core.validator's bound of one config's processes
 _DDP_DEFAULTS = {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
 _FSDP_DEFAULTS = {"reshard_after_forward": True, "mixed_precision": "none"}
+
+
+def with_strategy_knobs_reset(
+    before: Mapping[str, Any], after: Mapping[str, Any], given: Collection[str]
+) -> dict[str, Any]:
+    """``after``, a parallel section that overrides moved to another strategy than
+    ``before``'s, with the knobs of the strategy it left back at their defaults (they
+    are not the new one's), but for those in ``given`` (set by the same overrides: they
+    are checked as they were given)."""
+    left = before.get("strategy", "ddp")
+    if after.get("strategy", "ddp") == left:
+        return dict(after)
+    defaults = _DDP_DEFAULTS if left == "ddp" else _FSDP_DEFAULTS
+    return {**after, **{k: v for k, v in defaults.items() if k not in given}}
 
 
 def _nproc(value: int) -> str | None:
