@@ -257,3 +257,29 @@ def test_a_stop_signal_out_of_a_command_is_its_exit_code_not_a_traceback() -> No
     result = CliRunner().invoke(tiny, [])
     assert result.exit_code == 143 and "stopped by SIGTERM" in result.output
     assert "Traceback" not in result.output
+
+
+_CTRL_C_IN_THE_IMPORTS = """
+import runpy, sys
+
+class CtrlC:  # as a SIGINT that lands while the CLI's modules are imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "autotune.cli.main":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["autotune", "train", "--help"]
+runpy.run_module("autotune", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_during_the_imports_of_python_m_autotune_is_interrupted_not_a_traceback() -> None:
+    """What each rank of a multi-process ``autotune train`` runs (``python -m autotune``):
+    the launcher passes a Ctrl-C on to them, and one in their first second printed a
+    ``KeyboardInterrupt`` traceback from the imports on every rank."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_THE_IMPORTS], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.stderr == "interrupted\n"
