@@ -1,12 +1,26 @@
 """``python -m autotune`` (what ``torchrun -m autotune train ...`` runs, and so each rank
 of a multi-process ``autotune train``).
 
-A Ctrl-C in the second or two of the imports, before the command's own handling, ends
-with "interrupted" and 130 as it does later, not a traceback: the launcher passes the
-SIGINT on to the ranks, and each printed its ``KeyboardInterrupt`` from the imports.
+A rank started by autotune's launcher (``autotune.engine.launcher``: ``AUTOTUNE_LAUNCHER_PID``
+is set) takes Ctrl-C, which the launcher passes on, as it takes SIGTERM: it ends at once
+and without a word until the trainer's own handlers stop it cleanly after a step (the
+launcher says "interrupted"). Raised as ``KeyboardInterrupt`` in the start-up instead,
+it printed a traceback from the imports on every rank, or broke numpy's import half way
+("cannot load module more than once"), or waited in ``init_process_group`` (a C++ wait,
+where Python runs no handler) for a rank already gone, until the launcher's 300 s.
+
+Elsewhere, a Ctrl-C in the second or two of the imports, before the command's own
+handling, ends with "interrupted" and 130 as it does later, not a traceback.
 """
 
+import os
+import signal
 import sys
+
+from autotune.engine.launcher import PID_VAR
+
+if os.environ.get(PID_VAR):
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 try:
     from autotune.cli.main import main
