@@ -73,23 +73,34 @@ def _fully_shard(model: nn.Module, par: ParallelConfig) -> nn.Module:
 
 
 def sharded_blocks(model: nn.Module) -> list[nn.Module]:
-    """The modules FSDP shards as units of their own, inner ones first: each block of the
-    model's ``ModuleList``s that has parameters (the repeated layers, as torchtitan
-    shards them). The rest (embeddings, norms, a head) is the root's unit. A child
-    sharded on its own is sharded again after its forward where ``reshard_after_forward``
-    (the default), and the output projection tied to the token embedding, read in the
-    root's forward, then met a sharded weight; and ``fully_shard`` refuses a
-    ``ModuleList`` itself (it has no forward): every built-in model failed under FSDP."""
+    """The modules FSDP shards as units of their own: the blocks of the model's outermost
+    ``ModuleList``s that have parameters and a forward (the repeated layers, as
+    torchtitan shards them; a block that is itself a list or a dict of modules is looked
+    into). The rest (embeddings, norms, a head) is the root's unit, and so is what a
+    block holds (a mixture's experts, which not every rank runs: units of their own
+    would be gathered on some ranks only). A child sharded on its own is sharded again
+    after its forward where ``reshard_after_forward`` (the default), and the output
+    projection tied to the token embedding, read in the root's forward, then met a
+    sharded weight; and ``fully_shard`` refuses a ``ModuleList`` itself (it has no
+    forward): every built-in model failed under FSDP."""
     from torch import nn
 
-    blocks = [
-        block
-        for holder in model.modules()
-        if isinstance(holder, nn.ModuleList)
-        for block in holder
-        if any(p.requires_grad for p in block.parameters())
-    ]
-    return blocks[::-1]  # modules() lists the outer first
+    blocks: list[nn.Module] = []
+    taken: list[str] = []  # the chosen blocks' names: what lies under them is theirs
+    for name, holder in model.named_modules():  # outer modules first
+        if not isinstance(holder, nn.ModuleList) or _under(name, taken):
+            continue
+        for index, block in enumerate(holder):
+            forward = type(block).forward is not nn.Module.forward
+            trained = any(p.requires_grad for p in block.parameters())
+            if forward and trained and all(block is not b for b in blocks):
+                blocks.append(block)
+                taken.append(f"{name}.{index}" if name else str(index))
+    return blocks
+
+
+def _under(name: str, taken: list[str]) -> bool:
+    return any(name == t or name.startswith(t + ".") for t in taken)
 
 
 def is_sharded(config: TrainConfig, world_size: int) -> bool:

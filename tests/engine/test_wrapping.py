@@ -132,14 +132,20 @@ def test_fsdp_shards_the_repeated_blocks_and_leaves_the_rest_to_the_root() -> No
     assert blocks and all(any(b is layer for layer in model.layers) for b in blocks)
     assert len(blocks) == len(model.layers)  # not the embeddings (the head is tied to one)
 
-    class Nested(nn.Module):
+    class Nested(nn.Module):  # layers of [attention, mlp] pairs, each mlp with experts
         def __init__(self) -> None:
             super().__init__()
-            self.outer = nn.ModuleList([nn.ModuleDict({"inner": nn.ModuleList([nn.Linear(2, 2)])})])
+            experts = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+            mlp = nn.Sequential(nn.Linear(2, 2))
+            mlp.experts = experts
+            self.layers = nn.ModuleList([nn.ModuleList([nn.Linear(2, 2), mlp])])
+            self.shared = nn.ModuleList([self.layers[0][0]])  # listed twice
 
     nested = Nested()
-    inner, outer = nested.outer[0]["inner"][0], nested.outer[0]
-    assert sharded_blocks(nested) == [inner, outer]  # the inner one first, as FSDP wants
+    attention, mlp = nested.layers[0]
+    # the pair is looked into (fully_shard refuses a list); the experts stay the mlp's
+    # (not every rank runs every expert); the block listed twice is one unit
+    assert sharded_blocks(nested) == [attention, mlp]
 
 
 # Every built-in model failed under FSDP: ``fully_shard`` refused their ModuleList of
