@@ -497,3 +497,27 @@ def test_a_custom_model_without_a_pipeline_says_how_to_train_it() -> None:
 
     with pytest.raises(DataError, match=r"neither a built-in task .* nor a data_fn"):
         load_data(replace(make_spec(), task="custom"), None, seq_len=8)
+
+
+def test_a_half_built_cache_entry_of_a_builder_that_is_gone_goes_at_the_next_build(
+    tmp_path: Path,
+) -> None:
+    """A builder killed before it could remove its half-built entry (SIGKILL, a SIGTERM or
+    a rank's Ctrl-C before any handler) left it for good, as large as the corpus's tokens;
+    the next build in that cache removes it, and no other folder."""
+    import subprocess
+
+    from autotune.core.makers import maker_tag
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    tokens = tmp_path / "cache" / "tokens"
+    abandoned = tokens / f".entry.{gone.pid}-6b0d2f39-x1y2z3w4.tmp"
+    building = tokens / f".entry.{maker_tag()}-a1b2c3d4.tmp"  # a live builder's
+    older = tokens / ".entry.a1b2c3d4.tmp"  # an older autotune's name: no maker in it
+    for folder in (abandoned, building, older):
+        folder.mkdir(parents=True)
+        (folder / "train.bin").write_bytes(b"\0" * 64)
+    corpus = _small_corpus(tmp_path)
+    prepare_lm_data(corpus, seq_len=8, vocab_size=260, cache_dir=tmp_path / "cache")
+    assert [f.exists() for f in (abandoned, building, older)] == [False, True, True]

@@ -44,6 +44,7 @@ import psutil
 
 from autotune.burst import sweeper
 from autotune.burst.sweeper import FOLDER_PREFIX
+from autotune.core.makers import maker_alive, maker_tag
 from autotune.core.signals import prctl
 
 if TYPE_CHECKING:
@@ -119,27 +120,8 @@ def remove_orphaned_workdirs() -> None:
     (the budget's watchdog, a timeout), or a search killed while its torchrun trial had not
     yet started."""
     for path in (p for root in _workdir_roots() for p in root.glob(f"{WORKDIR_PREFIX}*-*")):
-        if path.is_dir() and not _maker_alive(path.name.removeprefix(WORKDIR_PREFIX)):
+        if path.is_dir() and not maker_alive(path.name.removeprefix(WORKDIR_PREFIX)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _maker_alive(name: str) -> bool:
-    """Whether the process that made the folder ``PID-START-XXXX`` (``make_workdir``:
-    START its start time, hex seconds; ``PID-XXXX`` from an older autotune) still runs."""
-    pid, _, rest = name.partition("-")
-    if not (pid.isascii() and pid.isdecimal()):
-        return True  # not one of ours: leave it
-    start = rest.split("-", 1)[0] if "-" in rest else ""
-    try:
-        created = psutil.Process(int(pid)).create_time()
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # another user's process: it may be theirs
-    try:
-        return abs(created - int(start, 16)) < 2.0
-    except ValueError:  # no start time in the name: the pid is all there is to go by
-        return True
 
 
 def make_workdir() -> Path:
@@ -153,8 +135,7 @@ def make_workdir() -> Path:
 
 def _workdir_name(maker: psutil.Process) -> str:
     """How the names of the folders ``maker`` makes begin: its pid and its start time."""
-    started = int(maker.create_time())  # in hex: the name stays short (sockets)
-    return f"{WORKDIR_PREFIX}{maker.pid}-{started:x}-"
+    return f"{WORKDIR_PREFIX}{maker_tag(maker)}-"
 
 
 def sweep_after_kill(pgid: int, trial: psutil.Process) -> subprocess.Popen[bytes] | None:

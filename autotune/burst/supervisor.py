@@ -406,11 +406,15 @@ def _past_first(progress: BurstProgress) -> bool:
 
 
 def _leader(pid: int) -> psutil.Process | None:
-    """The trial's main process, or None if it is already gone."""
+    """The trial's main process, or None if it is already gone. Its start time is read
+    now, as the trial reads it to name its folder (``sweep_after_kill``): psutil reads
+    it on first use, from the clock of that moment."""
     try:
-        return psutil.Process(pid)
+        leader = psutil.Process(pid)
+        leader.create_time()
     except psutil.NoSuchProcess:
         return None
+    return leader
 
 
 @dataclass

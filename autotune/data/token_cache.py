@@ -26,6 +26,7 @@ from filelock import FileLock
 
 from autotune.core.errors import DataError
 from autotune.core.files import atomic_write_text, dir_mode
+from autotune.core.makers import maker_alive, maker_tag
 from autotune.data.corpus import (
     Document,
     default_corpus,
@@ -41,6 +42,7 @@ __all__ = [
     "cached_tokens",
     "default_cache_dir",
     "read_cache",
+    "remove_abandoned_builds",
     "sources_fingerprint",
     "write_cache",
 ]
@@ -77,6 +79,17 @@ def sources_fingerprint(data: Path | None) -> list[Any]:
     return out
 
 
+def remove_abandoned_builds(folder: Path) -> None:
+    """Remove the half-built entries in ``folder`` (``.NAME.PID-START-XXXX.tmp``) whose
+    builder is gone: one killed before it could remove its own (SIGKILL, the out-of-memory
+    killer, a SIGTERM or a rank's Ctrl-C before any handler) left it for good, as large
+    as the corpus's tokens. Another process's build in progress stays."""
+    for path in folder.glob(".*.tmp"):
+        tag = path.name.removesuffix(".tmp").rsplit(".", 1)[-1]
+        if tag.count("-") >= 2 and path.is_dir() and not maker_alive(tag):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def write_cache(
     final: Path,
     *,
@@ -87,7 +100,9 @@ def write_cache(
     val_fraction: float,
 ) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    remove_abandoned_builds(final.parent)
+    prefix = f".{final.name}.{maker_tag()}-"  # this builder: see remove_abandoned_builds
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=prefix, suffix=".tmp"))
     try:
         os.chmod(tmp, dir_mode())
         lengths: list[int] = []
