@@ -191,6 +191,9 @@ def test_knob_restricts_the_parallel_settings() -> None:
     assert space.parallel == ("ddp-b100", "fsdp-keep")
     with pytest.raises(UsageError, match="unknown knob 'parallel'"):
         SearchSpace.for_model(spec, caps, restrict={"parallel": ["fsdp"]})
+    # the knob that holds the strategy is named where another name was given for it
+    with pytest.raises(UsageError, match=r"unknown knob 'strategy'.*: .*\bparallel\b"):
+        SearchSpace.for_model(spec, caps, nproc_per_node=2, restrict={"strategy": ["fsdp"]})
     with pytest.raises(UsageError, match="nproc_per_node: expected a positive integer"):
         SearchSpace.for_model(spec, caps, nproc_per_node=0)
     with pytest.raises(UsageError, match="does not split into whole micro-batches"):

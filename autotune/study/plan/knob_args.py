@@ -153,7 +153,8 @@ def narrow(
             )
         if not is_model_knob and name not in full:
             turned = [k.name for k in entries.values() if _turned(k, full)]
-            allowed_names = [*turned, *model_knobs]
+            several = ["parallel"] if "parallel" in full else []  # several processes' settings
+            allowed_names = [*turned, *several, *model_knobs]
             raise UsageError(
                 f"unknown knob {raw_name!r}{did_you_mean(raw_name, allowed_names)}; "
                 f"knobs of {spec.name!r} on {device.device}: {', '.join(allowed_names)}"
