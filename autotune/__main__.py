@@ -19,8 +19,8 @@ import sys
 
 from autotune.engine.launcher import PID_VAR
 
-if os.environ.get(PID_VAR):
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+if os.environ.get(PID_VAR) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # one ignored at the start stays ignored
 
 try:
     from autotune.cli.main import main

@@ -303,3 +303,22 @@ def test_ctrl_c_during_the_imports_of_python_m_autotune(a_rank: bool) -> None:
         assert (proc.returncode, err) == (-signal.SIGINT, "")
     else:
         assert (proc.returncode, err) == (130, "interrupted\n")
+
+
+def test_a_rank_started_with_ctrl_c_ignored_keeps_it_ignored() -> None:
+    """A shell without job control starts ``cmd &`` with SIGINT ignored, and so are the
+    ranks of its launcher: the trainer then leaves SIGINT alone, as it leaves ``nohup``'s
+    SIGHUP."""
+    from autotune.engine.launcher import PID_VAR
+
+    script = (
+        "import runpy, signal, sys\nsys.argv = ['autotune', '--version']\n"
+        "try:\n    runpy.run_module('autotune', run_name='__main__', alter_sys=True)\n"
+        "finally:\n    print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, PID_VAR: str(os.getpid())},
+        capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert proc.stdout.splitlines()[-1] == "True", proc.stdout + proc.stderr
