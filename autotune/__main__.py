@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from autotune.core.signals import how_stopped
 from autotune.engine.launcher import PID_VAR
 
 if os.environ.get(PID_VAR) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -24,9 +25,10 @@ if os.environ.get(PID_VAR) and signal.getsignal(signal.SIGINT) is signal.default
 
 try:
     from autotune.cli.main import main
-except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr)
-    sys.exit(130)
+except KeyboardInterrupt as stop:
+    code, said = how_stopped(stop)
+    print(said, file=sys.stderr)
+    sys.exit(code)
 
 if __name__ == "__main__":
     main()
